@@ -1,0 +1,294 @@
+"""Command line: argument parsing and printing only; the one place that names plug-ins.
+
+Every bad input ends as one line on stderr and exit code 2 (``UserError``), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+
+from autosearch import __version__
+from autosearch.errors import UserError
+
+DEFAULT_MODEL = "tiny-yolov2"
+DEFAULT_TRIALS = 192
+DEFAULT_BATCH = 16
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line (exit code 2)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from autosearch.target import parse_target
+    from workloads.importer import import_model
+
+    target = parse_target(args.target)
+    start = time.perf_counter()
+    model = import_model(args.model, target, input_shape=args.input_shape)
+    elapsed = time.perf_counter() - start
+    if args.json:
+        rows = [
+            {"index": t.index, "name": t.name, "weight": t.weight, "flops": t.flops,
+             "workload_key": t.workload_key, "args": [[list(s), d] for s, d in t.args]}
+            for t in model.tasks
+        ]
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        return 0
+    from rich.table import Table
+
+    total = model.flops
+    table = Table(title=f"{model.name}: {len(model.tasks)} tuning tasks for {target.kind.name} "
+                        f"({dict(target.export()).get('mcpu', '')}, {dict(target.export()).get('num-cores', '?')} cores)")
+    for col in ("#", "task", "weight", "GFLOP", "input", "weight/2nd arg", "share"):
+        table.add_column(col, justify="right" if col in ("#", "weight", "GFLOP", "share") else "left")
+    for t in model.tasks:
+        shapes = ["x".join(map(str, s)) for s, _ in t.args]
+        table.add_row(str(t.index), t.name, str(t.weight), f"{t.gflop:.4f}", shapes[0] if shapes else "",
+                      shapes[1] if len(shapes) > 2 else "", f"{100 * t.flops * t.weight / total:.1f}%")
+    console = _console()
+    console.print(table)
+    console.print(f"total: {total / 1e9:.3f} GFLOP per forward pass, {len(model.tasks)} tasks "
+                  f"({sum(1 for t in model.tasks if 'conv' in t.name)} conv) — extracted in {elapsed:.1f} s")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- run
+def _select_tasks(tasks, spec: str | None):
+    if not spec:
+        return tasks
+    chosen = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part.isdigit():
+            idx = int(part)
+            if idx >= len(tasks):
+                raise UserError(f"--tasks: no task {idx}; the model has tasks 0..{len(tasks) - 1}")
+            chosen.append(tasks[idx])
+        elif "-" in part and all(p.isdigit() for p in part.split("-", 1)):
+            lo, hi = (int(p) for p in part.split("-", 1))
+            if hi >= len(tasks) or lo > hi:
+                raise UserError(f"--tasks: bad range {part}; the model has tasks 0..{len(tasks) - 1}")
+            chosen.extend(tasks[lo:hi + 1])
+        else:
+            matched = [t for t in tasks if part in t.name]
+            if not matched:
+                raise UserError(f"--tasks: no task name contains {part!r}")
+            chosen.extend(matched)
+    unique = list({t.workload_key: t for t in chosen}.values())
+    return unique
+
+
+def _parse_kv(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise UserError(f"--option {pair!r}: use KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def make_runner(args: argparse.Namespace, target):
+    from autosearch.measure.base import EvaluatorConfig
+
+    evaluator = EvaluatorConfig(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
+    if args.runner == "local":
+        from autosearch.measure.local import LocalRunner
+
+        return LocalRunner(target=target, evaluator=evaluator, build_workers=args.build_workers,
+                           build_timeout=args.build_timeout, run_timeout=args.run_timeout, seed=args.seed)
+    if args.runner == "ray":
+        try:
+            from autosearch.measure.ray_pool import RayRunner
+        except ImportError as exc:
+            raise UserError(f"--runner ray needs the package 'ray' ({exc})") from exc
+        return RayRunner(target=target, evaluator=evaluator, ray_address=args.ray_address,
+                         build_workers=args.build_workers, build_timeout=args.build_timeout,
+                         run_timeout=args.run_timeout, seed=args.seed)
+    raise UserError(f"unknown runner {args.runner!r}; valid runners: local, ray")
+
+
+def _default_log(model: str, strategy: str) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{model}-{strategy}-{stamp}.jsonl")
+
+
+def _install_signal_handlers() -> None:
+    """SIGTERM behaves like Ctrl-C: the loop stops, the log keeps every finished batch."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from autosearch.records import read_log
+    from autosearch.strategy import STRATEGIES, parse_options
+    from autosearch.target import parse_target
+
+    if args.strategy not in STRATEGIES:
+        raise UserError(f"unknown strategy {args.strategy!r}; valid strategies: {', '.join(sorted(STRATEGIES))}")
+    if args.trials is not None and args.trials <= 0:
+        raise UserError(f"--trials must be a positive number, not {args.trials}")
+    if args.batch <= 0:
+        raise UserError(f"--batch must be a positive number, not {args.batch}")
+    if args.resume and not args.log:
+        raise UserError("--resume needs --log PATH (the log to continue)")
+    options = _parse_kv(args.option)
+    if args.sampler:
+        options["sampler"] = args.sampler
+    if args.optuna_storage:
+        options["storage"] = args.optuna_storage
+    if (args.sampler or args.optuna_storage) and args.strategy != "optuna":
+        raise UserError("--sampler / --optuna-storage apply to --strategy optuna only")
+    options = parse_options(args.strategy, options)
+    cost_model = None if args.cost_model in (None, "", "none") else args.cost_model
+    if cost_model:
+        from autosearch.cost_model import make_cost_model
+
+        make_cost_model(cost_model, seed=args.seed)  # fail fast on an unknown name
+
+    console = _console()
+    defaults = []
+    if args.model is None:
+        args.model = DEFAULT_MODEL
+        defaults.append(f"model {DEFAULT_MODEL}")
+    if args.trials is None:
+        args.trials = DEFAULT_TRIALS
+        defaults.append(f"{DEFAULT_TRIALS} trials")
+    log_path = args.log or _default_log(os.path.splitext(os.path.basename(args.model))[0], args.strategy)
+    if defaults:
+        console.print(f"[bold]autosearch[/bold]: no {'/'.join(('--model', '--trials'))} given: tuning the default "
+                      f"({', '.join(defaults)}, all tasks, batch {args.batch}); about 10 minutes on 2 cores.")
+
+    from autosearch.records import TuningLog
+    from workloads.importer import import_model
+
+    target = parse_target(args.target)
+    if target.kind.name != "llvm" and args.runner == "local":
+        raise UserError(f"target kind {target.kind.name!r} cannot be measured by the local runner on this "
+                        "machine; use --runner ray with a device of that kind")
+    model = import_model(args.model, target, input_shape=args.input_shape)
+    tasks = _select_tasks(model.tasks, args.tasks)
+    resume = read_log(log_path) if args.resume else None
+    if resume is not None and resume.corrupt:
+        console.print(f"[yellow]warning[/yellow]: skipped {len(resume.corrupt)} corrupt line(s): {resume.corrupt[0]}")
+    tuning_log = TuningLog(log_path, resume=args.resume)
+    warm = []
+    if args.warm_start:
+        from autosearch.export import read_records
+
+        warm = read_records(args.warm_start).records
+    console.print(f"model {model.name}: {len(tasks)} of {len(model.tasks)} tasks, strategy [bold]{args.strategy}"
+                  f"[/bold]{' + cost model ' + cost_model if cost_model else ''}, budget {args.trials} trials, "
+                  f"runner {args.runner}, target {dict(target.export()).get('mcpu', target.kind.name)} "
+                  f"x{dict(target.export()).get('num-cores', '?')} — log {log_path}")
+    from autosearch.progress import TuningProgress
+    from autosearch.tuner import Tuner
+
+    _install_signal_handlers()
+    runner = make_runner(args, target)
+    try:
+        with TuningProgress(console, budget=args.trials) as progress:
+            tuner = Tuner(tasks=tasks, runner=runner, log=tuning_log, strategy=args.strategy, budget=args.trials,
+                          batch=args.batch, seed=args.seed, strategy_options=options, cost_model=cost_model,
+                          warm_start=warm, early_stop=args.early_stop, resume=resume, on_event=progress.update)
+            summary = tuner.run()
+    finally:
+        runner.close()
+        tuning_log.close()
+    from autosearch.report import print_run_summary
+
+    png = os.path.splitext(log_path)[0] + ".png"
+    print_run_summary(console, summary, log_path=log_path, png_path=png, title=f"{model.name} — {args.strategy}")
+    if summary.interrupted:
+        console.print(f"[yellow]interrupted[/yellow]: resume with --resume --log {log_path}")
+        return 130
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m autosearch",
+                     description="Autotune YOLO kernels on Apache TVM: pluggable strategies and cost models, "
+                                 "Ray measurement, MetaSchedule tuning logs.")
+    parser.add_argument("--version", action="version", version=f"autosearch {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def model_args(p, default=None):
+        p.add_argument("--model", default=default,
+                       help="built-in model (tiny-yolov2, yolov3-tiny, yolov8n) or a path to an .onnx file")
+        p.add_argument("--input-shape", help="override dynamic input shapes, e.g. images:1,3,640,640")
+        p.add_argument("--target", help="llvm (host CPU, all cores; default), cuda, a TVM tag, or a JSON target dict")
+
+    p = sub.add_parser("tasks", help="list a model's tuning tasks")
+    model_args(p, DEFAULT_MODEL)
+    p.add_argument("--json", action="store_true", help="print a JSON list for scripts")
+    p.set_defaults(func=cmd_tasks)
+
+    p = sub.add_parser("run", help="tune a model's tasks with a search strategy")
+    p.add_argument("--strategy", required=True, help="random, annealing or optuna")
+    model_args(p)
+    p.add_argument("--tasks", help="task indices (0,3 or 0-4) or name fragments (conv); default all")
+    p.add_argument("--trials", type=int, help=f"total measurement budget over all tasks (default {DEFAULT_TRIALS})")
+    p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="configs measured per round")
+    p.add_argument("--cost-model", default="none", help="xgb, xgb-rank, rf, gbr, mlp, sklearn:<Regressor> or none")
+    p.add_argument("--warm-start", help="pre-train the cost model on a tuning log or a TVM database directory")
+    p.add_argument("--runner", default="local", help="local (default) or ray")
+    p.add_argument("--ray-address", help="join an existing Ray cluster (auto or HOST:PORT); default: embedded")
+    p.add_argument("--log", help="tuning log (JSON Lines); default runs/<model>-<strategy>-<time>.jsonl")
+    p.add_argument("--resume", action="store_true", help="continue the run recorded in --log")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--early-stop", type=int, help="stop a task after this many trials without improvement")
+    p.add_argument("--sampler", help="Optuna sampler: tpe (default), random, cmaes, gp, nsga2, qmc")
+    p.add_argument("--optuna-storage", help="Optuna storage URL, e.g. sqlite:///study.db (one study per task)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="strategy option (repeatable)")
+    p.add_argument("--repeat", type=int, default=5, help="timed repeats per kernel (median is used)")
+    p.add_argument("--min-repeat-ms", type=int, default=20, help="minimum duration of one repeat")
+    p.add_argument("--build-workers", type=int, help="parallel build processes (default: cores)")
+    p.add_argument("--build-timeout", type=float, default=60.0, help="seconds per build")
+    p.add_argument("--run-timeout", type=float, default=30.0, help="seconds per measurement (at least)")
+    p.set_defaults(func=cmd_run)
+
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0

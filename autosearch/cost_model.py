@@ -1,0 +1,82 @@
+"""Cost-model protocols and the registry by name.
+
+Two levels, as in MetaSchedule (FeatureExtractor separate from CostModel) and scikit-learn:
+
+- :class:`CostModel`: a plain regressor/ranker on a feature matrix (``fit(X, y)`` returns self,
+  ``predict(X)``; higher prediction = faster kernel), saved as JSON or the library's own format.
+- :class:`ConfigScorer`: what a search strategy sees for one task: ``score(configs)`` (higher is
+  better) and ``update(configs, results)`` after each measured batch. It featurises configs of its
+  task (TVM program features of the applied schedule, or the decision encoding) and refits its model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from autosearch.errors import UserError
+from autosearch.records import Config, MeasureResult
+
+# name -> "module:factory"; the factory is called as factory(name, seed=...) -> CostModel
+COST_MODELS: dict[str, str] = {
+    "xgb": "cost_models.xgboost_model:create",
+    "xgb-rank": "cost_models.xgboost_model:create",
+    "rf": "cost_models.sklearn_model:create",
+    "gbr": "cost_models.sklearn_model:create",
+    "mlp": "cost_models.learned:create",
+    "tvm-xgb": "cost_models.tvm_xgb:create",
+}
+SKLEARN_PREFIX = "sklearn:"  # sklearn:<EstimatorName>, e.g. sklearn:KNeighborsRegressor
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> CostModel:
+        """Fit on features ``X`` and normalised throughput ``y`` (1.0 = best of its task).
+        ``groups`` (task ids) lets ranking objectives compare only within a task."""
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Predicted normalised throughput; only the order within a task matters for search."""
+
+    def save(self, path: str) -> None: ...
+
+
+@runtime_checkable
+class ConfigScorer(Protocol):
+    def score(self, configs: Sequence[Config]) -> np.ndarray:
+        """Predicted goodness of each config of this task (higher = faster)."""
+
+    def update(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
+        """Learn from a measured batch (configs as applied, results in the same order)."""
+
+
+def _resolve(spec: str):
+    module_path, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_path)
+    except ImportError as exc:
+        missing = exc.name or str(exc)
+        raise UserError(f"cost model needs the package {missing!r}: pip install {missing}") from exc
+    return getattr(module, attr)
+
+
+def cost_model_names() -> list[str]:
+    return sorted(COST_MODELS) + [f"{SKLEARN_PREFIX}<Regressor>"]
+
+
+def make_cost_model(name: str, *, seed: int = 0) -> CostModel:
+    """A cost model by name: ``xgb``, ``xgb-rank``, ``rf``, ``gbr``, ``mlp``, ``tvm-xgb``, ``sklearn:<Estimator>``."""
+    if name.startswith(SKLEARN_PREFIX):
+        return _resolve("cost_models.sklearn_model:create")(name, seed=seed)
+    if name not in COST_MODELS:
+        raise UserError(f"unknown cost model {name!r}; valid cost models: {', '.join(cost_model_names())}, none")
+    return _resolve(COST_MODELS[name])(name, seed=seed)
+
+
+def make_scorer(name: str, space, task, *, seed: int = 0, warm_start: Sequence[Any] = ()) -> ConfigScorer:
+    """A config scorer for one task, backed by the named cost model (see cost_models.guidance)."""
+    model = make_cost_model(name, seed=seed)
+    return _resolve("cost_models.guidance:ModelScorer")(model, space, task, seed=seed, warm_start=warm_start)

@@ -1,0 +1,146 @@
+"""MetaSchedule JSONDatabase out (best schedules for TVM to compile with) and in (warm starts).
+
+The database written here is TVM's own format: ``database_workload.json`` (one
+``[structural_hash, base64 IRModule]`` per line) and ``database_tuning_record.json``. It is written
+through TVM's ``JSONDatabase`` itself, so TVM loads it back and finds our records by the same
+structural hash it computes when it compiles the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+
+from autosearch.errors import UserError
+from autosearch.records import LogContents, MeasureResult, Record, Status, read_log
+from autosearch.task import TuningTask, task_from_module
+
+log = logging.getLogger(__name__)
+
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+FAILED_RUN_SECS = 1e10  # what MetaSchedule writes for a failed measurement
+
+
+@dataclass
+class ExportSummary:
+    out_dir: str
+    tasks: int = 0
+    records: int = 0
+    skipped_tasks: list[str] = field(default_factory=list)  # tasks with no valid record
+
+
+def _database(out_dir: str, *, create: bool):
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    return JSONDatabase(
+        path_workload=os.path.join(out_dir, WORKLOAD_FILE),
+        path_tuning_record=os.path.join(out_dir, RECORD_FILE),
+        allow_missing=create,
+    )
+
+
+def _args_info_json(task: TuningTask) -> list:
+    return [["TENSOR", dtype, list(shape)] for shape, dtype in task.args]
+
+
+def tuning_record(task: TuningTask, rec: Record, workload):
+    """A MetaSchedule TuningRecord for one of our valid log records."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    from autosearch.target import target_to_json
+
+    return TuningRecord.from_json(
+        [rec.trace, list(rec.result.latencies), target_to_json(task.target), _args_info_json(task)], workload,
+    )
+
+
+def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, force: bool = False) -> ExportSummary:
+    """Write the best ``top_k`` valid records of every task in the log as a TVM JSONDatabase.
+
+    Only ``ok`` records (checked against the reference, with a latency) are exported: a failed,
+    crashed or wrong-result kernel can never become the schedule TVM compiles.
+    """
+    if top_k <= 0:
+        raise UserError(f"--top-k must be positive, not {top_k}")
+    existing = [f for f in (WORKLOAD_FILE, RECORD_FILE) if os.path.exists(os.path.join(out_dir, f))]
+    if existing and not force:
+        raise UserError(f"{out_dir} already holds a database ({', '.join(existing)}); choose another --out")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        probe = os.path.join(out_dir, ".autosearch-write-test")
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as exc:
+        raise UserError(f"cannot write to {out_dir}: {exc.strerror}") from exc
+    if force:
+        for f in existing:
+            os.unlink(os.path.join(out_dir, f))
+    db = _database(out_dir, create=True)
+    summary = ExportSummary(out_dir=out_dir)
+    for key, header in contents.tasks.items():
+        valid = sorted((r for r in contents.trials(key) if r.ok and r.trace is not None), key=lambda r: r.latency)
+        if not valid:
+            summary.skipped_tasks.append(header["name"])
+            continue
+        task = TuningTask.from_json(header)
+        workload = db.commit_workload(task.mod)
+        if str(workload.as_json()[0]) != key:
+            log.warning("task %s: TVM's hash %s differs from the logged key %s (other TVM version?)",
+                        header["name"], workload.as_json()[0], key)
+        for rec in valid[:top_k]:
+            db.commit_tuning_record(tuning_record(task, rec, workload))
+            summary.records += 1
+        summary.tasks += 1
+    return summary
+
+
+def load_database(path: str):
+    """Open an existing TVM JSONDatabase directory, with a clear error if it is not one."""
+    if not os.path.isdir(path):
+        raise UserError(f"database directory not found: {path}")
+    missing = [f for f in (WORKLOAD_FILE, RECORD_FILE) if not os.path.isfile(os.path.join(path, f))]
+    if missing:
+        raise UserError(f"{path} is not a MetaSchedule database: missing {', '.join(missing)}")
+    try:
+        return _database(path, create=False)
+    except Exception as exc:  # TVM raises on bad JSON / hash mismatch with a long message
+        text = [ln for ln in str(exc).splitlines() if ln.strip()]
+        raise UserError(f"cannot load the database in {path}: {text[-1][:200] if text else type(exc).__name__} "
+                        "(corrupt, or written by another TVM version)") from exc
+
+
+def read_database(path: str) -> LogContents:
+    """A TVM JSONDatabase (from ``ms.tune_tir`` or from autosearch) as tuning-log contents."""
+    from autosearch.target import target_to_json
+    from autosearch.tvm_compat import to_plain_json
+
+    db = load_database(path)
+    out = LogContents(path=path)
+    for rec in db.get_all_tuning_records():
+        workload = rec.workload
+        key = str(workload.as_json()[0])
+        target = rec.target
+        if key not in out.tasks:
+            task = task_from_module(workload.mod, target, index=len(out.tasks), name=f"task{len(out.tasks)}")
+            out.tasks[key] = task.to_json()
+        flops = out.tasks[key]["flops"]
+        secs = [float(s) for s in (rec.run_secs or [])]
+        ok = bool(secs) and all(math.isfinite(s) and s < FAILED_RUN_SECS for s in secs)
+        result = MeasureResult(Status.OK, tuple(secs)) if ok else MeasureResult.failed(
+            Status.RUN_ERROR, "failed in the TVM database (run_secs 1e10)")
+        trace = to_plain_json(rec.trace.as_json(remove_postproc=False))
+        out.records.append(Record(kind="trial", task_key=key, task_name=out.tasks[key]["name"],
+                                  target=target_to_json(target), config=None, result=result, flops=flops,
+                                  trace=trace, strategy="tvm-database"))
+    return out
+
+
+def read_records(path: str) -> LogContents:
+    """Our JSON Lines log or a TVM database directory, whichever ``path`` is."""
+    if os.path.isdir(path):
+        return read_database(path)
+    return read_log(path)

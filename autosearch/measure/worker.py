@@ -1,0 +1,175 @@
+"""Warm worker processes with timeouts: a crashing or hanging kernel kills only its worker.
+
+Each worker is a spawned Python process that imports TVM once and then serves calls over a pipe.
+The parent waits for an answer with a timeout; on a timeout it kills the worker, on a dead pipe it
+reports the crash, and in both cases the next call starts a fresh worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, Pipe
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The outcome of one call: ``ok`` (value), ``error`` (exception text), ``timeout`` or ``crashed``."""
+
+    kind: str
+    value: Any = None
+    error: str = ""
+    seconds: float = 0.0
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    # TVM errors end with the useful line; Python errors start with it.
+    line = lines[-1] if lines and "Traceback" in text else (lines[0] if lines else "")
+    return f"{type(exc).__name__}: {line}"[:1000]
+
+
+def _serve(conn) -> None:
+    """Worker main loop (runs in the child process; environment already set by the parent)."""
+    env = os.environ
+    from autosearch.measure import kernels
+
+    runner = kernels.KernelRunner(env.get("AUTOSEARCH_DEVICE", "cpu"))
+    handlers = {
+        "build": kernels.build,
+        "reference": runner.reference,
+        "run": runner.run,
+        "set_reference": runner.set_reference,
+        "has_reference": runner.has_reference,
+        "ping": lambda: os.getpid(),
+        "exec_test_hook": _test_hook,
+    }
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        name, args = msg
+        try:
+            conn.send(("ok", handlers[name](*args)))
+        except Exception as exc:  # report, keep serving
+            log.debug("worker call %s failed: %s", name, traceback.format_exc())
+            conn.send(("error", _first_line(exc)))
+
+
+def _test_hook(kind: str) -> Any:
+    """Deliberate faults for the reliability tests (crash / hang the worker process)."""
+    if kind == "crash":
+        os.abort()
+    if kind == "hang":
+        time.sleep(3600)
+    return kind
+
+
+def main(fd: int) -> None:
+    """Entry point of a worker process: serve calls on the inherited pipe ``fd``."""
+    cpus = os.environ.get("AUTOSEARCH_AFFINITY")
+    if cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    _serve(Connection(fd))
+
+
+class Worker:
+    """One warm worker process. Not thread-safe: one caller at a time."""
+
+    def __init__(self, *, name: str, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.env = dict(env or {})
+        self._proc: subprocess.Popen | None = None
+        self._conn = None
+        self.restarts = 0
+
+    @property
+    def ident(self) -> str:
+        pid = self._proc.pid if self._proc is not None else 0
+        return f"{socket.gethostname()}:{self.name}:{pid}"
+
+    def start(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        # A plain subprocess (not multiprocessing's spawn): it never re-imports the caller's __main__,
+        # so scripts without an ``if __name__ == "__main__"`` guard work too. Environment is set
+        # before the child imports TVM (its thread pool size is read once).
+        parent, child = Pipe()
+        env = {**os.environ, **self.env}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", f"from autosearch.measure.worker import main; main({child.fileno()})"],
+            pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL, close_fds=True,
+        )
+        child.close()
+        self._conn = parent
+
+    def call(self, name: str, *args: Any, timeout: float) -> Reply:
+        """Call ``name(*args)`` in the worker; never raises for what the worker does."""
+        self.start()
+        start = time.perf_counter()
+        try:
+            self._conn.send((name, args))
+        except (BrokenPipeError, OSError):
+            return self._crashed(start)
+        if not self._conn.poll(timeout):
+            self.kill()
+            return Reply("timeout", error=f"no answer within {timeout:.0f} s", seconds=time.perf_counter() - start)
+        try:
+            kind, value = self._conn.recv()
+        except (EOFError, OSError):
+            return self._crashed(start)
+        seconds = time.perf_counter() - start
+        if kind == "ok":
+            return Reply("ok", value=value, seconds=seconds)
+        return Reply("error", error=value, seconds=seconds)
+
+    def _crashed(self, start: float) -> Reply:
+        proc = self._proc
+        code = None
+        if proc is not None:
+            try:
+                code = proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self._reset()
+        self.restarts += 1
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        return Reply("crashed", error=f"worker process died ({how})", seconds=time.perf_counter() - start)
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=5)
+            self.restarts += 1
+        self._reset()
+
+    def _reset(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = None
+        self._conn = None
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout=2)
+        self._proc = None
+        self._conn = None

@@ -1,0 +1,60 @@
+"""Rich progress display for a tuning run: task, trials, best GFLOPS, speedup over untuned, ETA."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+from autosearch.tuner import TuneEvent
+
+
+class TuningProgress:
+    """One overall bar (trials of the budget) and a status line for the task being tuned."""
+
+    def __init__(self, console: Console, *, budget: int) -> None:
+        self.console = console
+        self.budget = budget
+        self._progress = Progress(
+            TextColumn("[bold]{task.fields[task_name]}", justify="left"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("best [cyan]{task.fields[best]}[/cyan] GFLOPS  x{task.fields[speedup]} vs untuned"),
+            TextColumn("fail {task.fields[failures]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self._bar: Any = None
+
+    def __enter__(self) -> TuningProgress:
+        self._progress.__enter__()
+        self._bar = self._progress.add_task("tuning", total=self.budget, task_name="starting", best="-",
+                                            speedup="-", failures=0)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._progress.__exit__(*exc)
+
+    def update(self, event: TuneEvent) -> None:
+        state = event.task
+        name = state.task.name if len(state.task.name) <= 36 else state.task.name[:33] + "..."
+        label = f"#{state.task.index} {name}"
+        if event.phase == "baseline":
+            base = event.batch_results[0]
+            label += " (untuned " + (f"{base.median * 1e3:.1f} ms)" if base.ok else f"{base.status.value})")
+        self._progress.update(
+            self._bar, completed=event.trials_done, task_name=label,
+            best=f"{state.best_gflops:.1f}" if state.best is not None else "-",
+            speedup=f"{state.speedup:.1f}" if state.speedup else "-",
+            failures=sum(1 for r in state.measured.values() if not r.ok),
+        )
+        if not self.console.is_terminal and event.phase == "batch":
+            self.console.print(
+                f"[{event.trials_done}/{event.budget}] task #{state.task.index} {state.task.name}: "
+                f"{state.trials} trials, best {state.best_gflops:.1f} GFLOPS (x{state.speedup:.1f} vs untuned)"
+            )

@@ -1,0 +1,351 @@
+"""Typed records (Config, MeasureResult, Record) and the append-only JSON Lines tuning log.
+
+One line per measured config, written and fsynced per batch, so a crash loses at most the batch in
+flight and ``--resume`` can continue without repeating or dropping a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import socket
+import statistics
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from autosearch.errors import UserError
+
+log = logging.getLogger(__name__)
+
+LOG_FORMAT_VERSION = 1
+
+
+# ---------------------------------------------------------------------------------------------- configs
+@dataclass(frozen=True)
+class Decision:
+    """One open choice of a sketch: a sampling instruction of the trace and its legal values."""
+
+    name: str
+    kind: str  # SamplePerfectTile | SampleCategorical | SampleComputeLocation
+    choices: tuple[Any, ...]
+    position: int  # index of the instruction in the sketch's trace
+
+    @property
+    def choice_set(self) -> frozenset:
+        return frozenset(self.choices)
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """A point of a task's decision space: sketch index and one value per decision.
+
+    Values are ints (categorical index, compute location) or tuples of ints (tile factors).
+    """
+
+    sketch: int
+    values: tuple[Any, ...]
+
+    def replace(self, i: int, value: Any) -> Config:
+        return Config(self.sketch, self.values[:i] + (value,) + self.values[i + 1:])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sketch": self.sketch, "values": [list(v) if isinstance(v, tuple) else v for v in self.values]}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Config:
+        return cls(int(obj["sketch"]), tuple(tuple(v) if isinstance(v, list) else v for v in obj["values"]))
+
+
+# ---------------------------------------------------------------------------------------------- results
+class Status(str, Enum):
+    OK = "ok"
+    INVALID_CONFIG = "invalid_config"
+    BUILD_ERROR = "build_error"
+    BUILD_TIMEOUT = "build_timeout"
+    RUN_ERROR = "run_error"
+    RUN_TIMEOUT = "run_timeout"
+    WRONG_RESULT = "wrong_result"
+    WORKER_CRASHED = "worker_crashed"
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """What measuring one kernel gave. Only ``ok`` results have a latency."""
+
+    status: Status
+    latencies: tuple[float, ...] = ()  # seconds, one per repeat
+    error: str = ""
+    build_secs: float = 0.0
+    run_secs: float = 0.0  # wall time of the measurement, load + check + timing
+    worker: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK and bool(self.latencies)
+
+    @property
+    def median(self) -> float:
+        """Median latency in seconds (inf unless ok)."""
+        return statistics.median(self.latencies) if self.ok else math.inf
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation of the repeats (stdev / mean)."""
+        if len(self.latencies) < 2:
+            return 0.0
+        mean = statistics.fmean(self.latencies)
+        return statistics.stdev(self.latencies) / mean if mean > 0 else 0.0
+
+    def gflops(self, flops: float) -> float:
+        return flops / self.median / 1e9 if self.ok and self.median > 0 else 0.0
+
+    def to_json(self, flops: float) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status.value}
+        if self.error:
+            out["error"] = self.error[:2000]
+        if self.ok:
+            out.update(latencies=list(self.latencies), median=self.median, cv=round(self.cv, 5),
+                       gflops=round(self.gflops(flops), 4))
+        return out
+
+    @classmethod
+    def failed(cls, status: Status, error: str, **kw: Any) -> MeasureResult:
+        return cls(status=status, error=error, **kw)
+
+
+# ---------------------------------------------------------------------------------------------- records
+def _versions() -> dict[str, str]:
+    from autosearch import __version__
+
+    try:
+        import tvm
+
+        tvm_version = tvm.__version__
+    except Exception:  # pragma: no cover
+        tvm_version = "unknown"
+    return {"autosearch": __version__, "tvm": tvm_version}
+
+
+@dataclass
+class Record:
+    """One line of the tuning log: a measured config of a task (or its untuned baseline)."""
+
+    kind: str  # "trial" | "baseline"
+    task_key: str
+    task_name: str
+    target: dict[str, Any]
+    config: Config | None
+    result: MeasureResult
+    flops: float
+    trace: Any = None  # TVM trace JSON of the applied schedule (trials only)
+    requested: Config | None = None  # the config the strategy asked for, when TVM changed it
+    strategy: str = ""
+    trial: int = 0
+    started: float = field(default_factory=time.time)
+    finished: float = field(default_factory=time.time)
+    host: str = field(default_factory=socket.gethostname)
+    versions: dict[str, str] = field(default_factory=_versions)
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+    @property
+    def latency(self) -> float:
+        return self.result.median
+
+    @property
+    def gflops(self) -> float:
+        return self.result.gflops(self.flops)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "v": LOG_FORMAT_VERSION,
+            "kind": self.kind,
+            "task": {"key": self.task_key, "name": self.task_name},
+            "target": self.target,
+            "flops": self.flops,
+            "result": self.result.to_json(self.flops),
+            "build_secs": round(self.result.build_secs, 4),
+            "run_secs": round(self.result.run_secs, 4),
+            "started": round(self.started, 3),
+            "finished": round(self.finished, 3),
+            "host": self.host,
+            "worker": self.result.worker,
+            "versions": self.versions,
+        }
+        if self.config is not None:
+            out["config"] = self.config.to_json()
+        if self.requested is not None and self.requested != self.config:
+            out["requested"] = self.requested.to_json()
+        if self.trace is not None:
+            out["trace"] = self.trace
+        if self.strategy:
+            out["strategy"] = self.strategy
+        if self.trial:
+            out["trial"] = self.trial
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Record:
+        res = obj["result"]
+        result = MeasureResult(
+            status=Status(res["status"]),
+            latencies=tuple(float(x) for x in res.get("latencies", ())),
+            error=res.get("error", ""),
+            build_secs=float(obj.get("build_secs", 0.0)),
+            run_secs=float(obj.get("run_secs", 0.0)),
+            worker=obj.get("worker", ""),
+        )
+        return cls(
+            kind=obj["kind"],
+            task_key=obj["task"]["key"],
+            task_name=obj["task"]["name"],
+            target=obj.get("target", {}),
+            config=Config.from_json(obj["config"]) if obj.get("config") else None,
+            requested=Config.from_json(obj["requested"]) if obj.get("requested") else None,
+            result=result,
+            flops=float(obj.get("flops", 0.0)),
+            trace=obj.get("trace"),
+            strategy=obj.get("strategy", ""),
+            trial=int(obj.get("trial", 0)),
+            started=float(obj.get("started", 0.0)),
+            finished=float(obj.get("finished", 0.0)),
+            host=obj.get("host", ""),
+            versions=obj.get("versions", {}),
+        )
+
+
+# ---------------------------------------------------------------------------------------------- the log
+@dataclass
+class LogContents:
+    """Everything read back from a tuning log."""
+
+    path: str
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # task key -> task header (TuningTask JSON)
+    records: list[Record] = field(default_factory=list)
+    corrupt: list[str] = field(default_factory=list)  # "file:line: reason"
+    truncated_tail: bool = False
+
+    def trials(self, task_key: str | None = None) -> list[Record]:
+        """All trial records (of one task, if given), in log order."""
+        return [r for r in self.records if r.kind == "trial" and (task_key is None or r.task_key == task_key)]
+
+    def baseline(self, task_key: str) -> Record | None:
+        """The untuned baseline of a task (the last one logged)."""
+        found = [r for r in self.records if r.kind == "baseline" and r.task_key == task_key]
+        return found[-1] if found else None
+
+    def best(self, task_key: str) -> Record | None:
+        """The fastest valid trial of a task (never a failed or wrong-result one)."""
+        valid = [r for r in self.trials(task_key) if r.ok]
+        return min(valid, key=lambda r: r.latency) if valid else None
+
+    def best_per_task(self) -> dict[str, Record]:
+        out = {}
+        for key in dict.fromkeys(r.task_key for r in self.records):
+            best = self.best(key)
+            if best is not None:
+                out[key] = best
+        return out
+
+    def task_keys(self) -> list[str]:
+        return list(dict.fromkeys([*self.tasks, *(r.task_key for r in self.records)]))
+
+
+def read_log(path: str, *, strict_missing: bool = True) -> LogContents:
+    """Read a tuning log. A truncated last line (a crash mid-write) is tolerated silently; any other
+    corrupt line is reported as ``file:line`` in ``.corrupt`` and skipped."""
+    out = LogContents(path=path)
+    if not os.path.exists(path):
+        if strict_missing:
+            raise UserError(f"log not found: {path}")
+        return out
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise UserError(f"cannot read log {path}: {exc.strerror}") from exc
+    lines = data.split(b"\n")
+    ends_clean = data.endswith(b"\n") or not data
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        is_last = lineno == len(lines) and not ends_clean
+        try:
+            obj = json.loads(raw)
+            if not isinstance(obj, dict) or "kind" not in obj:
+                raise ValueError("not a tuning-log object")
+            if obj["kind"] == "task":
+                out.tasks[obj["task"]["workload_key"]] = obj["task"]
+            elif obj["kind"] in ("trial", "baseline"):
+                out.records.append(Record.from_json(obj))
+            else:
+                raise ValueError(f"unknown record kind {obj['kind']!r}")
+        except (ValueError, KeyError, TypeError) as exc:
+            if is_last:
+                out.truncated_tail = True
+                log.warning("%s:%d: ignoring a truncated last line (interrupted write)", path, lineno)
+                continue
+            reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+            out.corrupt.append(f"{path}:{lineno}: {reason}")
+            log.warning("%s:%d: skipping corrupt line (%s)", path, lineno, reason)
+    return out
+
+
+class TuningLog:
+    """Append-only writer. Each :meth:`append` writes whole lines, flushes and fsyncs."""
+
+    def __init__(self, path: str, *, resume: bool = False) -> None:
+        self.path = path
+        directory = os.path.dirname(os.path.abspath(path))
+        if os.path.exists(path) and os.path.getsize(path) > 0 and not resume:
+            raise UserError(f"log {path} already exists: pass --resume to continue it, or choose another --log")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            self._fh = open(path, "ab")
+        except OSError as exc:
+            raise UserError(f"cannot write log {path}: {exc.strerror}") from exc
+        # A crash may have left a partial last line: start ours on a fresh line.
+        if self._fh.tell() > 0:
+            with open(path, "rb") as fh:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    self._fh.write(b"\n")
+
+    def write_task(self, task_json: dict[str, Any]) -> None:
+        self._write([{"v": LOG_FORMAT_VERSION, "kind": "task", "task": task_json}])
+
+    def append(self, records: Iterable[Record]) -> None:
+        self._write([r.to_json() for r in records])
+
+    def _write(self, objs: list[dict[str, Any]]) -> None:
+        if not objs:
+            return
+        payload = b"".join(json.dumps(o, separators=(",", ":")).encode() + b"\n" for o in objs)
+        self._fh.write(payload)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> TuningLog:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def iter_ok(records: Iterable[Record]) -> Iterator[Record]:
+    return (r for r in records if r.ok)
+
+
+__all__ = [
+    "Config", "Decision", "LogContents", "MeasureResult", "Record", "Status", "TuningLog", "read_log",
+]

@@ -1,0 +1,319 @@
+"""The decision space of a task: MetaSchedule's own design space as a vector of decisions.
+
+MetaSchedule generates a few *sketches* per task (``PostOrderApply`` with the target's default
+schedule rules). Each sketch's trace holds sampling instructions (``SamplePerfectTile``,
+``SampleCategorical``, ``SampleComputeLocation``); fixing every one of them fixes the schedule. A
+:class:`Config` is the sketch index plus one value per sampling instruction, so any optimiser can
+drive TVM's space without knowing TVM.
+
+Replaying a trace with other decisions is what MetaSchedule's own mutators do; the postprocessors
+(``RewriteParallelVectorizeUnroll``, ``RewriteReductionBlock``, ...) then turn the sketch into
+something buildable. TVM snaps an illegal compute location to the nearest legal one, so
+:meth:`DecisionSpace.apply` reads the *effective* decisions back from the applied trace.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from autosearch.records import Config, Decision
+
+# A fixed, large seed: every sampling decision is set explicitly, and small seeds are degenerate.
+_SCHEDULE_SEED = 1_234_567_891
+_MAX_LOCATION_PROBE = 64
+
+
+@lru_cache(maxsize=4096)
+def perfect_tilings(extent: int, n: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
+    """Every ordered n-factorisation of ``extent`` whose innermost factor is <= ``max_innermost``.
+
+    These are exactly the values ``SamplePerfectTile(n, max_innermost_factor)`` may take.
+    """
+    if n == 1:
+        return ((extent,),) if extent <= max_innermost or max_innermost <= 0 else ()
+    out: list[tuple[int, ...]] = []
+    for inner in _divisors(extent):
+        if max_innermost > 0 and inner > max_innermost:
+            continue
+        for head in _all_factorisations(extent // inner, n - 1):
+            out.append(head + (inner,))
+    return tuple(sorted(out))
+
+
+@lru_cache(maxsize=4096)
+def _all_factorisations(extent: int, n: int) -> tuple[tuple[int, ...], ...]:
+    if n == 1:
+        return ((extent,),)
+    return tuple(
+        (d,) + rest for d in _divisors(extent) for rest in _all_factorisations(extent // d, n - 1)
+    )
+
+
+@lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
+    return tuple(d for d in range(1, n + 1) if n % d == 0)
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """One design-space schedule: its trace and the decisions it leaves open."""
+
+    index: int
+    trace: Any = field(repr=False)  # tvm.s_tir.schedule.Trace (without postprocessors)
+    decisions: tuple[Decision, ...]
+    default: tuple[Any, ...]  # the decisions MetaSchedule sampled for it
+
+    @property
+    def log10_size(self) -> float:
+        return sum(math.log10(max(1, len(d.choices))) for d in self.decisions)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The outcome of applying a config: a buildable module, or why there is none."""
+
+    config: Config  # the effective config (compute locations as TVM actually placed them)
+    mod: Any = None  # tvm.IRModule, scheduled and post-processed
+    trace: Any = field(default=None, repr=False)  # the full trace, postprocessors included
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+    def trace_json(self) -> Any:
+        """The trace as plain JSON (TVM's own format), replayable by ``Trace.apply_json_to_schedule``."""
+        from autosearch.tvm_compat import to_plain_json
+
+        return to_plain_json(self.trace.as_json(remove_postproc=False))
+
+
+def _short(kind: str) -> str:
+    return {"SamplePerfectTile": "tile", "SampleCategorical": "cat", "SampleComputeLocation": "loc"}.get(kind, kind)
+
+
+def _to_python(decision: Any) -> Any:
+    """TVM decision (IntImm / Array of IntImm) -> int or tuple of ints."""
+    if isinstance(decision, int):
+        return decision
+    if hasattr(decision, "value"):
+        return int(decision.value)
+    return tuple(int(getattr(d, "value", d)) for d in decision)
+
+
+class DecisionSpace:
+    """MetaSchedule's design space of one task, as named decisions with their legal choices.
+
+    Built from the same space generator, schedule rules and postprocessors ``ms.tune_tir`` uses for
+    the target, so every comparison with TVM's own tuner searches the same space.
+    """
+
+    def __init__(self, mod, target, *, seed: int = 0) -> None:
+        from tvm.s_tir import meta_schedule as ms
+
+        from autosearch.tvm_compat import import_tensor_intrinsics
+
+        import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
+        self.mod = mod
+        self.target = target
+        self._ctx = ms.TuneContext(
+            mod=mod,
+            target=target,
+            space_generator=ms.space_generator.PostOrderApply(),
+            rand_state=_SCHEDULE_SEED + seed,
+            num_threads=1,
+        )
+        self._postprocs = list(self._ctx.space_generator.postprocs)
+        self.sketches: tuple[Sketch, ...] = tuple(
+            self._make_sketch(i, sch) for i, sch in enumerate(self._ctx.generate_design_space())
+        )
+
+    # ----------------------------------------------------------------- construction
+    def _make_sketch(self, index: int, sch) -> Sketch:
+        trace = sch.trace.simplified(remove_postproc=True)
+        decisions: list[Decision] = []
+        defaults: list[Any] = []
+        counts: dict[str, int] = {}
+        for pos, inst in enumerate(trace.insts):
+            kind = inst.kind.name
+            if not kind.startswith("Sample"):
+                continue
+            value = _to_python(trace.decisions[inst])
+            short = _short(kind)
+            name = f"{short}{counts.get(short, 0)}"
+            counts[short] = counts.get(short, 0) + 1
+            if kind == "SamplePerfectTile":
+                n, max_inner = (int(a) for a in inst.attrs)
+                choices: tuple[Any, ...] = perfect_tilings(math.prod(value), n, max_inner)
+            elif kind == "SampleCategorical":
+                candidates = [int(getattr(c, "value", c)) for c in inst.attrs[0]]
+                choices = tuple(range(len(candidates)))
+                name = f"{name}[{','.join(map(str, candidates))}]"
+            elif kind == "SampleComputeLocation":
+                choices = self._legal_locations(trace, pos)
+            else:
+                raise NotImplementedError(f"sampling instruction {kind} is not supported")
+            decisions.append(Decision(name=name, kind=kind, choices=choices, position=pos))
+            defaults.append(value)
+        return Sketch(index=index, trace=trace, decisions=tuple(decisions), default=tuple(defaults))
+
+    def _legal_locations(self, trace, position: int) -> tuple[int, ...]:
+        """Compute locations TVM accepts for the block at ``position`` (with the sketch's own tiles).
+
+        TVM has no API that lists them; ``sample_compute_location(decision=k)`` snaps an illegal k to
+        a legal one, so probing every k on a copy of the schedule enumerates them.
+        """
+        from tvm.s_tir import Schedule
+
+        found: set[int] = set()
+        sch = Schedule(self.mod, seed=_SCHEDULE_SEED, debug_mask=0)
+
+        def probe(inst, inputs, attrs, decision):
+            if inst.same_as(trace.insts[position]):
+                for k in range(-2, _MAX_LOCATION_PROBE):
+                    trial = sch.copy()
+                    trial.sample_compute_location(inputs[0], decision=k)
+                    found.add(_to_python(trial.trace.decisions[trial.trace.insts[-1]]))
+            return decision
+
+        trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=probe)
+        return tuple(sorted(found))
+
+    # ----------------------------------------------------------------- queries
+    def size(self) -> float:
+        """Number of configurations (sum over sketches of the product of choice counts)."""
+        return float(sum(10 ** s.log10_size for s in self.sketches))
+
+    def log10_size(self) -> float:
+        return math.log10(max(1.0, self.size()))
+
+    def decisions(self, sketch: int) -> tuple[Decision, ...]:
+        return self.sketches[sketch].decisions
+
+    def default(self, sketch: int = 0) -> Config:
+        """The config MetaSchedule itself sampled for a sketch."""
+        return Config(sketch, self.sketches[sketch].default)
+
+    def contains(self, config: Config) -> bool:
+        if not 0 <= config.sketch < len(self.sketches):
+            return False
+        decisions = self.sketches[config.sketch].decisions
+        return len(decisions) == len(config.values) and all(
+            v in d.choice_set for d, v in zip(decisions, config.values)
+        )
+
+    def sample(self, rng: np.random.Generator) -> Config:
+        """A uniformly random sketch, then a uniformly random legal choice per decision."""
+        sketch = self.sketches[int(rng.integers(len(self.sketches)))]
+        return Config(sketch.index, tuple(d.choices[int(rng.integers(len(d.choices)))] for d in sketch.decisions))
+
+    def neighbors(self, config: Config) -> list[Config]:
+        """Every config that differs from ``config`` in exactly one decision."""
+        out = []
+        for i, d in enumerate(self.sketches[config.sketch].decisions):
+            for choice in d.choices:
+                if choice != config.values[i]:
+                    out.append(config.replace(i, choice))
+        return out
+
+    def mutate(self, config: Config, rng: np.random.Generator) -> Config:
+        """One random neighbour (one decision changed), without listing them all."""
+        decisions = self.sketches[config.sketch].decisions
+        open_ = [i for i, d in enumerate(decisions) if len(d.choices) > 1]
+        if not open_:
+            return config
+        i = open_[int(rng.integers(len(open_)))]
+        others = [c for c in decisions[i].choices if c != config.values[i]]
+        return config.replace(i, others[int(rng.integers(len(others)))])
+
+    # ----------------------------------------------------------------- encoding
+    @property
+    def encoding_width(self) -> int:
+        return len(self.sketches) + sum(
+            sum(len(d.choices[0]) if d.kind == "SamplePerfectTile" else 1 for d in s.decisions)
+            for s in self.sketches
+        )
+
+    def encode(self, config: Config) -> np.ndarray:
+        """A fixed-length numeric vector: sketch one-hot, then log2 tile factors / indices per sketch."""
+        out = np.zeros(self.encoding_width, dtype=np.float32)
+        out[config.sketch] = 1.0
+        offset = len(self.sketches)
+        for s in self.sketches:
+            for j, d in enumerate(s.decisions):
+                width = len(d.choices[0]) if d.kind == "SamplePerfectTile" else 1
+                if s.index == config.sketch:
+                    value = config.values[j]
+                    if d.kind == "SamplePerfectTile":
+                        out[offset:offset + width] = np.log2(np.asarray(value, dtype=np.float32))
+                    else:
+                        out[offset] = float(value) + (3.0 if d.kind == "SampleComputeLocation" else 0.0)
+                offset += width
+        return out
+
+    # ----------------------------------------------------------------- apply
+    def apply(self, config: Config) -> Applied:
+        """Replay the sketch with ``config``'s decisions, then run the postprocessors.
+
+        Never raises for a bad config: the reason is in ``Applied.error`` (status ``invalid_config``).
+        """
+        from tvm.s_tir import Schedule
+
+        if not self.contains(config):
+            return Applied(config=config, error=f"config is not in this space: {config}")
+        sketch = self.sketches[config.sketch]
+        cursor = iter(config.values)  # sampling instructions replay in trace order
+
+        def provide(inst, inputs, attrs, decision):
+            if inst.kind.name.startswith("Sample"):
+                value = next(cursor)
+                return list(value) if isinstance(value, tuple) else value
+            return decision
+
+        try:
+            sch = Schedule(self.mod, seed=_SCHEDULE_SEED, debug_mask=0)
+            sketch.trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provide)
+            effective = Config(
+                config.sketch,
+                tuple(
+                    _to_python(sch.trace.decisions[inst])
+                    for inst in sch.trace.insts
+                    if inst.kind.name.startswith("Sample")
+                ),
+            )
+            sch.enter_postproc()
+            for postproc in self._postprocs:
+                if not postproc.apply(sch):
+                    return Applied(config=effective, error=f"postprocessor {type(postproc).__name__} rejected it")
+        except Exception as exc:  # TVM raises ScheduleError / TVMError with long texts
+            text = str(exc).strip().splitlines()
+            return Applied(config=config, error=f"{type(exc).__name__}: {text[-1] if text else ''}"[:500])
+        return Applied(config=effective, mod=sch.mod, trace=sch.trace)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON summary: sketches, decisions and their number of choices."""
+        return {
+            "log10_size": round(self.log10_size(), 2),
+            "sketches": [
+                {"index": s.index, "log10_size": round(s.log10_size, 2),
+                 "decisions": {d.name: len(d.choices) for d in s.decisions}}
+                for s in self.sketches
+            ],
+        }
+
+    def __repr__(self) -> str:
+        return f"DecisionSpace(sketches={len(self.sketches)}, log10_size={self.log10_size():.1f})"
+
+
+def config_key(config: Config) -> str:
+    """A stable string key for a config (used for de-duplication and Optuna trial attributes)."""
+    return json.dumps(config.to_json(), separators=(",", ":"))
+
+
+__all__ = ["Applied", "DecisionSpace", "Sketch", "config_key", "perfect_tilings"]

@@ -1,0 +1,121 @@
+"""TVM targets: the host CPU by default, or a JSON dict / tag / short name from the user.
+
+TVM 0.27 refuses the old string form (``"llvm -mcpu=... -num-cores 2"``); we translate it, since
+users copy it from older tutorials, and say so when it cannot be translated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from typing import Any
+
+from autosearch.errors import UserError
+
+SHORT_NAMES = ("llvm", "cuda")
+
+
+def host_cores() -> int:
+    """Cores this process may run on (affinity-aware, all of them by default)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def host_target(num_cores: int | None = None):
+    """The host CPU as TVM detects it, with all its cores (``num-cores``)."""
+    import tvm
+
+    detected = dict(tvm.target.Target.from_device("cpu").export())
+    cfg = {k: v for k, v in detected.items() if k in ("kind", "mtriple", "mcpu", "mattr") and v}
+    cfg["kind"] = "llvm"
+    cfg["num-cores"] = int(num_cores or host_cores())
+    return tvm.target.Target(cfg)
+
+
+def _from_legacy_string(spec: str) -> dict[str, Any]:
+    """Translate ``"llvm -mcpu=x -num-cores 2"`` into the dict form TVM 0.27 wants."""
+    words = shlex.split(spec)
+    cfg: dict[str, Any] = {"kind": words[0]}
+    i = 1
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("-"):
+            raise UserError(f"malformed --target {spec!r}: unexpected word {word!r}")
+        key, eq, value = word.lstrip("-").partition("=")
+        if not eq:
+            if i + 1 < len(words) and not words[i + 1].startswith("-"):
+                value = words[i + 1]
+                i += 1
+            else:
+                value = "true"
+        if key in ("num-cores", "max-num-threads", "thread-warp-size", "max-threads-per-block"):
+            try:
+                cfg[key] = int(value)
+            except ValueError as exc:
+                raise UserError(f"malformed --target {spec!r}: {key} must be an integer") from exc
+        elif key in ("mattr", "keys", "libs"):
+            cfg[key] = value.split(",")
+        else:
+            cfg[key] = value
+        i += 1
+    return cfg
+
+
+def parse_target(spec: str | None):
+    """Turn a user's ``--target`` into a ``tvm.target.Target``; ``None`` means the host CPU.
+
+    Accepted: ``llvm`` (host CPU, all cores), ``cuda``, a JSON dict (``{"kind": "llvm", ...}``),
+    a TVM tag (``nvidia/geforce-rtx-3090``), or the legacy string form, which is translated.
+    """
+    import tvm
+
+    if spec is None or spec.strip() in ("", "llvm", "host", "cpu"):
+        return host_target()
+    spec = spec.strip()
+    try:
+        if spec.startswith("{"):
+            try:
+                cfg = json.loads(spec)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"malformed --target: not valid JSON ({exc.msg} at char {exc.pos})") from exc
+            if not isinstance(cfg, dict) or "kind" not in cfg:
+                raise UserError('malformed --target: a JSON target needs a "kind", e.g. {"kind": "llvm"}')
+            if cfg["kind"] == "llvm" and "mcpu" not in cfg and "mtriple" not in cfg:
+                host = dict(host_target(cfg.get("num-cores")).export())
+                cfg = {**{k: host[k] for k in ("mtriple", "mcpu") if host.get(k)}, **cfg}
+            return tvm.target.Target(cfg)
+        if spec == "cuda":
+            return tvm.target.Target({"kind": "cuda"})
+        if " " in spec or spec.startswith("llvm"):
+            return tvm.target.Target(_from_legacy_string(spec))
+        return tvm.target.Target(spec)  # a TVM tag
+    except UserError:
+        raise
+    except Exception as exc:  # TVM raises ValueError / TVMError with multi-line text
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise UserError(
+            f"malformed --target {spec!r}: {first} (use llvm, cuda, a TVM tag or a JSON dict)"
+        ) from exc
+
+
+def target_to_json(target) -> dict[str, Any]:
+    """A plain-JSON description of a target, as written to the tuning log."""
+    out: dict[str, Any] = {}
+    for key, value in dict(target.export()).items():
+        if key == "host" or value is None:
+            continue
+        if not isinstance(value, str | int | float | bool) and hasattr(value, "__iter__"):
+            value = [v if isinstance(v, int | float | bool) else str(v) for v in value]
+        if value in ("", []):
+            continue
+        out[key] = value
+    return out
+
+
+def target_num_cores(target) -> int:
+    """Threads to measure with on a CPU target: its ``num-cores``, else the host's cores."""
+    value = dict(target.export()).get("num-cores")
+    return int(value) if value else host_cores()

@@ -1,0 +1,296 @@
+"""The tuning loop: ask -> apply -> measure -> log -> tell, over a model's tasks; owns the budget.
+
+A task scheduler spreads the trial budget over tasks: every task first gets one batch, then each
+next batch goes to the task with the largest expected gain, ``weight x best latency x (recent
+relative improvement + optimism)``. This is Ansor's gradient-based allocation with the gradient
+estimated from the last window of trials: tasks that dominate the model's time and still improve
+get the trials; the optimism term (5%) keeps a task whose best is flat from starving for ever.
+A task stops early after ``early_stop`` trials without improvement, or when its space is exhausted.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autosearch.records import Config, LogContents, MeasureResult, Record, Status, TuningLog
+from autosearch.space import Applied, DecisionSpace
+from autosearch.strategy import Strategy, make_strategy
+from autosearch.target import target_to_json
+from autosearch.task import TuningTask
+
+log = logging.getLogger(__name__)
+
+OPTIMISM = 0.05
+MAX_EMPTY_ROUNDS = 3
+
+
+@dataclass
+class TaskState:
+    """Everything the loop knows about one task while tuning."""
+
+    task: TuningTask
+    space: DecisionSpace | None = None
+    strategy: Strategy | None = None
+    scorer: Any = None
+    baseline: MeasureResult | None = None
+    measured: dict[Config, MeasureResult] = field(default_factory=dict)  # effective config -> result
+    asked: dict[Config, Config] = field(default_factory=dict)  # requested -> effective
+    trials: int = 0  # measured in this log (budget units), resumed ones included
+    failures: int = 0
+    best: MeasureResult | None = None
+    best_trial: int = 0
+    history: list[tuple[int, float]] = field(default_factory=list)  # (task trial no., best GFLOPS so far)
+    done: str = ""  # why the task stopped ("early stop", "exhausted", ...)
+    empty_rounds: int = 0
+
+    @property
+    def best_latency(self) -> float:
+        return self.best.median if self.best is not None else math.inf
+
+    @property
+    def best_gflops(self) -> float:
+        return self.best.gflops(self.task.flops) if self.best is not None else 0.0
+
+    @property
+    def speedup(self) -> float:
+        if self.best is None or self.baseline is None or not self.baseline.ok:
+            return 0.0
+        return self.baseline.median / self.best.median
+
+    def record(self, config: Config, result: MeasureResult) -> bool:
+        """Account one new measurement; True if it is a new best."""
+        self.measured[config] = result
+        self.trials += 1
+        if not result.ok:
+            self.failures += 1
+        improved = result.ok and result.median < self.best_latency
+        if improved:
+            self.best, self.best_trial = result, self.trials
+        self.history.append((self.trials, self.best_gflops))
+        return improved
+
+    def expected_gain(self, window: int) -> float:
+        """Ansor-style priority: weighted latency x (recent relative improvement + optimism)."""
+        latency = self.best_latency if math.isfinite(self.best_latency) else (
+            self.baseline.median if self.baseline is not None and self.baseline.ok else 1.0)
+        if len(self.history) > window:
+            then = self.history[-window - 1][1]
+            now = self.history[-1][1]
+            rate = (now - then) / now if now > 0 else 1.0
+        else:
+            rate = 1.0
+        return self.task.weight * latency * (rate + OPTIMISM)
+
+
+@dataclass(frozen=True)
+class TuneEvent:
+    """Progress report after each batch (what the CLI's progress bar shows)."""
+
+    task: TaskState
+    trials_done: int
+    budget: int
+    batch_results: Sequence[MeasureResult]
+    elapsed: float
+    phase: str = "batch"  # "baseline" | "batch" | "done"
+
+
+@dataclass
+class TuneSummary:
+    states: list[TaskState]
+    trials: int
+    elapsed: float
+    interrupted: bool = False
+
+
+class Tuner:
+    """Tunes a list of tasks with one strategy, writing every measurement to an append-only log."""
+
+    def __init__(
+        self,
+        *,
+        tasks: Sequence[TuningTask],
+        runner,
+        log: TuningLog,
+        strategy: str,
+        budget: int,
+        batch: int = 16,
+        seed: int = 0,
+        strategy_options: dict[str, Any] | None = None,
+        cost_model: str | None = None,
+        warm_start: Sequence[Record] = (),
+        early_stop: int | None = None,
+        resume: LogContents | None = None,
+        on_event: Callable[[TuneEvent], None] | None = None,
+    ) -> None:
+        if budget <= 0:
+            raise ValueError("budget must be positive")
+        self.runner = runner
+        self.log = log
+        self.strategy_name = strategy
+        self.strategy_options = dict(strategy_options or {})
+        self.cost_model = cost_model
+        self.warm_start = list(warm_start)
+        self.budget = budget
+        self.batch = batch
+        self.seed = seed
+        self.early_stop = early_stop
+        self.on_event = on_event or (lambda event: None)
+        self.states = [TaskState(task=t) for t in tasks]
+        self._headers_logged: set[str] = set()
+        self._trial_counter = 0
+        self._start = time.perf_counter()
+        if resume is not None:
+            self._load(resume)
+
+    # ------------------------------------------------------------------ resume
+    def _load(self, contents: LogContents) -> None:
+        """Continue from an earlier log: its measurements count, none is measured again."""
+        by_key = {s.task.workload_key: s for s in self.states}
+        self._headers_logged.update(contents.tasks)
+        for rec in contents.records:
+            state = by_key.get(rec.task_key)
+            if state is None:
+                continue
+            if rec.kind == "baseline":
+                state.baseline = rec.result
+            elif rec.kind == "trial" and rec.config is not None and rec.config not in state.measured:
+                state.record(rec.config, rec.result)
+                if rec.requested is not None:
+                    state.asked[rec.requested] = rec.config
+                self._trial_counter = max(self._trial_counter, rec.trial)
+        for state in self.states:
+            if state.trials:
+                log.info("resumed %s: %d trials, best %.1f GFLOPS", state.task.name, state.trials, state.best_gflops)
+
+    @property
+    def trials_done(self) -> int:
+        return sum(s.trials for s in self.states)
+
+    # ------------------------------------------------------------------ task set-up
+    def _activate(self, state: TaskState) -> None:
+        """Build the space, strategy, scorer and baseline of a task when it is first scheduled."""
+        task = state.task
+        if task.workload_key not in self._headers_logged:
+            self.log.write_task(task.to_json())
+            self._headers_logged.add(task.workload_key)
+        if state.space is None:
+            state.space = DecisionSpace(task.mod, task.target, seed=self.seed)
+        baseline = self.runner.prepare(task)  # reference output for the checks, untuned latency
+        if state.baseline is None or not state.baseline.ok:
+            state.baseline = baseline
+            self.log.append([Record(kind="baseline", task_key=task.workload_key, task_name=task.name,
+                                    target=target_to_json(task.target), config=None, result=baseline,
+                                    flops=task.flops)])
+        self.on_event(TuneEvent(state, self.trials_done, self.budget, [baseline], self._elapsed(), "baseline"))
+        task_seed = (self.seed * 1_000_003 + task.index * 7919) % (2**31 - 1)
+        if self.cost_model:
+            from autosearch.cost_model import make_scorer
+
+            state.scorer = make_scorer(self.cost_model, state.space, task, seed=task_seed,
+                                       warm_start=self.warm_start)
+            if state.measured:
+                state.scorer.update(list(state.measured), list(state.measured.values()))
+        options = dict(self.strategy_options)
+        if self.strategy_name == "optuna":
+            options.setdefault("study_name", f"{task.name}-{task.workload_key[:10]}")
+        state.strategy = make_strategy(self.strategy_name, state.space, seed=task_seed, cost_model=state.scorer,
+                                       **options)
+        if state.measured and hasattr(state.strategy, "warm"):
+            state.strategy.warm(list(state.measured), list(state.measured.values()))
+
+    def _elapsed(self) -> float:
+        return time.perf_counter() - self._start
+
+    # ------------------------------------------------------------------ scheduling
+    def _next_task(self) -> TaskState | None:
+        live = [s for s in self.states if not s.done]
+        if not live:
+            return None
+        fresh = [s for s in live if s.strategy is None and s.trials < self.batch]
+        if fresh:
+            return fresh[0]
+        return max(live, key=lambda s: s.expected_gain(window=2 * self.batch))
+
+    def run(self) -> TuneSummary:
+        interrupted = False
+        try:
+            while self.trials_done < self.budget:
+                state = self._next_task()
+                if state is None:
+                    break
+                if state.strategy is None:
+                    self._activate(state)
+                n = min(self.batch, self.budget - self.trials_done)
+                self._round(state, n)
+        except KeyboardInterrupt:
+            interrupted = True
+            log.warning("interrupted: the log holds every batch measured so far; continue with --resume")
+        summary = TuneSummary(states=self.states, trials=self.trials_done, elapsed=self._elapsed(),
+                              interrupted=interrupted)
+        return summary
+
+    def _round(self, state: TaskState, n: int) -> None:
+        """One batch of one task: ask, apply, de-duplicate, measure, log, tell."""
+        task, space, strategy = state.task, state.space, state.strategy
+        assert space is not None and strategy is not None
+        asked = strategy.ask(n)
+        if not asked:
+            state.done = "exhausted"
+            return
+        new: list[tuple[Config, Applied]] = []
+        told: dict[Config, MeasureResult] = {}
+        pending: set[Config] = set()
+        for config in asked:
+            applied = space.apply(config)
+            effective = applied.config
+            state.asked[config] = effective
+            if effective in state.measured:  # TVM mapped it onto a config measured before
+                told[config] = state.measured[effective]
+            elif effective in pending:
+                continue
+            else:
+                pending.add(effective)
+                new.append((config, applied))
+        results = self._measure(task, [a for _, a in new])
+        records = []
+        improved = False
+        for (requested, applied), result in zip(new, results):
+            self._trial_counter += 1
+            records.append(Record(
+                kind="trial", task_key=task.workload_key, task_name=task.name,
+                target=target_to_json(task.target), config=applied.config, requested=requested,
+                result=result, flops=task.flops, trace=applied.trace_json() if applied.ok else None,
+                strategy=self.strategy_name, trial=self._trial_counter,
+                started=time.time() - result.build_secs - result.run_secs, finished=time.time(),
+            ))
+            improved |= state.record(applied.config, result)
+            told[requested] = result
+        self.log.append(records)  # flushed and fsynced: this batch survives a crash from here on
+        if state.scorer is not None and new:
+            state.scorer.update([a.config for _, a in new], results)
+        tell_configs = [c for c in asked if c in told]
+        strategy.tell(tell_configs, [told[c] for c in tell_configs])
+        state.empty_rounds = 0 if new else state.empty_rounds + 1
+        if state.empty_rounds >= MAX_EMPTY_ROUNDS:
+            state.done = "exhausted"
+        if self.early_stop and state.trials - state.best_trial >= self.early_stop and state.best is not None:
+            state.done = f"no improvement in {self.early_stop} trials"
+        self.on_event(TuneEvent(state, self.trials_done, self.budget, results, self._elapsed()))
+
+    def _measure(self, task: TuningTask, applied: list[Applied]) -> list[MeasureResult]:
+        """Measure the applicable configs; the rest are ``invalid_config`` without a build."""
+        results: list[MeasureResult | None] = [None] * len(applied)
+        buildable = [(i, a) for i, a in enumerate(applied) if a.ok]
+        for i, a in enumerate(applied):
+            if not a.ok:
+                results[i] = MeasureResult.failed(Status.INVALID_CONFIG, a.error)
+        if buildable:
+            measured = self.runner.measure(task, [a.mod for _, a in buildable])
+            for (i, _), result in zip(buildable, measured):
+                results[i] = result
+        return [r for r in results if r is not None]

@@ -1,0 +1,65 @@
+"""Workarounds for costs and quirks of the installed TVM (0.27), in one place."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+
+_LLVM_INTRINSICS = ("x86", "arm_cpu", "rocm", "hexagon", "riscv_cpu")
+
+
+def _modules_for(mtriple: str) -> tuple[str, ...]:
+    """The intrinsic modules LLVM schedule rules can use on this architecture (all if unknown)."""
+    arch = mtriple.split("-")[0]
+    if arch in ("x86_64", "i686", "i386"):
+        return ("x86",)
+    if arch.startswith(("aarch64", "arm")):
+        return ("arm_cpu",)
+    if arch.startswith("riscv"):
+        return ("riscv_cpu",)
+    return _LLVM_INTRINSICS
+
+
+def import_tensor_intrinsics(target_kind: str = "llvm", mtriple: str = "") -> None:
+    """Register TVM's tensor intrinsics without the CUDA ones when the target is a CPU.
+
+    ``TuneContext`` imports ``tvm.s_tir.tensor_intrin``, whose package ``__init__`` imports the CUDA
+    intrinsics first: 8-27 s here, for a CPU target that never uses them. For CPU targets we register
+    the package without running its ``__init__`` and import exactly the modules that ``__init__``
+    imports for LLVM on the target's architecture (x86 rules only reference x86 intrinsics), so the schedule rules (e.g. ``MultiLevelTilingWithIntrin``) see the same
+    intrinsics as under ``ms.tune_tir``. GPU targets get the full import.
+    """
+    name = "tvm.s_tir.tensor_intrin"
+    if name in sys.modules:
+        return
+    if target_kind != "llvm":
+        importlib.import_module(name)
+        return
+    import tvm.s_tir
+
+    package = types.ModuleType(name, "Tensor intrinsics (registered for LLVM targets only by autosearch)")
+    package.__path__ = [os.path.join(os.path.dirname(tvm.s_tir.__file__), "tensor_intrin")]
+    package.__package__ = name
+    sys.modules[name] = package
+    tvm.s_tir.tensor_intrin = package
+    for sub in _modules_for(mtriple):
+        setattr(package, sub, importlib.import_module(f"{name}.{sub}"))
+
+
+def to_plain_json(obj):
+    """TVM containers / immediates (as in ``Trace.as_json()``) -> plain Python JSON values."""
+    from tvm.tirx import FloatImm, IntImm
+
+    if obj is None or isinstance(obj, bool | int | float):
+        return obj
+    if isinstance(obj, IntImm | FloatImm):
+        return obj.value
+    if isinstance(obj, str):
+        return str(obj)
+    if hasattr(obj, "items"):
+        return {str(to_plain_json(k)): to_plain_json(v) for k, v in obj.items()}
+    if hasattr(obj, "__iter__"):
+        return [to_plain_json(x) for x in obj]
+    raise TypeError(f"cannot convert {type(obj).__name__} to JSON")

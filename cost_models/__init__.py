@@ -1,0 +1,1 @@
+"""cost_models plug-ins for autosearch."""

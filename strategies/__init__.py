@@ -1,0 +1,25 @@
+"""Search strategies for autosearch: ``random``, ``annealing``, ``optuna``.
+
+One module per strategy, each with ``STRATEGY`` (the class) and ``OPTIONS`` (its options table); the
+core finds them by name (:data:`autosearch.strategy.STRATEGIES`). The classes are re-exported lazily,
+so importing one strategy (or this package) does not import another's dependencies (Optuna).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "RandomSearch": "strategies.random_search",
+    "SimulatedAnnealing": "strategies.annealing",
+    "OptunaSearch": "strategies.optuna_search",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'strategies' has no attribute {name!r}")

@@ -1,0 +1,70 @@
+"""Shared fixtures: a small real conv task (fast to build and measure) and the host target."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def small_conv_onnx(path: str | None = None, *, cin: int = 16, cout: int = 32, hw: int = 28) -> onnx.ModelProto:
+    """Conv 3x3 + Relu + MaxPool: two tasks, the conv one ~7 MFLOP (a ~0.1-1 ms kernel)."""
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array((rng.standard_normal((cout, cin, 3, 3)) * 0.1).astype("float32"), "W")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+        ],
+        "small_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, hw // 2, hw // 2])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if path:
+        onnx.save(model, path)
+    return model
+
+
+@pytest.fixture(scope="session")
+def target():
+    from autosearch.target import parse_target
+
+    return parse_target(None)
+
+
+@pytest.fixture(scope="session")
+def small_model(tmp_path_factory, target):
+    from workloads.importer import import_model
+
+    path = str(tmp_path_factory.mktemp("models") / "small_conv.onnx")
+    small_conv_onnx(path)
+    return import_model(path, target)
+
+
+@pytest.fixture(scope="session")
+def conv_task(small_model):
+    return next(t for t in small_model.tasks if "conv" in t.name)
+
+
+@pytest.fixture(scope="session")
+def conv_space(conv_task):
+    from autosearch.space import DecisionSpace
+
+    return DecisionSpace(conv_task.mod, conv_task.target)
+
+
+def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict | None = None):
+    """Run ``python -m autosearch ...`` as a user would; returns CompletedProcess (text)."""
+    return subprocess.run([sys.executable, "-m", "autosearch", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})

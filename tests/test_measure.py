@@ -1,0 +1,85 @@
+"""Build and measure real kernels; injected faults get the right status and the next kernel measures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autosearch.measure.base import EvaluatorConfig
+from autosearch.records import Status
+
+
+@pytest.fixture(scope="module")
+def runner(conv_task):
+    from autosearch.measure.local import LocalRunner
+
+    r = LocalRunner(target=conv_task.target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5),
+                    build_workers=2, build_timeout=60, run_timeout=8)
+    baseline = r.prepare(conv_task)
+    assert baseline.ok, baseline.error
+    yield r
+    r.close()
+
+
+def test_baseline_is_the_unscheduled_kernel(runner, conv_task):
+    secs = runner.baseline_secs(conv_task)
+    assert secs is not None and 0 < secs < 5
+
+
+def test_random_configs_build_and_compute_the_right_output(runner, conv_task, conv_space):
+    rng = np.random.default_rng(11)
+    applied = [a for a in (conv_space.apply(conv_space.sample(rng)) for _ in range(6)) if a.ok]
+    assert len(applied) >= 4
+    results = runner.measure(conv_task, [a.mod for a in applied])
+    assert [r.status for r in results] == [Status.OK] * len(applied), [r.error for r in results]
+    for r in results:
+        assert len(r.latencies) == 3 and r.median > 0 and r.cv >= 0
+        assert r.build_secs > 0 and r.run_secs > 0 and r.worker
+        assert r.gflops(conv_task.flops) > 0
+    # a tuned schedule beats the unscheduled loop nest
+    assert min(r.median for r in results) < runner.baseline_secs(conv_task)
+
+
+def test_injected_faults_get_their_status_and_the_next_kernel_still_measures(runner, conv_task, conv_space):
+    from tests.faulty_kernels import FAULTS
+
+    good = conv_space.apply(conv_space.default(0)).mod
+    mods = [FAULTS["crash"], good, FAULTS["hang"], good, FAULTS["wrong"], FAULTS["build"], good]
+    results = runner.measure(conv_task, mods)
+    statuses = [r.status for r in results]
+    assert statuses == [Status.WORKER_CRASHED, Status.OK, Status.RUN_TIMEOUT, Status.OK, Status.WRONG_RESULT,
+                        Status.BUILD_ERROR, Status.OK], [r.error for r in results]
+    assert "signal" in results[0].error
+    assert "differ" in results[4].error
+    assert all(r.median == float("inf") for r, s in zip(results, statuses) if s is not Status.OK)
+
+
+def test_build_timeout_kills_only_that_build(conv_task, conv_space):
+    from autosearch.measure.local import BuildPool
+
+    pool = BuildPool(target=conv_task.target, workers=1, timeout=0.05)
+    try:
+        [built] = pool.build(["{}"])  # no time to even import TVM in a fresh worker
+        assert built.failure is not None and built.failure.status in (Status.BUILD_TIMEOUT, Status.BUILD_ERROR)
+        pool.timeout = 120
+        import tvm
+
+        [ok] = pool.build([tvm.ir.save_json(conv_space.apply(conv_space.default(0)).mod)])
+        assert ok.failure is None and ok.artifact
+    finally:
+        pool.close()
+
+
+def test_worker_crash_and_hang_hooks():
+    from autosearch.measure.worker import Worker
+
+    w = Worker(name="t")
+    try:
+        assert w.call("ping", timeout=60).kind == "ok"
+        assert w.call("exec_test_hook", "crash", timeout=30).kind == "crashed"
+        assert w.call("ping", timeout=60).kind == "ok"  # replaced
+        assert w.call("exec_test_hook", "hang", timeout=1).kind == "timeout"
+        reply = w.call("ping", timeout=60)
+        assert reply.kind == "ok" and w.restarts == 2
+    finally:
+        w.close()

@@ -1,0 +1,105 @@
+"""DecisionSpace over MetaSchedule's design space: legal choices, replay determinism, apply."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from autosearch.records import Config
+from autosearch.space import perfect_tilings
+
+
+def test_perfect_tilings_are_complete_and_legal():
+    tiles = perfect_tilings(128, 4, 64)
+    assert len(tiles) == 119  # the count MetaSchedule's SamplePerfectTile can reach (TVM notes)
+    assert all(math.prod(t) == 128 and t[-1] <= 64 for t in tiles)
+    assert len(set(tiles)) == len(tiles)
+    assert perfect_tilings(12, 2, 64) == ((1, 12), (2, 6), (3, 4), (4, 3), (6, 2), (12, 1))
+
+
+def test_space_mirrors_metaschedule_sketches(conv_space):
+    assert len(conv_space.sketches) >= 2
+    kinds = {d.kind for s in conv_space.sketches for d in s.decisions}
+    assert {"SamplePerfectTile", "SampleCategorical", "SampleComputeLocation"} <= kinds
+    assert conv_space.log10_size() > 4
+    # MetaSchedule's own sampled decisions are legal choices of our space
+    for s in conv_space.sketches:
+        assert conv_space.contains(conv_space.default(s.index))
+
+
+def test_same_config_gives_the_same_module(conv_space):
+    import tvm_ffi
+
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        config = conv_space.sample(rng)
+        a, b = conv_space.apply(config), conv_space.apply(config)
+        assert a.ok == b.ok
+        if a.ok:
+            assert tvm_ffi.structural_equal(a.mod, b.mod)
+            assert tvm_ffi.structural_hash(a.mod) == tvm_ffi.structural_hash(b.mod)
+            assert a.config == b.config
+
+
+def test_every_tile_choice_applies_and_is_read_back(conv_space):
+    """Each legal tile value of a decision, applied, is the value in the resulting trace."""
+    sketch = conv_space.sketches[0]
+    base = conv_space.default(0)
+    for i, d in enumerate(sketch.decisions):
+        if d.kind != "SamplePerfectTile":
+            continue
+        for choice in d.choices[:: max(1, len(d.choices) // 6)]:
+            applied = conv_space.apply(base.replace(i, choice))
+            assert applied.ok, applied.error
+            assert applied.config.values[i] == choice
+
+
+def test_compute_locations_listed_are_legal_for_the_default_tiles(conv_space):
+    for s in conv_space.sketches:
+        base = conv_space.default(s.index)
+        for i, d in enumerate(s.decisions):
+            if d.kind == "SampleComputeLocation":
+                for loc in d.choices:
+                    applied = conv_space.apply(base.replace(i, loc))
+                    assert applied.ok and applied.config.values[i] == loc
+
+
+def test_illegal_config_is_reported_not_raised(conv_space):
+    bad = Config(0, tuple([(7, 7, 7, 7)] + list(conv_space.default(0).values[1:])))
+    applied = conv_space.apply(bad)
+    assert not applied.ok and "not in this space" in applied.error
+    assert not conv_space.apply(Config(99, ())).ok
+
+
+def test_neighbors_differ_in_exactly_one_decision(conv_space):
+    config = conv_space.sample(np.random.default_rng(0))
+    neighbors = conv_space.neighbors(config)
+    assert neighbors and all(conv_space.contains(n) for n in neighbors)
+    assert all(sum(a != b for a, b in zip(n.values, config.values)) == 1 for n in neighbors)
+    mutated = conv_space.mutate(config, np.random.default_rng(1))
+    assert mutated in set(neighbors)
+
+
+def test_encode_has_fixed_width_and_separates_configs(conv_space):
+    rng = np.random.default_rng(0)
+    configs = {conv_space.sample(rng) for _ in range(30)}
+    vectors = [conv_space.encode(c) for c in configs]
+    assert all(v.shape == (conv_space.encoding_width,) for v in vectors)
+    assert len({v.tobytes() for v in vectors}) == len(configs)
+
+
+def test_config_json_round_trip(conv_space):
+    import json
+
+    config = conv_space.sample(np.random.default_rng(5))
+    again = Config.from_json(json.loads(json.dumps(config.to_json())))
+    assert again == config and hash(again) == hash(config)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sample_is_deterministic_under_a_seed(conv_space, seed):
+    a = [conv_space.sample(np.random.default_rng(seed)) for _ in range(3)]
+    b = [conv_space.sample(np.random.default_rng(seed)) for _ in range(3)]
+    assert a == b

@@ -1,0 +1,198 @@
+"""Tests of the built-in YOLO workloads: validity, runnability, FLOPs and architecture fidelity.
+
+Expected numbers are derived from the published architectures (Darknet cfgs, Ultralytics yolov8.yaml)
+and written out here by hand, independently of the builder code.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from workloads.onnx_flops import count_flops
+from workloads.zoo import BUILTIN_MODELS, build_model
+
+EXPECTED_IO = {
+    "tiny-yolov2": (("image", (1, 3, 416, 416)), {"grid": (1, 125, 13, 13)}),
+    "yolov3-tiny": (
+        ("input", (1, 3, 416, 416)),
+        {"output_13": (1, 255, 13, 13), "output_26": (1, 255, 26, 26)},
+    ),
+    "yolov8n": (("images", (1, 3, 640, 640)), {"output0": (1, 84, 8400)}),
+}
+EXPECTED_CONVS = {"tiny-yolov2": 9, "yolov3-tiny": 13, "yolov8n": 64}
+MODEL_NAMES = sorted(EXPECTED_IO)
+
+
+@functools.cache
+def _model(name: str, seed: int = 0) -> onnx.ModelProto:
+    """Build each model once per seed; building tiny-YOLOv2's 16M weights takes about a second."""
+    return build_model(name, seed=seed)
+
+
+def _conv_weight_shapes(model: onnx.ModelProto) -> list[tuple[int, ...]]:
+    """(out, in, kh, kw) of every Conv in graph order."""
+    inits = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    return [inits[n.input[1]] for n in model.graph.node if n.op_type == "Conv"]
+
+
+def _first_conv_weight(model: onnx.ModelProto) -> np.ndarray:
+    """Weights of the first Conv, which are random in every model."""
+    name = next(n.input[1] for n in model.graph.node if n.op_type == "Conv")
+    return numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == name))
+
+
+def _conv_flops(layers: list[tuple[int, int, int, int]]) -> int:
+    """2 x MACs of (c_in, c_out, k, out_hw) conv layers."""
+    return sum(2 * c_out * hw * hw * c_in * k * k for c_in, c_out, k, hw in layers)
+
+
+def test_registry_names_and_unknown_model() -> None:
+    assert set(BUILTIN_MODELS) == {"tiny-yolov2", "yolov3-tiny", "yolov8n"}
+    with pytest.raises(KeyError):
+        build_model("yolov99")
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_model_is_valid_opset17(name: str) -> None:
+    model = _model(name)
+    onnx.checker.check_model(model, full_check=True)
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", 17)]
+    assert model.graph.name and model.graph.doc_string
+    assert not any(n.op_type in ("Shape", "Gather") for n in model.graph.node), "graph must be static"
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_onnxruntime_runs_with_expected_outputs(name: str) -> None:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ort.InferenceSession(
+        _model(name).SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    (input_name, input_shape), outputs = EXPECTED_IO[name]
+    assert [(i.name, tuple(i.shape)) for i in session.get_inputs()] == [(input_name, input_shape)]
+    image = np.random.default_rng(123).random(input_shape, dtype=np.float32)
+    if name == "tiny-yolov2":
+        image *= 255.0  # pixel units; the model scales by 1/255 itself
+    results = session.run(None, {input_name: image})
+    assert [o.name for o in session.get_outputs()] == list(outputs)
+    for result, shape in zip(results, outputs.values(), strict=True):
+        assert result.shape == shape
+        assert np.isfinite(result).all()
+        assert result.std() > 1e-3 and np.abs(result).max() < 1e4
+
+
+def test_yolov8n_outputs_are_not_saturated() -> None:
+    session = ort.InferenceSession(_model("yolov8n").SerializeToString(), providers=["CPUExecutionProvider"])
+    image = np.random.default_rng(7).random((1, 3, 640, 640), dtype=np.float32)
+    (out,) = session.run(None, {"images": image})
+    scores, wh = out[0, 4:], out[0, 2:4]
+    assert 0.2 < np.mean((scores > 0.05) & (scores < 0.95)) <= 1.0
+    assert (wh > 0).all() and (wh < 2 * 640).all()  # DFL distances are in [0, 15] grid cells
+
+
+def test_tiny_yolov2_flops() -> None:
+    hw = [416, 208, 104, 52, 26, 13, 13, 13]
+    chans = [3, 16, 32, 64, 128, 256, 512, 1024, 1024]
+    layers = [(chans[i], chans[i + 1], 3, hw[i]) for i in range(8)] + [(1024, 125, 1, 13)]
+    expected = _conv_flops(layers)
+    assert expected == 6_971_041_792
+    assert count_flops(_model("tiny-yolov2")) == expected
+    assert abs(expected - 7.0e9) / 7.0e9 < 0.01
+
+
+def test_yolov3_tiny_flops() -> None:
+    # Darknet prints 5.571 BFLOPs, which also counts the six maxpool layers (~0.006 BFLOPs).
+    layers = [
+        (3, 16, 3, 416), (16, 32, 3, 208), (32, 64, 3, 104), (64, 128, 3, 52), (128, 256, 3, 26),
+        (256, 512, 3, 13), (512, 1024, 3, 13), (1024, 256, 1, 13), (256, 512, 3, 13), (512, 255, 1, 13),
+        (256, 128, 1, 13), (384, 256, 3, 26), (256, 255, 1, 26),
+    ]  # fmt: skip
+    expected = _conv_flops(layers)
+    assert count_flops(_model("yolov3-tiny")) == expected
+    assert abs(expected - 5.56e9) / 5.56e9 < 0.02
+
+
+def test_yolov8n_flops() -> None:
+    # Ultralytics reports 8.7 GFLOPs for the fused yolov8n at 640.
+    assert 8.5e9 <= count_flops(_model("yolov8n")) <= 8.9e9
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_conv_count(name: str) -> None:
+    assert sum(n.op_type == "Conv" for n in _model(name).graph.node) == EXPECTED_CONVS[name]
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_build_is_deterministic_and_seeded(name: str) -> None:
+    assert build_model(name, seed=0).SerializeToString() == _model(name).SerializeToString()
+    other = _model(name, seed=1)
+    first_weights = [_first_conv_weight(m) for m in (_model(name), other)]
+    assert first_weights[0].shape == first_weights[1].shape
+    assert not np.array_equal(*first_weights)
+    assert [n.op_type for n in other.graph.node] == [n.op_type for n in _model(name).graph.node]
+
+
+def test_yolov8n_matches_ultralytics_conv_shapes() -> None:
+    shapes = _conv_weight_shapes(_model("yolov8n"))
+    first_ten = [
+        (16, 3, 3, 3),  # 0 Conv(3, 16, 3, 2)
+        (32, 16, 3, 3),  # 1 Conv(16, 32, 3, 2)
+        (32, 32, 1, 1),  # 2 C2f.cv1
+        (16, 16, 3, 3),  # 2 C2f.m[0].cv1
+        (16, 16, 3, 3),  # 2 C2f.m[0].cv2
+        (32, 48, 1, 1),  # 2 C2f.cv2 on 3 x 16 channels
+        (64, 32, 3, 3),  # 3 Conv(32, 64, 3, 2)
+        (64, 64, 1, 1),  # 4 C2f.cv1
+        (32, 32, 3, 3),  # 4 C2f.m[0].cv1
+        (32, 32, 3, 3),  # 4 C2f.m[0].cv2
+    ]
+    assert shapes[:10] == first_ten
+    assert shapes[25:27] == [(128, 256, 1, 1), (256, 512, 1, 1)]  # 9 SPPF cv1 (256 -> 128), cv2
+    detect = []
+    for ch in (64, 128, 256):  # per level: box branch (c2 = 64) then cls branch (c3 = 80)
+        detect += [(64, ch, 3, 3), (64, 64, 3, 3), (64, 64, 1, 1)]
+        detect += [(80, ch, 3, 3), (80, 80, 3, 3), (80, 80, 1, 1)]
+    assert shapes[-19:] == [*detect, (1, 16, 1, 1)]  # DFL projection conv comes last
+
+
+def test_yolov8n_parameter_count_matches_fused_ultralytics_model() -> None:
+    # `YOLO("yolov8n.pt").info()` after fuse: "168 layers, 3151904 parameters, 8.7 GFLOPs".
+    model = _model("yolov8n")
+    conv_inputs = {i for n in model.graph.node if n.op_type == "Conv" for i in n.input[1:]}
+    params = sum(int(np.prod(t.dims)) for t in model.graph.initializer if t.name in conv_inputs)
+    assert params == 3_151_904
+    dfl = next(t for t in model.graph.initializer if tuple(t.dims) == (1, 16, 1, 1))
+    np.testing.assert_array_equal(numpy_helper.to_array(dfl).ravel(), np.arange(16, dtype=np.float32))
+
+
+def test_count_flops_handles_matmul_gemm_and_grouped_conv() -> None:
+    def init(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.zeros(shape, dtype=np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], group=2, pads=[1, 1, 1, 1]),  # 8 -> 4 ch, 5x5
+        helper.make_node("Reshape", ["c", "shape"], ["r"]),
+        helper.make_node("MatMul", ["r", "m"], ["mm"]),  # (4, 25) @ (25, 6)
+        helper.make_node("Gemm", ["mm", "g"], ["y"], transB=1),  # (4, 6) @ (3, 6)^T
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "flops",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 5, 5])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 3])],
+        [
+            init("w", (4, 4, 3, 3)),
+            numpy_helper.from_array(np.asarray([4, 25], dtype=np.int64), "shape"),
+            init("m", (25, 6)),
+            init("g", (3, 6)),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    conv, matmul, gemm = 4 * 25 * 4 * 9, 4 * 6 * 25, 4 * 3 * 6
+    assert count_flops(model) == 2 * (conv + matmul + gemm)

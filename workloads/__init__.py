@@ -1,0 +1,1 @@
+"""workloads plug-ins for autosearch."""

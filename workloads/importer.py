@@ -1,0 +1,191 @@
+"""ONNX model (built-in YOLO or a user's file) -> Relax -> MetaSchedule tuning tasks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from autosearch.errors import UserError
+from autosearch.task import TuningTask, task_from_module
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ImportedModel:
+    """A model ready for tuning: the Relax module TVM compiles and the tasks it is made of."""
+
+    name: str
+    onnx_model: onnx.ModelProto
+    input_shapes: dict[str, tuple[int, ...]]
+    relax_mod: Any  # before legalisation: what compile_relax wants, so database keys match
+    tasks: list[TuningTask]
+
+    @property
+    def flops(self) -> float:
+        return sum(t.flops * t.weight for t in self.tasks)
+
+
+def builtin_names() -> list[str]:
+    from workloads.zoo import BUILTIN_MODELS
+
+    return sorted(BUILTIN_MODELS)
+
+
+def load_onnx(model: str, *, seed: int = 0) -> tuple[str, onnx.ModelProto]:
+    """A built-in model name or a path to an ``.onnx`` file -> (display name, ModelProto)."""
+    from workloads.zoo import BUILTIN_MODELS, build_model
+
+    if model in BUILTIN_MODELS:
+        return model, build_model(model, seed=seed)
+    looks_like_path = model.endswith(".onnx") or os.sep in model or os.path.exists(model)
+    if not looks_like_path:
+        raise UserError(f"unknown model {model!r}; built-in models: {', '.join(sorted(BUILTIN_MODELS))}, "
+                        "or a path to an .onnx file")
+    if not os.path.isfile(model):
+        raise UserError(f"ONNX file not found: {model}")
+    try:
+        proto = onnx.load(model)
+    except Exception as exc:  # DecodeError, OSError, ...
+        raise UserError(f"cannot read {model} as an ONNX model: {type(exc).__name__}") from exc
+    if not proto.graph.node:
+        raise UserError(f"{model} is not an ONNX model (no graph nodes)")
+    return os.path.splitext(os.path.basename(model))[0], proto
+
+
+def parse_input_shapes(spec: str | None) -> dict[str, tuple[int, ...]]:
+    """``--input-shape images:1,3,320,320`` (several separated by ';'); a bare shape names no input."""
+    if not spec:
+        return {}
+    out: dict[str, tuple[int, ...]] = {}
+    for part in spec.split(";"):
+        name, sep, dims = part.rpartition(":") if ":" in part else ("", "", part)
+        try:
+            shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
+        except ValueError as exc:
+            raise UserError(f"malformed --input-shape {spec!r}: use NAME:1,3,640,640") from exc
+        if not shape or any(d <= 0 for d in shape):
+            raise UserError(f"malformed --input-shape {spec!r}: dimensions must be positive integers")
+        out[name.strip()] = shape
+    return out
+
+
+def _graph_inputs(proto: onnx.ModelProto) -> list[tuple[str, list[int | str | None], int]]:
+    initializers = {i.name for i in proto.graph.initializer}
+    out = []
+    for value in proto.graph.input:
+        if value.name in initializers:
+            continue
+        ttype = value.type.tensor_type
+        dims: list[int | str | None] = []
+        for d in ttype.shape.dim:
+            dims.append(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None))
+        out.append((value.name, dims, ttype.elem_type))
+    return out
+
+
+def resolve_input_shapes(proto: onnx.ModelProto, overrides: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Static shapes for every graph input: the file's own, with ``--input-shape`` overriding."""
+    inputs = _graph_inputs(proto)
+    if "" in overrides:
+        if len(inputs) != 1:
+            raise UserError(f"--input-shape needs input names: the model has inputs {[n for n, _, _ in inputs]}")
+        overrides = {inputs[0][0]: overrides[""]}
+    unknown = set(overrides) - {n for n, _, _ in inputs}
+    if unknown:
+        raise UserError(f"--input-shape names unknown input(s) {sorted(unknown)}; "
+                        f"the model's inputs: {[n for n, _, _ in inputs]}")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, dims, _ in inputs:
+        if name in overrides:
+            shape = overrides[name]
+            if len(shape) != len(dims):
+                raise UserError(f"--input-shape for {name!r} has rank {len(shape)}, the model's input has rank "
+                                f"{len(dims)} ({_fmt_dims(dims)})")
+            for want, have in zip(shape, dims):
+                if isinstance(have, int) and have != want:
+                    raise UserError(f"--input-shape {name}:{','.join(map(str, shape))} does not fit the "
+                                    f"model's static input shape {_fmt_dims(dims)}")
+            shapes[name] = shape
+        elif all(isinstance(d, int) for d in dims):
+            shapes[name] = tuple(dims)  # type: ignore[arg-type]
+        else:
+            raise UserError(f"input {name!r} has dynamic shape {_fmt_dims(dims)}; "
+                            f"give it with --input-shape {name}:1,3,640,640")
+    return shapes
+
+
+def _fmt_dims(dims) -> str:
+    return "x".join(str(d) if d is not None else "?" for d in dims)
+
+
+def check_supported_ops(proto: onnx.ModelProto) -> None:
+    """Name the ONNX ops TVM's Relax importer lacks, before it fails deep inside."""
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    supported = _get_convert_map()
+    missing = sorted({n.op_type for n in proto.graph.node if n.op_type not in supported})
+    if missing:
+        raise UserError(f"ONNX op(s) not supported by TVM's Relax importer: {', '.join(missing)}")
+
+
+def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
+    """ONNX -> Relax with inference-only ops decomposed: the module both tasks and compile start from."""
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    check_supported_ops(proto)
+    dtypes = {}
+    for name, _, elem in _graph_inputs(proto):
+        dtypes[name] = onnx.helper.tensor_dtype_to_np_dtype(elem).name if elem else "float32"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            mod = from_onnx(proto, shape_dict={k: list(v) for k, v in shapes.items()}, dtype_dict=dtypes)
+        except Exception as exc:
+            msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"TVM could not import the ONNX model: {msg}") from exc
+    mod = relax.transform.DecomposeOpsForInference()(mod)
+    mod = relax.transform.CanonicalizeBindings()(mod)
+    return mod
+
+
+def legalize(relax_mod, target):
+    """The same preparation MetaSchedule applies before extracting tasks and applying a database."""
+    import tvm
+    from tvm import relax
+
+    passes = list(relax.pipeline.library_dispatch_passes(target)) + list(relax.pipeline.legalize_passes(target))
+    with target, tvm.transform.PassContext(opt_level=3):
+        return tvm.transform.Sequential(passes)(relax_mod)
+
+
+def extract_tasks(relax_mod, target) -> list[TuningTask]:
+    """One TuningTask per distinct fused TIR function, heaviest (FLOPs x weight) first."""
+    from tvm.s_tir import meta_schedule as ms
+
+    lowered = legalize(relax_mod, target)
+    extracted = ms.relax_integration.extract_tasks(lowered, target)
+    tasks = [
+        task_from_module(t.dispatched[0], target, name=t.task_name, weight=int(t.weight))
+        for t in extracted
+    ]
+    tasks.sort(key=lambda t: (-t.flops * t.weight, t.name))
+    return [TuningTask(**{**t.__dict__, "index": i}) for i, t in enumerate(tasks)]
+
+
+def import_model(model: str, target, *, input_shape: str | None = None, seed: int = 0) -> ImportedModel:
+    """The whole path: name or file -> ONNX -> Relax -> tasks for ``target``."""
+    name, proto = load_onnx(model, seed=seed)
+    shapes = resolve_input_shapes(proto, parse_input_shapes(input_shape))
+    relax_mod = to_relax(proto, shapes)
+    tasks = extract_tasks(relax_mod, target)
+    if not tasks:
+        raise UserError(f"model {name!r} gave no tuning tasks for target {target}")
+    log.info("model %s: %d tasks, %.3f GFLOP", name, len(tasks), sum(t.flops * t.weight for t in tasks) / 1e9)
+    return ImportedModel(name=name, onnx_model=proto, input_shapes=shapes, relax_mod=relax_mod, tasks=tasks)
