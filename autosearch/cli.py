@@ -31,7 +31,10 @@ class _Parser(argparse.ArgumentParser):
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:  # logs and CI: wide enough that tables are not squashed
+        console = Console(stderr=stderr, highlight=False, width=max(console.width, 140))
+    return console
 
 
 # ---------------------------------------------------------------------------------------------- tasks
@@ -227,6 +230,80 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- export
+def cmd_export(args: argparse.Namespace) -> int:
+    from autosearch.export import export_database
+    from autosearch.records import read_log
+
+    contents = read_log(args.log)
+    if contents.corrupt:
+        _console(stderr=True).print(f"warning: skipped {len(contents.corrupt)} corrupt line(s), first: "
+                                    f"{contents.corrupt[0]}")
+    if not contents.tasks:
+        raise UserError(f"{args.log} has no task headers: is it an autosearch tuning log?")
+    summary = export_database(contents, args.out, top_k=args.top_k, force=args.force)
+    console = _console()
+    console.print(f"wrote {summary.records} record(s) for {summary.tasks} task(s) to {args.out} "
+                  f"(MetaSchedule JSONDatabase)")
+    if summary.skipped_tasks:
+        console.print(f"no valid record, not exported: {', '.join(summary.skipped_tasks)}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- compile
+def cmd_compile(args: argparse.Namespace) -> int:
+    from autosearch.deploy import compile_model
+    from autosearch.export import load_database
+    from autosearch.target import parse_target
+    from workloads.importer import import_model
+
+    target = parse_target(args.target)
+    db = load_database(args.db)
+    model = import_model(args.model, target, input_shape=args.input_shape)
+    compiled = compile_model(model.relax_mod, target, model.tasks, db, args.out)
+    console = _console()
+    console.print(f"compiled {model.name} with {len(compiled.tuned_tasks)}/{len(model.tasks)} tuned tasks -> "
+                  f"{compiled.path}")
+    if compiled.missing_tasks:
+        console.print(f"not in the database (TVM default code): {', '.join(compiled.missing_tasks)}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- report
+def cmd_report(args: argparse.Namespace) -> int:
+    from autosearch.report import end_to_end_report
+
+    if args.runs <= 0:
+        raise UserError(f"--runs must be positive, not {args.runs}")
+    end_to_end_report(args, _console())
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- compare-models
+def cmd_compare_models(args: argparse.Namespace) -> int:
+    from autosearch.cost_model import make_cost_model
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not models:
+        raise UserError("--models: give at least one cost model")
+    for name in models:
+        make_cost_model(name, seed=args.seed)  # unknown names fail here, listing the valid ones
+    for path in args.log:
+        if not os.path.exists(path):
+            raise UserError(f"log not found: {path}")
+    from cost_models.evaluate import compare_models
+
+    png = args.plot or "compare-models.png"
+    report = compare_models(args.log, models, seed=args.seed, out_png=png)
+    console = _console()
+    console.print(report.table)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(report.markdown + "\n")
+    console.print(f"plot: {png}")
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m autosearch",
@@ -271,6 +348,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-timeout", type=float, default=30.0, help="seconds per measurement (at least)")
     p.set_defaults(func=cmd_run)
 
+    p = sub.add_parser("export", help="write the best schedules of a log as a MetaSchedule JSONDatabase")
+    p.add_argument("--log", required=True, help="tuning log written by run")
+    p.add_argument("--out", required=True, help="directory for database_workload.json / database_tuning_record.json")
+    p.add_argument("--top-k", type=int, default=1, help="records kept per task (best first)")
+    p.add_argument("--force", action="store_true", help="replace a database already in --out")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("compile", help="build the whole model with a tuning database applied")
+    model_args(p, DEFAULT_MODEL)
+    p.add_argument("--db", required=True, help="MetaSchedule JSONDatabase directory (from export or ms.tune_tir)")
+    p.add_argument("--out", required=True, help="shared library to write, e.g. model.so")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("report", help="end-to-end latency: TVM untuned vs tuned vs ONNX Runtime")
+    model_args(p, DEFAULT_MODEL)
+    p.add_argument("--db", required=True, help="MetaSchedule JSONDatabase directory")
+    p.add_argument("--log", help="tuning log, for per-task untuned latencies")
+    p.add_argument("--runs", type=int, default=20, help="timed forward passes per runtime")
+    p.add_argument("--untuned-runs", type=int, default=3, help="runs of untuned TVM (seconds each)")
+    p.add_argument("--threads", type=int, help="threads for every runtime (default: target cores)")
+    p.add_argument("--markdown", help="also write the tables as Markdown")
+    p.add_argument("--plot", help="bar chart PNG (default: report.png)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("compare-models", help="leave-one-task-out accuracy of cost models on measured records")
+    p.add_argument("--log", action="append", required=True, help="tuning log or TVM database dir (repeatable)")
+    p.add_argument("--models", default="xgb,xgb-rank,rf,gbr,mlp,tvm-xgb", help="comma-separated cost models")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--markdown", help="also write the table as Markdown")
+    p.add_argument("--plot", help="predicted-vs-measured PNG (default: compare-models.png)")
+    p.set_defaults(func=cmd_compare_models)
     return parser
 
 

@@ -11,7 +11,7 @@ import logging
 import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autosearch.measure.base import EvaluatorConfig
@@ -22,7 +22,6 @@ from autosearch.task import TuningTask
 
 log = logging.getLogger(__name__)
 
-BASELINE_EVALUATOR = EvaluatorConfig(number=1, repeat=3, min_repeat_ms=0, cache_flush=True)
 
 
 @dataclass
@@ -100,6 +99,8 @@ class LocalRunner:
     ) -> None:
         self.target = target
         self.evaluator = evaluator or EvaluatorConfig()
+        # The untuned kernel is timed like every candidate (fewer repeats: it can take seconds).
+        self.baseline_evaluator = replace(self.evaluator, repeat=min(3, self.evaluator.repeat))
         self.run_timeout = run_timeout
         self.seed = seed
         self.num_threads = num_threads or target_num_cores(target)
@@ -135,7 +136,7 @@ class LocalRunner:
             return built.failure
         reply = self.device.call(
             "reference", task.workload_key, built.artifact, task.args, self.seed,
-            BASELINE_EVALUATOR.to_json(), timeout=600,
+            self.baseline_evaluator.to_json(), timeout=600,
         )
         self._sync_device()
         if reply.kind != "ok":

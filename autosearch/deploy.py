@@ -1,0 +1,116 @@
+"""Whole-model builds with a tuning database applied, and end-to-end timing in fresh processes.
+
+TVM's thread pool pins the main thread to a core when it starts, and anything started after it
+inherits that: ONNX Runtime in the same process ran 2.3x slower here. So every runtime (TVM untuned,
+TVM tuned, ONNX Runtime) is timed in its own process (``python -m autosearch.bench``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autosearch.errors import UserError
+
+
+@dataclass
+class CompiledModel:
+    path: str
+    tuned_tasks: list[str] = field(default_factory=list)
+    missing_tasks: list[str] = field(default_factory=list)  # tasks the database has no record for
+
+
+def compile_model(relax_mod, target, tasks, db, out_path: str) -> CompiledModel:
+    """Build the whole model with the database applied (MetaSchedule's apply-database pass);
+    tasks missing from the database keep TVM's default (unscheduled) code."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from autosearch.tvm_compat import import_tensor_intrinsics
+
+    import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
+    out = CompiledModel(path=out_path)
+    for task in tasks:
+        (out.tuned_tasks if db is not None and db.has_workload(task.mod) else out.missing_tasks).append(task.name)
+    try:
+        if db is None:
+            import tvm
+
+            ex = tvm.compile(relax_mod, target=target)
+        else:
+            ex = ms.relax_integration.compile_relax(db, relax_mod, target, params=None)
+    except Exception as exc:
+        lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+        raise UserError(f"TVM could not compile the model: {lines[-1][:300] if lines else type(exc).__name__}") from exc
+    directory = os.path.dirname(os.path.abspath(out_path))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        ex.export_library(out_path)
+    except OSError as exc:
+        raise UserError(f"cannot write {out_path}: {exc.strerror}") from exc
+    return out
+
+
+@dataclass
+class Timing:
+    """End-to-end latency of one runtime (milliseconds)."""
+
+    name: str
+    runs: list[float]
+    output_path: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.runs) and not self.error
+
+    def stats(self) -> dict[str, float]:
+        a = np.asarray(self.runs)
+        return {"mean": float(a.mean()), "median": float(np.median(a)), "max": float(a.max()),
+                "min": float(a.min()), "std": float(a.std())}
+
+
+def time_in_subprocess(kind: str, path: str, *, inputs_path: str, runs: int, threads: int,
+                       timeout: float = 3600) -> Timing:
+    """Time a compiled TVM library or an ONNX file in a fresh process with ``threads`` threads."""
+    out_dir = tempfile.mkdtemp(prefix="autosearch-bench-")
+    output_path = os.path.join(out_dir, f"{kind}.npz")
+    env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    cmd = [sys.executable, "-m", "autosearch.bench", kind, path, "--inputs", inputs_path, "--runs", str(runs),
+           "--threads", str(threads), "--output", output_path]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return Timing(kind, [], error=f"timed out after {timeout:.0f} s")
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        return Timing(kind, [], error=lines[-1] if lines else f"exit code {proc.returncode}")
+    data: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return Timing(kind, data["runs_ms"], output_path=output_path)
+
+
+def save_inputs(shapes: dict[str, tuple[int, ...]], path: str, *, seed: int = 0) -> None:
+    """Random image-like inputs (0..1), the same for every runtime."""
+    rng = np.random.default_rng(seed)
+    np.savez(path, **{name: rng.uniform(0, 1, size=shape).astype("float32") for name, shape in shapes.items()})
+
+
+def max_relative_error(a_path: str, b_path: str) -> float:
+    """Largest |a-b| / max|b| over all outputs of two saved runs."""
+    with np.load(a_path) as a, np.load(b_path) as b:
+        if sorted(a.files) != sorted(b.files):
+            return float("inf")
+        worst = 0.0
+        for name in a.files:
+            x, y = a[name], b[name]
+            if x.shape != y.shape:
+                return float("inf")
+            scale = max(float(np.abs(y).max()), 1e-12)
+            worst = max(worst, float(np.abs(x - y).max()) / scale)
+        return worst

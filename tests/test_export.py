@@ -1,0 +1,128 @@
+"""Export to a MetaSchedule database, TVM loads it, compile the model, import TVM's own databases."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from autosearch.records import MeasureResult, Record, Status, read_log
+from tests.conftest import ROOT, run_cli, small_conv_onnx
+
+TVM_DB = os.path.join(ROOT, "tests", "data", "tvm_tune_tir_db")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A short real run on the small model (both tasks) and its exported database."""
+    work = tmp_path_factory.mktemp("export")
+    model = str(work / "small.onnx")
+    small_conv_onnx(model)
+    log = str(work / "run.jsonl")
+    proc = run_cli("run", "--strategy", "random", "--model", model, "--trials", "16", "--batch", "8", "--log", log)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    db = str(work / "db")
+    proc = run_cli("export", "--log", log, "--out", db)
+    assert proc.returncode == 0, proc.stderr
+    return {"model": model, "log": log, "db": db, "work": work}
+
+
+def test_tvm_loads_the_exported_database_and_finds_our_best(tuned):
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    from autosearch.task import TuningTask
+
+    contents = read_log(tuned["log"])
+    db = JSONDatabase(path_workload=os.path.join(tuned["db"], "database_workload.json"),
+                      path_tuning_record=os.path.join(tuned["db"], "database_tuning_record.json"),
+                      allow_missing=False)
+    assert len(db.get_all_tuning_records()) == len(contents.tasks)
+    for key, header in contents.tasks.items():
+        task = TuningTask.from_json(header)
+        assert db.has_workload(task.mod)
+        [top] = db.get_top_k(db.commit_workload(task.mod), 1)
+        best = contents.best(key)
+        assert [float(x) for x in top.run_secs] == pytest.approx(list(best.result.latencies))
+        # the trace replays as-is on the workload
+        sch = db.query_schedule(task.mod, task.target, workload_name="main")
+        assert sch is not None
+
+
+def test_compiled_tuned_model_matches_onnxruntime_and_beats_untuned(tuned):
+    out = os.path.join(str(tuned["work"]), "model.so")
+    proc = run_cli("compile", "--model", tuned["model"], "--db", tuned["db"], "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "2/2 tuned" in proc.stdout and os.path.getsize(out) > 0
+    md = os.path.join(str(tuned["work"]), "report.md")
+    png = os.path.join(str(tuned["work"]), "report.png")
+    proc = run_cli("report", "--model", tuned["model"], "--db", tuned["db"], "--log", tuned["log"], "--runs", "10",
+                   "--markdown", md, "--plot", png)
+    assert proc.returncode == 0, proc.stderr
+    assert "TVM tuned output vs ONNX Runtime" in proc.stdout and "matches" in proc.stdout
+    assert "DIFFERS" not in proc.stdout
+    assert os.path.getsize(png) > 0 and "TVM tuned" in open(md).read()
+    contents = read_log(tuned["log"])
+    conv_key = next(k for k, h in contents.tasks.items() if "conv" in h["name"])
+    assert contents.best(conv_key).latency < contents.baseline(conv_key).latency
+
+
+def test_export_skips_failed_and_wrong_records(tmp_path, tuned):
+    contents = read_log(tuned["log"])
+    key = next(iter(contents.tasks))
+    best = contents.best(key)
+    # a wrong-result record that claims to be fastest must never be exported
+    fake = Record(kind="trial", task_key=key, task_name=best.task_name, target=best.target, config=best.config,
+                  result=MeasureResult(Status.WRONG_RESULT, (), error="mismatch"), flops=best.flops,
+                  trace=best.trace)
+    log = str(tmp_path / "mixed.jsonl")
+    shutil.copy(tuned["log"], log)
+    with open(log, "a") as fh:
+        obj = fake.to_json()
+        obj["result"]["latencies"] = [1e-9]  # even with a latency on the line
+        fh.write(json.dumps(obj) + "\n")
+    from autosearch.export import export_database, read_database
+
+    summary = export_database(read_log(log), str(tmp_path / "db"), top_k=50)
+    exported = read_database(str(tmp_path / "db"))
+    assert summary.records == len(exported.records) == sum(1 for r in read_log(log).trials() if r.ok)
+    assert min(r.latency for r in exported.records) > 1e-6
+
+
+def test_a_database_written_by_ms_tune_tir_imports():
+    from autosearch.export import read_records
+
+    contents = read_records(TVM_DB)
+    assert len(contents.tasks) == 1 and len(contents.records) >= 4
+    ok = [r for r in contents.records if r.ok]
+    assert ok and all(r.trace for r in ok)
+    header = next(iter(contents.tasks.values()))
+    assert header["flops"] > 1e6
+
+
+def test_report_and_compile_refuse_a_corrupt_database(tmp_path, tuned):
+    db = tmp_path / "corrupt"
+    shutil.copytree(tuned["db"], db)
+    (db / "database_tuning_record.json").write_text("[0, [garbage\n")
+    for cmd in (["report", "--runs", "2"], ["compile", "--out", str(tmp_path / "m.so")]):
+        proc = run_cli(*cmd, "--model", tuned["model"], "--db", str(db))
+        assert proc.returncode == 2, proc.stderr
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "database" in lines[0], proc.stderr
+    proc = run_cli("report", "--model", tuned["model"], "--db", str(tmp_path / "nothing"))
+    assert proc.returncode == 2 and "not found" in proc.stderr
+
+
+def test_export_refuses_to_overwrite(tuned):
+    proc = run_cli("export", "--log", tuned["log"], "--out", tuned["db"])
+    assert proc.returncode == 2 and "already holds" in proc.stderr
+
+
+def test_sample_inputs_are_deterministic():
+    from autosearch.measure.kernels import make_inputs
+
+    a = make_inputs([((2, 3), "float32"), ((4,), "int32")], 7)
+    b = make_inputs([((2, 3), "float32"), ((4,), "int32")], 7)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
