@@ -10,8 +10,10 @@ import json
 import logging
 import math
 import os
+import signal
 import socket
 import statistics
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -328,9 +330,16 @@ class TuningLog:
         if not objs:
             return
         payload = b"".join(json.dumps(o, separators=(",", ":")).encode() + b"\n" for o in objs)
-        self._fh.write(payload)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        # Ctrl-C / SIGTERM wait until the batch is on disk: a line is never cut by our own signal.
+        blocked = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if blocked else None
+        try:
+            self._fh.write(payload)
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        finally:
+            if old is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def close(self) -> None:
         self._fh.close()

@@ -144,6 +144,8 @@ class Tuner:
         self._headers_logged: set[str] = set()
         self._trial_counter = 0
         self._start = time.perf_counter()
+        # wall seconds per step of the loop (benchmarks report the split; measure = build + run)
+        self.timing = {"ask": 0.0, "apply": 0.0, "measure": 0.0, "log": 0.0, "tell": 0.0, "setup": 0.0}
         if resume is not None:
             self._load(resume)
 
@@ -224,7 +226,9 @@ class Tuner:
                 if state is None:
                     break
                 if state.strategy is None:
+                    t0 = time.perf_counter()
                     self._activate(state)
+                    self.timing["setup"] += time.perf_counter() - t0
                 n = min(self.batch, self.budget - self.trials_done)
                 self._round(state, n)
         except KeyboardInterrupt:
@@ -238,7 +242,9 @@ class Tuner:
         """One batch of one task: ask, apply, de-duplicate, measure, log, tell."""
         task, space, strategy = state.task, state.space, state.strategy
         assert space is not None and strategy is not None
+        clock = time.perf_counter()
         asked = strategy.ask(n)
+        clock = self._tick("ask", clock)
         if not asked:
             state.done = "exhausted"
             return
@@ -256,7 +262,9 @@ class Tuner:
             else:
                 pending.add(effective)
                 new.append((config, applied))
+        clock = self._tick("apply", clock)
         results = self._measure(task, [a for _, a in new])
+        clock = self._tick("measure", clock)
         records = []
         improved = False
         for (requested, applied), result in zip(new, results):
@@ -271,16 +279,23 @@ class Tuner:
             improved |= state.record(applied.config, result)
             told[requested] = result
         self.log.append(records)  # flushed and fsynced: this batch survives a crash from here on
+        clock = self._tick("log", clock)
         if state.scorer is not None and new:
             state.scorer.update([a.config for _, a in new], results)
         tell_configs = [c for c in asked if c in told]
         strategy.tell(tell_configs, [told[c] for c in tell_configs])
+        self._tick("tell", clock)
         state.empty_rounds = 0 if new else state.empty_rounds + 1
         if state.empty_rounds >= MAX_EMPTY_ROUNDS:
             state.done = "exhausted"
         if self.early_stop and state.trials - state.best_trial >= self.early_stop and state.best is not None:
             state.done = f"no improvement in {self.early_stop} trials"
         self.on_event(TuneEvent(state, self.trials_done, self.budget, results, self._elapsed()))
+
+    def _tick(self, step: str, since: float) -> float:
+        now = time.perf_counter()
+        self.timing[step] += now - since
+        return now
 
     def _measure(self, task: TuningTask, applied: list[Applied]) -> list[MeasureResult]:
         """Measure the applicable configs; the rest are ``invalid_config`` without a build."""

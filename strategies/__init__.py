@@ -16,7 +16,7 @@ _EXPORTS = {
     "OptunaSearch": "strategies.optuna_search",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["OptunaSearch", "RandomSearch", "SimulatedAnnealing"]
 
 
 def __getattr__(name: str) -> Any:

@@ -110,6 +110,7 @@ class LocalRunner:
         self._baseline_secs: dict[str, float] = {}
         self._installed: set[str] = set()
         self._device_restarts = 0
+        self.phase_secs = {"build": 0.0, "run": 0.0}  # wall time spent in each phase (benchmarks)
 
     # ------------------------------------------------------------------ helpers
     def _sync_device(self) -> None:
@@ -155,8 +156,13 @@ class LocalRunner:
 
         if task.workload_key not in self._references:
             raise RuntimeError(f"prepare() the task {task.name} before measuring it")
+        start = time.perf_counter()
         builds = self.builder.build([tvm.ir.save_json(m) for m in mods])
-        return [self._run(task, b) for b in builds]
+        built = time.perf_counter()
+        results = [self._run(task, b) for b in builds]
+        self.phase_secs["build"] += built - start
+        self.phase_secs["run"] += time.perf_counter() - built
+        return results
 
     def measure_artifacts(self, task: TuningTask, builds: list[Built]) -> list[MeasureResult]:
         return [self._run(task, b) for b in builds]

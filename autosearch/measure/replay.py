@@ -126,8 +126,11 @@ class SyntheticLatency:
 
     def latency(self, config: Config) -> float:
         """Noise-free latency in seconds (also defined for configs that 'fail')."""
-        return self.base_seconds * float(self._sketch_factor[config.sketch]) * math.exp(
-            self._alpha * self._raw(config))
+        return (
+            self.base_seconds
+            * float(self._sketch_factor[config.sketch])
+            * math.exp(self._alpha * self._raw(config))
+        )
 
     def optimum(self) -> Config:
         """The fastest config: the hidden target of the best sketch."""
@@ -135,7 +138,9 @@ class SyntheticLatency:
 
     def __call__(self, config: Config) -> MeasureResult:
         if not self.space.contains(config):
-            return MeasureResult.failed(Status.INVALID_CONFIG, "config is not in this space", worker="synthetic")
+            return MeasureResult.failed(
+                Status.INVALID_CONFIG, "config is not in this space", worker="synthetic"
+            )
         u = unit_hash(self.seed, config, "status")
         if config not in self._targets:
             if u < self.fail_rate:
@@ -143,8 +148,9 @@ class SyntheticLatency:
             if u < self.fail_rate + self.wrong_rate:
                 return MeasureResult.failed(Status.WRONG_RESULT, "synthetic wrong result", worker="synthetic")
         lat = self.latency(config)
-        return MeasureResult(Status.OK, latencies=_noisy(self.seed, config, lat, self.noise, self.repeats),
-                             worker="synthetic")
+        return MeasureResult(
+            Status.OK, latencies=_noisy(self.seed, config, lat, self.noise, self.repeats), worker="synthetic"
+        )
 
 
 class ReplayRunner:
@@ -201,7 +207,9 @@ class ReplayRunner:
         if config in self._records:
             return self._records[config]
         if not self.space.contains(config):
-            return MeasureResult.failed(Status.INVALID_CONFIG, "config is not in this space", worker=self.name)
+            return MeasureResult.failed(
+                Status.INVALID_CONFIG, "config is not in this space", worker=self.name
+            )
         self.surrogate_calls += 1
         return self._surrogate(config)
 
@@ -214,11 +222,16 @@ class ReplayRunner:
         p_fail = float(weights[~ok].sum() / weights.sum())
         if unit_hash(self.seed, config, "surrogate-status") < p_fail:
             first_failure = next(r for r in results if not r.ok)
-            return MeasureResult.failed(first_failure.status, "surrogate: near recorded failures", worker=self.name)
+            return MeasureResult.failed(
+                first_failure.status, "surrogate: near recorded failures", worker=self.name
+            )
         log_lat = np.log([r.median for r in results if r.ok])
         latency = math.exp(float(weights[ok] @ log_lat / weights[ok].sum()))
-        return MeasureResult(Status.OK, latencies=_noisy(self.seed, config, latency, self.noise, self.repeats),
-                             worker=self.name)
+        return MeasureResult(
+            Status.OK,
+            latencies=_noisy(self.seed, config, latency, self.noise, self.repeats),
+            worker=self.name,
+        )
 
 
 def run_strategy(

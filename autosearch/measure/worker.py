@@ -78,6 +78,10 @@ def _test_hook(kind: str) -> Any:
 
 def main(fd: int) -> None:
     """Entry point of a worker process: serve calls on the inherited pipe ``fd``."""
+    import signal
+
+    # Ctrl-C reaches the whole process group: the parent decides when workers stop (pipe closed).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     cpus = os.environ.get("AUTOSEARCH_AFFINITY")
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})

@@ -1,0 +1,229 @@
+"""What runs on the Ray cluster: one actor per measuring device, and the build task.
+
+Both keep TVM out of the Ray process itself: kernels are compiled and run in a warm
+:class:`~autosearch.measure.worker.Worker` subprocess, so a kernel that segfaults or hangs kills only
+that subprocess (``worker_crashed`` / ``run_timeout``, as with the local runner) and the actor lives on.
+
+Devices are named like TVM RPC tracker keys: ``cpu-<mcpu>-<cores>`` or ``cuda-<gpu name>``. The key is
+a Ray custom resource a node advertises (``ray start --resources '{"cpu-znver4-2": 1}'``); each actor
+asks for one unit, so a target's measurements go only to matching machines, one at a time per device.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+from typing import Any
+
+import ray
+
+from autosearch.errors import UserError
+from autosearch.measure.worker import Reply, Worker
+from autosearch.target import target_num_cores, target_to_json
+
+log = logging.getLogger(__name__)
+
+# Seconds a fresh worker subprocess may take to start and import TVM (not counted in any kernel timeout).
+STARTUP_TIMEOUT = 120.0
+
+# Fingerprint fields that must agree between the devices of one key (hostname, pid, node id may differ).
+IDENTITY_FIELDS = {
+    "cpu": ("cpu_model", "cores", "tvm", "tvm_ffi"),
+    "cuda": ("gpu_name", "gpu_driver", "tvm", "tvm_ffi", "cuda_enabled"),
+}
+
+
+# ---------------------------------------------------------------------------------------------- keys
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9_.]+", "-", str(text).strip().lower()).strip("-") or "unknown"
+
+
+def device_kind(target) -> str:
+    """``cpu`` for LLVM targets, ``cuda`` for CUDA ones; other kinds have no device actor."""
+    kind = str(target.kind.name)
+    if kind == "llvm":
+        return "cpu"
+    if kind == "cuda":
+        return "cuda"
+    raise UserError(f"the Ray runner measures llvm (CPU) and cuda targets, not {kind!r}")
+
+
+def device_key(target, *, gpu_name: str | None = None) -> str:
+    """The Ray resource a device for ``target`` advertises: ``cpu-<mcpu>-<cores>`` or ``cuda-<name>``.
+
+    A CUDA target does not carry the GPU's name (TVM keeps only ``arch``), so pass ``gpu_name`` (e.g.
+    ``"rtx-4090"``) to match what the GPU nodes advertise; without it the key is ``cuda-<arch>``.
+    """
+    cfg = target_to_json(target)
+    if device_kind(target) == "cuda":
+        return f"cuda-{_slug(gpu_name or cfg.get('model') or cfg.get('arch') or 'gpu')}"
+    return f"cpu-{_slug(cfg.get('mcpu') or 'generic')}-{target_num_cores(target)}"
+
+
+# ---------------------------------------------------------------------------------------------- fingerprint
+def _package_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def _gpu_info() -> tuple[str, str]:
+    """(name, driver version) of this actor's GPU from ``nvidia-smi``; ``unknown`` without one."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return "unknown", "unknown"
+    ids = ray.get_gpu_ids()
+    cmd = [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"]
+    if ids:
+        cmd += ["-i", str(ids[0])]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
+        name, driver = (s.strip() for s in out.strip().splitlines()[0].split(",", 1))
+        return name, driver
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+        return "unknown", "unknown"
+
+
+def fingerprint(kind: str) -> dict[str, Any]:
+    """What identifies the machine an actor measures on: devices of one key must agree on it."""
+    info: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "pid": os.getpid(),
+        "cpu_model": _cpu_model(),
+        "cores": os.cpu_count() or 1,
+        "tvm": _package_version("apache-tvm"),
+        "tvm_ffi": _package_version("apache-tvm-ffi"),
+    }
+    if kind == "cuda":
+        import tvm  # only here: the CUDA question is about this node's TVM build
+
+        info["gpu_name"], info["gpu_driver"] = _gpu_info()
+        info["cuda_enabled"] = bool(tvm.runtime.enabled("cuda"))
+    return info
+
+
+def identity(info: dict[str, Any], kind: str) -> tuple:
+    return tuple((name, info.get(name)) for name in IDENTITY_FIELDS[kind])
+
+
+# ---------------------------------------------------------------------------------------------- the actor
+class DeviceActor:
+    """One measuring device: a warm worker subprocess pinned to the device's cores.
+
+    Wrapped with ``ray.remote`` by the pool (resources, restarts). References arrive as object refs
+    (boxed in a list, so Ray does not fetch them eagerly) and are installed on first use, again after
+    the worker subprocess or the actor itself was replaced.
+    """
+
+    def __init__(self, *, key: str, kind: str, index: int, num_threads: int,
+                 fingerprint_override: dict[str, Any] | None = None) -> None:
+        self.key = key
+        self.kind = kind
+        self.index = index
+        self.info = {**fingerprint(kind), "device_key": key, "index": index, **(fingerprint_override or {})}
+        env = {"AUTOSEARCH_DEVICE": "cuda" if kind == "cuda" else "cpu"}
+        if kind == "cpu":
+            cores = sorted(os.sched_getaffinity(0))[: max(1, num_threads)]
+            env["TVM_NUM_THREADS"] = str(num_threads)
+            env["AUTOSEARCH_AFFINITY"] = ",".join(str(c) for c in cores)
+        node = str(self.info["node_id"])[:12]
+        self.worker = Worker(name=f"{node}:{key}#{index}", env=env)
+        self.worker.start()  # imports TVM while the pool starts the other actors
+        self._installed: set[str] = set()
+        self._restarts = 0
+
+    def fingerprint(self) -> dict[str, Any]:
+        return self.info
+
+    def warm_up(self) -> Reply:
+        return self.worker.call("ping", timeout=STARTUP_TIMEOUT)
+
+    def _sync(self) -> None:
+        if self.worker.restarts != self._restarts:
+            self._installed.clear()
+            self._restarts = self.worker.restarts
+
+    def _ident(self) -> str:
+        self.worker.start()
+        return self.worker.ident
+
+    def reference(self, task_key: str, artifact: bytes, args, seed: int, evaluator: dict,
+                  timeout: float) -> tuple[Reply, str]:
+        """Run the unscheduled kernel: its output becomes the reference (kept installed here)."""
+        ident = self._ident()
+        self._sync()
+        reply = self.worker.call("reference", task_key, artifact, args, seed, evaluator, timeout=timeout)
+        self._sync()
+        if reply.kind == "ok":
+            self._installed.add(task_key)
+        return reply, ident
+
+    def run(self, task_key: str, reference_box: list, artifact: bytes, args, seed: int, evaluator: dict,
+            timeout: float, fault: str | None = None) -> tuple[Reply, str]:
+        """Check one kernel against the task's reference and time it; ``timeout`` starts here."""
+        ident = self._ident()
+        self._sync()
+        if fault == "actor_exit":  # test-only: the actor process dies as if it had segfaulted
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if task_key not in self._installed:
+            reference = ray.get(reference_box[0])
+            reply = self.worker.call("set_reference", task_key, reference, timeout=STARTUP_TIMEOUT)
+            self._sync()
+            if reply.kind != "ok":
+                return reply, ident
+            self._installed.add(task_key)
+        reply = self.worker.call("run", task_key, artifact, args, seed, evaluator, timeout=timeout)
+        self._sync()
+        return reply, ident
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+# ---------------------------------------------------------------------------------------------- builds
+_BUILD_WORKER: Worker | None = None
+
+
+def build_in_worker(mod_json: str, target: dict[str, Any], timeout: float,
+                    fault: str | None = None) -> tuple[dict[str, Any], bytes | None]:
+    """Body of the Ray build task: compile in this Ray worker's warm subprocess, with the local timeout.
+
+    Ray reuses its worker processes, so the subprocess (and its TVM import) survives between builds;
+    the timeout starts when the build starts, not when the task was queued. Returns (status, .so bytes).
+    """
+    global _BUILD_WORKER
+    if _BUILD_WORKER is None:
+        _BUILD_WORKER = Worker(name="ray-build", env={"TVM_NUM_THREADS": "1"})
+    worker = _BUILD_WORKER
+    reply = worker.call("ping", timeout=STARTUP_TIMEOUT)
+    ident = worker.ident
+    if reply.kind == "ok":
+        if fault == "build_hang":  # test-only: a build that never finishes
+            reply = worker.call("exec_test_hook", "hang", timeout=timeout)
+        else:
+            reply = worker.call("build", mod_json, target, timeout=timeout)
+    if reply.kind == "ok":
+        artifact, secs = reply.value
+        return {"kind": "ok", "build_secs": secs, "seconds": reply.seconds, "worker": ident}, artifact
+    return {"kind": reply.kind, "error": reply.error, "seconds": reply.seconds, "worker": ident}, None

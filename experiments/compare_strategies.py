@@ -1,0 +1,186 @@
+"""Search strategies vs TVM's own tuner at equal trial budgets (issue: strategies and `run`).
+
+Random, annealing, Optuna TPE (autosearch) and ``ms.tune_tir`` (evolutionary search + XGBoost, with the
+builder that does not time out) on conv tasks of tiny-YOLOv2 / YOLOv8n, same design space, same
+measurement settings, several seeds, all in one script, one run at a time. The best config of each run
+after B trials (for every budget B) is re-timed in a fresh measuring process, so no tool is credited
+with a lucky in-run timing.
+
+    python experiments/compare_strategies.py --tasks tiny-yolov2:4,tiny-yolov2:5,yolov8n:10 \
+        --budgets 64,128 --seeds 3 [--methods random,annealing,optuna,metaschedule]
+
+Writes experiments/results/compare_strategies.{json,md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from autosearch.measure.base import EvaluatorConfig  # noqa: E402
+from autosearch.measure.local import LocalRunner  # noqa: E402
+from autosearch.records import Record, TuningLog, read_log  # noqa: E402
+from autosearch.target import parse_target  # noqa: E402
+from autosearch.tuner import Tuner  # noqa: E402
+from experiments.metaschedule import tune_tir  # noqa: E402
+from workloads.importer import import_model  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def best_within(records: list[Record], budget: int) -> Record | None:
+    valid = [r for r in records[:budget] if r.ok]
+    return min(valid, key=lambda r: r.latency) if valid else None
+
+
+def curve(records: list[Record], flops: float) -> list[float]:
+    best, out = 0.0, []
+    for r in records:
+        if r.ok:
+            best = max(best, flops / r.latency / 1e9)
+        out.append(best)
+    return out
+
+
+def run_autosearch(task, target, method: str, budget: int, batch: int, seed: int, evaluator, cost_model=None):
+    work = tempfile.mkdtemp(prefix=f"cmp-{method}-")
+    log_path = os.path.join(work, "log.jsonl")
+    runner = LocalRunner(target=target, evaluator=evaluator)
+    start = time.perf_counter()
+    with TuningLog(log_path) as log:
+        Tuner(tasks=[task], runner=runner, log=log, strategy=method, budget=budget, batch=batch, seed=seed,
+              cost_model=cost_model).run()
+    wall = time.perf_counter() - start
+    runner.close()
+    return read_log(log_path).trials(task.workload_key), wall
+
+
+def run_metaschedule(task, target, budget: int, batch: int, seed: int, evaluator):
+    from autosearch.export import read_database
+
+    work = tempfile.mkdtemp(prefix="cmp-ms-")
+    run = tune_tir(task.mod, target, work, budget, per_iter=batch, fast_builder=True, evaluator=evaluator,
+                   seed=seed + 1)
+    records = read_database(work).records  # in the order MetaSchedule committed them
+    return records, run.wall_secs
+
+
+def retime(task, target, traces: list, evaluator) -> list[float]:
+    """Re-time the given schedules (TVM trace JSON) in a fresh measuring process; seconds each."""
+    import tvm
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    mods = []
+    for trace in traces:
+        sch = Schedule(task.mod)
+        Trace.apply_json_to_schedule(trace, sch)
+        mods.append(sch.mod)
+    runner = LocalRunner(target=target, evaluator=evaluator)
+    try:
+        base = runner.prepare(task)
+        assert base.ok, base.error
+        results = runner.measure(task, mods)
+    finally:
+        runner.close()
+    del tvm
+    return [r.median for r in results]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--tasks", default="tiny-yolov2:4,tiny-yolov2:5,yolov8n:10",
+                   help="MODEL:INDEX,... (conv tasks)")
+    p.add_argument("--budgets", default="64,128")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--methods", default="random,annealing,optuna,metaschedule")
+    p.add_argument("--cost-model", default=None, help="cost model for annealing/optuna (default: none)")
+    p.add_argument("--out", default="compare_strategies")
+    args = p.parse_args()
+    budgets = [int(b) for b in args.budgets.split(",")]
+    methods = args.methods.split(",")
+    target = parse_target(None)
+    evaluator = EvaluatorConfig()
+    models: dict = {}
+    runs = []
+    for spec in args.tasks.split(","):
+        model_name, index = spec.split(":")
+        if model_name not in models:
+            models[model_name] = import_model(model_name, target)
+        task = models[model_name].tasks[int(index)]
+        for seed in range(args.seeds):
+            for method in methods:
+                if method == "metaschedule":
+                    records, wall = run_metaschedule(task, target, max(budgets), args.batch, seed, evaluator)
+                else:
+                    cm = args.cost_model if method in ("annealing", "optuna") else None
+                    records, wall = run_autosearch(task, target, method, max(budgets), args.batch, seed, evaluator, cm)
+                bests = {b: best_within(records, b) for b in budgets}
+                traces = [bests[b].trace for b in budgets if bests[b] is not None]
+                retimed = retime(task, target, traces, evaluator) if traces else []
+                row = {"task": spec, "task_name": task.name, "gflop": task.gflop, "method": method, "seed": seed,
+                       "wall_secs": wall, "trials": len(records), "curve": curve(records, task.flops),
+                       "failed": sum(1 for r in records if not r.ok)}
+                it = iter(retimed)
+                for b in budgets:
+                    row[f"best_gflops_{b}"] = (task.flops / next(it) / 1e9) if bests[b] is not None else 0.0
+                    row[f"intune_gflops_{b}"] = bests[b].gflops if bests[b] is not None else 0.0
+                runs.append(row)
+                sys.stdout.write(f"{spec} seed {seed} {method:12s} wall {wall:6.1f}s "
+                                 + " ".join(f"best@{b} {row[f'best_gflops_{b}']:.1f}" for b in budgets) + "\n")
+                sys.stdout.flush()
+                os.makedirs(RESULTS, exist_ok=True)
+                with open(os.path.join(RESULTS, f"{args.out}.json"), "w") as fh:
+                    json.dump({"target": str(target), "evaluator": evaluator.to_json(), "runs": runs}, fh)
+    write_report(runs, budgets, methods, args.out)
+    return 0
+
+
+def write_report(runs: list[dict], budgets: list[int], methods: list[str], out: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(r["task"] for r in runs))
+    header = ["task", "method"] + [f"GFLOPS@{b} (median, re-timed)" for b in budgets] + ["wall s (median)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for t in tasks:
+        for m in methods:
+            rows = [r for r in runs if r["task"] == t and r["method"] == m]
+            if not rows:
+                continue
+            cells = [f"{statistics.median(r[f'best_gflops_{b}'] for r in rows):.1f}" for b in budgets]
+            lines.append(f"| {t} ({rows[0]['gflop']:.2f} GFLOP) | {m} | " + " | ".join(cells)
+                         + f" | {statistics.median(r['wall_secs'] for r in rows):.0f} |")
+    with open(os.path.join(RESULTS, f"{out}.md"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    sys.stdout.write("\n".join(lines) + "\n")
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), dpi=110, squeeze=False)
+    for ax, t in zip(axes[0], tasks):
+        for m in methods:
+            rows = [r for r in runs if r["task"] == t and r["method"] == m]
+            if not rows:
+                continue
+            n = min(len(r["curve"]) for r in rows)
+            med = [statistics.median(r["curve"][i] for r in rows) for i in range(n)]
+            ax.plot(range(1, n + 1), med, label=m)
+        ax.set_title(t)
+        ax.set_xlabel("trials")
+        ax.set_ylabel("best GFLOPS (in-run, median of seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(RESULTS, f"{out}.png"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+"""Optuna over the decision space: one categorical parameter per decision, conditional on the sketch.
+
+Each trial first suggests ``sketch``, then, for every decision of that sketch, ``s{k}.{decision}``
+with the decision's legal choices (tile tuples as strings such as ``"1x2x13x4"``: Optuna's categorical
+choices must be None/bool/int/float/str). Categoricals, not an ordinal encoding: an encoding repaired
+to legal tiles maps many parameter values to one tile, so the sampler would learn from values it never
+measured (TVM_NOTES: TPE over a repaired log2 encoding did no better than random).
+
+Driven by ``study.ask()`` / ``study.tell()``, maximising throughput ``1 / median latency`` (1/s, so no
+FLOPs are needed; the order is that of GFLOPS). Failed measurements are told as ``TrialState.FAIL``, not
+as made-up values. Optuna may suggest a config asked before: that trial is told the known value (or
+FAIL) — or, if the first one is still being measured, told when it is — and Optuna is asked again; after
+``max_retries`` repeats in a row an unasked neighbour of the repeat is enqueued instead, so the
+loop never gets a config twice and the study holds every measured config as a trial.
+
+Samplers (option ``sampler``): ``tpe`` (default; multivariate, ``group=True`` so it models each
+sketch's decisions jointly, constant liar for batches) is the one that models this conditional space.
+The others model only the intersection of the parameters of all trials, which is just ``sketch``: their
+decisions come from their independent sampler, i.e. uniformly at random. ``random``; ``qmc`` (a
+scrambled Sobol sequence over ``sketch``); ``cmaes`` (CMA-ES cannot model categoricals at all, so in
+practice random); ``nsga2`` (genetic; ``n_startup_trials`` is its population size); ``gp`` (Optuna's
+Gaussian process; needs PyTorch, which autosearch does not install).
+
+With ``storage`` (e.g. ``sqlite:///study.db``) the study is stored and reloaded (``load_if_exists``),
+one study per task (``study_name``; the tuning loop passes task name + key), so optuna-dashboard shows
+the search; configs already in a reloaded study are never asked again (trials a crashed run left
+RUNNING stay so: with constant liar they count as bad). On SQLite every parameter and attribute is a
+committed write, about 0.3 s per trial on this VM: small next to building and timing a kernel.
+
+With a cost model, a share ``model_share`` of every batch (once ``n_startup_trials`` configs were
+measured ok) is picked by the model from ``pool_size`` candidates (mutations of the best measured
+configs and random configs), greedily by score and at least two decisions apart; those are enqueued
+(``study.enqueue_trial``) and asked, so they are ordinary trials with real results. The rest of the
+batch is Optuna's own suggestions, unranked. No trial is ever told a predicted value: a study holds
+measurements only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.trial import Trial, TrialState
+
+from autosearch.cost_model import ConfigScorer
+from autosearch.errors import UserError
+from autosearch.records import Config, MeasureResult
+from autosearch.space import DecisionSpace, config_key
+from autosearch.strategy import Option
+
+log = logging.getLogger(__name__)
+
+SAMPLERS: tuple[str, ...] = ("tpe", "random", "qmc", "cmaes", "nsga2", "gp")
+
+OPTIONS: dict[str, Option] = {
+    "sampler": Option(
+        "Optuna sampler; only tpe models the decisions (the others sample them at random)",
+        "tpe",
+        str,
+        SAMPLERS,
+    ),
+    "n_startup_trials": Option(
+        "random trials before the sampler models the results (nsga2: population size)", 10, int
+    ),
+    "storage": Option("Optuna storage URL, e.g. sqlite:///study.db (empty: in memory)", "", str),
+    "study_name": Option("study name in the storage (the tuning loop sets task name + key)", "", str),
+    "model_share": Option("with a cost model: share of each batch picked by the model", 0.5, float),
+    "pool_size": Option("with a cost model: candidates the model ranks per batch", 128, int),
+    "max_retries": Option("repeated suggestions in a row before a neighbour is enqueued instead", 10, int),
+}
+
+_PARAM_SKETCH = "sketch"
+_ATTR_CONFIG = "config"
+
+
+def _quiet_optuna() -> None:
+    """Optuna logs every trial at INFO; a tuning run makes thousands of them."""
+    if optuna.logging.get_verbosity() <= optuna.logging.INFO:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def make_sampler(name: str, *, seed: int, n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
+    """An Optuna sampler by name; ``UserError`` for unknown names or a missing optional dependency."""
+    if name not in SAMPLERS:
+        raise UserError(f"unknown optuna sampler {name!r}; valid samplers: {', '.join(SAMPLERS)}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if name == "tpe":
+            return optuna.samplers.TPESampler(
+                multivariate=True,
+                group=True,
+                constant_liar=True,
+                n_startup_trials=n_startup_trials,
+                seed=seed,
+            )
+        if name == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        if name == "qmc":
+            # QMC warns on every trial that the space is conditional; the docstring says so once
+            logging.getLogger("optuna.samplers._qmc").setLevel(logging.ERROR)
+            return optuna.samplers.QMCSampler(
+                scramble=True, seed=seed, warn_independent_sampling=False, warn_asynchronous_seeding=False
+            )
+        if name == "cmaes":
+            return optuna.samplers.CmaEsSampler(
+                seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False
+            )
+        if name == "nsga2":
+            return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, n_startup_trials))
+        # gp
+        missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise UserError(
+                f"optuna sampler 'gp' needs {' and '.join(missing)}, not installed here "
+                f"(pip install {' '.join(missing)}); or use sampler=tpe"
+            )
+        return optuna.samplers.GPSampler(
+            seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False
+        )
+
+
+def _to_param(value: Any) -> Any:
+    return "x".join(map(str, value)) if isinstance(value, tuple) else value
+
+
+def _from_param(value: Any) -> Any:
+    return tuple(int(p) for p in value.split("x")) if isinstance(value, str) else int(value)
+
+
+def _hamming(a: Config, b: Config) -> int:
+    if a.sketch != b.sketch:
+        return len(a.values) + len(b.values)
+    return sum(x != y for x, y in zip(a.values, b.values))
+
+
+class OptunaSearch:
+    """Optuna's ask/tell over the conditional categorical parameters of the space."""
+
+    def __init__(
+        self,
+        space: DecisionSpace,
+        *,
+        seed: int,
+        cost_model: ConfigScorer | None = None,
+        sampler: str = OPTIONS["sampler"].default,
+        n_startup_trials: int = OPTIONS["n_startup_trials"].default,
+        storage: str = OPTIONS["storage"].default,
+        study_name: str = OPTIONS["study_name"].default,
+        model_share: float = OPTIONS["model_share"].default,
+        pool_size: int = OPTIONS["pool_size"].default,
+        max_retries: int = OPTIONS["max_retries"].default,
+    ) -> None:
+        _quiet_optuna()
+        self.space = space
+        self.cost_model = cost_model
+        self.n_startup_trials = n_startup_trials
+        self.model_share = min(1.0, max(0.0, model_share))
+        self.pool_size = max(1, pool_size)
+        self.max_retries = max(1, max_retries)
+        self._rng = np.random.default_rng(seed)
+        self._names = [[f"s{s.index}.{d.name}" for d in s.decisions] for s in space.sketches]
+        if storage and not study_name:
+            study_name = self._default_study_name()
+            log.warning("optuna: no study_name given; using %s", study_name)
+        self.study = optuna.create_study(
+            direction="maximize",
+            sampler=make_sampler(sampler, seed=seed, n_startup_trials=n_startup_trials),
+            storage=storage or None,
+            study_name=study_name or None,
+            load_if_exists=bool(storage),
+        )
+        self._running: dict[Config, Trial] = {}  # asked, waiting for its result
+        self._repeats: dict[Config, list[Trial]] = {}  # repeated suggestions of a running config
+        self._known: dict[Config, float | None] = {}  # told: throughput (1/s), None for a failure
+        self._load_existing()
+
+    # ------------------------------------------------------------------ study <-> configs
+    def _default_study_name(self) -> str:
+        desc = [[d.name, [_to_param(c) for c in d.choices]] for s in self.space.sketches for d in s.decisions]
+        return "autosearch-" + hashlib.blake2b(json.dumps(desc).encode(), digest_size=6).hexdigest()
+
+    def _load_existing(self) -> None:
+        """Configs a reloaded study already measured: never ask them again, answer repeats from them."""
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+            raw = trial.user_attrs.get(_ATTR_CONFIG)
+            if raw is None:
+                continue
+            config = Config.from_json(json.loads(raw))
+            if self.space.contains(config):
+                self._known[config] = trial.value if trial.state == TrialState.COMPLETE else None
+        if self._known:
+            log.info("optuna: study %s holds %d measured configs", self.study.study_name, len(self._known))
+
+    def _suggest(self, trial: Trial) -> Config:
+        sketch = trial.suggest_categorical(_PARAM_SKETCH, list(range(len(self.space.sketches))))
+        decisions = self.space.decisions(sketch)
+        values = tuple(
+            _from_param(trial.suggest_categorical(name, [_to_param(c) for c in d.choices]))
+            for name, d in zip(self._names[sketch], decisions)
+        )
+        return Config(sketch, values)
+
+    def params(self, config: Config) -> dict[str, Any]:
+        """The Optuna parameters of a config (for ``enqueue_trial``)."""
+        out: dict[str, Any] = {_PARAM_SKETCH: config.sketch}
+        out.update({name: _to_param(v) for name, v in zip(self._names[config.sketch], config.values)})
+        return out
+
+    def _asked(self, config: Config) -> bool:
+        return config in self._known or config in self._running
+
+    def _tell_trial(self, trial: Trial, value: float | None) -> None:
+        if value is None:
+            self.study.tell(trial, state=TrialState.FAIL)
+        else:
+            self.study.tell(trial, value)
+
+    # ------------------------------------------------------------------ ask / tell
+    def ask(self, n: int) -> list[Config]:
+        out: list[Config] = []
+        if n <= 0:
+            return out
+        if self.cost_model is not None and self._n_ok() >= self.n_startup_trials:
+            for config in self._model_picks(round(self.model_share * n)):
+                taken = self._ask_enqueued(config, source="cost_model")
+                if taken is not None:
+                    out.append(taken)
+        repeats = 0
+        while len(out) < n:
+            trial = self.study.ask()
+            suggested = self._suggest(trial)
+            taken = self._take(trial, suggested)
+            if taken is not None:
+                out.append(taken)
+                repeats = 0
+                continue
+            repeats += 1
+            if repeats >= self.max_retries:
+                fresh = self._fresh_near(suggested)
+                taken = None if fresh is None else self._ask_enqueued(fresh, source="neighbour")
+                if taken is None:
+                    log.info("optuna: no unasked config found; returning %d of %d", len(out), n)
+                    break
+                out.append(taken)
+                repeats = 0
+        return out
+
+    def tell(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
+        for config, result in zip(configs, results):
+            trial = self._running.pop(config, None)
+            if trial is None:
+                log.warning("optuna: told a config it did not ask for or already told: %s", config)
+                continue
+            value = 1.0 / result.median if result.ok and result.median > 0 else None
+            self._known[config] = value
+            trial.set_user_attr("status", result.status.value)
+            if value is not None:
+                trial.set_user_attr("latency_s", result.median)
+            self._tell_trial(trial, value)
+            for repeat in self._repeats.pop(config, []):
+                self._tell_trial(repeat, value)
+
+    # ------------------------------------------------------------------ helpers
+    def _n_ok(self) -> int:
+        return sum(v is not None for v in self._known.values())
+
+    def _ask_enqueued(self, config: Config, *, source: str) -> Config | None:
+        """Enqueue a chosen config and ask it, so it becomes an ordinary trial of the study.
+
+        Returns the config the trial got: ``config``, unless the study held an older waiting trial (a
+        reloaded study, or another process); that one is taken as a suggestion like any other.
+        """
+        self.study.enqueue_trial(self.params(config), user_attrs={"source": source})
+        trial = self.study.ask()
+        return self._take(trial, self._suggest(trial))
+
+    def _take(self, trial: Trial, config: Config) -> Config | None:
+        """Register a new trial's config; a repeat is answered (or parked) and gives None."""
+        if not self._asked(config):
+            trial.set_user_attr(_ATTR_CONFIG, config_key(config))
+            self._running[config] = trial
+            return config
+        trial.set_user_attr("repeat", True)
+        if config in self._known:
+            self._tell_trial(trial, self._known[config])
+        else:
+            self._repeats.setdefault(config, []).append(trial)
+        return None
+
+    def _fresh_near(self, config: Config) -> Config | None:
+        """An unasked config near ``config`` (1-4 mutations), else an unasked random one."""
+        for distance in (1, 1, 2, 2, 3, 4):
+            candidate = config
+            for _ in range(distance):
+                candidate = self.space.mutate(candidate, self._rng)
+            if not self._asked(candidate):
+                return candidate
+        for _ in range(100):
+            candidate = self.space.sample(self._rng)
+            if not self._asked(candidate):
+                return candidate
+        return None
+
+    def _model_picks(self, n: int) -> list[Config]:
+        """The n best-scored of a pool of unasked candidates, at least two decisions apart when possible."""
+        if n <= 0:
+            return []
+        assert self.cost_model is not None
+        ok = sorted((c for c, v in self._known.items() if v is not None), key=lambda c: -self._known[c])[:8]
+        pool: dict[Config, None] = {}
+        for i in range(self.pool_size * 4):
+            if len(pool) >= self.pool_size:
+                break
+            if i % 2 == 0 and ok:
+                candidate = ok[(i // 2) % len(ok)]
+                for _ in range(1 + int(self._rng.integers(2))):
+                    candidate = self.space.mutate(candidate, self._rng)
+            else:
+                candidate = self.space.sample(self._rng)
+            if not self._asked(candidate):
+                pool[candidate] = None
+        candidates = list(pool)
+        if not candidates:
+            return []
+        scores = np.asarray(self.cost_model.score(candidates), dtype=np.float64)
+        order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), kind="stable")
+        picked: list[Config] = []
+        for i in order:
+            c = candidates[int(i)]
+            if len(picked) < n and all(_hamming(c, p) >= 2 for p in picked):
+                picked.append(c)
+        for i in order:
+            c = candidates[int(i)]
+            if len(picked) < n and c not in picked:
+                picked.append(c)
+        return picked
+
+
+STRATEGY = OptunaSearch

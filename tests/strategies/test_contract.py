@@ -1,0 +1,300 @@
+"""The contract every search strategy keeps, written once, run for each (Optuna BasicSamplerTestCase style).
+
+Each variant is a registered strategy with some options, with or without a cost model. Results come
+from replayed/synthetic measurements on a real MetaSchedule decision space (see conftest.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from strategy_helpers import EncodingRidgeScorer, OracleScorer
+
+from autosearch.errors import UserError
+from autosearch.measure.replay import ReplayRunner, SyntheticLatency, best_latency, run_strategy
+from autosearch.records import MeasureResult, Status
+from autosearch.strategy import STRATEGIES, make_strategy, parse_options, strategy_options
+
+# the model-guided walk is kept small so the suite stays fast; its defaults are tested elsewhere
+_SMALL_WALK = {"parallel_size": 16, "n_iter": 10, "early_stop": 5}
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    options: dict[str, Any]
+    model: bool = False  # give it a learned cost model (EncodingRidgeScorer), updated by the loop
+
+    def make(self, space, seed: int):
+        scorer = EncodingRidgeScorer(space) if self.model else None
+        return make_strategy(self.name, space, seed=seed, cost_model=scorer, **self.options), scorer
+
+    def __str__(self) -> str:
+        opts = ",".join(f"{k}={v}" for k, v in self.options.items() if k in ("sampler",))
+        return f"{self.name}[{opts}]{'+model' if self.model else ''}"
+
+
+VARIANTS = [
+    Variant("random", {}),
+    Variant("annealing", {}),
+    Variant("annealing", _SMALL_WALK, model=True),
+    Variant("optuna", {"sampler": "tpe"}),
+    Variant("optuna", {"sampler": "tpe"}, model=True),
+    Variant("optuna", {"sampler": "random"}),
+    Variant("optuna", {"sampler": "qmc"}),
+    Variant("optuna", {"sampler": "nsga2"}),
+    Variant("optuna", {"sampler": "cmaes"}),
+]
+
+
+def _all_fail(configs) -> list[MeasureResult]:
+    return [MeasureResult.failed(Status.BUILD_ERROR, "every build fails in this test") for _ in configs]
+
+
+def test_every_registered_strategy_is_in_the_contract_suite() -> None:
+    assert {v.name for v in VARIANTS} == set(STRATEGIES)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=str)
+class TestStrategyContract:
+    def test_asks_at_most_n(self, variant: Variant, conv_space) -> None:
+        strategy, _ = variant.make(conv_space, seed=0)
+        assert strategy.ask(0) == []
+        for n in (1, 3, 8):
+            configs = strategy.ask(n)
+            assert 1 <= len(configs) <= n
+            strategy.tell(configs, _all_fail(configs))
+
+    def test_never_repeats_and_stays_in_space(self, variant: Variant, conv_space, synthetic) -> None:
+        strategy, scorer = variant.make(conv_space, seed=1)
+        # run_strategy raises on a repeated config or an oversized batch
+        history = run_strategy(
+            strategy, ReplayRunner(conv_space, synthetic), budget=96, batch=8, cost_model=scorer
+        )
+        configs = [c for c, _ in history]
+        assert len(configs) == 96 == len(set(configs))
+        assert all(conv_space.contains(c) for c in configs)
+        if scorer is not None:
+            assert scorer.updates == 12
+
+    def test_same_seed_same_sequence(self, variant: Variant, conv_space, synthetic) -> None:
+        runs = []
+        for _ in range(2):
+            strategy, scorer = variant.make(conv_space, seed=7)
+            runs.append(
+                [
+                    c
+                    for c, _ in run_strategy(
+                        strategy, ReplayRunner(conv_space, synthetic), 32, 8, cost_model=scorer
+                    )
+                ]
+            )
+        assert runs[0] == runs[1]
+
+    def test_different_seeds_differ(self, variant: Variant, conv_space, synthetic) -> None:
+        runs = []
+        for seed in (1, 2):
+            strategy, scorer = variant.make(conv_space, seed=seed)
+            runs.append(
+                [
+                    c
+                    for c, _ in run_strategy(
+                        strategy, ReplayRunner(conv_space, synthetic), 16, 8, cost_model=scorer
+                    )
+                ]
+            )
+        assert runs[0] != runs[1]
+        assert len(set(runs[0]) & set(runs[1])) < 4
+
+    def test_survives_batches_that_all_fail(self, variant: Variant, conv_space, synthetic) -> None:
+        strategy, scorer = variant.make(conv_space, seed=3)
+        asked = []
+        for batch in range(6):
+            configs = strategy.ask(8)
+            assert len(configs) == 8, f"batch {batch}: a strategy must keep proposing after failures"
+            assert not set(configs) & set(asked)
+            asked.extend(configs)
+            # three batches where every build fails, then real results: the strategy recovers
+            results = _all_fail(configs) if batch < 3 else [synthetic(c) for c in configs]
+            if scorer is not None:
+                scorer.update(configs, results)
+            strategy.tell(configs, results)
+        assert all(conv_space.contains(c) for c in asked)
+
+    def test_beats_the_median_config_on_a_replayed_space(
+        self, variant: Variant, conv_space, recorded
+    ) -> None:
+        """On a replayed log (recorded configs exact, the rest by surrogate), 64 trials find a config
+        far better than a typical random one."""
+        median_random = statistics.median(r.median for _, r in recorded if r.ok)
+        strategy, scorer = variant.make(conv_space, seed=4)
+        history = run_strategy(strategy, ReplayRunner(conv_space, recorded, seed=0), 64, 8, cost_model=scorer)
+        assert best_latency(history) < 0.5 * median_random
+
+
+# ---------------------------------------------------------------------------------- search quality
+def _best_of(name: str, space, synthetic, seed: int, budget: int = 64, scorer=None, **options) -> float:
+    strategy = make_strategy(name, space, seed=seed, cost_model=scorer, **options)
+    history = run_strategy(strategy, ReplayRunner(space, synthetic), budget, 8, cost_model=scorer)
+    return best_latency(history) / synthetic.latency(synthetic.optimum())
+
+
+@pytest.mark.parametrize("name", ["annealing", "optuna"])
+def test_beats_random_search_on_the_synthetic_space(name: str, conv_space) -> None:
+    """Best of 64 (as a multiple of the known optimum), median over 3 seeds, each seed its own synthetic
+    landscape: better than random search's.
+
+    Measured over 30 seeds (landscape seed = strategy seed): median best-of-64 random 2.77x the optimum,
+    annealing 2.03x (better than random in 90% of paired runs), Optuna TPE 2.39x (80%); this median-of-3
+    comparison held for all 10 disjoint triples of those seeds, for both.
+    """
+    seeds = (0, 1, 2)
+    landscapes = {s: SyntheticLatency(conv_space, seed=s) for s in seeds}
+    random_best = statistics.median(_best_of("random", conv_space, landscapes[s], s) for s in seeds)
+    best = statistics.median(_best_of(name, conv_space, landscapes[s], s) for s in seeds)
+    assert best < random_best, (best, random_best)
+
+
+def test_annealing_with_a_perfect_model_finds_the_optimum(conv_space, synthetic) -> None:
+    """The model-scored walk, given the true landscape, gets within 30% of the optimum in 48 trials (measured
+    annealing alone is ~2x off at 64; this walk measured 1.05-1.13x over 3 seeds): the walk, heap and
+    diverse pick work."""
+    ratio = _best_of(
+        "annealing",
+        conv_space,
+        synthetic,
+        seed=0,
+        budget=48,
+        scorer=OracleScorer(synthetic),
+        parallel_size=32,
+        n_iter=60,
+    )
+    assert ratio < 1.3
+
+
+def test_optuna_with_a_perfect_model_beats_optuna_alone(conv_space, synthetic) -> None:
+    seeds = (0, 1, 2)
+    alone = statistics.median(_best_of("optuna", conv_space, synthetic, s) for s in seeds)
+    guided = statistics.median(
+        _best_of("optuna", conv_space, synthetic, s, scorer=OracleScorer(synthetic)) for s in seeds
+    )
+    assert guided < 0.8 * alone, (guided, alone)
+
+
+# ---------------------------------------------------------------------------------- registry and options
+def test_unknown_strategy_lists_the_valid_names(conv_space) -> None:
+    with pytest.raises(UserError) as err:
+        make_strategy("hillclimb", conv_space, seed=0)
+    for name in STRATEGIES:
+        assert name in str(err.value)
+
+
+def test_unknown_optuna_sampler_lists_the_valid_samplers(conv_space) -> None:
+    with pytest.raises(UserError) as err:
+        make_strategy("optuna", conv_space, seed=0, sampler="hyperband")
+    for sampler in ("tpe", "random", "qmc", "cmaes", "nsga2", "gp"):
+        assert sampler in str(err.value)
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_parse_options_rejects_unknown_and_converts_known(name: str) -> None:
+    with pytest.raises(UserError, match="no option 'temperature_of_the_sun'"):
+        parse_options(name, {"temperature_of_the_sun": "1"})
+    table = strategy_options(name)
+    key, opt = next((k, o) for k, o in table.items() if o.type in (int, float))
+    assert parse_options(name, {key: str(opt.default)}) == {key: opt.default}
+    with pytest.raises(UserError, match="must be"):
+        parse_options(name, {key: "not-a-number"})
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_options_table_matches_the_constructor(name: str) -> None:
+    """The table documents and parses the options; the constructor must take exactly those, with the
+    same defaults, or ``--option`` would document one thing and do another."""
+    import importlib
+
+    module = importlib.import_module(STRATEGIES[name])
+    params = inspect.signature(module.STRATEGY).parameters
+    keyword = {
+        k: p.default
+        for k, p in params.items()
+        if p.kind is p.KEYWORD_ONLY and k not in ("seed", "cost_model")
+    }
+    assert keyword == {k: o.default for k, o in module.OPTIONS.items()}
+    assert params["seed"].default is inspect.Parameter.empty, "seed must be required"
+    for key, opt in module.OPTIONS.items():
+        assert opt.help and isinstance(opt.default, opt.type), key
+
+
+def test_random_search_exhausts_a_tiny_space_exactly(conv_space) -> None:
+    """A space small enough to list is enumerated: every config exactly once, then nothing."""
+    from strategies.random_search import RandomSearch, enumerate_space
+
+    small = _TinySpace(conv_space)
+    everything = set(enumerate_space(small))
+    strategy = RandomSearch(small, seed=0)
+    got = []
+    while batch := strategy.ask(5):
+        got.extend(batch)
+    assert len(got) == len(everything) == len(set(got)) and set(got) == everything
+    assert strategy.ask(5) == []
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_tiny_space_runs_dry_without_repeats(name: str, conv_space, synthetic) -> None:
+    """When the space has fewer configs than the budget, a strategy returns fewer and never repeats."""
+    small = _TinySpace(conv_space)
+    strategy = make_strategy(name, small, seed=0)
+    history = run_strategy(strategy, ReplayRunner(small, synthetic), budget=int(small.size()) + 20, batch=8)
+    configs = [c for c, _ in history]
+    assert len(set(configs)) == len(configs) <= small.size()
+    assert len(configs) >= 0.9 * small.size()
+
+
+class _TinySpace:
+    """The conv space with every decision but two of sketch 0 fixed: a real sub-space of 16 configs."""
+
+    def __init__(self, space) -> None:
+        from autosearch.records import Decision
+
+        self._space = space
+        sketch = space.sketches[0]
+        open_ = [i for i, d in enumerate(sketch.decisions) if len(d.choices) > 1][-2:]  # unroll, compute loc
+        decisions = tuple(
+            d if i in open_ else Decision(d.name, d.kind, (sketch.default[i],), d.position)
+            for i, d in enumerate(sketch.decisions)
+        )
+        self.sketches = (
+            type(sketch)(index=0, trace=sketch.trace, decisions=decisions, default=sketch.default),
+        )
+
+    def decisions(self, sketch: int):
+        return self.sketches[sketch].decisions
+
+    def size(self) -> float:
+        return float(np.prod([len(d.choices) for d in self.sketches[0].decisions]))
+
+    def contains(self, config) -> bool:
+        return config.sketch == 0 and all(
+            v in d.choice_set for d, v in zip(self.sketches[0].decisions, config.values)
+        )
+
+    def sample(self, rng):
+        from autosearch.records import Config
+
+        return Config(
+            0, tuple(d.choices[int(rng.integers(len(d.choices)))] for d in self.sketches[0].decisions)
+        )
+
+    def mutate(self, config, rng):
+        from autosearch.space import DecisionSpace
+
+        return DecisionSpace.mutate(self, config, rng)  # type: ignore[arg-type]
+
+    def encode(self, config):
+        return self._space.encode(config)

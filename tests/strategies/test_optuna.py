@@ -1,0 +1,161 @@
+"""Optuna specifics: parameters, results in the study, repeats, storage, samplers, quiet logs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from strategy_helpers import EncodingRidgeScorer
+
+from autosearch.errors import UserError
+from autosearch.measure.replay import ReplayRunner, run_strategy
+from autosearch.records import Config, MeasureResult, Status
+from autosearch.space import config_key
+from strategies.optuna_search import SAMPLERS, OptunaSearch, make_sampler
+
+
+def _ok(seconds: float) -> MeasureResult:
+    return MeasureResult(Status.OK, latencies=(seconds, seconds, seconds))
+
+
+def _trial_of(study: optuna.Study, config) -> optuna.trial.FrozenTrial:
+    return next(
+        t
+        for t in study.get_trials()
+        if t.user_attrs.get("config") == config_key(config) and not t.user_attrs.get("repeat")
+    )
+
+
+def test_params_are_conditional_categoricals_with_string_tiles(conv_space) -> None:
+    strategy = OptunaSearch(conv_space, seed=0)
+    [config] = strategy.ask(1)
+    trial = strategy.study.trials[0]
+    assert trial.params == strategy.params(config)
+    assert trial.params["sketch"] == config.sketch
+    names = [n for n in trial.params if n != "sketch"]
+    assert all(n.startswith(f"s{config.sketch}.") for n in names)
+    assert len(names) == len(conv_space.decisions(config.sketch))
+    for name, value, decision in zip(names, config.values, conv_space.decisions(config.sketch)):
+        if decision.kind == "SamplePerfectTile":
+            assert trial.params[name] == "x".join(map(str, value))
+        else:
+            assert trial.params[name] == value
+        assert isinstance(trial.distributions[name], optuna.distributions.CategoricalDistribution)
+
+
+def test_ok_results_are_throughput_and_failures_are_fail_trials(conv_space) -> None:
+    strategy = OptunaSearch(conv_space, seed=0)
+    configs = strategy.ask(4)
+    results = [
+        _ok(0.002),
+        MeasureResult.failed(Status.BUILD_ERROR, "x"),
+        _ok(0.004),
+        MeasureResult.failed(Status.WRONG_RESULT, "y"),
+    ]
+    strategy.tell(configs, results)
+    trials = [_trial_of(strategy.study, c) for c in configs]
+    assert [t.state for t in trials] == [
+        TrialState.COMPLETE,
+        TrialState.FAIL,
+        TrialState.COMPLETE,
+        TrialState.FAIL,
+    ]
+    assert trials[0].value == pytest.approx(500.0) and trials[2].value == pytest.approx(250.0)
+    assert trials[1].value is None and trials[1].user_attrs["status"] == "build_error"
+    assert strategy.study.best_trial.number == trials[0].number  # maximising throughput
+
+
+def test_a_repeat_of_a_measured_config_is_answered_and_asked_again(conv_space) -> None:
+    strategy = OptunaSearch(conv_space, seed=0)
+    first = strategy.ask(4)
+    strategy.tell(first, [_ok(0.001 * (i + 1)) for i in range(4)])
+    strategy.study.enqueue_trial(strategy.params(first[1]))  # make Optuna suggest first[1] again
+    again = strategy.ask(2)
+    assert len(again) == 2 and not set(again) & set(first)
+    repeats = [t for t in strategy.study.get_trials() if t.user_attrs.get("repeat")]
+    assert len(repeats) == 1
+    assert repeats[0].state == TrialState.COMPLETE and repeats[0].value == pytest.approx(500.0)
+
+
+def test_a_repeat_of_a_config_in_flight_is_told_when_its_result_arrives(conv_space) -> None:
+    strategy = OptunaSearch(conv_space, seed=0)
+    first = strategy.ask(3)
+    strategy.study.enqueue_trial(strategy.params(first[0]))
+    [extra] = strategy.ask(1)
+    assert extra not in first
+    [repeat] = [t for t in strategy.study.get_trials() if t.user_attrs.get("repeat")]
+    assert repeat.state == TrialState.RUNNING  # with constant liar, a pending trial counts as bad
+    strategy.tell(
+        first + [extra], [MeasureResult.failed(Status.RUN_ERROR, "z"), _ok(1e-3), _ok(2e-3), _ok(3e-3)]
+    )
+    repeat = strategy.study.trials[repeat.number]
+    assert repeat.state == TrialState.FAIL
+    assert all(t.state != TrialState.RUNNING for t in strategy.study.get_trials())
+
+
+def test_a_stored_study_is_reloaded_and_its_configs_never_asked_again(
+    conv_space, synthetic, tmp_path
+) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    first = OptunaSearch(conv_space, seed=0, storage=storage, study_name="conv-task")
+    done = run_strategy(first, ReplayRunner(conv_space, synthetic), 8, 4)  # sqlite: ~20 ms a write
+    second = OptunaSearch(
+        conv_space, seed=0, storage=storage, study_name="conv-task"
+    )  # same seed: would repeat
+    more = run_strategy(second, ReplayRunner(conv_space, synthetic), 8, 4)
+    assert not {c for c, _ in done} & {c for c, _ in more}
+    study = optuna.load_study(study_name="conv-task", storage=storage)
+    measured = [t for t in study.trials if not t.user_attrs.get("repeat")]
+    assert len(measured) == 16
+    assert sum(t.state == TrialState.COMPLETE for t in measured) == sum(r.ok for _, r in done + more)
+
+
+def test_storage_without_a_name_gets_a_stable_name(conv_space, tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    a = OptunaSearch(conv_space, seed=0, storage=storage)
+    b = OptunaSearch(conv_space, seed=1, storage=storage)
+    assert a.study.study_name == b.study.study_name
+    assert a.study.study_name.startswith("autosearch-")
+
+
+def test_unknown_sampler_lists_the_valid_ones() -> None:
+    with pytest.raises(UserError) as err:
+        make_sampler("bayes", seed=0)
+    assert all(name in str(err.value) for name in SAMPLERS)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
+def test_gp_sampler_without_torch_is_a_user_error(conv_space) -> None:
+    with pytest.raises(UserError, match="torch"):
+        OptunaSearch(conv_space, seed=0, sampler="gp")
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "qmc", "nsga2"])
+def test_optuna_stays_quiet(sampler: str, conv_space, synthetic, capfd) -> None:
+    """Optuna logs every trial at INFO and QMC warns on every conditional trial; a run must print nothing."""
+    strategy = OptunaSearch(conv_space, seed=0, sampler=sampler)
+    run_strategy(strategy, ReplayRunner(conv_space, synthetic), 24, 8)
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    assert optuna.logging.get_verbosity() >= optuna.logging.WARNING
+
+
+def test_cost_model_picks_a_share_of_each_batch_with_real_results(conv_space, synthetic) -> None:
+    scorer = EncodingRidgeScorer(conv_space)
+    strategy = OptunaSearch(
+        conv_space, seed=0, cost_model=scorer, model_share=0.5, n_startup_trials=8, pool_size=64
+    )
+    history = run_strategy(strategy, ReplayRunner(conv_space, synthetic), 40, 8, cost_model=scorer)
+    picked = [t for t in strategy.study.trials if t.user_attrs.get("source") == "cost_model"]
+    # 4 per batch of 8 once 8 configs were measured ok (before that, Optuna's start-up trials only)
+    guided_batches = sum(sum(r.ok for _, r in history[:b]) >= 8 for b in range(0, 40, 8))
+    assert guided_batches >= 3 and len(picked) == 4 * guided_batches
+    results = dict(history)
+    for trial in picked:  # told what was measured, never a prediction
+        result = results[Config.from_json(json.loads(trial.user_attrs["config"]))]
+        assert (trial.state == TrialState.COMPLETE) == result.ok
+        if result.ok:
+            assert trial.value == pytest.approx(1.0 / result.median)

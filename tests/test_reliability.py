@@ -1,0 +1,66 @@
+"""Interrupted runs lose nothing: SIGINT / SIGTERM / SIGKILL at random points, then --resume."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autosearch.records import read_log
+from tests.conftest import ROOT, run_cli, small_conv_onnx
+
+BUDGET = 20
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("rel") / "small.onnx")
+    small_conv_onnx(path)
+    return path
+
+
+def _trials_in(path: str) -> int:
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as fh:
+        return sum(1 for line in fh if b'"kind":"trial"' in line)
+
+
+@pytest.mark.parametrize("sig, extra_batches", [(signal.SIGINT, 0), (signal.SIGTERM, 1), (signal.SIGKILL, 2)])
+def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, sig, extra_batches):
+    log = str(tmp_path / "run.jsonl")
+    args = ["run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--trials", str(BUDGET),
+            "--batch", "4", "--log", log, "--seed", "3"]
+    proc = subprocess.Popen([sys.executable, "-m", "autosearch", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    target = 4 * (1 + extra_batches)
+    while _trials_in(log) < target and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(random.Random(int(sig)).uniform(0.0, 1.5))  # somewhere inside the next batch
+    sent = time.time()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    stopped_in = time.time() - sent
+    if sig is not signal.SIGKILL:
+        assert stopped_in < 10, f"took {stopped_in:.1f} s to stop"
+        assert proc.returncode in (130, 0), err[-2000:]
+        assert "Traceback" not in err
+    contents = read_log(log)
+    assert not contents.corrupt
+    before = [r.config for r in contents.trials()]
+    assert 0 < len(before) <= BUDGET and len(set(before)) == len(before)
+
+    again = run_cli(*args, "--resume")
+    assert again.returncode == 0, again.stderr[-2000:]
+    contents = read_log(log)
+    after = [r.config for r in contents.trials()]
+    assert len(after) == BUDGET, "resume must finish the budget exactly"
+    assert len(set(after)) == BUDGET, "no config measured twice"
+    assert after[: len(before)] == before, "nothing measured before the interruption was lost"
+    assert not contents.corrupt
