@@ -82,7 +82,7 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
     db = _database(out_dir, create=True)
     summary = ExportSummary(out_dir=out_dir)
     for key, header in contents.tasks.items():
-        valid = sorted((r for r in contents.trials(key) if r.ok and r.trace is not None), key=lambda r: r.latency)
+        valid = [r for r in contents.ranked(key) if r.trace is not None]
         if not valid:
             summary.skipped_tasks.append(header["name"])
             continue

@@ -44,6 +44,8 @@ class TuningProgress:
         state = event.task
         name = state.task.name if len(state.task.name) <= 36 else state.task.name[:33] + "..."
         label = f"#{state.task.index} {name}"
+        if event.phase == "retime":
+            label += " (re-timing finalists)"
         if event.phase == "baseline":
             base = event.batch_results[0]
             label += " (untuned " + (f"{base.median * 1e3:.1f} ms)" if base.ok else f"{base.status.value})")

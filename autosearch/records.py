@@ -137,7 +137,7 @@ def _versions() -> dict[str, str]:
 class Record:
     """One line of the tuning log: a measured config of a task (or its untuned baseline)."""
 
-    kind: str  # "trial" | "baseline"
+    kind: str  # "trial" | "baseline" | "retime" (a finalist re-timed in a fresh process)
     task_key: str
     task_name: str
     target: dict[str, Any]
@@ -243,10 +243,30 @@ class LogContents:
         found = [r for r in self.records if r.kind == "baseline" and r.task_key == task_key]
         return found[-1] if found else None
 
+    def retimes(self, task_key: str) -> list[Record]:
+        """Finalists of a task re-timed in a fresh process at the end of a run."""
+        return [r for r in self.records if r.kind == "retime" and r.task_key == task_key]
+
+    def ranked(self, task_key: str) -> list[Record]:
+        """Valid trials of a task, best first. Finalists that were re-timed in a fresh process are
+        ranked first, by their re-timed median (noise-aware: a lucky in-run timing does not win);
+        the rest follow by in-run median. Failed or wrong-result records never appear."""
+        retimed: dict[Config, Record] = {}
+        for r in self.retimes(task_key):
+            if r.config is not None:
+                retimed[r.config] = r
+        trials = [r for r in self.trials(task_key) if r.ok]
+        by_config = {r.config: r for r in trials if r.config is not None}
+        finalists = sorted((r for c, r in retimed.items() if r.ok and c in by_config), key=lambda r: r.latency)
+        first = [Record(**{**by_config[r.config].__dict__, "result": r.result}) for r in finalists]
+        seen = {r.config for r in first}
+        rest = sorted((r for r in trials if r.config not in seen or r.config is None), key=lambda r: r.latency)
+        return first + rest
+
     def best(self, task_key: str) -> Record | None:
-        """The fastest valid trial of a task (never a failed or wrong-result one)."""
-        valid = [r for r in self.trials(task_key) if r.ok]
-        return min(valid, key=lambda r: r.latency) if valid else None
+        """The best valid trial of a task (see :meth:`ranked`); never a failed or wrong-result one."""
+        ranked = self.ranked(task_key)
+        return ranked[0] if ranked else None
 
     def best_per_task(self) -> dict[str, Record]:
         out = {}
@@ -285,7 +305,7 @@ def read_log(path: str, *, strict_missing: bool = True) -> LogContents:
                 raise ValueError("not a tuning-log object")
             if obj["kind"] == "task":
                 out.tasks[obj["task"]["workload_key"]] = obj["task"]
-            elif obj["kind"] in ("trial", "baseline"):
+            elif obj["kind"] in ("trial", "baseline", "retime"):
                 out.records.append(Record.from_json(obj))
             else:
                 raise ValueError(f"unknown record kind {obj['kind']!r}")

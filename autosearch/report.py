@@ -18,7 +18,7 @@ def _ms(seconds: float) -> str:
 def print_run_summary(console: Console, summary: TuneSummary, *, log_path: str, png_path: str, title: str) -> None:
     """Per-task table (untuned vs best latency, GFLOPS, speedup, trials, failures), log path, PNG."""
     table = Table(title=f"{title}: {summary.trials} trials in {summary.elapsed / 60:.1f} min")
-    for col in ("#", "task", "w", "untuned ms", "best ms", "GFLOPS", "speedup", "trials", "failed", "note"):
+    for col in ("#", "task", "w", "untuned ms", "best ms", "CV", "GFLOPS", "speedup", "trials", "failed", "note"):
         table.add_column(col, justify="left" if col in ("task", "note") else "right")
     total_base = total_best = 0.0
     for s in summary.states:
@@ -30,9 +30,11 @@ def print_run_summary(console: Console, summary: TuneSummary, *, log_path: str, 
             total_base += base * s.task.weight
             total_best += best * s.task.weight
         table.add_row(str(s.task.index), s.task.name[:48], str(s.task.weight), _ms(base), _ms(best),
-                      f"{s.best_gflops:.1f}" if s.best else "-", f"{s.speedup:.1f}x" if s.speedup else "-",
+                      f"{100 * s.best.cv:.1f}%" if s.best else "-", f"{s.best_gflops:.1f}" if s.best else "-", f"{s.speedup:.1f}x" if s.speedup else "-",
                       str(s.trials), str(s.failures), s.done)
     console.print(table)
+    if any(s.finalist_results for s in summary.states):
+        console.print("best = fastest of the top finalists re-timed in a fresh process (CV over its repeats)")
     if total_best > 0:
         console.print(f"tuned tasks, weighted: {total_base * 1e3:.1f} ms untuned -> {total_best * 1e3:.2f} ms "
                       f"({total_base / total_best:.1f}x)")

@@ -22,6 +22,9 @@ class EvaluatorConfig:
     min_repeat_ms: int = 20
     cache_flush: bool = True
     check_rtol: float = 1e-3
+    # A candidate whose correctness run alone takes this many times the task's best latency is timed
+    # once instead of ``repeat`` times: it cannot win, and re-timing multi-second kernels dominates tuning.
+    slow_factor: float = 5.0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -61,10 +61,14 @@ def _serve(conn) -> None:
             return
         name, args = msg
         try:
-            conn.send(("ok", handlers[name](*args)))
+            reply = ("ok", handlers[name](*args))
         except Exception as exc:  # report, keep serving
             log.debug("worker call %s failed: %s", name, traceback.format_exc())
-            conn.send(("error", _first_line(exc)))
+            reply = ("error", _first_line(exc))
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, OSError):  # the parent is gone or gave up on us: stop quietly
+            return
 
 
 def _test_hook(kind: str) -> Any:
@@ -121,17 +125,19 @@ class Worker:
     def call(self, name: str, *args: Any, timeout: float) -> Reply:
         """Call ``name(*args)`` in the worker; never raises for what the worker does."""
         self.start()
+        conn = self._conn  # kill() from another thread may reset self._conn while we wait
         start = time.perf_counter()
         try:
-            self._conn.send((name, args))
-        except (BrokenPipeError, OSError):
+            conn.send((name, args))
+            answered = conn.poll(timeout)
+        except (OSError, ValueError):  # broken pipe, or closed by kill() meanwhile
             return self._crashed(start)
-        if not self._conn.poll(timeout):
+        if not answered:
             self.kill()
             return Reply("timeout", error=f"no answer within {timeout:.0f} s", seconds=time.perf_counter() - start)
         try:
-            kind, value = self._conn.recv()
-        except (EOFError, OSError):
+            kind, value = conn.recv()
+        except (EOFError, OSError, ValueError):
             return self._crashed(start)
         seconds = time.perf_counter() - start
         if kind == "ok":

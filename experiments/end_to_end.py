@@ -1,0 +1,66 @@
+"""Tune whole YOLO models, export the database, compile and report (issue: export/compile/report).
+
+Runs the product's own commands, one model after the other:
+``run --strategy optuna`` over all tasks -> ``export`` -> ``report`` (TVM untuned vs tuned vs ONNX
+Runtime, same threads, each timed in its own process). Tables go to experiments/results/.
+
+    python experiments/end_to_end.py --models tiny-yolov2:400,yolov8n:700 [--strategy optuna]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "experiments", "results")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "autosearch", *args], cwd=ROOT, text=True, capture_output=True)
+    sys.stdout.write(proc.stdout[-6000:])
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-3000:])
+        raise SystemExit(f"autosearch {' '.join(args)} failed with exit code {proc.returncode}")
+    return proc
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--models", default="tiny-yolov2:400,yolov8n:700", help="MODEL:TRIALS,...")
+    p.add_argument("--strategy", default="optuna")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--resume", action="store_true", help="continue the logs of an interrupted run")
+    args = p.parse_args()
+    os.makedirs(RESULTS, exist_ok=True)
+    summary = {}
+    for spec in args.models.split(","):
+        model, trials = spec.split(":")
+        stem = os.path.join(RESULTS, f"e2e-{model}")
+        log, db = stem + ".jsonl", stem + "-db"
+        if not args.resume:
+            for path in (log,):
+                if os.path.exists(path):
+                    os.unlink(path)
+        start = time.perf_counter()
+        cli("run", "--strategy", args.strategy, "--model", model, "--trials", trials, "--batch", str(args.batch),
+            "--log", log, *(["--resume"] if args.resume and os.path.exists(log) else []))
+        tune_secs = time.perf_counter() - start
+        shutil.rmtree(db, ignore_errors=True)
+        cli("export", "--log", log, "--out", db)
+        cli("report", "--model", model, "--db", db, "--log", log, "--runs", str(args.runs),
+            "--markdown", stem + "-report.md", "--plot", stem + "-report.png")
+        summary[model] = {"trials": int(trials), "tuning_wall_secs": tune_secs, "strategy": args.strategy}
+        with open(os.path.join(RESULTS, "end_to_end.json"), "w") as fh:
+            json.dump(summary, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
