@@ -236,11 +236,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     from autosearch.records import read_log
 
     contents = read_log(args.log)
+    if not contents.tasks:
+        raise UserError(f"{args.log} has no task headers: is it an autosearch tuning log?")
     if contents.corrupt:
         _console(stderr=True).print(f"warning: skipped {len(contents.corrupt)} corrupt line(s), first: "
                                     f"{contents.corrupt[0]}")
-    if not contents.tasks:
-        raise UserError(f"{args.log} has no task headers: is it an autosearch tuning log?")
     summary = export_database(contents, args.out, top_k=args.top_k, force=args.force)
     console = _console()
     console.print(f"wrote {summary.records} record(s) for {summary.tasks} task(s) to {args.out} "

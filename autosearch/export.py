@@ -106,11 +106,33 @@ def load_database(path: str):
     if missing:
         raise UserError(f"{path} is not a MetaSchedule database: missing {', '.join(missing)}")
     try:
+        _check_workload_hashes(os.path.join(path, WORKLOAD_FILE))
         return _database(path, create=False)
-    except Exception as exc:  # TVM raises on bad JSON / hash mismatch with a long message
+    except UserError:
+        raise
+    except Exception as exc:  # TVM raises on bad JSON with a long message
         text = [ln for ln in str(exc).splitlines() if ln.strip()]
         raise UserError(f"cannot load the database in {path}: {text[-1][:200] if text else type(exc).__name__} "
                         "(corrupt, or written by another TVM version)") from exc
+
+
+def _check_workload_hashes(workload_file: str) -> None:
+    """A database keys workloads by structural hash, which changes between TVM versions: a stored hash
+    that this TVM does not compute for the stored module means the database was written by another
+    TVM, and its records would silently never match. Refuse it."""
+    import json
+
+    from tvm.s_tir.meta_schedule.database import Workload
+
+    with open(workload_file) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            stored_hash, encoded = json.loads(line)[:2]
+            recomputed = str(Workload(Workload.from_json([stored_hash, encoded]).mod).as_json()[0])
+            if recomputed != str(stored_hash):
+                raise UserError(f"{workload_file}:{lineno}: workload hash {stored_hash} is not what this TVM "
+                                f"computes ({recomputed}): the database was written by another TVM version")
 
 
 def read_database(path: str) -> LogContents:

@@ -312,11 +312,11 @@ def read_log(path: str, *, strict_missing: bool = True) -> LogContents:
         except (ValueError, KeyError, TypeError) as exc:
             if is_last:
                 out.truncated_tail = True
-                log.warning("%s:%d: ignoring a truncated last line (interrupted write)", path, lineno)
+                log.info("%s:%d: ignoring a truncated last line (interrupted write)", path, lineno)
                 continue
             reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
             out.corrupt.append(f"{path}:{lineno}: {reason}")
-            log.warning("%s:%d: skipping corrupt line (%s)", path, lineno, reason)
+            log.debug("%s:%d: skipping corrupt line (%s)", path, lineno, reason)  # callers summarise
     return out
 
 

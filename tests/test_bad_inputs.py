@@ -1,0 +1,110 @@
+"""Every command meets bad input with one line on stderr, exit code 2, no traceback, nothing overwritten."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from tests.conftest import ROOT, run_cli, small_conv_onnx
+
+DATASET = os.path.join(ROOT, "tests", "data", "small_dataset.jsonl")
+TVM_DB = os.path.join(ROOT, "tests", "data", "tvm_tune_tir_db")
+
+
+def _assert_one_line_error(proc, needle: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-1500:])
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("WARNING")]
+    assert len(lines) == 1, proc.stderr[-1500:]
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    model = str(d / "small.onnx")
+    small_conv_onnx(model)
+    truncated = str(d / "truncated.onnx")
+    with open(model, "rb") as src, open(truncated, "wb") as dst:
+        data = src.read()
+        dst.write(data[: len(data) // 3])
+    foreign = str(d / "foreign.jsonl")
+    with open(foreign, "w") as fh:
+        fh.write(json.dumps({"epoch": 1, "loss": 0.3}) + "\n" + "just text\n")
+    other_tvm = d / "other_tvm_db"
+    shutil.copytree(TVM_DB, other_tvm)
+    wl = other_tvm / "database_workload.json"
+    row = json.loads(wl.read_text().splitlines()[0])
+    row[0] = str(int(row[0]) + 1)  # a structural hash this TVM does not compute for the module
+    wl.write_text(json.dumps(row) + "\n")
+    blocker = d / "a_file"
+    blocker.write_text("x")
+    return {"dir": d, "model": model, "truncated": truncated, "foreign": foreign, "other_tvm": str(other_tvm),
+            "unwritable": str(blocker / "sub")}
+
+
+def test_truncated_onnx(files):
+    _assert_one_line_error(run_cli("tasks", "--model", files["truncated"]), "cannot read")
+
+
+def test_run_refuses_unwritable_log(files):
+    proc = run_cli("run", "--strategy", "random", "--model", files["model"], "--trials", "4",
+                   "--log", os.path.join(files["unwritable"], "r.jsonl"))
+    _assert_one_line_error(proc, "cannot write")
+
+
+def test_export_of_a_foreign_log(files, tmp_path):
+    _assert_one_line_error(run_cli("export", "--log", files["foreign"], "--out", str(tmp_path / "db")),
+                           "no task headers")
+
+
+def test_export_to_an_unwritable_path(files):
+    _assert_one_line_error(run_cli("export", "--log", DATASET, "--out", files["unwritable"]), "cannot write")
+
+
+def test_export_missing_log(tmp_path):
+    _assert_one_line_error(run_cli("export", "--log", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "db")),
+                           "log not found")
+
+
+def test_export_bad_top_k(tmp_path):
+    _assert_one_line_error(run_cli("export", "--log", DATASET, "--out", str(tmp_path / "db"), "--top-k", "0"),
+                           "positive")
+
+
+def test_database_from_another_tvm_version(files, tmp_path):
+    proc = run_cli("compile", "--model", files["model"], "--db", files["other_tvm"], "--out", str(tmp_path / "m.so"))
+    _assert_one_line_error(proc, "another TVM version")
+    assert not os.path.exists(tmp_path / "m.so")
+
+
+def test_compile_to_an_unwritable_path(files):
+    proc = run_cli("compile", "--model", files["model"], "--db", TVM_DB,
+                   "--out", os.path.join(files["unwritable"], "m.so"))
+    _assert_one_line_error(proc, "cannot write")
+
+
+def test_report_bad_runs(files):
+    _assert_one_line_error(run_cli("report", "--model", files["model"], "--db", TVM_DB, "--runs", "0"), "positive")
+
+
+def test_compare_models_unknown_model_and_missing_log(tmp_path):
+    _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "xgb,oracle"),
+                           "valid cost models")
+    _assert_one_line_error(run_cli("compare-models", "--log", str(tmp_path / "nope.jsonl")), "not found")
+
+
+def test_unknown_sampler_lists_the_valid_ones(files):
+    proc = run_cli("run", "--strategy", "optuna", "--sampler", "annealer", "--model", files["model"],
+                   "--log", str(files["dir"] / "s.jsonl"))
+    _assert_one_line_error(proc, "tpe")
+
+
+def test_usage_errors_are_one_line(files):
+    proc = run_cli("run", "--model", files["model"])  # --strategy missing
+    _assert_one_line_error(proc, "--strategy")
+    proc = run_cli("run", "--strategy", "random", "--trials", "many")
+    _assert_one_line_error(proc, "invalid int value")
