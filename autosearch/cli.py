@@ -37,6 +37,11 @@ def _console(stderr: bool = False):
     return console
 
 
+def _target_summary(target) -> str:
+    cfg = dict(target.export())
+    return f"{cfg.get('mcpu') or cfg.get('kind')}, {cfg.get('num-cores', '?')} cores"
+
+
 # ---------------------------------------------------------------------------------------------- tasks
 def cmd_tasks(args: argparse.Namespace) -> int:
     from autosearch.target import parse_target
@@ -58,7 +63,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
     total = model.flops
     table = Table(title=f"{model.name}: {len(model.tasks)} tuning tasks for {target.kind.name} "
-                        f"({dict(target.export()).get('mcpu', '')}, {dict(target.export()).get('num-cores', '?')} cores)")
+                        f"({_target_summary(target)})")
     for col in ("#", "task", "weight", "GFLOP", "input", "weight/2nd arg", "share"):
         table.add_column(col, justify="right" if col in ("#", "weight", "GFLOP", "share") else "left")
     for t in model.tasks:
@@ -201,7 +206,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.warm_start:
         from autosearch.export import read_records
 
-        warm = read_records(args.warm_start).records
+        warm = [read_records(args.warm_start)]  # LogContents: the scorer featurises its task headers too
     console.print(f"model {model.name}: {len(tasks)} of {len(model.tasks)} tasks, strategy [bold]{args.strategy}"
                   f"[/bold]{' + cost model ' + cost_model if cost_model else ''}, budget {args.trials} trials, "
                   f"runner {args.runner}, target {dict(target.export()).get('mcpu', target.kind.name)} "
@@ -286,8 +291,8 @@ def cmd_compare_models(args: argparse.Namespace) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if not models:
         raise UserError("--models: give at least one cost model")
-    for name in models:
-        make_cost_model(name, seed=args.seed)  # unknown names fail here, listing the valid ones
+    for name in models:  # unknown names fail here, listing the valid ones ("xgb@encoding": model@features)
+        make_cost_model(name.partition("@")[0], seed=args.seed)
     for path in args.log:
         if not os.path.exists(path):
             raise UserError(f"log not found: {path}")

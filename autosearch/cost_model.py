@@ -76,7 +76,10 @@ def make_cost_model(name: str, *, seed: int = 0) -> CostModel:
     return _resolve(COST_MODELS[name])(name, seed=seed)
 
 
-def make_scorer(name: str, space, task, *, seed: int = 0, warm_start: Sequence[Any] = ()) -> ConfigScorer:
-    """A config scorer for one task, backed by the named cost model (see cost_models.guidance)."""
+def make_scorer(name: str, space, task, *, seed: int = 0, warm_start: Sequence[Any] = (),
+                **options: Any) -> ConfigScorer:
+    """A config scorer for one task, backed by the named cost model (see cost_models.guidance);
+    ``options`` go to the scorer (e.g. ``features="tvm"`` for program features)."""
     model = make_cost_model(name, seed=seed)
-    return _resolve("cost_models.guidance:ModelScorer")(model, space, task, seed=seed, warm_start=warm_start)
+    return _resolve("cost_models.guidance:ModelScorer")(model, space, task, seed=seed, warm_start=warm_start,
+                                                         **options)

@@ -34,7 +34,8 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str, *, ylab
               log_scale: bool = False, errors: Sequence[float] | None = None) -> str:
     """A simple bar chart (e.g. end-to-end latency: untuned vs tuned vs ONNX Runtime)."""
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    bars = ax.bar(labels, values, yerr=errors, capsize=4, color=["#b0b0b0", "#2a7ab9", "#e07b39", "#5aa05a"][:len(labels)])
+    colors = ["#b0b0b0", "#2a7ab9", "#e07b39", "#5aa05a"][: len(labels)]
+    bars = ax.bar(labels, values, yerr=errors, capsize=4, color=colors)
     for bar, value in zip(bars, values):
         ax.annotate(f"{value:.3g}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize=9)

@@ -30,7 +30,8 @@ def print_run_summary(console: Console, summary: TuneSummary, *, log_path: str, 
             total_base += base * s.task.weight
             total_best += best * s.task.weight
         table.add_row(str(s.task.index), s.task.name[:48], str(s.task.weight), _ms(base), _ms(best),
-                      f"{100 * s.best.cv:.1f}%" if s.best else "-", f"{s.best_gflops:.1f}" if s.best else "-", f"{s.speedup:.1f}x" if s.speedup else "-",
+                      f"{100 * s.best.cv:.1f}%" if s.best else "-", f"{s.best_gflops:.1f}" if s.best else "-",
+                      f"{s.speedup:.1f}x" if s.speedup else "-",
                       str(s.trials), str(s.failures), s.done)
     console.print(table)
     if any(s.finalist_results for s in summary.states):

@@ -208,6 +208,17 @@ class DecisionSpace:
             v in d.choice_set for d, v in zip(decisions, config.values)
         )
 
+    def replayable(self, config: Config) -> bool:
+        """Like :meth:`contains`, but any compute location >= -2 passes: TVM checks and snaps it on
+        replay, and an effective config may hold a location that is legal only with its own tiles."""
+        if not 0 <= config.sketch < len(self.sketches):
+            return False
+        decisions = self.sketches[config.sketch].decisions
+        return len(decisions) == len(config.values) and all(
+            (isinstance(v, int) and v >= -2) if d.kind == "SampleComputeLocation" else v in d.choice_set
+            for d, v in zip(decisions, config.values)
+        )
+
     def sample(self, rng: np.random.Generator) -> Config:
         """A uniformly random sketch, then a uniformly random legal choice per decision."""
         sketch = self.sketches[int(rng.integers(len(self.sketches)))]
@@ -265,7 +276,7 @@ class DecisionSpace:
         """
         from tvm.s_tir import Schedule
 
-        if not self.contains(config):
+        if not self.replayable(config):
             return Applied(config=config, error=f"config is not in this space: {config}")
         sketch = self.sketches[config.sketch]
         cursor = iter(config.values)  # sampling instructions replay in trace order

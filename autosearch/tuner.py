@@ -124,7 +124,7 @@ class Tuner:
         seed: int = 0,
         strategy_options: dict[str, Any] | None = None,
         cost_model: str | None = None,
-        warm_start: Sequence[Record] = (),
+        warm_start: Sequence[Any] = (),  # LogContents / log paths / Records for the cost model
         early_stop: int | None = None,
         finalists: int = 3,
         resume: LogContents | None = None,

@@ -28,7 +28,8 @@ def import_tensor_intrinsics(target_kind: str = "llvm", mtriple: str = "") -> No
     ``TuneContext`` imports ``tvm.s_tir.tensor_intrin``, whose package ``__init__`` imports the CUDA
     intrinsics first: 8-27 s here, for a CPU target that never uses them. For CPU targets we register
     the package without running its ``__init__`` and import exactly the modules that ``__init__``
-    imports for LLVM on the target's architecture (x86 rules only reference x86 intrinsics), so the schedule rules (e.g. ``MultiLevelTilingWithIntrin``) see the same
+    imports for LLVM on the target's architecture (x86 rules only reference x86 intrinsics), so the
+    schedule rules (e.g. ``MultiLevelTilingWithIntrin``) see the same
     intrinsics as under ``ms.tune_tir``. GPU targets get the full import.
     """
     name = "tvm.s_tir.tensor_intrin"

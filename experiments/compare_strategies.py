@@ -33,6 +33,7 @@ from experiments.metaschedule import tune_tir  # noqa: E402
 from workloads.importer import import_model  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+LOGS = os.path.join(RESULTS, "logs")  # tuning logs, reused as the cost-model dataset (not committed)
 
 
 def best_within(records: list[Record], budget: int) -> Record | None:
@@ -49,9 +50,11 @@ def curve(records: list[Record], flops: float) -> list[float]:
     return out
 
 
-def run_autosearch(task, target, method: str, budget: int, batch: int, seed: int, evaluator, cost_model=None):
-    work = tempfile.mkdtemp(prefix=f"cmp-{method}-")
-    log_path = os.path.join(work, "log.jsonl")
+def run_autosearch(task, target, method: str, budget: int, batch: int, seed: int, evaluator, cost_model=None,
+                   log_path: str | None = None):
+    log_path = log_path or os.path.join(tempfile.mkdtemp(prefix=f"cmp-{method}-"), "log.jsonl")
+    if os.path.exists(log_path):
+        os.unlink(log_path)
     runner = LocalRunner(target=target, evaluator=evaluator)
     start = time.perf_counter()
     with TuningLog(log_path) as log:
@@ -101,8 +104,10 @@ def main() -> int:
     p.add_argument("--budgets", default="64,128")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--methods", default="random,annealing,optuna,metaschedule")
-    p.add_argument("--cost-model", default=None, help="cost model for annealing/optuna (default: none)")
+    p.add_argument("--methods", default="random,annealing,optuna,metaschedule,annealing+xgb",
+                   help="strategies; STRATEGY+MODEL is model-guided (e.g. annealing+xgb)")
+    p.add_argument("--ms-per-iter", type=int, default=64,
+                   help="ms.tune_tir num_trials_per_iter (its default is 64; the search costs ~30 s per iteration)")
     p.add_argument("--out", default="compare_strategies")
     args = p.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
@@ -111,6 +116,7 @@ def main() -> int:
     evaluator = EvaluatorConfig()
     models: dict = {}
     runs = []
+    os.makedirs(LOGS, exist_ok=True)
     for spec in args.tasks.split(","):
         model_name, index = spec.split(":")
         if model_name not in models:
@@ -119,10 +125,12 @@ def main() -> int:
         for seed in range(args.seeds):
             for method in methods:
                 if method == "metaschedule":
-                    records, wall = run_metaschedule(task, target, max(budgets), args.batch, seed, evaluator)
+                    records, wall = run_metaschedule(task, target, max(budgets), args.ms_per_iter, seed, evaluator)
                 else:
-                    cm = args.cost_model if method in ("annealing", "optuna") else None
-                    records, wall = run_autosearch(task, target, method, max(budgets), args.batch, seed, evaluator, cm)
+                    strategy, _, cm = method.partition("+")  # e.g. annealing+xgb: model-guided
+                    log_path = os.path.join(LOGS, f"{spec.replace(':', '-')}-{method}-s{seed}.jsonl")
+                    records, wall = run_autosearch(task, target, strategy, max(budgets), args.batch, seed, evaluator,
+                                                   cm or None, log_path)
                 bests = {b: best_within(records, b) for b in budgets}
                 traces = [bests[b].trace for b in budgets if bests[b] is not None]
                 retimed = retime(task, target, traces, evaluator) if traces else []

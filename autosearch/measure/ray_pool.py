@@ -107,6 +107,7 @@ class _Device:
     state: str = "starting"  # starting | idle | busy | recovering | dead
     deaths: int = 0
     since: float = 0.0
+    ping: Any = None  # while recovering: a fingerprint call that answers once Ray has restarted the actor
 
     @property
     def alive(self) -> bool:
@@ -385,7 +386,6 @@ class _Batch:
         self.building: dict[Any, tuple[_Job, Any, float]] = {}  # status ref -> (job, artifact ref, t0)
         self.ready: list[_Job] = []
         self.running: dict[Any, tuple[_Job, _Device, float]] = {}  # reply ref -> (job, device, deadline)
-        self.pinging: dict[Any, _Device] = {}
         # CPU devices time kernels on the cores builds would use: measure only after the batch is built.
         self.overlap = pool.kind == "cuda"
         self.run_timeout = pool._run_timeout(task) if not reference else 600.0
@@ -411,13 +411,17 @@ class _Batch:
             self._fail_if_no_devices()
             if not self._pending():
                 break
-            refs = list(self.building) + list(self.running) + list(self.pinging)
+            # a device may still be recovering from an earlier batch: its ping lives on the device
+            pinging = {d.ping: d for d in self.pool._devices if d.ping is not None}
+            refs = list(self.building) + list(self.running) + list(pinging)
             if refs:
                 done, _ = ray.wait(refs, num_returns=1, timeout=POLL_SECS)
                 if done:
                     done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
                 for ref in done:
-                    self._handle(ref)
+                    self._handle(ref, pinging)
+            else:  # only possible while jobs wait for a device that is not recovering: do not spin
+                time.sleep(POLL_SECS)
             self._check_deadlines()
         if not self.reference:
             end = time.perf_counter()
@@ -426,13 +430,13 @@ class _Batch:
             self.pool.phase_secs["run"] += end - built
         return [r for r in self.results if r is not None]
 
-    def _handle(self, ref: Any) -> None:
+    def _handle(self, ref: Any, pinging: dict[Any, _Device]) -> None:
         if ref in self.building:
             self._build_done(ref)
         elif ref in self.running:
             self._run_done(ref)
-        elif ref in self.pinging:
-            self._ping_done(ref)
+        elif ref in pinging:
+            self._ping_done(pinging[ref])
 
     # ---------------------------------------------------------------- builds
     def _submit_builds(self) -> None:
@@ -554,10 +558,10 @@ class _Batch:
         """Ray restarts the actor (``max_restarts``); a fingerprint call answers once it is back."""
         device.state = "recovering"
         device.since = time.monotonic()
-        self.pinging[device.handle.fingerprint.remote()] = device
+        device.ping = device.handle.fingerprint.remote()
 
-    def _ping_done(self, ref: Any) -> None:
-        device = self.pinging.pop(ref)
+    def _ping_done(self, device: _Device) -> None:
+        ref, device.ping = device.ping, None
         try:
             info = ray.get(ref)
         except RayError as exc:
@@ -588,9 +592,9 @@ class _Batch:
                 log.warning("device %s#%d does not answer; killing it", self.pool.key, device.index)
                 device.state = "killed"
                 ray.kill(device.handle, no_restart=False)  # its pending reply now fails -> _device_died
-        for ref, device in list(self.pinging.items()):
-            if now > device.since + RECOVERY_TIMEOUT:
-                self.pinging.pop(ref)
+        for device in self.pool._devices:
+            if device.ping is not None and now > device.since + RECOVERY_TIMEOUT:
+                device.ping = None
                 device.state = "dead"
                 log.warning("device %s#%d did not come back within %.0f s", self.pool.key, device.index,
                             RECOVERY_TIMEOUT)

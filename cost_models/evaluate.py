@@ -1,0 +1,346 @@
+"""Cost-model evaluation: ranking metrics, leave-one-task-out comparison, a table and a PNG.
+
+Leave-one-task-out is the question a tuner asks of a model it brings to a new task: trained on
+other kernels, does it order this kernel's configs? Metrics, all on the held-out task, then
+averaged over tasks (each task counts once, however many records it has):
+
+- pairwise accuracy: share of record pairs with different measured throughput that the model
+  orders correctly (ties in the prediction count half); 0.5 is chance.
+- Spearman's rho between predicted and measured throughput.
+- top-k score (TenSet): best measured latency of the task / latency of the best config among the
+  model's k highest-scored ones; 1.0 when the model's top k holds the task's best config.
+- RMSE of normalised throughput (regressors only; rankers' scores have no scale).
+- fit and predict seconds per fold.
+
+Entry point for the CLI (``python -m autosearch compare-models --log A --log B --models xgb,rf``)::
+
+    report = compare_models(logs, models, seed=seed, out_png=png)
+    console.print(report.table); open(md_path, "w").write(report.markdown)
+
+A model name may carry a feature set: ``xgb@encoding`` fits xgb on decision encodings, the baseline
+showing what program features add across tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autosearch.errors import UserError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODELS = ("xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb")
+TOP_K = (1, 5)
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def pairwise_accuracy(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray | None = None) -> float:
+    """Share of pairs (same group, different ``y_true``) whose predicted order matches the measured one.
+
+    Higher ``y`` = faster. Ties in ``y_pred`` count 0.5. NaN when there is no such pair.
+    """
+    y_true = np.asarray(y_true, dtype=np.float64)
+    y_pred = np.asarray(y_pred, dtype=np.float64)
+    groups = np.zeros(len(y_true), dtype=np.int64) if groups is None else np.asarray(groups)
+    correct = 0.0
+    total = 0
+    for g in np.unique(groups):
+        sel = groups == g
+        t = np.sign(y_true[sel][:, None] - y_true[sel][None, :])
+        p = np.sign(y_pred[sel][:, None] - y_pred[sel][None, :])
+        pairs = t > 0  # each unordered pair once, oriented by the measured order
+        total += int(pairs.sum())
+        correct += float((p[pairs] > 0).sum() + 0.5 * (p[pairs] == 0).sum())
+    return correct / total if total else math.nan
+
+
+def spearman(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Spearman's rank correlation; 0.0 when either side is constant (no order predicted)."""
+    from scipy.stats import spearmanr
+
+    y_true = np.asarray(y_true, dtype=np.float64)
+    y_pred = np.asarray(y_pred, dtype=np.float64)
+    if len(y_true) < 2 or np.ptp(y_true) == 0 or np.ptp(y_pred) == 0:
+        return 0.0
+    return float(spearmanr(y_true, y_pred).statistic)
+
+
+def top_k_score(y_true: np.ndarray, y_pred: np.ndarray, k: int) -> float:
+    """TenSet's top-k score for one task: best throughput among the model's top-k picks / best throughput.
+
+    With ``y_true`` = throughput (or normalised throughput) this equals best latency of the task /
+    latency of the best config among the k configs the model scores highest. Ties in ``y_pred`` are
+    broken towards the *worse* config, so a constant predictor gets no credit for order.
+    """
+    y_true = np.asarray(y_true, dtype=np.float64)
+    y_pred = np.asarray(y_pred, dtype=np.float64)
+    order = np.lexsort((y_true, -y_pred))  # by score descending, then worst measured first
+    return float(y_true[order[:k]].max() / y_true.max())
+
+
+def rmse(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((np.asarray(y_true, float) - np.asarray(y_pred, float)) ** 2)))
+
+
+def task_metrics(y_true: np.ndarray, y_pred: np.ndarray, *, ranker: bool = False) -> dict[str, float]:
+    """All metrics on one task's records (``y_true`` = normalised throughput)."""
+    out = {
+        "pairwise": pairwise_accuracy(y_true, y_pred),
+        "spearman": spearman(y_true, y_pred),
+        **{f"top{k}": top_k_score(y_true, y_pred, k) for k in TOP_K},
+        "rmse": math.nan if ranker else rmse(y_true, y_pred),
+    }
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- results
+@dataclass
+class ModelResult:
+    """Leave-one-task-out result of one model: per-task metrics, their means, out-of-fold predictions."""
+
+    name: str
+    per_task: dict[str, dict[str, float]] = field(default_factory=dict)  # task name -> metrics
+    fit_secs: float = 0.0  # mean per fold
+    predict_secs: float = 0.0  # mean per fold
+    y_pred: np.ndarray | None = None  # out-of-fold predictions, aligned with the dataset's rows
+    error: str = ""
+
+    def mean(self, metric: str) -> float:
+        values = [m[metric] for m in self.per_task.values() if not math.isnan(m[metric])]
+        return float(np.mean(values)) if values else math.nan
+
+    def stderr(self, metric: str) -> float:
+        values = [m[metric] for m in self.per_task.values() if not math.isnan(m[metric])]
+        return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else math.nan
+
+
+METRICS = (("pairwise", "pairwise acc."), ("spearman", "Spearman"), ("top1", "top-1"), ("top5", "top-5"),
+           ("rmse", "RMSE"))
+
+
+@dataclass
+class EvaluationReport:
+    """What :func:`compare_models` found; ``.table`` (rich) for the terminal, ``.markdown`` for README."""
+
+    results: list[ModelResult]
+    logs: list[str]
+    n_records: int
+    task_names: list[str]
+    extract_secs_per_record: float
+    y_true: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    groups: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
+    png: str | None = None
+
+    def result(self, name: str) -> ModelResult:
+        return next(r for r in self.results if r.name == name)
+
+    def _rows(self) -> list[list[str]]:
+        rows = []
+        for r in self.results:
+            if r.error:
+                rows.append([r.name, f"failed: {r.error[:40]}"] + [""] * (len(METRICS) + 1))
+                continue
+            cells = [r.name]
+            for metric, _ in METRICS:
+                value, se = r.mean(metric), r.stderr(metric)
+                if math.isnan(value):
+                    cells.append("-")
+                elif metric == "pairwise" and not math.isnan(se):
+                    cells.append(f"{value:.3f} ± {se:.3f}")
+                else:
+                    cells.append(f"{value:.3f}")
+            cells += [f"{r.fit_secs:.2f}", f"{r.predict_secs:.3f}"]
+            rows.append(cells)
+        return rows
+
+    def _header(self) -> list[str]:
+        return ["model"] + [label for _, label in METRICS] + ["fit s", "predict s"]
+
+    def caption(self) -> str:
+        return (f"leave-one-task-out over {len(self.task_names)} tasks, {self.n_records} records; "
+                f"feature extraction {1000 * self.extract_secs_per_record:.1f} ms per record")
+
+    @property
+    def table(self):
+        """A ``rich.table.Table`` (means over held-out tasks; ± is the standard error over tasks)."""
+        from rich.table import Table
+
+        table = Table(title="cost models", caption=self.caption())
+        for i, name in enumerate(self._header()):
+            table.add_column(name, justify="left" if i == 0 else "right")
+        for row in self._rows():
+            table.add_row(*row)
+        return table
+
+    @property
+    def markdown(self) -> str:
+        """The same table as Markdown, with the caption below it (for README and ``--markdown``)."""
+        header = self._header()
+        rule = "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"
+        lines = ["| " + " | ".join(header) + " |", rule]
+        lines += ["| " + " | ".join(row) + " |" for row in self._rows()]
+        return "\n".join(lines) + f"\n\n{self.caption()}\n"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "logs": self.logs, "n_records": self.n_records, "tasks": self.task_names,
+            "extract_secs_per_record": self.extract_secs_per_record, "png": self.png,
+            "models": [
+                {"name": r.name, "error": r.error, "fit_secs": r.fit_secs, "predict_secs": r.predict_secs,
+                 "mean": {m: r.mean(m) for m, _ in METRICS}, "per_task": r.per_task}
+                for r in self.results
+            ],
+        }
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+def _parse_model(spec: str) -> tuple[str, str | None]:
+    name, _, features = spec.partition("@")
+    if features and features not in ("pooled", "encoding"):
+        raise UserError(f"model {spec!r}: the feature set after '@' must be pooled or encoding")
+    return name, features or None
+
+
+def leave_one_task_out(dataset, spec: str, *, seed: int = 0) -> ModelResult:
+    """Fit on all tasks but one, predict the held-out one, for every task of ``dataset``."""
+    from autosearch.cost_model import make_cost_model
+
+    name, features = _parse_model(spec)
+    result = ModelResult(name=spec, y_pred=np.full(len(dataset), np.nan))
+    probe = make_cost_model(name, seed=seed)
+    kind = features or getattr(probe, "input_kind", "pooled")
+    if features and getattr(probe, "input_kind", "pooled") != "pooled":
+        raise UserError(f"model {name!r} takes {probe.input_kind} input, not {features}")
+    X = dataset.X(kind)
+    y = dataset.y
+    fit_secs, predict_secs = [], []
+    for g, key in enumerate(dataset.task_keys):
+        test = np.flatnonzero(dataset.groups == g)
+        train = np.flatnonzero(dataset.groups != g)
+        model = make_cost_model(name, seed=seed)
+        start = time.perf_counter()
+        model.fit(X[train], y[train], dataset.groups[train])
+        fit_secs.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        pred = np.asarray(model.predict(X[test]), dtype=np.float64)
+        predict_secs.append(time.perf_counter() - start)
+        result.y_pred[test] = pred
+        result.per_task[dataset.task_names[key]] = task_metrics(y[test], pred,
+                                                               ranker=getattr(model, "is_ranker", False))
+    result.fit_secs = float(np.mean(fit_secs))
+    result.predict_secs = float(np.mean(predict_secs))
+    return result
+
+
+def compare_models(
+    logs: Sequence[str],
+    models: Sequence[str] = DEFAULT_MODELS,
+    *,
+    seed: int = 0,
+    out_png: str | None = None,
+) -> EvaluationReport:
+    """Leave-one-task-out comparison of cost models on the valid trials of tuning logs.
+
+    ``logs`` are tuning-log paths (or TVM JSONDatabase directories, once ``autosearch.export.
+    read_database`` exists); ``models`` are registry names, optionally with ``@encoding``. A model that
+    fails is reported in its row, the others still run. Writes the predicted-vs-measured PNG to
+    ``out_png`` when given.
+    """
+    from autosearch.cost_model import make_cost_model
+    from cost_models.features import build_dataset, read_logs
+
+    if isinstance(logs, str):
+        logs = [logs]
+    models = [m for m in models if m]
+    if not models:
+        raise UserError("no cost models to compare")
+    needs_programs, needs_encoding = False, False
+    for spec in models:
+        name, features = _parse_model(spec)
+        probe = make_cost_model(name, seed=seed)  # fails fast on an unknown name
+        needs_programs |= getattr(probe, "input_kind", "") == "program"
+        needs_encoding |= features == "encoding"
+    dataset = build_dataset(read_logs(list(logs)), encoding=needs_encoding, keep_programs=needs_programs)
+    if len(dataset.task_keys) < 2:
+        raise UserError(f"leave-one-task-out needs records of at least 2 tasks; the logs have "
+                        f"{len(dataset.task_keys)} ({len(dataset)} valid trials with traces)")
+    results = []
+    for spec in models:
+        try:
+            results.append(leave_one_task_out(dataset, spec, seed=seed))
+        except UserError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one broken model (a regressor that wants 1-D input) is one row
+            log.warning("cost model %s failed: %s", spec, exc)
+            first_line = str(exc).splitlines()[0][:80] if str(exc) else ""
+            results.append(ModelResult(name=spec, error=f"{type(exc).__name__}: {first_line}"))
+    report = EvaluationReport(
+        results=results, logs=list(logs), n_records=len(dataset),
+        task_names=[dataset.task_names[k] for k in dataset.task_keys],
+        extract_secs_per_record=dataset.secs_per_record, y_true=dataset.y, groups=dataset.groups,
+    )
+    if out_png:
+        plot_predictions(report, out_png)
+        report.png = out_png
+    return report
+
+
+def plot_predictions(report: EvaluationReport, path: str) -> None:
+    """Predicted (held out) vs measured normalised throughput, one panel per model, colour = task."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in report.results if not r.error and r.y_pred is not None]
+    cols = min(3, max(1, len(ok)))
+    rows = max(1, math.ceil(len(ok) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.8 * rows), squeeze=False)
+    cmap = plt.get_cmap("tab10")
+    for ax in axes.flat[len(ok):]:
+        ax.set_visible(False)
+    for ax, r in zip(axes.flat, ok):
+        for g, name in enumerate(report.task_names):
+            sel = report.groups == g
+            ax.scatter(report.y_true[sel], r.y_pred[sel], s=10, alpha=0.7, color=cmap(g % 10),
+                       label=name[:28] if ax is axes.flat[0] else None)
+        ax.set_title(f"{r.name}: pairwise {r.mean('pairwise'):.2f}, top-1 {r.mean('top1'):.2f}", fontsize=10)
+        ax.set_xlabel("measured normalised throughput")
+        ax.set_ylabel("predicted score (held-out task)")
+        ax.grid(alpha=0.3)
+    if ok:
+        fig.legend(loc="lower center", ncol=min(4, len(report.task_names)), fontsize=7, frameon=False)
+    fig.suptitle(report.caption(), fontsize=9)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m cost_models.evaluate LOG [LOG ...] --models xgb,rf --png out.png`` (the CLI's twin)."""
+    import argparse
+    import sys
+
+    from rich.console import Console
+
+    p = argparse.ArgumentParser(description="leave-one-task-out comparison of cost models")
+    p.add_argument("logs", nargs="+")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS))
+    p.add_argument("--png")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    report = compare_models(args.logs, args.models.split(","), seed=args.seed, out_png=args.png)
+    Console().print(report.table)
+    sys.stdout.write(report.markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

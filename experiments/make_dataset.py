@@ -1,0 +1,150 @@
+"""Measure a cost-model dataset: random and "tuned" configs of N YOLO tasks, into a tuning log.
+
+A cost-model study needs, per task, both random configs (the spread a model must order) and good
+ones (where search needs it to be right), measured by the real pipeline: import the model, build
+each task's DecisionSpace, measure with the LocalRunner, log every trial with its applied trace.
+"Tuned" configs are mutations of the best configs measured so far (one decision changed), a
+search-free stand-in for what a tuner visits late in a run.
+
+Example (the committed test dataset, ~4-5 minutes on 2 cores):
+
+    python experiments/make_dataset.py --model tiny-yolov2 --tasks 8,6,5,4 --per-task 40 \\
+        --out tests/data/small_dataset.jsonl --seed 0
+
+``--tasks 4`` (a count) takes the 4 cheapest conv2d tasks; a comma list takes those task indices
+(``--tasks 5,`` is task 5 alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+import numpy as np
+
+from autosearch.records import Config, Record, TuningLog
+from autosearch.space import DecisionSpace
+
+log = logging.getLogger("make_dataset")
+
+
+def select_tasks(tasks, spec: str):
+    """A count -> the cheapest conv2d tasks (cheap to measure, still the kernels that matter);
+    a comma list -> those indices."""
+    if "," in spec:
+        wanted = [int(s) for s in spec.split(",") if s.strip()]
+        by_index = {t.index: t for t in tasks}
+        missing = [i for i in wanted if i not in by_index]
+        if missing:
+            raise SystemExit(f"no task index {missing}; the model has {len(tasks)} tasks")
+        return [by_index[i] for i in wanted]
+    convs = sorted((t for t in tasks if "conv2d" in t.name), key=lambda t: t.flops)
+    return convs[: int(spec)]
+
+
+def propose(space: DecisionSpace, measured: dict[Config, float], seen: set[Config], n: int, random_left: int,
+            rng: np.random.Generator) -> list[tuple[Config, str]]:
+    """The next batch: random configs first, then mutations of the best few measured so far."""
+    out: list[tuple[Config, str]] = []
+    tries = 0
+    while len(out) < n and tries < 50 * n:
+        tries += 1
+        if random_left > 0 or not measured:
+            cfg, kind = space.sample(rng), "random"
+        else:
+            best = sorted(measured, key=measured.get)[: max(1, min(4, len(measured) // 4))]
+            cfg, kind = space.mutate(best[int(rng.integers(len(best)))], rng), "mutation"
+        if cfg in seen:
+            continue
+        seen.add(cfg)
+        out.append((cfg, kind))
+        random_left -= kind == "random"
+    return out
+
+
+def measure_task(task, runner, tuning_log: TuningLog, *, per_task: int, random_fraction: float, batch: int,
+                 rng: np.random.Generator, deadline: float) -> int:
+    """Baseline, then ``per_task`` trials of one task; returns the number of trials logged."""
+    from autosearch.target import target_to_json
+
+    target = target_to_json(task.target)
+    tuning_log.write_task(task.to_json())
+    baseline = runner.prepare(task)
+    tuning_log.append([Record(kind="baseline", task_key=task.workload_key, task_name=task.name, target=target,
+                              config=None, result=baseline, flops=task.flops)])
+    space = DecisionSpace(task.mod, task.target)
+    measured: dict[Config, float] = {}
+    seen: set[Config] = set()
+    random_left = round(per_task * random_fraction)
+    effective: set[Config] = set()
+    done = 0
+    while done < per_task and time.time() < deadline:
+        batch_cfgs = propose(space, measured, seen, min(batch, per_task - done), random_left, rng)
+        if not batch_cfgs:
+            break
+        random_left -= sum(kind == "random" for _, kind in batch_cfgs)
+        applied = [space.apply(cfg) for cfg, _ in batch_cfgs]
+        ok = []
+        for i, a in enumerate(applied):
+            if a.ok and a.config not in effective:  # TVM may map two requests onto one program
+                effective.add(a.config)
+                ok.append(i)
+        results = dict(zip(ok, runner.measure(task, [applied[i].mod for i in ok])))
+        records = []
+        for i, ((requested, kind), app) in enumerate(zip(batch_cfgs, applied)):
+            if i not in results:
+                continue  # not applicable: nothing measured, nothing to learn from
+            result = results[i]
+            done += 1
+            if result.ok:
+                measured[app.config] = result.median
+            records.append(Record(
+                kind="trial", task_key=task.workload_key, task_name=task.name, target=target,
+                config=app.config, requested=requested, result=result, flops=task.flops,
+                trace=app.trace_json(), strategy=kind, trial=done,
+            ))
+        tuning_log.append(records)
+    best = min(measured.values()) if measured else float("inf")
+    log.info("%s: %d trials, %d ok, best %.1f GFLOPS (baseline %.2f GFLOPS)", task.name, done, len(measured),
+             task.flops / best / 1e9 if measured else 0.0, baseline.gflops(task.flops))
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="tiny-yolov2", help="built-in model name or .onnx path")
+    p.add_argument("--tasks", default="4", help="a count (cheapest conv2d tasks) or task indices: 8,6,5")
+    p.add_argument("--per-task", type=int, default=40, help="measured trials per task")
+    p.add_argument("--random-fraction", type=float, default=0.6, help="share of random configs, rest mutated")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--out", required=True, help="tuning log to write (must not exist)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-minutes", type=float, default=30.0, help="stop measuring after this wall time")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    from autosearch.measure.local import LocalRunner
+    from autosearch.target import parse_target
+    from workloads.importer import import_model
+
+    start = time.time()
+    deadline = start + 60 * args.max_minutes
+    target = parse_target(None)
+    model = import_model(args.model, target)
+    tasks = select_tasks(model.tasks, args.tasks)
+    log.info("tasks: %s", ", ".join(f"{t.index}:{t.name} ({t.gflop:.3f} GFLOP)" for t in tasks))
+    rng = np.random.default_rng(args.seed)
+    total = 0
+    with TuningLog(args.out) as tuning_log, LocalRunner(target=target, seed=args.seed) as runner:
+        for task in tasks:
+            total += measure_task(task, runner, tuning_log, per_task=args.per_task,
+                                  random_fraction=args.random_fraction, batch=args.batch, rng=rng,
+                                  deadline=deadline)
+    log.info("wrote %d trials of %d tasks to %s in %.0f s", total, len(tasks), args.out, time.time() - start)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Fixtures for the cost-model tests: the committed dataset, featurised once per session.
+
+``tests/data/small_dataset.jsonl`` holds 4 tiny-YOLOv2 conv tasks x 40 measured configs (random and
+mutations of the best), made by ``experiments/make_dataset.py --tasks 8,6,5,4 --per-task 40``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATASET = os.path.join(TESTS, "data", "small_dataset.jsonl")
+HELD_OUT = 2  # task index held out by the contract tests (conv2d 128->256 at 26x26)
+
+
+@pytest.fixture(scope="session")
+def dataset_path() -> str:
+    return DATASET
+
+
+@pytest.fixture(scope="session")
+def contents():
+    from autosearch.records import read_log
+
+    return read_log(DATASET)
+
+
+@pytest.fixture(scope="session")
+def dataset(contents):
+    from cost_models.features import build_dataset
+
+    return build_dataset([contents], encoding=True, keep_programs=True)
+
+
+@pytest.fixture(scope="session")
+def split(dataset):
+    """(train rows, test rows): all tasks but HELD_OUT, and HELD_OUT."""
+    return np.flatnonzero(dataset.groups != HELD_OUT), np.flatnonzero(dataset.groups == HELD_OUT)
+
+
+@pytest.fixture(scope="session")
+def task_spaces(contents):
+    """task key -> (TuningTask rebuilt from its log header, its DecisionSpace), in log order."""
+    from autosearch.space import DecisionSpace
+    from autosearch.task import TuningTask
+
+    out = {}
+    for key, header in contents.tasks.items():
+        task = TuningTask.from_json(header)
+        out[key] = (task, DecisionSpace(task.mod, task.target))
+    return out
+
+
+@pytest.fixture(scope="session")
+def held_out_task(dataset, task_spaces):
+    """The HELD_OUT task and its DecisionSpace."""
+    return task_spaces[dataset.task_keys[HELD_OUT]]

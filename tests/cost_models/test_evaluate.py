@@ -1,0 +1,60 @@
+"""compare_models on the committed dataset: the table, the markdown, the PNG, failures as rows."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from autosearch.errors import UserError
+from autosearch.records import LogContents, TuningLog
+from cost_models.evaluate import EvaluationReport, compare_models, leave_one_task_out
+
+
+def test_compare_models_table_and_png(tmp_path, dataset_path):
+    png = str(tmp_path / "models.png")
+    models = ["rf", "xgb-rank", "sklearn:IsotonicRegression"]
+    report = compare_models([dataset_path], models, seed=0, out_png=png)
+    assert isinstance(report, EvaluationReport)
+    assert report.n_records == 160 and len(report.task_names) == 4
+    rf = report.result("rf")
+    assert len(rf.per_task) == 4 and not rf.error
+    assert rf.mean("pairwise") > 0.6 and rf.mean("spearman") > 0.2
+    assert 0 < rf.mean("top1") <= rf.mean("top5") <= 1.0
+    assert rf.fit_secs > 0 and rf.predict_secs > 0
+    assert not np.isnan(rf.y_pred).any()
+    assert math.isnan(report.result("xgb-rank").mean("rmse"))  # a ranker's scores have no scale
+    assert report.result("sklearn:IsotonicRegression").error.startswith("ValueError")  # a row, not a crash
+
+    table = report.table
+    assert table.row_count == 3
+    assert [c.header for c in table.columns][:3] == ["model", "pairwise acc.", "Spearman"]
+    md = report.markdown
+    assert md.splitlines()[0].startswith("| model | pairwise acc. |")
+    assert any(line.startswith("| rf | 0.") for line in md.splitlines())
+    assert "ms per record" in md
+    json.dumps(report.to_json())
+
+    with open(png, "rb") as fh:
+        assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert report.png == png
+
+
+def test_encoding_baseline_runs_leave_one_task_out(dataset):
+    result = leave_one_task_out(dataset, "xgb@encoding", seed=0)
+    assert len(result.per_task) == 4 and not np.isnan(result.y_pred).any()
+
+
+def test_needs_two_tasks(tmp_path, contents, dataset_path):
+    key = next(iter(contents.tasks))
+    path = str(tmp_path / "one_task.jsonl")
+    with TuningLog(path) as log:
+        log.write_task(contents.tasks[key])
+        log.append(contents.trials(key))
+    with pytest.raises(UserError, match="at least 2 tasks"):
+        compare_models([path], ["rf"])
+    with pytest.raises(UserError, match="unknown"):
+        compare_models([dataset_path], ["no-such-model"])
+    assert isinstance(contents, LogContents)

@@ -1,0 +1,115 @@
+"""One contract for every cost model: shapes, determinism, save/load, and learning something."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autosearch.cost_model import CostModel, make_cost_model
+from autosearch.errors import UserError
+from cost_models import learned, sklearn_model, tvm_xgb, xgboost_model
+from cost_models.evaluate import pairwise_accuracy as pairwise
+
+MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb",
+          "sklearn:KNeighborsRegressor", "sklearn:ExtraTreesRegressor"]
+LOADERS = {
+    xgboost_model.XGBCostModel: xgboost_model.load,
+    sklearn_model.SklearnCostModel: sklearn_model.load,
+    learned.SegmentSumMLP: learned.load,
+    tvm_xgb.TVMXGBModel: tvm_xgb.load,
+}
+
+
+@pytest.fixture(scope="module")
+def fitted(dataset, split):
+    """name -> (model fitted on 3 tasks, its input X, its held-out predictions)."""
+    train, test = split
+    out = {}
+    for name in MODELS:
+        model = make_cost_model(name, seed=3)
+        X = dataset.X(model.input_kind)
+        assert model.fit(X[train], dataset.y[train], dataset.groups[train]) is model
+        out[name] = (model, X, model.predict(X[test]))
+    return out
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_contract(name, fitted, dataset, split, tmp_path):
+    train, test = split
+    model, X, pred = fitted[name]
+    assert isinstance(model, CostModel)
+    assert pred.shape == (len(test),) and pred.dtype == np.float64 and np.isfinite(pred).all()
+
+    # learns something that transfers to an unseen task: a constant predictor scores 0.5
+    assert pairwise(dataset.y[test], pred) > 0.6
+
+    # deterministic with a seed
+    again = make_cost_model(name, seed=3).fit(X[train], dataset.y[train], dataset.groups[train])
+    np.testing.assert_array_equal(again.predict(X[test]), pred)
+
+    # save / load round trip (no pickle: np.load runs with allow_pickle=False)
+    path = str(tmp_path / f"{name.replace(':', '_')}.model")
+    model.save(path)
+    loaded = LOADERS[type(model)](path)
+    np.testing.assert_array_equal(loaded.predict(X[test]), pred)
+    from cost_models._io import load_model
+
+    np.testing.assert_array_equal(load_model(path).predict(X[test]), pred)  # dispatch on the file's header
+
+
+def test_seed_changes_randomised_models(dataset, split, fitted):
+    train, test = split
+    model, X, pred = fitted["rf"]
+    other = make_cost_model("rf", seed=4).fit(X[train], dataset.y[train])
+    assert not np.array_equal(other.predict(X[test]), pred)
+
+
+def test_unfitted_model_refuses_to_predict(dataset):
+    for name in ("xgb", "rf", "mlp"):
+        model = make_cost_model(name)
+        with pytest.raises(RuntimeError):
+            model.predict(dataset.X(model.input_kind, rows=np.arange(2)))
+
+
+def test_unknown_sklearn_regressor_is_a_user_error():
+    with pytest.raises(UserError, match="RandomForestRegressor"):
+        make_cost_model("sklearn:RandomForestRegresor")
+    with pytest.raises(UserError, match="cannot be built from a name alone"):
+        make_cost_model("sklearn:StackingRegressor")
+    with pytest.raises(UserError):
+        make_cost_model("no-such-model")
+
+
+def test_mlp_gradients_match_finite_differences():
+    """The hand-written backward pass of the sum-pooling MLP, against central differences."""
+    rng = np.random.default_rng(0)
+    model = learned.SegmentSumMLP(hidden=16, seed=0)
+    params = model._init(rng)
+    for b in ("b1", "b2", "b3"):  # off zero, so no pre-activation sits exactly on a ReLU kink
+        params[b] = rng.uniform(0.05, 0.1, size=params[b].shape)
+    X = rng.normal(size=(6, 3, learned.N_STORE_FEATURES))
+    X[1, 2] = np.nan  # a padded store
+    X[4, 1:] = np.nan
+    Z, mask = model._prepare(X)
+    y = rng.uniform(size=6)
+    groups = np.array([0, 0, 0, 1, 1, 1])
+
+    def loss(p):
+        pred, _ = model._forward(p, Z, mask)
+        mse = np.mean((pred - y) ** 2)
+        better = (y[:, None] > y[None, :] + 1e-6) & (groups[:, None] == groups[None, :])
+        diff = pred[:, None] - pred[None, :]
+        return mse + model.rank_weight * np.log1p(np.exp(-diff))[better].mean()
+
+    pred, cache = model._forward(params, Z, mask)
+    grads = model._backward(params, cache, model._loss_grad(pred, y, groups))
+    for name in learned._LAYERS:
+        flat = params[name].reshape(-1)
+        for j in rng.choice(flat.size, size=min(5, flat.size), replace=False):
+            old = flat[j]
+            flat[j] = old + 1e-5
+            up = loss(params)
+            flat[j] = old - 1e-5
+            down = loss(params)
+            flat[j] = old
+            assert grads[name].reshape(-1)[j] == pytest.approx((up - down) / 2e-5, rel=1e-4, abs=1e-7)
