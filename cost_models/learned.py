@@ -6,7 +6,8 @@ program (a program's cost is roughly the sum of its statements' costs), and a sm
 sum to a score. Pooling before the network (as tabular models must) loses which features belong
 to the same store; summing after the encoder keeps it.
 
-Why numpy and not a framework: torch is not allowed here, and the model is three dense layers
+Why numpy and not a framework: a deep-learning framework would be autosearch's largest dependency
+(several GB) for a model of three dense layers
 and a masked sum. Forward and backward are ~40 lines, Adam is ~10, and training on a few thousand
 records takes seconds on one core. scikit-learn's ``MLPRegressor`` cannot do the per-store sum.
 
