@@ -129,9 +129,10 @@ def make_runner(args: argparse.Namespace, target):
             from autosearch.measure.ray_pool import RayRunner
         except ImportError as exc:
             raise UserError(f"--runner ray needs the package 'ray' ({exc})") from exc
-        return RayRunner(target=target, evaluator=evaluator, ray_address=args.ray_address,
+        return RayRunner(target=target, evaluator=evaluator, address=args.ray_address,
                          build_workers=args.build_workers, build_timeout=args.build_timeout,
-                         run_timeout=args.run_timeout, seed=args.seed)
+                         run_timeout=args.run_timeout, seed=args.seed, device_key=args.device_key,
+                         gpu_name=args.gpu_name, allow_mixed=args.allow_mixed)
     raise UserError(f"unknown runner {args.runner!r}; valid runners: local, ray")
 
 
@@ -193,6 +194,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from workloads.importer import import_model
 
     target = parse_target(args.target)
+    if args.runner not in ("local", "ray"):
+        raise UserError(f"unknown runner {args.runner!r}; valid runners: local, ray")
     if target.kind.name != "llvm" and args.runner == "local":
         raise UserError(f"target kind {target.kind.name!r} cannot be measured by the local runner on this "
                         "machine; use --runner ray with a device of that kind")
@@ -339,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warm-start", help="pre-train the cost model on a tuning log or a TVM database directory")
     p.add_argument("--runner", default="local", help="local (default) or ray")
     p.add_argument("--ray-address", help="join an existing Ray cluster (auto or HOST:PORT); default: embedded")
+    p.add_argument("--device-key", help="Ray device key to measure on (default: cpu-<mcpu>-<cores> of the target)")
+    p.add_argument("--gpu-name", help="GPU name for the cuda-<name> device key")
+    p.add_argument("--allow-mixed", action="store_true", help="accept devices of one key that differ")
     p.add_argument("--log", help="tuning log (JSON Lines); default runs/<model>-<strategy>-<time>.jsonl")
     p.add_argument("--resume", action="store_true", help="continue the run recorded in --log")
     p.add_argument("--seed", type=int, default=0)

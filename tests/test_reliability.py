@@ -64,3 +64,27 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, s
     assert len(set(after)) == BUDGET, "no config measured twice"
     assert after[: len(before)] == before, "nothing measured before the interruption was lost"
     assert not contents.corrupt
+
+
+def test_sigint_with_the_ray_runner_then_resume(tmp_path, model_path):
+    """The same guarantee with the embedded Ray device pool: stop cleanly, resume, nothing lost or repeated."""
+    log = str(tmp_path / "ray.jsonl")
+    args = ["run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--trials", "12",
+            "--batch", "4", "--log", log, "--seed", "5", "--runner", "ray"]
+    proc = subprocess.Popen([sys.executable, "-m", "autosearch", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while _trials_in(log) < 4 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert time.time() - sent < 30, "the Ray pool must shut down promptly"
+    assert proc.returncode in (130, 0), err[-2000:]
+    before = [r.config for r in read_log(log).trials()]
+    assert before and len(set(before)) == len(before)
+    again = run_cli(*args, "--resume", timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    after = [r.config for r in read_log(log).trials()]
+    assert len(after) == 12 and len(set(after)) == 12 and after[: len(before)] == before

@@ -197,12 +197,29 @@ class DeviceActor:
         self._sync()
         return reply, ident
 
+    def refresh(self) -> None:
+        """Replace the measuring process; references are installed again on the next run."""
+        self.worker.kill()
+        self._sync()
+
     def close(self) -> None:
         self.worker.close()
 
 
 # ---------------------------------------------------------------------------------------------- builds
 _BUILD_WORKER: Worker | None = None
+
+
+def _build_worker() -> Worker:
+    global _BUILD_WORKER
+    if _BUILD_WORKER is None:
+        _BUILD_WORKER = Worker(name="ray-build", env={"TVM_NUM_THREADS": "1"})
+    return _BUILD_WORKER
+
+
+def warm_build_worker() -> Reply:
+    """Start this Ray worker's build subprocess (TVM import) before the first batch needs it."""
+    return _build_worker().call("ping", timeout=STARTUP_TIMEOUT)
 
 
 def build_in_worker(mod_json: str, target: dict[str, Any], timeout: float,
@@ -212,10 +229,7 @@ def build_in_worker(mod_json: str, target: dict[str, Any], timeout: float,
     Ray reuses its worker processes, so the subprocess (and its TVM import) survives between builds;
     the timeout starts when the build starts, not when the task was queued. Returns (status, .so bytes).
     """
-    global _BUILD_WORKER
-    if _BUILD_WORKER is None:
-        _BUILD_WORKER = Worker(name="ray-build", env={"TVM_NUM_THREADS": "1"})
-    worker = _BUILD_WORKER
+    worker = _build_worker()
     reply = worker.call("ping", timeout=STARTUP_TIMEOUT)
     ident = worker.ident
     if reply.kind == "ok":

@@ -21,6 +21,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import os
+import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -36,10 +38,11 @@ from autosearch.measure.ray_device import (
     STARTUP_TIMEOUT,
     DeviceActor,
     build_in_worker,
-    device_key,
     device_kind,
     identity,
+    warm_build_worker,
 )
+from autosearch.measure.ray_device import device_key as key_for_target
 from autosearch.records import MeasureResult, Status
 from autosearch.target import host_cores, target_num_cores, target_to_json
 from autosearch.task import TuningTask
@@ -76,6 +79,21 @@ def _keep_loopback() -> Iterator[None]:
         yield
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = old
+
+
+def _ephemeral_token() -> None:
+    """A per-process token for the private embedded cluster, unless the user configured one.
+
+    Ray 2.60 turns token auth on for ``ray.init()`` clusters and would otherwise write a token to
+    ``~/.ray/auth_token``, which later ``ray start`` calls on this machine then pick up.
+    """
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+        return
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    if os.path.exists(os.path.join(os.path.expanduser("~"), ".ray", "auth_token")):
+        return
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 
 def _is_loopback(address: str) -> bool:
@@ -151,7 +169,7 @@ class RayRunner:
     ) -> None:
         self.target = target
         self.kind = device_kind(target)
-        self.key = device_key or _default_key(target, gpu_name)
+        self.key = device_key or key_for_target(target, gpu_name=gpu_name)
         self.evaluator = evaluator or EvaluatorConfig()
         # As in LocalRunner: the untuned kernel is timed like every candidate, with fewer repeats.
         self.baseline_evaluator = replace(self.evaluator, repeat=min(3, self.evaluator.repeat))
@@ -167,6 +185,7 @@ class RayRunner:
         self._faults = dict(_faults or {})
         self._references: dict[str, Any] = {}  # task key -> ObjectRef of the reference npz bytes
         self._baseline_secs: dict[str, float] = {}
+        self._best_secs: dict[str, float] = {}  # best median per task so far (for evaluator.slow_factor)
         self._devices: list[_Device] = []
         self._owns_ray = False
         self._identity: tuple | None = None
@@ -189,6 +208,7 @@ class RayRunner:
             return
         kwargs: dict[str, Any] = {"log_to_driver": False}
         if address is None:
+            _ephemeral_token()
             kwargs.update(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
                           num_cpus=host_cores(), resources={self.key: num_devices or 1})
         else:
@@ -209,8 +229,8 @@ class RayRunner:
         available = int(ray.cluster_resources().get(self.key, 0))
         if available < 1:
             raise UserError(
-                f"no node of the Ray cluster advertises the device resource {self.key!r}; start the measuring "
-                f"machines with: ray start --address <head> --resources '{{\"{self.key}\": 1}}'"
+                f"no node of the Ray cluster advertises the device resource {self.key!r}; start the "
+                f"measuring machines with: ray start --address <head> --resources '{{\"{self.key}\": 1}}'"
             )
         count = num_devices or available
         if count > available:
@@ -240,11 +260,17 @@ class RayRunner:
             device.info = info
             device.state = "idle"
         self._check_fingerprints()
+        # Start the build subprocesses (one per build worker) and the measuring ones, all importing TVM.
+        builders = [_warm_task.options(num_cpus=1, max_retries=0, **self._build_options()).remote()
+                    for _ in range(self.build_workers)]
         warm = ray.get([d.handle.warm_up.remote() for d in self._devices], timeout=2 * STARTUP_TIMEOUT)
         for device, reply in zip(self._devices, warm):
             if reply.kind != "ok":
                 raise UserError(f"device {device.index} ({device.info.get('hostname')}) cannot start its "
                                 f"measuring process: {reply.error}")
+        for reply in ray.get(builders, timeout=2 * STARTUP_TIMEOUT):
+            if reply.kind != "ok":
+                raise UserError(f"a build worker cannot start: {reply.error}")
         log.info("Ray pool %s: %d device(s) on %s", self.key, len(self._devices),
                  sorted({d.info.get("hostname") for d in self._devices}))
 
@@ -265,11 +291,14 @@ class RayRunner:
             first, other = identities[0], next(x for x in identities if x != identities[0])
             j = identities.index(other)
             diff = ", ".join(f"{k}: {a!r} vs {b!r}" for (k, a), (_, b) in zip(first, other) if a != b)
-            text = (f"the devices for {self.key!r} differ (device 0 on {infos[0].get('hostname')} vs device {j} "
-                    f"on {infos[j].get('hostname')}: {diff}); their timings are not comparable")
+            text = (f"the devices for {self.key!r} differ (device 0 on {infos[0].get('hostname')} vs "
+                    f"device {j} on {infos[j].get('hostname')}: {diff}); their timings are not comparable")
             if not self.allow_mixed:
                 raise UserError(text + ". Pass allow_mixed=True (--allow-mixed) to use them anyway.")
             log.warning("%s; measuring anyway (allow_mixed)", text)
+
+    def _build_options(self) -> dict[str, Any]:
+        return {"resources": self.build_resources} if self.build_resources else {}
 
     @property
     def devices(self) -> list[dict[str, Any]]:
@@ -299,6 +328,12 @@ class RayRunner:
 
     def baseline_secs(self, task: TuningTask) -> float | None:
         return self._baseline_secs.get(task.workload_key)
+
+    def refresh(self) -> None:
+        """Replace every device's measuring process (to re-time finalists in fresh processes), as
+        LocalRunner.refresh does; the best-so-far shortcut is reset too."""
+        ray.get([d.handle.refresh.remote() for d in self._devices if d.state == "idle"], timeout=60)
+        self._best_secs.clear()
 
     def close(self) -> None:
         for device in self._devices:
@@ -343,10 +378,6 @@ class RayRunner:
         return self._devices[index].handle
 
 
-def _default_key(target, gpu_name: str | None) -> str:
-    return device_key(target, gpu_name=gpu_name)
-
-
 def _require_local_cuda() -> None:
     import tvm
 
@@ -367,6 +398,7 @@ def _require_gpu_nodes(key: str) -> None:
 
 
 _build_task = ray.remote(build_in_worker)
+_warm_task = ray.remote(warm_build_worker)
 
 
 class _Batch:
@@ -380,7 +412,8 @@ class _Batch:
         self.pool = pool
         self.task = task
         self.reference = reference
-        self.jobs = [_Job(i, mj, None if reference else pool._faults.get(i)) for i, mj in enumerate(mod_jsons)]
+        faults = {} if reference else pool._faults
+        self.jobs = [_Job(i, mj, faults.get(i)) for i, mj in enumerate(mod_jsons)]
         self.results: list[MeasureResult | None] = [None] * len(self.jobs)
         self.to_build = collections.deque(self.jobs)
         self.building: dict[Any, tuple[_Job, Any, float]] = {}  # status ref -> (job, artifact ref, t0)
@@ -443,10 +476,8 @@ class _Batch:
         pool = self.pool
         while self.to_build and len(self.building) < pool.build_workers:
             job = self.to_build.popleft()
-            options: dict[str, Any] = {"num_cpus": 1, "num_returns": 2, "max_retries": 0}
-            if pool.build_resources:
-                options["resources"] = pool.build_resources
-            status_ref, artifact_ref = _build_task.options(**options).remote(
+            status_ref, artifact_ref = _build_task.options(
+                num_cpus=1, num_returns=2, max_retries=0, **pool._build_options()).remote(
                 job.mod_json, pool._target_json, pool.build_timeout, job.fault)
             self.building[status_ref] = (job, artifact_ref, time.monotonic())
 
@@ -460,7 +491,8 @@ class _Batch:
                                                    build_secs=time.monotonic() - t0))
             return
         except WorkerCrashedError as exc:
-            self._finish(job, MeasureResult.failed(Status.WORKER_CRASHED, f"build task died: {_first_line(exc)}",
+            self._finish(job, MeasureResult.failed(Status.WORKER_CRASHED,
+                                                   f"build task died: {_first_line(exc)}",
                                                    build_secs=time.monotonic() - t0))
             return
         except RayError as exc:
@@ -501,8 +533,12 @@ class _Batch:
                 fault = job.fault
                 if fault == "actor_exit_once":
                     fault = "actor_exit" if job.deaths == 0 else None
+                evaluator = pool.evaluator.to_json()
+                best = pool._best_secs.get(task.workload_key)
+                if best is not None and pool.evaluator.slow_factor > 0:
+                    evaluator["slow_after"] = best * pool.evaluator.slow_factor
                 ref = device.handle.run.remote(task.workload_key, [pool._references[task.workload_key]],
-                                               job.artifact, task.args, pool.seed, pool.evaluator.to_json(),
+                                               job.artifact, task.args, pool.seed, evaluator,
                                                self.run_timeout, fault)
             device.state = "busy"
             self.running[ref] = (job, device, time.monotonic() + self.run_timeout + DRIVER_SLACK)
@@ -535,8 +571,12 @@ class _Batch:
         if "wrong_result" in value:
             return MeasureResult.failed(Status.WRONG_RESULT, value["wrong_result"], build_secs=build_secs,
                                         run_secs=value["run_secs"], worker=ident)
-        return MeasureResult(Status.OK, tuple(value["latencies"]), build_secs=build_secs,
-                             run_secs=value["run_secs"], worker=ident)
+        result = MeasureResult(Status.OK, tuple(value["latencies"]), build_secs=build_secs,
+                               run_secs=value["run_secs"], worker=ident, error=value.get("note", ""))
+        key = self.task.workload_key
+        if result.median < self.pool._best_secs.get(key, float("inf")):
+            self.pool._best_secs[key] = result.median
+        return result
 
     # ---------------------------------------------------------------- faults
     def _device_died(self, device: _Device, job: _Job, why: str) -> None:
@@ -549,7 +589,8 @@ class _Batch:
         self._recover(device)
         if job.deaths > self.pool.max_retries:
             self._finish(job, MeasureResult.failed(
-                Status.WORKER_CRASHED, f"the device actor died on each of {job.deaths} attempts (last: {why})",
+                Status.WORKER_CRASHED,
+                f"the device actor died on each of {job.deaths} attempts (last: {why})",
                 build_secs=float(job.build.get("build_secs", 0.0))))
         else:
             self.ready.append(job)
@@ -580,14 +621,15 @@ class _Batch:
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
-        for ref, (job, artifact_ref, t0) in list(self.building.items()):
+        for ref, (job, _, t0) in list(self.building.items()):
             if now > t0 + self.pool.build_timeout + DRIVER_SLACK:
                 ray.cancel(ref, force=True)
                 self.building.pop(ref)
                 self._finish(job, MeasureResult.failed(
-                    Status.BUILD_TIMEOUT, f"no answer within {self.pool.build_timeout:.0f} s (build task killed)",
+                    Status.BUILD_TIMEOUT,
+                    f"no answer within {self.pool.build_timeout:.0f} s (build task killed)",
                     build_secs=now - t0))
-        for ref, (job, device, deadline) in list(self.running.items()):
+        for _, device, deadline in list(self.running.values()):
             if now > deadline and device.state == "busy":
                 log.warning("device %s#%d does not answer; killing it", self.pool.key, device.index)
                 device.state = "killed"
@@ -604,7 +646,8 @@ class _Batch:
             return
         for job in self.ready:
             self._finish(job, MeasureResult.failed(
-                Status.WORKER_CRASHED, f"no device of {self.pool.key!r} is left ({job.last_death or 'all died'})",
+                Status.WORKER_CRASHED,
+                f"no device of {self.pool.key!r} is left ({job.last_death or 'all died'})",
                 build_secs=float(job.build.get("build_secs", 0.0))))
         self.ready.clear()
 
