@@ -17,7 +17,7 @@ from autosearch import __version__
 from autosearch.errors import UserError
 
 DEFAULT_MODEL = "tiny-yolov2"
-DEFAULT_TRIALS = 192
+DEFAULT_TRIALS = 400
 DEFAULT_BATCH = 16
 
 
@@ -255,6 +255,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                   f"(MetaSchedule JSONDatabase)")
     if summary.skipped_tasks:
         console.print(f"no valid record, not exported: {', '.join(summary.skipped_tasks)}")
+    if summary.slower_than_untuned:
+        console.print(f"not faster than untuned, left to TVM's default code: {', '.join(summary.slower_than_untuned)}")
     return 0
 
 

@@ -30,6 +30,7 @@ class ExportSummary:
     tasks: int = 0
     records: int = 0
     skipped_tasks: list[str] = field(default_factory=list)  # tasks with no valid record
+    slower_than_untuned: list[str] = field(default_factory=list)  # best record no faster than untuned
 
 
 def _database(out_dir: str, *, create: bool):
@@ -61,7 +62,8 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
     """Write the best ``top_k`` valid records of every task in the log as a TVM JSONDatabase.
 
     Only ``ok`` records (checked against the reference, with a latency) are exported: a failed,
-    crashed or wrong-result kernel can never become the schedule TVM compiles.
+    crashed or wrong-result kernel can never become the schedule TVM compiles. A task whose best
+    record is not faster than its untuned baseline is left out, so TVM keeps its default code there.
     """
     if top_k <= 0:
         raise UserError(f"--top-k must be positive, not {top_k}")
@@ -83,6 +85,11 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
     summary = ExportSummary(out_dir=out_dir)
     for key, header in contents.tasks.items():
         valid = [r for r in contents.ranked(key) if r.trace is not None]
+        baseline = contents.baseline(key)
+        if valid and baseline is not None and baseline.ok and valid[0].latency >= baseline.latency:
+            # tiny element-wise / pooling kernels: parallelising can only lose; TVM's default code stays
+            summary.slower_than_untuned.append(header["name"])
+            continue
         if not valid:
             summary.skipped_tasks.append(header["name"])
             continue

@@ -160,8 +160,6 @@ class ModelScorer:
             self.stats.featurise_secs += time.perf_counter() - start
             for c, item in found.items():
                 self._cache[c] = item
-            while len(self._cache) > _CACHE_SIZE.get(self.input_kind, _DEFAULT_CACHE_SIZE):
-                self._cache.popitem(last=False)
         out = []
         for c in configs:
             if c in self._items:
@@ -169,6 +167,9 @@ class ModelScorer:
             else:
                 self._cache.move_to_end(c)
                 out.append(self._cache[c])
+        # evict only after reading: a call with more configs than the cache holds must still get them all
+        while len(self._cache) > _CACHE_SIZE.get(self.input_kind, _DEFAULT_CACHE_SIZE):
+            self._cache.popitem(last=False)
         return out
 
     def _program_features(self, configs: Sequence[Config]) -> dict[Config, Any]:

@@ -121,3 +121,18 @@ def test_program_feature_models_guide_too(held_out_task, task_records, name):
     scores = scorer.score([r.config for r in test])
     assert scores.shape == (len(test),) and np.isfinite(scores).all()
     assert pairwise_accuracy(_truth(test), scores) > 0.5
+
+
+def test_scoring_more_configs_than_the_cache_holds(held_out_task, task_records, monkeypatch):
+    """One call may score more configs than the feature cache keeps (annealing scores thousands)."""
+    import cost_models.guidance as guidance
+
+    monkeypatch.setattr(guidance, "_DEFAULT_CACHE_SIZE", 16)
+    task, space = held_out_task
+    train, _ = task_records
+    scorer = ModelScorer(make_cost_model("xgb", seed=0), space, task, seed=0, features="encoding")
+    scorer.update([r.config for r in train], [r.result for r in train])
+    rng = np.random.default_rng(0)
+    configs = list(dict.fromkeys(space.sample(rng) for _ in range(64)))
+    scores = scorer.score(configs)
+    assert len(scores) == len(configs) and scorer.fitted
