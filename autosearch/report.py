@@ -143,7 +143,10 @@ def end_to_end_report(args, console: Console) -> dict:
         with open(args.markdown, "w") as fh:
             fh.write(_markdown_table(["runtime", "mean", "median", "max", "min", "std", "speedup vs untuned",
                                       "runs"], rows))
-            fh.write("\n")
+            for name, err in checks.items():
+                fh.write(f"\n{name} output vs ONNX Runtime: max relative error {err:.2e}"
+                         f" ({'matches' if err <= 1e-3 else 'DIFFERS'})\n")
+            fh.write(f"\n{len(tuned.tuned_tasks)}/{len(model.tasks)} tasks tuned, {threads} threads\n\n")
             fh.write(_markdown_table(["#", "task", "w", "untuned ms", "tuned ms", "speedup"],
                                      [[str(t.index), t.name, str(t.weight), _ms(u or 0), _ms(b or 0),
                                        f"{u / b:.1f}x" if u and b else "-"] for t, u, b in per_task
