@@ -1,7 +1,8 @@
 """The tuning loop: ask -> apply -> measure -> log -> tell, over a model's tasks; owns the budget.
 
-A task scheduler spreads the trial budget over tasks: every task first gets one batch, then each
-next batch goes to the task with the largest expected gain, ``weight x best latency x (recent
+A task scheduler spreads the trial budget over tasks: every task first gets a warm-up (in proportion
+to its FLOPs, see :meth:`Tuner._first_pass`), then each next batch goes to the task with the largest
+expected gain, ``weight x best latency x (recent
 relative improvement + optimism)``. This is Ansor's gradient-based allocation with the gradient
 estimated from the last window of trials: tasks that dominate the model's time and still improve
 get the trials; the optimism term (5%) keeps a task whose best is flat from starving for ever.
@@ -26,6 +27,7 @@ from autosearch.task import TuningTask
 log = logging.getLogger(__name__)
 
 OPTIMISM = 0.05
+MIN_FIRST_PASS = 2
 MAX_EMPTY_ROUNDS = 3
 
 
@@ -217,20 +219,30 @@ class Tuner:
         return time.perf_counter() - self._start
 
     # ------------------------------------------------------------------ scheduling
-    def _first_pass(self) -> int:
-        """Warm-up trials per task: a full batch, unless that would spend more than half the budget
-        before the scheduler can favour the tasks that matter (many tasks, small budget)."""
-        return max(1, min(self.batch, self.budget // (2 * max(1, len(self.states)))))
+    def _first_pass(self, state: TaskState) -> int:
+        """Warm-up trials of a task before the gradient scheduler takes over.
+
+        Half the budget at most is spent warming up, shared in proportion to each task's FLOPs x
+        weight (a prior for its share of the model's time), at least ``MIN_FIRST_PASS`` trials (enough
+        to see whether any schedule beats the untuned kernel) and at most one batch. A YOLOv8n has 66
+        tasks, a third of them copies, splits and concatenations with no FLOPs: an equal split of the
+        warm-up spent most of a 400-trial budget on them.
+        """
+        total = sum(s.task.flops * s.task.weight for s in self.states) or 1.0
+        share = state.task.flops * state.task.weight / total
+        even = self.budget // (2 * max(1, len(self.states)))
+        by_share = int(round(self.budget / 2 * share))
+        return max(1, min(self.batch, max(min(MIN_FIRST_PASS, even), by_share)))
 
     def _batch_for(self, state: TaskState) -> int:
-        first = self._first_pass()
+        first = self._first_pass(state)
         return first - state.trials if state.trials < first else self.batch
 
     def _next_task(self) -> TaskState | None:
         live = [s for s in self.states if not s.done]
         if not live:
             return None
-        fresh = [s for s in live if s.strategy is None and s.trials < self._first_pass()]
+        fresh = [s for s in live if s.strategy is None and s.trials < self._first_pass(s)]
         if fresh:
             return fresh[0]
         return max(live, key=lambda s: s.expected_gain(window=2 * self.batch))

@@ -79,3 +79,21 @@ def test_unwritable_log_path_is_a_user_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(UserError, match="cannot write"):
         TuningLog(str(blocker / "sub" / "run.jsonl"))
+
+
+def test_first_pass_follows_the_flops_share(tmp_path):
+    """The warm-up budget goes to the heavy tasks; FLOP-less copies get the minimum."""
+    from autosearch.task import TuningTask
+    from autosearch.tuner import MIN_FIRST_PASS, Tuner
+
+    def task(i, flops):
+        return TuningTask(index=i, name=f"t{i}", weight=1, flops=flops, mod=None, target=None, args=(),
+                          workload_key=str(i))
+
+    tasks = [task(0, 3e9), task(1, 1e9)] + [task(i, 0.0) for i in range(2, 22)]
+    with TuningLog(str(tmp_path / "l.jsonl")) as log:
+        tuner = Tuner(tasks=tasks, runner=None, log=log, strategy="random", budget=400, batch=16)
+        firsts = [tuner._first_pass(s) for s in tuner.states]
+    assert firsts[0] == 16 and firsts[1] == 16  # capped at one batch
+    assert all(f == MIN_FIRST_PASS for f in firsts[2:])
+    assert sum(firsts) <= 200
