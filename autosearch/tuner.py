@@ -281,23 +281,22 @@ class Tuner:
             return
         new: list[tuple[Config, Applied]] = []
         told: dict[Config, MeasureResult] = {}
-        pending: set[Config] = set()
+        pending: dict[Config, Config] = {}  # effective -> the requested config measured for it
         for config in asked:
             applied = space.apply(config)
             effective = applied.config
             state.asked[config] = effective
             if effective in state.measured:  # TVM mapped it onto a config measured before
                 told[config] = state.measured[effective]
-            elif effective in pending:
+            elif effective in pending:  # two asks that TVM maps to one schedule: measured once
                 continue
             else:
-                pending.add(effective)
+                pending[effective] = config
                 new.append((config, applied))
         clock = self._tick("apply", clock)
         results = self._measure(task, [a for _, a in new])
         clock = self._tick("measure", clock)
         records = []
-        improved = False
         for (requested, applied), result in zip(new, results):
             self._trial_counter += 1
             records.append(Record(
@@ -307,12 +306,15 @@ class Tuner:
                 strategy=self.strategy_name, trial=self._trial_counter,
                 started=time.time() - result.build_secs - result.run_secs, finished=time.time(),
             ))
-            improved |= state.record(applied.config, result)
+            state.record(applied.config, result)
             told[requested] = result
         self.log.append(records)  # flushed and fsynced: this batch survives a crash from here on
         clock = self._tick("log", clock)
         if state.scorer is not None and new:
             state.scorer.update([a.config for _, a in new], results)
+        for config in asked:  # the duplicates of this batch get the result of the config measured for them
+            if config not in told and state.asked.get(config) in pending:
+                told[config] = told[pending[state.asked[config]]]
         tell_configs = [c for c in asked if c in told]
         strategy.tell(tell_configs, [told[c] for c in tell_configs])
         self._tick("tell", clock)
