@@ -143,14 +143,27 @@ def _check_workload_hashes(workload_file: str) -> None:
 
 
 def read_database(path: str) -> LogContents:
-    """A TVM JSONDatabase (from ``ms.tune_tir`` or from autosearch) as tuning-log contents."""
+    """A TVM JSONDatabase (from ``ms.tune_tir`` or from autosearch) as tuning-log contents.
+
+    Records come in the order they were committed (the file's line order, i.e. MetaSchedule's trial
+    order), not in TVM's in-memory order, which is sorted by run time.
+    """
+    import json
+
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
     from autosearch.target import target_to_json
     from autosearch.tvm_compat import to_plain_json
 
-    db = load_database(path)
+    load_database(path)  # validates the files (corrupt, other TVM version) with clear errors
+    with open(os.path.join(path, WORKLOAD_FILE)) as fh:
+        workloads = [Workload.from_json(json.loads(line)) for line in fh if line.strip()]
     out = LogContents(path=path)
-    for rec in db.get_all_tuning_records():
-        workload = rec.workload
+    with open(os.path.join(path, RECORD_FILE)) as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    for index, body in rows:
+        workload = workloads[int(index)]
+        rec = TuningRecord.from_json(body, workload)
         key = str(workload.as_json()[0])
         target = rec.target
         if key not in out.tasks:

@@ -37,6 +37,11 @@ def tune_tir(mod, target, work_dir: str, trials: int, *, per_iter: int = 16, fas
         number=evaluator.number, repeat=evaluator.repeat, min_repeat_ms=evaluator.min_repeat_ms,
         enable_cpu_cache_flush=evaluator.cache_flush))
     os.makedirs(work_dir, exist_ok=True)
+    # MetaSchedule's runner workers inherit the environment: without TVM_NUM_THREADS, TVM used one
+    # thread on this VM, and MetaSchedule would search with single-threaded timings.
+    from autosearch.target import target_num_cores
+
+    os.environ["TVM_NUM_THREADS"] = str(target_num_cores(target))
     start = time.perf_counter()
     db = ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=per_iter,
                      builder=builder, runner=runner, seed=seed or None)
