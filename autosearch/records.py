@@ -250,7 +250,9 @@ class LogContents:
     def ranked(self, task_key: str) -> list[Record]:
         """Valid trials of a task, best first. Finalists that were re-timed in a fresh process are
         ranked first, by their re-timed median (noise-aware: a lucky in-run timing does not win);
-        the rest follow by in-run median. Failed or wrong-result records never appear."""
+        the rest follow by in-run median. Each keeps its in-run result, which was measured under the
+        same conditions as the untuned baseline it is compared with. Failed or wrong-result records
+        never appear."""
         retimed: dict[Config, Record] = {}
         for r in self.retimes(task_key):
             if r.config is not None:
@@ -258,7 +260,7 @@ class LogContents:
         trials = [r for r in self.trials(task_key) if r.ok]
         by_config = {r.config: r for r in trials if r.config is not None}
         finalists = sorted((r for c, r in retimed.items() if r.ok and c in by_config), key=lambda r: r.latency)
-        first = [Record(**{**by_config[r.config].__dict__, "result": r.result}) for r in finalists]
+        first = [by_config[r.config] for r in finalists]
         seen = {r.config for r in first}
         rest = sorted((r for r in trials if r.config not in seen or r.config is None), key=lambda r: r.latency)
         return first + rest

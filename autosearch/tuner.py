@@ -353,11 +353,12 @@ class Tuner:
                        strategy=self.strategy_name)
                 for a, r in zip(applied, results)
             ])
-            retimed = [(a.config, r) for a, r in zip(applied, results) if r.ok]
+            retimed = [(a.config, r) for a, r in zip(applied, results) if r.ok and a.config in state.measured]
             if retimed:
-                config, result = min(retimed, key=lambda cr: cr[1].median)
+                config, _ = min(retimed, key=lambda cr: cr[1].median)
                 state.finalist_results = retimed
-                state.best = result
+                # the re-time chooses; the reported latency stays the in-run one, measured like the baseline
+                state.best = state.measured[config]
             self.on_event(TuneEvent(state, self.trials_done, self.budget, results, self._elapsed(), "retime"))
 
     def _tick(self, step: str, since: float) -> float:
