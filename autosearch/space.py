@@ -224,6 +224,15 @@ class DecisionSpace:
         sketch = self.sketches[int(rng.integers(len(self.sketches)))]
         return Config(sketch.index, tuple(d.choices[int(rng.integers(len(d.choices)))] for d in sketch.decisions))
 
+    def sample_applied(self, rng: np.random.Generator, n: int) -> list[Applied]:
+        """``n`` random configs that apply (benchmarks and tests measure these)."""
+        out: list[Applied] = []
+        while len(out) < n:
+            applied = self.apply(self.sample(rng))
+            if applied.ok:
+                out.append(applied)
+        return out
+
     def neighbors(self, config: Config) -> list[Config]:
         """Every config that differs from ``config`` in exactly one decision."""
         out = []

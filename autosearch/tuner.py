@@ -297,11 +297,12 @@ class Tuner:
         results = self._measure(task, [a for _, a in new])
         clock = self._tick("measure", clock)
         records = []
+        target_json = target_to_json(task.target)
         for (requested, applied), result in zip(new, results):
             self._trial_counter += 1
             records.append(Record(
                 kind="trial", task_key=task.workload_key, task_name=task.name,
-                target=target_to_json(task.target), config=applied.config, requested=requested,
+                target=target_json, config=applied.config, requested=requested,
                 result=result, flops=task.flops, trace=applied.trace_json() if applied.ok else None,
                 strategy=self.strategy_name, trial=self._trial_counter,
                 started=time.time() - result.build_secs - result.run_secs, finished=time.time(),

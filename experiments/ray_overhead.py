@@ -34,13 +34,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 def sample_mods(space: DecisionSpace, n: int, seed: int) -> list:
     """``n`` applicable random configs (the same list for every runner)."""
-    rng = np.random.default_rng(seed)
-    mods = []
-    while len(mods) < n:
-        applied = space.apply(space.sample(rng))
-        if applied.ok:
-            mods.append(applied.mod)
-    return mods
+    return [a.mod for a in space.sample_applied(np.random.default_rng(seed), n)]
 
 
 def bench(label: str, make_runner, task, mods: list, batch: int) -> dict:

@@ -77,13 +77,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def _good_mods(space, n: int, seed: int) -> list:
-    rng = np.random.default_rng(seed)
-    mods = []
-    while len(mods) < n:
-        applied = space.apply(space.sample(rng))
-        if applied.ok:
-            mods.append(applied.mod)
-    return mods
+    return [a.mod for a in space.sample_applied(np.random.default_rng(seed), n)]
 
 
 # ---------------------------------------------------------------------------------------------- 1
