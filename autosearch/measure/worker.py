@@ -57,7 +57,7 @@ def _serve(conn) -> None:
     while True:
         try:
             msg = conn.recv()
-        except (EOFError, KeyboardInterrupt):
+        except (EOFError, OSError, KeyboardInterrupt):  # the parent closed the pipe or died (reset by peer)
             return
         name, args = msg
         try:
