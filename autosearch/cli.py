@@ -303,9 +303,23 @@ def cmd_compare_models(args: argparse.Namespace) -> int:
             raise UserError(f"log not found: {path}")
     from cost_models.evaluate import compare_models
 
+    if args.min_records < 1:
+        raise UserError("--min-records must be positive")
     png = args.plot or "compare-models.png"
-    report = compare_models(args.log, models, seed=args.seed, out_png=png)
     console = _console()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as bar:
+        ids: dict[str, int] = {}
+
+        def on_fold(model: str, done: int, total: int) -> None:
+            if model not in ids:
+                ids[model] = bar.add_task(f"{model}: held-out tasks", total=total)
+            bar.update(ids[model], completed=done)
+
+        report = compare_models(args.log, models, seed=args.seed, out_png=png, min_records=args.min_records,
+                                on_fold=on_fold)
     console.print(report.table)
     if args.markdown:
         with open(args.markdown, "w") as fh:
@@ -391,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--markdown", help="also write the table as Markdown")
     p.add_argument("--plot", help="predicted-vs-measured PNG (default: compare-models.png)")
+    p.add_argument("--min-records", type=int, default=10,
+                   help="hold out only tasks with at least this many valid records (all tasks train)")
     p.set_defaults(func=cmd_compare_models)
     return parser
 

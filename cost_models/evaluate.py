@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +134,7 @@ class EvaluationReport:
     n_records: int
     task_names: list[str]
     extract_secs_per_record: float
+    held_out: int = 0  # tasks evaluated as held out (the others only train)
     y_true: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     groups: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
     png: str | None = None
@@ -164,7 +165,9 @@ class EvaluationReport:
         return ["model"] + [label for _, label in METRICS] + ["fit s", "predict s"]
 
     def caption(self) -> str:
-        return (f"leave-one-task-out over {len(self.task_names)} tasks, {self.n_records} records; "
+        tasks = (f"{len(self.task_names)} tasks" if self.held_out in (0, len(self.task_names))
+                 else f"{self.held_out} of {len(self.task_names)} tasks (the rest train only)")
+        return (f"leave-one-task-out over {tasks}, {self.n_records} records; "
                 f"feature extraction {1000 * self.extract_secs_per_record:.1f} ms per record")
 
     @property
@@ -190,7 +193,7 @@ class EvaluationReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "logs": self.logs, "n_records": self.n_records, "tasks": self.task_names,
+            "logs": self.logs, "n_records": self.n_records, "tasks": self.task_names, "held_out": self.held_out,
             "extract_secs_per_record": self.extract_secs_per_record, "png": self.png,
             "models": [
                 {"name": r.name, "error": r.error, "fit_secs": r.fit_secs, "predict_secs": r.predict_secs,
@@ -208,8 +211,22 @@ def _parse_model(spec: str) -> tuple[str, str | None]:
     return name, features or None
 
 
-def leave_one_task_out(dataset, spec: str, *, seed: int = 0) -> ModelResult:
-    """Fit on all tasks but one, predict the held-out one, for every task of ``dataset``."""
+def held_out_tasks(dataset, min_records: int = 1) -> list[int]:
+    """Indices of the tasks evaluated as held out: those with at least ``min_records`` valid records.
+
+    A task with a handful of records says little about ranking (3 records = 3 pairs); it still trains
+    every fold's model.
+    """
+    counts = np.bincount(dataset.groups, minlength=len(dataset.task_keys))
+    return [g for g in range(len(dataset.task_keys)) if counts[g] >= min_records]
+
+
+def leave_one_task_out(dataset, spec: str, *, seed: int = 0, folds: Sequence[int] | None = None,
+                       on_fold: Callable[[str, int, int], None] | None = None) -> ModelResult:
+    """Fit on all tasks but one, predict the held-out one, for every task of ``dataset`` (or of ``folds``).
+
+    ``on_fold(spec, done, total)`` is called after each fold (progress for long comparisons).
+    """
     from autosearch.cost_model import make_cost_model
 
     name, features = _parse_model(spec)
@@ -221,7 +238,9 @@ def leave_one_task_out(dataset, spec: str, *, seed: int = 0) -> ModelResult:
     X = dataset.X(kind)
     y = dataset.y
     fit_secs, predict_secs = [], []
-    for g, key in enumerate(dataset.task_keys):
+    folds = list(range(len(dataset.task_keys))) if folds is None else list(folds)
+    for done, g in enumerate(folds, start=1):
+        key = dataset.task_keys[g]
         test = np.flatnonzero(dataset.groups == g)
         train = np.flatnonzero(dataset.groups != g)
         model = make_cost_model(name, seed=seed)
@@ -234,6 +253,8 @@ def leave_one_task_out(dataset, spec: str, *, seed: int = 0) -> ModelResult:
         result.y_pred[test] = pred
         result.per_task[dataset.task_names[key]] = task_metrics(y[test], pred,
                                                                ranker=getattr(model, "is_ranker", False))
+        if on_fold is not None:
+            on_fold(spec, done, len(folds))
     result.fit_secs = float(np.mean(fit_secs))
     result.predict_secs = float(np.mean(predict_secs))
     return result
@@ -245,13 +266,16 @@ def compare_models(
     *,
     seed: int = 0,
     out_png: str | None = None,
+    min_records: int = 1,
+    on_fold: Callable[[str, int, int], None] | None = None,
 ) -> EvaluationReport:
     """Leave-one-task-out comparison of cost models on the valid trials of tuning logs.
 
     ``logs`` are tuning-log paths (or TVM JSONDatabase directories, once ``autosearch.export.
     read_database`` exists); ``models`` are registry names, optionally with ``@encoding``. A model that
     fails is reported in its row, the others still run. Writes the predicted-vs-measured PNG to
-    ``out_png`` when given.
+    ``out_png`` when given. Only tasks with at least ``min_records`` valid records are held out (all
+    train); ``on_fold(model, done, total)`` reports progress.
     """
     from autosearch.cost_model import make_cost_model
     from cost_models.features import build_dataset, read_logs
@@ -271,10 +295,13 @@ def compare_models(
     if len(dataset.task_keys) < 2:
         raise UserError(f"leave-one-task-out needs records of at least 2 tasks; the logs have "
                         f"{len(dataset.task_keys)} ({len(dataset)} valid trials with traces)")
+    folds = held_out_tasks(dataset, min_records)
+    if not folds:
+        raise UserError(f"no task has {min_records} or more valid records to hold out; lower --min-records")
     results = []
     for spec in models:
         try:
-            results.append(leave_one_task_out(dataset, spec, seed=seed))
+            results.append(leave_one_task_out(dataset, spec, seed=seed, folds=folds, on_fold=on_fold))
         except UserError:
             raise
         except Exception as exc:  # noqa: BLE001 - one broken model (a regressor that wants 1-D input) is one row
@@ -283,7 +310,7 @@ def compare_models(
             results.append(ModelResult(name=spec, error=f"{type(exc).__name__}: {first_line}"))
     report = EvaluationReport(
         results=results, logs=list(logs), n_records=len(dataset),
-        task_names=[dataset.task_names[k] for k in dataset.task_keys],
+        task_names=[dataset.task_names[k] for k in dataset.task_keys], held_out=len(folds),
         extract_secs_per_record=dataset.secs_per_record, y_true=dataset.y, groups=dataset.groups,
     )
     if out_png:
@@ -308,14 +335,16 @@ def plot_predictions(report: EvaluationReport, path: str) -> None:
         ax.set_visible(False)
     for ax, r in zip(axes.flat, ok):
         for g, name in enumerate(report.task_names):
-            sel = report.groups == g
+            sel = (report.groups == g) & np.isfinite(r.y_pred)  # tasks that only trained have no predictions
+            if not sel.any():
+                continue
             ax.scatter(report.y_true[sel], r.y_pred[sel], s=10, alpha=0.7, color=cmap(g % 10),
                        label=name[:28] if ax is axes.flat[0] else None)
         ax.set_title(f"{r.name}: pairwise {r.mean('pairwise'):.2f}, top-1 {r.mean('top1'):.2f}", fontsize=10)
         ax.set_xlabel("measured normalised throughput")
         ax.set_ylabel("predicted score (held-out task)")
         ax.grid(alpha=0.3)
-    if ok:
+    if ok and report.held_out <= 12:  # beyond that colours repeat and the legend outgrows the plot
         fig.legend(loc="lower center", ncol=min(4, len(report.task_names)), fontsize=7, frameon=False)
     fig.suptitle(report.caption(), fontsize=9)
     fig.tight_layout(rect=(0, 0.06, 1, 0.96))

@@ -53,6 +53,7 @@ class Program:
     context: Any  # ms.TuneContext of the task (its mod is the unscheduled workload)
     candidate: Any  # ms.MeasureCandidate(sch, args_info)
     task_key: str
+    features: np.ndarray | None = None  # its PerStoreFeature matrix, when already extracted
 
 
 class TaskFeaturizer:
@@ -293,8 +294,8 @@ def build_dataset(
                 per_store.append(m)
                 space = spaces.get(key)
                 encodings.append(encode(space, rec.config) if space is not None else None)
-                if keep_programs:
-                    programs.extend(feat.programs([sch]))
+                if keep_programs:  # with its features: tvm-xgb then skips re-extracting them every fold
+                    programs.append(Program(feat.context, feat.candidates([sch])[0], key, features=m))
     return FeatureDataset(
         task_keys=task_keys, task_names=names, groups=np.asarray(groups, dtype=np.int64),
         latency=np.asarray(latency, dtype=np.float64), flops=np.asarray(flops, dtype=np.float64),

@@ -50,8 +50,16 @@ def curve(records: list[Record], flops: float) -> list[float]:
     return out
 
 
+def without_task(warm: list, task_key: str) -> list:
+    """The warm-start logs minus every record of the task under test: the model must transfer, not recall."""
+    import dataclasses
+
+    return [dataclasses.replace(c, tasks={k: v for k, v in c.tasks.items() if k != task_key},
+                                records=[r for r in c.records if r.task_key != task_key]) for c in warm]
+
+
 def run_autosearch(task, target, method: str, budget: int, batch: int, seed: int, evaluator, cost_model=None,
-                   log_path: str | None = None):
+                   log_path: str | None = None, warm_start: list | None = None):
     log_path = log_path or os.path.join(tempfile.mkdtemp(prefix=f"cmp-{method}-"), "log.jsonl")
     if os.path.exists(log_path):
         os.unlink(log_path)
@@ -59,7 +67,7 @@ def run_autosearch(task, target, method: str, budget: int, batch: int, seed: int
     start = time.perf_counter()
     with TuningLog(log_path) as log:
         Tuner(tasks=[task], runner=runner, log=log, strategy=method, budget=budget, batch=batch, seed=seed,
-              cost_model=cost_model).run()
+              cost_model=cost_model, warm_start=without_task(warm_start or [], task.workload_key)).run()
     wall = time.perf_counter() - start
     runner.close()
     return read_log(log_path).trials(task.workload_key), wall
@@ -108,8 +116,11 @@ def main() -> int:
                    help="strategies; STRATEGY+MODEL is model-guided (e.g. annealing+xgb)")
     p.add_argument("--ms-per-iter", type=int, default=64,
                    help="ms.tune_tir num_trials_per_iter (its default is 64; the search costs ~30 s per iteration)")
+    p.add_argument("--warm-start", action="append", default=[],
+                   help="tuning log to pre-train guided methods on (repeatable); the task under test is removed")
     p.add_argument("--out", default="compare_strategies")
     args = p.parse_args()
+    warm = [read_log(path) for path in args.warm_start]
     budgets = [int(b) for b in args.budgets.split(",")]
     methods = args.methods.split(",")
     target = parse_target(None)
@@ -130,7 +141,7 @@ def main() -> int:
                     strategy, _, cm = method.partition("+")  # e.g. annealing+xgb: model-guided
                     log_path = os.path.join(LOGS, f"{spec.replace(':', '-')}-{method}-s{seed}.jsonl")
                     records, wall = run_autosearch(task, target, strategy, max(budgets), args.batch, seed, evaluator,
-                                                   cm or None, log_path)
+                                                   cm or None, log_path, warm if cm else None)
                 bests = {b: best_within(records, b) for b in budgets}
                 traces = [bests[b].trace for b in budgets if bests[b] is not None]
                 retimed = retime(task, target, traces, evaluator) if traces else []
@@ -152,6 +163,20 @@ def main() -> int:
     return 0
 
 
+def trials_to_reach(rows: list[dict], randoms: list[dict], budget: int) -> str:
+    """Median over seeds of the trials a method needs to reach random search's in-run best after ``budget``
+    trials (the median of random's seeds); "> N" when a run never gets there within its N trials."""
+    if not randoms:
+        return "-"
+    goal = statistics.median(r["curve"][min(budget, len(r["curve"])) - 1] for r in randoms if r["curve"])
+    needed = []
+    for r in rows:
+        hit = next((i + 1 for i, g in enumerate(r["curve"]) if g >= goal), None)
+        needed.append(hit if hit is not None else 10**9)
+    med = statistics.median(needed)
+    return f"> {len(rows[0]['curve'])}" if med >= 10**9 else f"{med:.0f}"
+
+
 def write_report(runs: list[dict], budgets: list[int], methods: list[str], out: str) -> None:
     import matplotlib
 
@@ -159,14 +184,18 @@ def write_report(runs: list[dict], budgets: list[int], methods: list[str], out: 
     import matplotlib.pyplot as plt
 
     tasks = list(dict.fromkeys(r["task"] for r in runs))
-    header = ["task", "method"] + [f"GFLOPS@{b} (median, re-timed)" for b in budgets] + ["wall s (median)"]
+    top = max(budgets)
+    header = (["task", "method"] + [f"GFLOPS@{b} (median, re-timed)" for b in budgets]
+              + [f"trials to random's best@{top}", "wall s (median)"])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for t in tasks:
+        randoms = [r for r in runs if r["task"] == t and r["method"] == "random"]
         for m in methods:
             rows = [r for r in runs if r["task"] == t and r["method"] == m]
             if not rows:
                 continue
             cells = [f"{statistics.median(r[f'best_gflops_{b}'] for r in rows):.1f}" for b in budgets]
+            cells.append(trials_to_reach(rows, randoms, top))
             lines.append(f"| {t} ({rows[0]['gflop']:.2f} GFLOP) | {m} | " + " | ".join(cells)
                          + f" | {statistics.median(r['wall_secs'] for r in rows):.0f} |")
     with open(os.path.join(RESULTS, f"{out}.md"), "w") as fh:

@@ -113,3 +113,15 @@ def test_mlp_gradients_match_finite_differences():
             down = loss(params)
             flat[j] = old
             assert grads[name].reshape(-1)[j] == pytest.approx((up - down) / 2e-5, rel=1e-4, abs=1e-7)
+
+
+def test_tvm_xgb_known_features_equal_fresh_extraction(dataset, split, fitted):
+    """compare-models hands tvm-xgb features extracted once; TVM's extractor run afresh gives the same model."""
+    import dataclasses
+
+    train, test = split
+    _, X, pred = fitted["tvm-xgb"]
+    assert all(p.features is not None for p in X)
+    bare = np.array([dataclasses.replace(p, features=None) for p in X], dtype=object)
+    fresh = make_cost_model("tvm-xgb", seed=3).fit(bare[train], dataset.y[train], dataset.groups[train])
+    np.testing.assert_allclose(fresh.predict(bare[test]), pred, rtol=1e-6)

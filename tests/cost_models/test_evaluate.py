@@ -58,3 +58,22 @@ def test_needs_two_tasks(tmp_path, contents, dataset_path):
     with pytest.raises(UserError, match="unknown"):
         compare_models([dataset_path], ["no-such-model"])
     assert isinstance(contents, LogContents)
+
+
+def test_min_records_holds_out_only_tasks_with_enough_records(tmp_path, contents):
+    keys = list(contents.tasks)
+    path = str(tmp_path / "uneven.jsonl")
+    with TuningLog(path) as log:
+        for n, key in enumerate(keys):
+            log.write_task(contents.tasks[key])
+            log.append(contents.trials(key)[: 5 if n == 0 else None])  # the first task keeps 5 records
+    folds = []
+    report = compare_models([path], ["rf"], min_records=10, on_fold=lambda m, d, t: folds.append((m, d, t)))
+    rf = report.result("rf")
+    assert len(report.task_names) == 4 and report.held_out == 3
+    assert len(rf.per_task) == 3 and report.task_names[0] not in rf.per_task
+    assert np.isnan(rf.y_pred[report.groups == 0]).all() and np.isfinite(rf.y_pred[report.groups != 0]).all()
+    assert folds == [("rf", 1, 3), ("rf", 2, 3), ("rf", 3, 3)]
+    assert "3 of 4 tasks" in report.caption()
+    with pytest.raises(UserError, match="min-records"):
+        compare_models([path], ["rf"], min_records=1000)
