@@ -49,7 +49,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
     target = parse_target(args.target)
     start = time.perf_counter()
-    model = import_model(args.model, target, input_shape=args.input_shape)
+    model = import_model(args.model, target, input_shape=args.input_shape, winograd=args.winograd or "auto")
     elapsed = time.perf_counter() - start
     if args.json:
         rows = [
@@ -72,8 +72,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
                       shapes[1] if len(shapes) > 2 else "", f"{100 * t.flops * t.weight / total:.1f}%")
     console = _console()
     console.print(table)
-    console.print(f"total: {total / 1e9:.3f} GFLOP per forward pass, {len(model.tasks)} tasks "
-                  f"({sum(1 for t in model.tasks if 'conv' in t.name)} conv) — extracted in {elapsed:.1f} s")
+    winograd = sum(1 for t in model.tasks if "winograd" in t.name)
+    console.print(f"total: {total / 1e9:.3f} GFLOP per forward pass (as TVM counts them), {len(model.tasks)} tasks "
+                  f"({sum(1 for t in model.tasks if 'conv' in t.name)} conv, {winograd} of them winograd: "
+                  f"--winograd {model.winograd}) — extracted in {elapsed:.1f} s")
     return 0
 
 
@@ -150,6 +152,17 @@ def _install_signal_handlers() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _resume_winograd(resume, asked: str | None) -> str:
+    """A resumed run keeps the lowering its log was tuned with (other lowerings give other tasks)."""
+    logged = {str((h.get("lowering") or {}).get("winograd", "auto")) for h in resume.tasks.values()}
+    if len(logged) == 1:
+        [mode] = logged
+        if asked and asked != mode:
+            raise UserError(f"{resume.path} was tuned with --winograd {mode}; resume it with the same lowering")
+        return mode
+    return asked or "auto"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from autosearch.records import read_log
     from autosearch.strategy import STRATEGIES, parse_options
@@ -199,9 +212,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if target.kind.name != "llvm" and args.runner == "local":
         raise UserError(f"target kind {target.kind.name!r} cannot be measured by the local runner on this "
                         "machine; use --runner ray with a device of that kind")
-    model = import_model(args.model, target, input_shape=args.input_shape)
-    tasks = _select_tasks(model.tasks, args.tasks)
     resume = read_log(log_path) if args.resume else None
+    winograd = _resume_winograd(resume, args.winograd) if resume is not None else (args.winograd or "auto")
+    model = import_model(args.model, target, input_shape=args.input_shape, winograd=winograd)
+    tasks = _select_tasks(model.tasks, args.tasks)
     if resume is not None and resume.corrupt:
         console.print(f"[yellow]warning[/yellow]: skipped {len(resume.corrupt)} corrupt line(s): {resume.corrupt[0]}")
     tuning_log = TuningLog(log_path, resume=args.resume)
@@ -261,6 +275,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- compile
+def database_winograd(args: argparse.Namespace) -> str:
+    """--winograd as given, else as the database was tuned (export records it), else the default."""
+    from autosearch.export import database_lowering
+
+    if args.winograd:
+        return args.winograd
+    return str(database_lowering(args.db).get("winograd", "auto"))
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from autosearch.deploy import compile_model
     from autosearch.export import load_database
@@ -269,8 +292,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     target = parse_target(args.target)
     db = load_database(args.db)
-    model = import_model(args.model, target, input_shape=args.input_shape)
-    compiled = compile_model(model.relax_mod, target, model.tasks, db, args.out)
+    winograd = database_winograd(args)
+    model = import_model(args.model, target, input_shape=args.input_shape, winograd=winograd)
+    compiled = compile_model(model.relax_mod, target, model.tasks, db, args.out, winograd=winograd)
     console = _console()
     console.print(f"compiled {model.name} with {len(compiled.tuned_tasks)}/{len(model.tasks)} tuned tasks -> "
                   f"{compiled.path}")
@@ -285,6 +309,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.runs <= 0:
         raise UserError(f"--runs must be positive, not {args.runs}")
+    args.winograd = database_winograd(args)
     end_to_end_report(args, _console())
     return 0
 
@@ -342,6 +367,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="built-in model (tiny-yolov2, yolov3-tiny, yolov8n) or a path to an .onnx file")
         p.add_argument("--input-shape", help="override dynamic input shapes, e.g. images:1,3,640,640")
         p.add_argument("--target", help="llvm (host CPU, all cores; default), cuda, a TVM tag, or a JSON target dict")
+        p.add_argument("--winograd", choices=["auto", "off"],
+                       help="auto (default): wide 3x3 stride-1 convolutions use Winograd F(4x4,3x3) where it "
+                            "halves the FLOPs; off: TVM's direct conv2d everywhere. compile/report default to "
+                            "what the database was tuned with")
 
     p = sub.add_parser("tasks", help="list a model's tuning tasks")
     model_args(p, DEFAULT_MODEL)

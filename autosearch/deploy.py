@@ -27,11 +27,9 @@ class CompiledModel:
     missing_tasks: list[str] = field(default_factory=list)  # tasks the database has no record for
 
 
-def compile_model(relax_mod, target, tasks, db, out_path: str) -> CompiledModel:
-    """Build the whole model with the database applied (MetaSchedule's apply-database pass);
-    tasks missing from the database keep TVM's default (unscheduled) code."""
-    from tvm.s_tir import meta_schedule as ms
-
+def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd: str = "auto") -> CompiledModel:
+    """Build the whole model with the database applied (MetaSchedule's apply-database pass, weights
+    prepacked as the schedules want them); tasks missing from the database keep TVM's default code."""
     from autosearch.tvm_compat import import_tensor_intrinsics
 
     import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
@@ -44,7 +42,9 @@ def compile_model(relax_mod, target, tasks, db, out_path: str) -> CompiledModel:
 
             ex = tvm.compile(relax_mod, target=target)
         else:
-            ex = ms.relax_integration.compile_relax(db, relax_mod, target, params=None)
+            from autosearch.lowering import build_tuned
+
+            ex = build_tuned(relax_mod, target, db, winograd=winograd)
     except Exception as exc:
         lines = [ln for ln in str(exc).splitlines() if ln.strip()]
         raise UserError(f"TVM could not compile the model: {lines[-1][:300] if lines else type(exc).__name__}") from exc

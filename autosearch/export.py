@@ -8,6 +8,7 @@ structural hash it computes when it compiles the model.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
+LOWERING_FILE = "autosearch_lowering.json"  # how the model was lowered for these tasks (TVM ignores it)
 FAILED_RUN_SECS = 1e10  # what MetaSchedule writes for a failed measurement
 
 
@@ -102,7 +104,22 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
             db.commit_tuning_record(tuning_record(task, rec, workload))
             summary.records += 1
         summary.tasks += 1
+    lowerings = {json.dumps(h.get("lowering") or {}, sort_keys=True) for h in contents.tasks.values()}
+    if len(lowerings) == 1 and lowerings != {"{}"}:
+        with open(os.path.join(out_dir, LOWERING_FILE), "w") as fh:
+            fh.write(lowerings.pop() + "\n")
     return summary
+
+
+def database_lowering(path: str) -> dict:
+    """The lowering options a database written by :func:`export_database` was tuned with ({} if unknown,
+    e.g. a database written by ``ms.tune_tir``)."""
+    try:
+        with open(os.path.join(path, LOWERING_FILE)) as fh:
+            value = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def load_database(path: str):

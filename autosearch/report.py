@@ -72,7 +72,7 @@ def end_to_end_report(args, console: Console) -> dict:
     target = parse_target(args.target)
     db = load_database(args.db)
     threads = args.threads or target_num_cores(target)
-    model = import_model(args.model, target, input_shape=args.input_shape)
+    model = import_model(args.model, target, input_shape=args.input_shape, winograd=args.winograd)
     work = tempfile.mkdtemp(prefix="autosearch-report-")
     onnx_path = os.path.join(work, "model.onnx")
     onnx.save(model.onnx_model, onnx_path)
@@ -80,7 +80,8 @@ def end_to_end_report(args, console: Console) -> dict:
     save_inputs(model.input_shapes, inputs)
     console.print(f"compiling {model.name} untuned and tuned ...")
     untuned = compile_model(model.relax_mod, target, model.tasks, None, os.path.join(work, "untuned.so"))
-    tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"))
+    tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
+                          winograd=model.winograd)
     console.print(f"timing in fresh processes, {threads} threads each ...")
     t_ort = time_in_subprocess("ort", onnx_path, inputs_path=inputs, runs=args.runs, threads=threads)
     t_tuned = time_in_subprocess("tvm", tuned.path, inputs_path=inputs, runs=args.runs, threads=threads)

@@ -22,6 +22,8 @@ class TuningTask:
     target: Any = field(repr=False)  # tvm.target.Target
     args: tuple[tuple[tuple[int, ...], str], ...]
     workload_key: str
+    # how the model was lowered to get this task (autosearch.lowering), e.g. {"winograd": "auto"}
+    lowering: dict[str, Any] = field(default_factory=dict)
 
     @property
     def gflop(self) -> float:
@@ -50,6 +52,7 @@ class TuningTask:
             "args": [[list(shape), dtype] for shape, dtype in self.args],
             "target": target_to_json(self.target),
             "workload": Workload(self.mod).as_json()[1],
+            "lowering": dict(self.lowering),
         }
 
     @classmethod
@@ -68,6 +71,7 @@ class TuningTask:
             target=tvm.target.Target(obj["target"]),
             args=tuple((tuple(shape), dtype) for shape, dtype in obj["args"]),
             workload_key=obj["workload_key"],
+            lowering=dict(obj.get("lowering") or {}),
         )
 
 
@@ -78,7 +82,8 @@ def workload_key(mod) -> str:
     return str(Workload(mod).as_json()[0])
 
 
-def task_from_module(mod, target, *, index: int = 0, name: str = "main", weight: int = 1) -> TuningTask:
+def task_from_module(mod, target, *, index: int = 0, name: str = "main", weight: int = 1,
+                     lowering: dict[str, Any] | None = None) -> TuningTask:
     """A TuningTask for one PrimFunc module (FLOPs from TVM's own estimator)."""
     from tvm.s_tir.analysis import estimate_tir_flops
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -95,4 +100,5 @@ def task_from_module(mod, target, *, index: int = 0, name: str = "main", weight:
         target=target,
         args=args,
         workload_key=workload_key(mod),
+        lowering=dict(lowering or {}),
     )

@@ -2,10 +2,11 @@
 
 A task scheduler spreads the trial budget over tasks: every task first gets a warm-up (in proportion
 to its FLOPs, see :meth:`Tuner._first_pass`), then each next batch goes to the task with the largest
-expected gain, ``weight x best latency x (recent
-relative improvement + optimism)``. This is Ansor's gradient-based allocation with the gradient
-estimated from the last window of trials: tasks that dominate the model's time and still improve
-get the trials; the optimism term (5%) keeps a task whose best is flat from starving for ever.
+expected gain in model latency per trial (:meth:`TaskState.expected_gain`), Ansor's gradient-based
+allocation: ``weight x best latency x (ALPHA x recent relative improvement per trial + (1 - ALPHA) /
+trials so far)``. The backward term rewards tasks that are still improving; the forward term is
+Ansor's optimistic guess that the task's latency could still be halved in as many trials again, so it
+fades as a task's trials grow and a heavy task whose best stays flat stops taking every batch.
 A task stops early after ``early_stop`` trials without improvement, or when its space is exhausted.
 """
 
@@ -26,7 +27,7 @@ from autosearch.task import TuningTask
 
 log = logging.getLogger(__name__)
 
-OPTIMISM = 0.05
+ALPHA = 0.2  # Ansor's weight of the backward (observed) gradient against the forward (optimistic) one
 MIN_FIRST_PASS = 2
 MAX_EMPTY_ROUNDS = 3
 
@@ -79,16 +80,21 @@ class TaskState:
         return improved
 
     def expected_gain(self, window: int) -> float:
-        """Ansor-style priority: weighted latency x (recent relative improvement + optimism)."""
+        """Ansor's gradient: model seconds saved per further trial of this task (estimated).
+
+        ``weight x latency x (ALPHA x backward + (1 - ALPHA) x forward)``: backward is the relative
+        improvement per trial over the last ``window`` trials, forward is ``1 / trials``.
+        """
         latency = self.best_latency if math.isfinite(self.best_latency) else (
             self.baseline.median if self.baseline is not None and self.baseline.ok else 1.0)
         if len(self.history) > window:
             then = self.history[-window - 1][1]
             now = self.history[-1][1]
-            rate = (now - then) / now if now > 0 else 1.0
+            backward = (now - then) / now / window if now > 0 else 1.0 / window
         else:
-            rate = 1.0
-        return self.task.weight * latency * (rate + OPTIMISM)
+            backward = 1.0 / max(1, window)
+        forward = 1.0 / max(1, self.trials)
+        return self.task.weight * latency * (ALPHA * backward + (1 - ALPHA) * forward)
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,29 @@ def small_conv_onnx(path: str | None = None, *, cin: int = 16, cout: int = 32, h
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, hw // 2, hw // 2])],
         [weight],
     )
+    return _model(graph, path)
+
+
+def _model(graph, path: str | None) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     if path:
         onnx.save(model, path)
     return model
+
+
+def wide_conv_onnx(path: str | None = None, *, channels: int = 128, hw: int = 16) -> onnx.ModelProto:
+    """Conv 3x3 (128 -> 128 at 16 x 16, 75 MFLOP) + Relu: wide enough that ``--winograd auto`` converts it."""
+    rng = np.random.default_rng(1)
+    weight = numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * 0.05).astype("float32"), "W")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
+        "wide_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, hw, hw])],
+        [weight],
+    )
+    return _model(graph, path)
 
 
 @pytest.fixture(scope="session")
@@ -62,6 +80,20 @@ def conv_space(conv_task):
     from autosearch.space import DecisionSpace
 
     return DecisionSpace(conv_task.mod, conv_task.target)
+
+
+def tune_and_export(work, make_onnx, *, trials: int, batch: int) -> dict:
+    """A short real ``run --strategy random`` on a model written by ``make_onnx(path)``, then ``export``."""
+    model = str(work / "model.onnx")
+    make_onnx(model)
+    log = str(work / "run.jsonl")
+    proc = run_cli("run", "--strategy", "random", "--model", model, "--trials", str(trials), "--batch", str(batch),
+                   "--log", log)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    db = str(work / "db")
+    proc = run_cli("export", "--log", log, "--out", db)
+    assert proc.returncode == 0, proc.stderr
+    return {"model": model, "log": log, "db": db, "work": work}
 
 
 def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict | None = None):

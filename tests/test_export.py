@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from autosearch.records import MeasureResult, Record, Status, read_log
-from tests.conftest import ROOT, run_cli, small_conv_onnx
+from tests.conftest import ROOT, run_cli, small_conv_onnx, tune_and_export
 
 TVM_DB = os.path.join(ROOT, "tests", "data", "tvm_tune_tir_db")
 
@@ -18,16 +18,7 @@ TVM_DB = os.path.join(ROOT, "tests", "data", "tvm_tune_tir_db")
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     """A short real run on the small model (both tasks) and its exported database."""
-    work = tmp_path_factory.mktemp("export")
-    model = str(work / "small.onnx")
-    small_conv_onnx(model)
-    log = str(work / "run.jsonl")
-    proc = run_cli("run", "--strategy", "random", "--model", model, "--trials", "16", "--batch", "8", "--log", log)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    db = str(work / "db")
-    proc = run_cli("export", "--log", log, "--out", db)
-    assert proc.returncode == 0, proc.stderr
-    return {"model": model, "log": log, "db": db, "work": work}
+    return tune_and_export(tmp_path_factory.mktemp("export"), small_conv_onnx, trials=16, batch=8)
 
 
 def test_tvm_loads_the_exported_database_and_finds_our_best(tuned):

@@ -98,3 +98,25 @@ def test_a_candidate_far_slower_than_the_best_is_timed_once(runner, conv_task, c
         assert len(slow.latencies) == 1 and "timed once" in slow.error
     else:  # this machine ran the naive kernel unusually fast; then it is timed in full
         assert len(slow.latencies) == 3
+
+
+def test_slow_shortcut_judges_the_kernel_not_the_copy_of_its_arguments(target):
+    """A fast kernel with a big argument (a 64 MB weight) is timed in full: copying the arguments in and
+    out takes far longer than the kernel, and must not make it look "far slower than the best"."""
+    import tvm
+    from tvm import te
+
+    from autosearch.measure.kernels import KernelRunner, build
+
+    big = te.placeholder((1 << 24,), name="big")  # 64 MB of float32
+    out = te.compute((16,), lambda i: big[i] * 2.0, name="out")
+    mod = tvm.IRModule({"main": te.create_prim_func([big, out])})
+    artifact, _ = build(tvm.ir.save_json(mod), dict(target.export()))
+    args = [((1 << 24,), "float32"), ((16,), "float32")]
+    runner = KernelRunner("cpu")
+    evaluator = {"repeat": 3, "min_repeat_ms": 0, "cache_flush": False}
+    runner.reference("big", artifact, args, 0, evaluator)
+    timed = runner.run("big", artifact, args, 0, {**evaluator, "slow_after": 2e-3})
+    assert "wrong_result" not in timed
+    assert len(timed["latencies"]) == 3 and "note" not in timed
+    assert timed["median"] < 2e-3

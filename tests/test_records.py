@@ -97,3 +97,36 @@ def test_first_pass_follows_the_flops_share(tmp_path):
     assert firsts[0] == 16 and firsts[1] == 16  # capped at one batch
     assert all(f == MIN_FIRST_PASS for f in firsts[2:])
     assert sum(firsts) <= 200
+
+
+def test_scheduler_moves_on_from_a_heavy_task_whose_best_stays_flat(tmp_path):
+    """Ansor's forward gradient fades with a task's trials: a heavy task stuck at its best for hundreds
+    of trials yields the next batch to a lighter task that has had few (and an improving task wins)."""
+    from autosearch.records import Config
+    from autosearch.task import TuningTask
+    from autosearch.tuner import Tuner
+
+    def task(i):
+        return TuningTask(index=i, name=f"t{i}", weight=1, flops=1e9, mod=None, target=None, args=(),
+                          workload_key=str(i))
+
+    def ok(secs):
+        return MeasureResult(Status.OK, (secs,))
+
+    with TuningLog(str(tmp_path / "l.jsonl")) as log:
+        tuner = Tuner(tasks=[task(0), task(1)], runner=None, log=log, strategy="random", budget=1000, batch=16)
+        heavy, light = tuner.states
+        for n in range(400):  # 16 ms, flat after the first trial
+            heavy.record(Config(0, (n,)), ok(16e-3 if n == 0 else 30e-3))
+        for n in range(32):  # 4 ms, also flat
+            light.record(Config(0, (n,)), ok(4e-3 if n == 0 else 9e-3))
+        for s in tuner.states:
+            s.strategy = object()  # both warmed up
+        assert tuner._next_task() is light
+        for n in range(32, 400):
+            light.record(Config(0, (n,)), ok(9e-3))
+        assert tuner._next_task() is heavy  # equal trials: the heavier task again
+        heavy.record(Config(0, (10_000,)), ok(8e-3))  # the heavy task improves: its backward term grows
+        for n in range(400, 430):
+            light.record(Config(0, (n,)), ok(9e-3))
+        assert tuner._next_task() is heavy

@@ -25,6 +25,7 @@ class ImportedModel:
     input_shapes: dict[str, tuple[int, ...]]
     relax_mod: Any  # before legalisation: what compile_relax wants, so database keys match
     tasks: list[TuningTask]
+    winograd: str = "auto"  # how conv2d was lowered (autosearch.lowering); the tuned build must match
 
     @property
     def flops(self) -> float:
@@ -155,37 +156,41 @@ def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
     return mod
 
 
-def legalize(relax_mod, target):
-    """The same preparation MetaSchedule applies before extracting tasks and applying a database."""
-    import tvm
-    from tvm import relax
+def legalize(relax_mod, target, *, winograd: str = "auto"):
+    """The preparation task extraction and the tuned build share (:mod:`autosearch.lowering`)."""
+    from autosearch.lowering import lower
 
-    passes = list(relax.pipeline.library_dispatch_passes(target)) + list(relax.pipeline.legalize_passes(target))
-    with target, tvm.transform.PassContext(opt_level=3):
-        return tvm.transform.Sequential(passes)(relax_mod)
+    return lower(relax_mod, target, winograd=winograd)
 
 
-def extract_tasks(relax_mod, target) -> list[TuningTask]:
+def extract_tasks(relax_mod, target, *, winograd: str = "auto") -> list[TuningTask]:
     """One TuningTask per distinct fused TIR function, heaviest (FLOPs x weight) first."""
     from tvm.s_tir import meta_schedule as ms
 
-    lowered = legalize(relax_mod, target)
+    lowered = legalize(relax_mod, target, winograd=winograd)
     extracted = ms.relax_integration.extract_tasks(lowered, target)
     tasks = [
-        task_from_module(t.dispatched[0], target, name=t.task_name, weight=int(t.weight))
+        task_from_module(t.dispatched[0], target, name=t.task_name, weight=int(t.weight),
+                         lowering={"winograd": winograd})
         for t in extracted
     ]
     tasks.sort(key=lambda t: (-t.flops * t.weight, t.name))
     return [TuningTask(**{**t.__dict__, "index": i}) for i, t in enumerate(tasks)]
 
 
-def import_model(model: str, target, *, input_shape: str | None = None, seed: int = 0) -> ImportedModel:
-    """The whole path: name or file -> ONNX -> Relax -> tasks for ``target``."""
+def import_model(model: str, target, *, input_shape: str | None = None, seed: int = 0,
+                 winograd: str = "auto") -> ImportedModel:
+    """The whole path: name or file -> ONNX -> Relax -> tasks for ``target`` (``winograd``: see
+    :mod:`autosearch.winograd`)."""
+    from autosearch.lowering import check_winograd
+
+    check_winograd(winograd)
     name, proto = load_onnx(model, seed=seed)
     shapes = resolve_input_shapes(proto, parse_input_shapes(input_shape))
     relax_mod = to_relax(proto, shapes)
-    tasks = extract_tasks(relax_mod, target)
+    tasks = extract_tasks(relax_mod, target, winograd=winograd)
     if not tasks:
         raise UserError(f"model {name!r} gave no tuning tasks for target {target}")
     log.info("model %s: %d tasks, %.3f GFLOP", name, len(tasks), sum(t.flops * t.weight for t in tasks) / 1e9)
-    return ImportedModel(name=name, onnx_model=proto, input_shapes=shapes, relax_mod=relax_mod, tasks=tasks)
+    return ImportedModel(name=name, onnx_model=proto, input_shapes=shapes, relax_mod=relax_mod, tasks=tasks,
+                         winograd=winograd)

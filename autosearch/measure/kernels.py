@@ -17,18 +17,24 @@ import numpy as np
 
 
 def build(mod_json: str, target: dict[str, Any]) -> tuple[bytes, float]:
-    """Compile a scheduled PrimFunc module; returns (shared library bytes, seconds)."""
+    """Compile a scheduled PrimFunc module; returns (artifact bytes, seconds).
+
+    A kernel that rewrites its weights' layout is split first, as TVM splits it when it compiles the
+    model (see :mod:`autosearch.measure.prepack`); the artifact then carries the prepack plan.
+    """
     import tvm
 
+    from autosearch.measure.prepack import pack_artifact, split_prepack
+
     start = time.perf_counter()
-    mod = tvm.ir.load_json(mod_json)
+    mod, plan = split_prepack(tvm.ir.load_json(mod_json))
     lib = tvm.compile(mod, target=tvm.target.Target(target))
     with tempfile.TemporaryDirectory(prefix="autosearch-build-") as tmp:
         path = os.path.join(tmp, "kernel.so")
         lib.export_library(path)
         with open(path, "rb") as fh:
             data = fh.read()
-    return data, time.perf_counter() - start
+    return pack_artifact(data, plan), time.perf_counter() - start
 
 
 def make_inputs(args: list[tuple[tuple[int, ...], str]], seed: int) -> list[np.ndarray]:
@@ -71,15 +77,36 @@ class KernelRunner:
         self._tmp = tempfile.mkdtemp(prefix="autosearch-run-")
 
     def _load(self, artifact: bytes):
+        """(module, prepack plan or None) of a built artifact."""
         import tvm
 
+        from autosearch.measure.prepack import unpack_artifact
+
+        library, plan = unpack_artifact(artifact)
         path = os.path.join(self._tmp, f"k{time.monotonic_ns()}.so")
         with open(path, "wb") as fh:
-            fh.write(artifact)
+            fh.write(library)
         try:
-            return tvm.runtime.load_module(path)
+            return tvm.runtime.load_module(path), plan
         finally:
             os.unlink(path)
+
+    def _kernel_inputs(self, module, plan, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The kernel's arguments: the task's inputs, with prepacked weights where the plan says
+        (``prepack`` runs here, once, untimed: TVM folds it into the constants of a compiled model)."""
+        if plan is None:
+            return inputs
+        import tvm
+
+        dev = self._dev()
+        sources = [tvm.runtime.tensor(inputs[i], dev) for i in plan.inputs]
+        packed = [tvm.runtime.empty(shape, dtype, dev) for _, shape, dtype in plan.outputs]
+        module["prepack"](*sources, *packed)
+        dev.sync()
+        args = list(inputs)
+        for (pos, _, _), array in zip(plan.outputs, packed):
+            args[pos] = array.numpy()
+        return args
 
     def _dev(self):
         import tvm
@@ -105,13 +132,15 @@ class KernelRunner:
 
     def reference(self, task_key: str, artifact: bytes, args, seed: int, evaluator: dict) -> dict[str, Any]:
         """Run the unscheduled kernel: its outputs become the task's reference; also time it."""
-        module = self._load(artifact)
+        import tvm
+
+        module, _ = self._load(artifact)
         inputs = make_inputs(args, seed)
         outputs = self._call_once(module["main"], inputs)
         self._references[task_key] = outputs
         buf = io.BytesIO()
         np.savez(buf, **{f"a{i}": a for i, a in enumerate(outputs)})
-        timing = self._time(module, inputs, evaluator)
+        timing = self._time(module, [tvm.runtime.tensor(a, self._dev()) for a in inputs], evaluator)
         return {"reference": buf.getvalue(), **timing}
 
     def run(self, task_key: str, artifact: bytes, args, seed: int, evaluator: dict) -> dict[str, Any]:
@@ -119,38 +148,43 @@ class KernelRunner:
         import tvm
 
         start = time.perf_counter()
-        module = self._load(artifact)
-        inputs = make_inputs(args, seed)
+        module, plan = self._load(artifact)
         reference = self._references.get(task_key)
         if reference is None:
             raise RuntimeError(f"no reference for task {task_key}")
+        inputs = self._kernel_inputs(module, plan, make_inputs(args, seed))
+        dev = self._dev()
+        arrays = [tvm.runtime.tensor(a, dev) for a in inputs]  # copied once, outside every timed call
+        func = module["main"]
         check_start = time.perf_counter()
-        outputs = self._call_once(module["main"], inputs)
-        once = time.perf_counter() - check_start
-        mismatch = compare(outputs, reference, evaluator.get("check_rtol", 1e-3))
+        func(*arrays)
+        dev.sync()
+        once = time.perf_counter() - check_start  # the kernel alone: no host<->device copies
+        outputs = [a.numpy() for a in arrays]
+        skip = plan.replaced if plan is not None else set()  # prepacked weights: inputs in another layout
+        mismatch = compare([o for i, o in enumerate(outputs) if i not in skip],
+                           [r for i, r in enumerate(reference) if i not in skip], evaluator.get("check_rtol", 1e-3))
         if mismatch:
             return {"wrong_result": mismatch, "run_secs": time.perf_counter() - start}
         slow_after = evaluator.get("slow_after")
         if slow_after and once > slow_after:
             # the first call of a fresh process also pays for thread-pool start-up: confirm with a second
             confirm = time.perf_counter()
-            module["main"](*[tvm.runtime.tensor(a, self._dev()) for a in inputs])
-            self._dev().sync()
+            func(*arrays)
+            dev.sync()
             once = min(once, time.perf_counter() - confirm)
         if slow_after and once > slow_after:
-            # Far slower than the task's best: one (cold) run is enough to know it will not win, and
+            # Far slower than the task's best: one run is enough to know it will not win, and
             # repeating a kernel of seconds would dominate the tuning time.
             return {"latencies": [once], "median": once, "run_secs": time.perf_counter() - start,
                     "note": "timed once: far slower than the best so far"}
-        timing = self._time(module, inputs, evaluator)
+        timing = self._time(module, arrays, evaluator)
         timing["run_secs"] = time.perf_counter() - start
         return timing
 
-    def _time(self, module, inputs: list[np.ndarray], evaluator: dict) -> dict[str, Any]:
-        import tvm
-
+    def _time(self, module, arrays: list, evaluator: dict) -> dict[str, Any]:
+        """Time ``main`` on device arrays with TVM's time evaluator (all repeats, their median)."""
         dev = self._dev()
-        arrays = [tvm.runtime.tensor(a, dev) for a in inputs]
         timer = module.time_evaluator(
             "main", dev,
             number=int(evaluator.get("number", 1)),

@@ -1,0 +1,169 @@
+"""Winograd convolution for 3x3 stride-1 layers: a legalisation of Relax's conv2d that tasks and builds share.
+
+Winograd's minimal filtering F(m x m, 3 x 3) computes an m x m output tile from an (m+2) x (m+2) input
+tile with (m+2)^2 multiplications per channel pair instead of 9 m^2: for m = 4, 36 instead of 144. It
+trades them for input and output transforms whose cost grows with the channels only linearly, so it
+wins on the wide layers that dominate a YOLO's time and loses on the narrow stem. TVM's TOPI has the
+compute (``conv2d_winograd_nchw``, the one Ansor tuned); its default CPU legalisation never uses it.
+
+Here the kernel transform is a separate function of the constant weights, so Relax's ``FoldConstant``
+computes it at compile time, and the transformed kernel is a layout-free input of the winograd task
+(its layout is the schedule's choice, as for direct convolutions). Which layers use it is decided by
+arithmetic, before any measurement: a layer is converted when TVM's own FLOP count of the winograd
+task is at most ``max_flop_ratio`` of the direct one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+TILE = 4  # F(4x4, 3x3): alpha = 6
+MODES = ("auto", "off")
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """A 2-D convolution as Relax states it (NCHW data, OIHW kernel)."""
+
+    batch: int
+    in_channels: int
+    out_channels: int
+    height: int  # output
+    width: int  # output
+    kernel: tuple[int, int]
+
+    @property
+    def direct_flops(self) -> float:
+        kh, kw = self.kernel
+        return 2.0 * self.batch * self.out_channels * self.height * self.width * self.in_channels * kh * kw
+
+    def winograd_flops(self, tile: int = TILE) -> float:
+        """FLOPs of the winograd compute as TVM's ``estimate_tir_flops`` counts them: the input and output
+        transforms multiply twice and add once per term (x B x B, x A x A), the batched GEMM multiplies
+        and adds; the kernel transform is folded at compile time and not counted."""
+        alpha = tile + 2
+        tiles = self.batch * math.ceil(self.height / tile) * math.ceil(self.width / tile)
+        data_pack = 3 * alpha**4 * self.in_channels * tiles
+        bgemm = 2 * alpha**2 * self.out_channels * self.in_channels * tiles
+        inverse = 3 * alpha**2 * tile**2 * self.out_channels * tiles
+        return float(data_pack + bgemm + inverse)
+
+
+def conv_shape(call) -> ConvShape | None:
+    """The shape of a Relax ``nn.conv2d`` call if winograd can compute it (NCHW/OIHW, 3x3, stride 1,
+    no dilation, one group, static float32 shapes), else None."""
+    attrs = call.attrs
+    try:
+        data = [int(s) for s in call.args[0].ty.shape]
+        weight = [int(s) for s in call.args[1].ty.shape]
+        out = [int(s) for s in call.ty.shape]
+    except (TypeError, AttributeError, ValueError):  # symbolic shapes
+        return None
+    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout)) != (
+            "NCHW", "OIHW", "NCHW"):
+        return None
+    if int(attrs.groups) != 1 or weight[2:] != [3, 3]:
+        return None
+    if [int(s) for s in attrs.strides] != [1, 1] or [int(s) for s in attrs.dilation] != [1, 1]:
+        return None
+    if str(call.args[0].ty.dtype) != "float32" or str(call.args[1].ty.dtype) != "float32":
+        return None
+    if (attrs.out_dtype and str(attrs.out_dtype) not in ("", "float32")) or len(data) != 4:
+        return None
+    return ConvShape(batch=data[0], in_channels=data[1], out_channels=weight[0], height=out[2], width=out[3],
+                     kernel=(3, 3))
+
+
+def kernel_transform(weight, tile: int):
+    """G g G^T of every (out, in) 3x3 filter, laid out (alpha, alpha, in, out) as TOPI's winograd reads it."""
+    from tvm import te
+    from tvm.topi.nn.winograd_util import winograd_transform_matrices
+
+    out_ch, in_ch, kh, kw = (int(s) for s in weight.shape)
+    alpha = tile + kh - 1
+    _, _, G = winograd_transform_matrices(tile, kh, str(weight.dtype))
+    r_kh = te.reduce_axis((0, kh), "r_kh")
+    r_kw = te.reduce_axis((0, kw), "r_kw")
+    return te.compute(
+        (alpha, alpha, in_ch, out_ch),
+        lambda eps, nu, ci, co: te.sum(weight[co, ci, r_kh, r_kw] * G[eps, r_kh] * G[nu, r_kw], axis=[r_kh, r_kw]),
+        name="winograd_kernel",
+    )
+
+
+def winograd_conv(data, kernel, padding, tile: int):
+    """NCHW winograd convolution on a transformed kernel (alpha, alpha, in, out).
+
+    TOPI's ``conv2d_winograd_nchw`` with one fix: it pads the input by the convolution's padding only,
+    so when the output size is not a multiple of the tile (13 x 13 in tiny-YOLOv2) the last tiles read
+    past the end of the padded input and the output depends on whatever memory lies there (the
+    measurement's correctness check caught it). Here the input is padded to whole tiles, as TOPI's
+    NHWC version does. Block names and annotations are TOPI's, so MetaSchedule treats it alike.
+    """
+    from tvm import te, topi
+    from tvm.topi.nn.utils import get_pad_tuple
+    from tvm.topi.nn.winograd_util import winograd_transform_matrices
+
+    batch, in_ch, height, width = (int(s) for s in data.shape)
+    alpha, _, _, out_ch = (int(s) for s in kernel.shape)
+    m = tile
+    pt, pl, pb, pr = (int(x) for x in get_pad_tuple(padding, (3, 3)))
+    out_h, out_w = height + pt + pb - 2, width + pl + pr - 2
+    n_h, n_w = math.ceil(out_h / m), math.ceil(out_w / m)
+    extra_h = max(0, (n_h - 1) * m + alpha - (height + pt + pb))
+    extra_w = max(0, (n_w - 1) * m + alpha - (width + pl + pr))
+    data_pad = topi.nn.pad(data, (0, 0, pt, pl), (0, 0, pb + extra_h, pr + extra_w), name="data_pad")
+    A, B, _ = winograd_transform_matrices(m, 3, str(data.dtype))
+    tiles = batch * n_h * n_w
+
+    input_tile = te.compute(
+        (in_ch, tiles, alpha, alpha),
+        lambda ci, p, eps, nu: data_pad[p // (n_h * n_w), ci, ((p // n_w) % n_h) * m + eps, (p % n_w) * m + nu],
+        name="input_tile", attrs={"schedule_rule": "None"},
+    )
+    r_a = te.reduce_axis((0, alpha), "r_a")
+    r_b = te.reduce_axis((0, alpha), "r_b")
+    data_pack = te.compute(
+        (alpha, alpha, in_ch, tiles),
+        lambda eps, nu, ci, p: te.sum(input_tile[ci, p, r_a, r_b] * B[r_a, eps] * B[r_b, nu], axis=[r_a, r_b]),
+        name="data_pack", attrs={"schedule_rule": "conv2d_nchw_winograd_data_pack"},
+    )
+    ci = te.reduce_axis((0, in_ch), name="ci")
+    bgemm = te.compute(
+        (alpha, alpha, out_ch, tiles),
+        lambda eps, nu, co, p: te.sum(data_pack[eps, nu, ci, p] * kernel[eps, nu, ci, co], axis=[ci]),
+        name="bgemm", attrs={"layout_free_placeholders": [kernel]},
+    )
+    r_a = te.reduce_axis((0, alpha), "r_a")
+    r_b = te.reduce_axis((0, alpha), "r_b")
+    inverse = te.compute(
+        (out_ch, tiles, m, m),
+        lambda co, p, vh, vw: te.sum(bgemm[r_a, r_b, co, p] * A[r_a, vh] * A[r_b, vw], axis=[r_a, r_b]),
+        name="inverse", attrs={"schedule_rule": "conv2d_nchw_winograd_inverse"},
+    )
+    return te.compute(
+        (batch, out_ch, out_h, out_w),
+        lambda n, co, h, w: inverse[co, n * n_h * n_w + (h // m) * n_w + w // m, h % m, w % m],
+        name="conv2d_winograd",
+    )
+
+
+def legalize_map(max_flop_ratio: float = 0.5) -> dict[str, Any]:
+    """``LegalizeOps(customize_legalize_map=...)`` entry: winograd where it cuts the FLOPs enough,
+    TVM's own conv2d legalisation everywhere else."""
+    from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
+
+    def conv2d(bb, call):
+        shape = conv_shape(call)
+        if shape is None or shape.winograd_flops() > max_flop_ratio * shape.direct_flops:
+            return _nn_conv2d(bb, call)
+        kernel = bb.emit_te(kernel_transform, call.args[1], TILE, primfunc_name_hint="winograd_kernel_transform")
+        padding = [int(p) for p in call.attrs.padding]
+        return bb.call_te(winograd_conv, call.args[0], kernel, padding, TILE, primfunc_name_hint="conv2d_winograd")
+
+    return {"relax.nn.conv2d": conv2d}
+
+
+__all__ = ["MODES", "TILE", "ConvShape", "conv_shape", "kernel_transform", "legalize_map", "winograd_conv"]

@@ -1,0 +1,126 @@
+"""Winograd vs direct convolution, layer by layer, at the same trial budget (the `--winograd` choice).
+
+For every conv layer that ``--winograd auto`` converts, the direct task (``--winograd off``) and the
+winograd task are tuned with the same strategy, budget and seed, one after the other, and each best is
+re-timed in a fresh measuring process. Latency is what counts (FLOPs differ between the algorithms);
+the table also gives direct-equivalent GFLOPS (the direct convolution's FLOPs / latency).
+
+    python experiments/winograd_vs_direct.py --model tiny-yolov2 --trials 64 [--strategy optuna]
+
+Writes experiments/results/winograd_vs_direct-<model>.{json,md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from autosearch.measure.base import EvaluatorConfig  # noqa: E402
+from autosearch.measure.local import LocalRunner  # noqa: E402
+from autosearch.records import TuningLog, read_log  # noqa: E402
+from autosearch.target import parse_target  # noqa: E402
+from autosearch.tuner import Tuner  # noqa: E402
+from workloads.importer import import_model  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def layer_key(task) -> tuple:
+    """A conv layer as (input shape, output shape): the same in both lowerings."""
+    return (tuple(task.args[0][0]), tuple(task.args[-1][0]))
+
+
+def tune(task, target, strategy: str, trials: int, batch: int, seed: int) -> dict:
+    log_path = os.path.join(tempfile.mkdtemp(prefix="wino-"), "log.jsonl")
+    runner = LocalRunner(target=target, evaluator=EvaluatorConfig(), seed=seed)
+    start = time.perf_counter()
+    with TuningLog(log_path) as log:
+        summary = Tuner(tasks=[task], runner=runner, log=log, strategy=strategy, budget=trials, batch=batch,
+                        seed=seed).run()
+    runner.close()
+    state = summary.states[0]
+    contents = read_log(log_path)
+    best = contents.best(task.workload_key)
+    return {"best_ms": best.latency * 1e3 if best else None, "baseline_ms": state.baseline.median * 1e3,
+            "trials": state.trials, "failures": state.failures, "wall_secs": time.perf_counter() - start,
+            "curve_ms": [r.latency * 1e3 if r.ok else None for r in contents.trials(task.workload_key)]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="tiny-yolov2")
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--strategy", default="optuna")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    target = parse_target(None)
+    direct = {layer_key(t): t for t in import_model(args.model, target, winograd="off").tasks if "conv2d" in t.name}
+    wino = [t for t in import_model(args.model, target, winograd="auto").tasks if "winograd" in t.name]
+    rows = []
+    for wt in wino:
+        dt = direct[layer_key(wt)]
+        row = {"layer": f"{wt.args[0][0][1]}->{wt.args[-1][0][1]} @{wt.args[-1][0][2]}x{wt.args[-1][0][3]}",
+               "direct_task": dt.name, "winograd_task": wt.name, "direct_gflop": dt.gflop, "winograd_gflop": wt.gflop}
+        for label, task in (("direct", dt), ("winograd", wt)):
+            row[label] = tune(task, target, args.strategy, args.trials, args.batch, args.seed)
+            sys.stdout.write(f"{row['layer']} {label}: best {row[label]['best_ms']:.3f} ms\n")
+            sys.stdout.flush()
+        rows.append(row)
+    os.makedirs(RESULTS, exist_ok=True)
+    stem = os.path.join(RESULTS, f"winograd_vs_direct-{args.model}")
+    with open(stem + ".json", "w") as fh:
+        json.dump({"model": args.model, "trials": args.trials, "strategy": args.strategy, "target": str(target),
+                   "rows": rows}, fh, indent=1)
+    lines = [f"{args.model}: each layer tuned {args.trials} trials per algorithm ({args.strategy}, seed {args.seed}); "
+             "latency of the best config; GFLOPS as direct-convolution FLOPs / latency", "",
+             "| layer | direct GFLOP | winograd GFLOP (TVM count) | direct ms | winograd ms | speedup | "
+             "direct-equiv. GFLOPS (direct / winograd) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        d, w = r["direct"]["best_ms"], r["winograd"]["best_ms"]
+        lines.append(f"| {r['layer']} | {r['direct_gflop']:.3f} | {r['winograd_gflop']:.3f} | {d:.3f} | {w:.3f} | "
+                     f"{d / w:.2f}x | {r['direct_gflop'] / d * 1e3:.0f} / {r['direct_gflop'] / w * 1e3:.0f} |")
+    total_d = sum(r["direct"]["best_ms"] for r in rows)
+    total_w = sum(r["winograd"]["best_ms"] for r in rows)
+    lines += ["", f"sum over these layers: direct {total_d:.2f} ms, winograd {total_w:.2f} ms "
+                  f"({total_d / total_w:.2f}x)"]
+    with open(stem + ".md", "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    sys.stdout.write("\n".join(lines) + "\n")
+    plot(rows, stem + ".png", args)
+    return 0
+
+
+def plot(rows: list[dict], path: str, args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows), 3.2), squeeze=False)
+    for ax, r in zip(axes[0], rows):
+        for label, color in (("direct", "tab:blue"), ("winograd", "tab:orange")):
+            best, ys = float("inf"), []
+            for ms in r[label]["curve_ms"]:
+                best = min(best, ms) if ms is not None else best
+                ys.append(best if best < float("inf") else None)
+            ax.step(range(1, len(ys) + 1), ys, where="post", label=label, color=color)
+        ax.set_title(r["layer"], fontsize=9)
+        ax.set_xlabel("trials")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("best latency so far (ms)")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"{args.model}: winograd vs direct, {args.strategy}, {args.trials} trials each", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
