@@ -54,7 +54,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if args.json:
         rows = [
             {"index": t.index, "name": t.name, "weight": t.weight, "flops": t.flops,
-             "workload_key": t.workload_key, "args": [[list(s), d] for s, d in t.args]}
+             "workload_key": t.workload_key, "args": [[list(s), d] for s, d in t.args], "lowering": t.lowering}
             for t in model.tasks
         ]
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
@@ -72,10 +72,11 @@ def cmd_tasks(args: argparse.Namespace) -> int:
                       shapes[1] if len(shapes) > 2 else "", f"{100 * t.flops * t.weight / total:.1f}%")
     console = _console()
     console.print(table)
-    winograd = sum(1 for t in model.tasks if "winograd" in t.name)
-    console.print(f"total: {total / 1e9:.3f} GFLOP per forward pass (as TVM counts them), {len(model.tasks)} tasks "
-                  f"({sum(1 for t in model.tasks if 'conv' in t.name)} conv, {winograd} of them winograd: "
-                  f"--winograd {model.winograd}) — extracted in {elapsed:.1f} s")
+    alternatives = (f", {model.alternatives} of them the winograd alternative of a layer (--winograd auto tunes "
+                    "both and export keeps the faster)" if model.alternatives else "")
+    console.print(f"total: {total / 1e9:.3f} GFLOP per forward pass (as TVM counts them, direct convolutions), "
+                  f"{len(model.tasks)} tasks ({sum(1 for t in model.tasks if 'conv' in t.name)} conv{alternatives}) "
+                  f"— extracted in {elapsed:.1f} s")
     return 0
 
 
@@ -271,17 +272,23 @@ def cmd_export(args: argparse.Namespace) -> int:
         console.print(f"no valid record, not exported: {', '.join(summary.skipped_tasks)}")
     if summary.slower_than_untuned:
         console.print(f"not faster than untuned, left to TVM's default code: {', '.join(summary.slower_than_untuned)}")
+    if summary.choices:
+        wino = sorted(k for k, a in summary.choices.items() if a == "winograd")
+        console.print(f"layers tuned both ways: {len(wino)} of {len(summary.choices)} faster as winograd"
+                      + (f" ({', '.join(wino)})" if wino else "") + "; compile uses the faster")
     return 0
 
 
 # ---------------------------------------------------------------------------------------------- compile
-def database_winograd(args: argparse.Namespace) -> str:
-    """--winograd as given, else as the database was tuned (export records it), else the default."""
+def database_winograd(args: argparse.Namespace):
+    """The WinogradPolicy to compile with: --winograd as given, else as the database was tuned (export
+    records it), else the default; with ``auto``, the per-layer algorithms the database measured faster."""
     from autosearch.export import database_lowering
+    from autosearch.winograd import WinogradPolicy
 
-    if args.winograd:
-        return args.winograd
-    return str(database_lowering(args.db).get("winograd", "auto"))
+    lowering = database_lowering(args.db)
+    mode = args.winograd or str(lowering.get("winograd", "auto"))
+    return WinogradPolicy.of(mode, lowering.get("choices") if mode == "auto" else None)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -292,11 +299,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     target = parse_target(args.target)
     db = load_database(args.db)
-    winograd = database_winograd(args)
-    model = import_model(args.model, target, input_shape=args.input_shape, winograd=winograd)
-    compiled = compile_model(model.relax_mod, target, model.tasks, db, args.out, winograd=winograd)
+    policy = database_winograd(args)
+    model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode)
+    compiled = compile_model(model.relax_mod, target, model.tasks, db, args.out, winograd=policy)
     console = _console()
-    console.print(f"compiled {model.name} with {len(compiled.tuned_tasks)}/{len(model.tasks)} tuned tasks -> "
+    console.print(f"compiled {model.name} with {len(compiled.tuned_tasks)}/{compiled.task_count} tuned tasks -> "
                   f"{compiled.path}")
     if compiled.missing_tasks:
         console.print(f"not in the database (TVM default code): {', '.join(compiled.missing_tasks)}")
@@ -309,7 +316,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.runs <= 0:
         raise UserError(f"--runs must be positive, not {args.runs}")
-    args.winograd = database_winograd(args)
+    args.winograd_policy = database_winograd(args)
     end_to_end_report(args, _console())
     return 0
 
@@ -368,9 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--input-shape", help="override dynamic input shapes, e.g. images:1,3,640,640")
         p.add_argument("--target", help="llvm (host CPU, all cores; default), cuda, a TVM tag, or a JSON target dict")
         p.add_argument("--winograd", choices=["auto", "off"],
-                       help="auto (default): wide 3x3 stride-1 convolutions use Winograd F(4x4,3x3) where it "
-                            "halves the FLOPs; off: TVM's direct conv2d everywhere. compile/report default to "
-                            "what the database was tuned with")
+                       help="auto (default): wide 3x3 stride-1 convolutions are tuned both direct and as Winograd "
+                            "F(4x4,3x3), and the faster is compiled; off: TVM's direct conv2d everywhere. "
+                            "compile/report default to what the database was tuned with")
 
     p = sub.add_parser("tasks", help="list a model's tuning tasks")
     model_args(p, DEFAULT_MODEL)

@@ -26,15 +26,22 @@ class CompiledModel:
     tuned_tasks: list[str] = field(default_factory=list)
     missing_tasks: list[str] = field(default_factory=list)  # tasks the database has no record for
 
+    @property
+    def task_count(self) -> int:
+        """Tasks of the compiled model (a layer tuned both ways counts once: the alternative compiled)."""
+        return len(self.tuned_tasks) + len(self.missing_tasks)
 
-def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd: str = "auto") -> CompiledModel:
+
+def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto") -> CompiledModel:
     """Build the whole model with the database applied (MetaSchedule's apply-database pass, weights
     prepacked as the schedules want them); tasks missing from the database keep TVM's default code."""
+    from autosearch.lowering import winograd_policy
     from autosearch.tvm_compat import import_tensor_intrinsics
 
     import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
+    policy = winograd_policy(winograd)
     out = CompiledModel(path=out_path)
-    for task in tasks:
+    for task in (t for t in tasks if policy.uses(t.lowering)):  # a layer's unused alternative is no task
         (out.tuned_tasks if db is not None and db.has_workload(task.mod) else out.missing_tasks).append(task.name)
     try:
         if db is None:

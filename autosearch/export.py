@@ -33,6 +33,7 @@ class ExportSummary:
     records: int = 0
     skipped_tasks: list[str] = field(default_factory=list)  # tasks with no valid record
     slower_than_untuned: list[str] = field(default_factory=list)  # best record no faster than untuned
+    choices: dict[str, str] = field(default_factory=dict)  # layer -> algorithm measured faster
 
 
 def _database(out_dir: str, *, create: bool):
@@ -104,11 +105,37 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
             db.commit_tuning_record(tuning_record(task, rec, workload))
             summary.records += 1
         summary.tasks += 1
-    lowerings = {json.dumps(h.get("lowering") or {}, sort_keys=True) for h in contents.tasks.values()}
-    if len(lowerings) == 1 and lowerings != {"{}"}:
+    lowering = lowering_of(contents)
+    if lowering:
         with open(os.path.join(out_dir, LOWERING_FILE), "w") as fh:
-            fh.write(lowerings.pop() + "\n")
+            json.dump(lowering, fh, indent=1, sort_keys=True)
+            fh.write("\n")
+    summary.choices = dict(lowering.get("choices", {}))
     return summary
+
+
+def lowering_of(contents: LogContents) -> dict:
+    """How the log's tasks were lowered ({"winograd": mode}) and, for layers tuned both ways, the faster
+    algorithm (``choices``: layer key -> "direct" | "winograd", by weight x best latency of their tasks)."""
+    from autosearch.winograd import choose_algorithms
+
+    modes = {str((h.get("lowering") or {}).get("winograd", "")) for h in contents.tasks.values()}
+    modes.discard("")
+    if len(modes) != 1:
+        return {}
+    totals: dict[str, dict[str, float]] = {}
+    for key, header in contents.tasks.items():
+        lowering = header.get("lowering") or {}
+        if "layer" not in lowering:
+            continue
+        best = contents.best(key)
+        cost = best.latency * int(header.get("weight", 1)) if best is not None else math.inf
+        by_algorithm = totals.setdefault(lowering["layer"], {})
+        by_algorithm[lowering["algorithm"]] = by_algorithm.get(lowering["algorithm"], 0.0) + cost
+    out: dict = {"winograd": modes.pop()}
+    if totals:
+        out["choices"] = choose_algorithms(totals)
+    return out
 
 
 def database_lowering(path: str) -> dict:

@@ -30,19 +30,32 @@ def check_winograd(mode: str) -> str:
     return mode
 
 
-def lowering_passes(target, *, winograd: str = "auto") -> list[Any]:
+def winograd_policy(winograd):
+    """A WinogradPolicy from a policy or a mode name."""
+    from autosearch.winograd import WinogradPolicy
+
+    if isinstance(winograd, WinogradPolicy):
+        return winograd
+    if winograd != "candidates":
+        check_winograd(winograd)
+    return WinogradPolicy.of(winograd)
+
+
+def lowering_passes(target, *, winograd="auto") -> list[Any]:
+    """``winograd``: a mode name or an :class:`autosearch.winograd.WinogradPolicy` (measured choices)."""
     from tvm import relax
 
+    policy = winograd_policy(winograd)
     legalize = list(relax.pipeline.legalize_passes(target))
-    if check_winograd(winograd) == "auto" and target.kind.name == "llvm":
+    if policy.mode != "off" and target.kind.name == "llvm":
         from autosearch.winograd import legalize_map
 
-        legalize = [relax.transform.LegalizeOps(customize_legalize_map=legalize_map())
+        legalize = [relax.transform.LegalizeOps(customize_legalize_map=legalize_map(policy))
                     if p.info.name == "LegalizeOps" else p for p in legalize]
     return [*relax.pipeline.library_dispatch_passes(target), *legalize, relax.transform.AttachAttrLayoutFreeBuffers()]
 
 
-def lower(relax_mod, target, *, winograd: str = "auto"):
+def lower(relax_mod, target, *, winograd="auto"):
     """The model as fused TIR functions: what task extraction and the tuned build both start from."""
     import tvm
 
@@ -76,7 +89,7 @@ def apply_database(lowered, target, database):
         return relax.transform.FoldConstant()(mod)
 
 
-def build_tuned(relax_mod, target, database, *, winograd: str = "auto"):
+def build_tuned(relax_mod, target, database, *, winograd="auto"):
     """Compile a Relax model with a MetaSchedule database applied (tasks it lacks stay unscheduled)."""
     import tvm
     from tvm import relax

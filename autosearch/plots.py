@@ -36,9 +36,10 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str, *, ylab
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     colors = ["#b0b0b0", "#2a7ab9", "#e07b39", "#5aa05a"][: len(labels)]
     bars = ax.bar(labels, values, yerr=errors, capsize=4, color=colors)
-    for bar, value in zip(bars, values):
-        ax.annotate(f"{value:.3g}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=9)
+    for i, (bar, value) in enumerate(zip(bars, values)):
+        top = bar.get_height() + (errors[i] if errors is not None else 0.0)  # above the error bar
+        ax.annotate(f"{value:.3g}", (bar.get_x() + bar.get_width() / 2, top), xytext=(0, 3),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=9)
     if log_scale:
         ax.set_yscale("log")
     ax.set_ylabel(ylabel)

@@ -72,7 +72,8 @@ def end_to_end_report(args, console: Console) -> dict:
     target = parse_target(args.target)
     db = load_database(args.db)
     threads = args.threads or target_num_cores(target)
-    model = import_model(args.model, target, input_shape=args.input_shape, winograd=args.winograd)
+    policy = args.winograd_policy
+    model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode)
     work = tempfile.mkdtemp(prefix="autosearch-report-")
     onnx_path = os.path.join(work, "model.onnx")
     onnx.save(model.onnx_model, onnx_path)
@@ -81,7 +82,7 @@ def end_to_end_report(args, console: Console) -> dict:
     console.print(f"compiling {model.name} untuned and tuned ...")
     untuned = compile_model(model.relax_mod, target, model.tasks, None, os.path.join(work, "untuned.so"))
     tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
-                          winograd=model.winograd)
+                          winograd=policy)
     console.print(f"timing in fresh processes, {threads} threads each ...")
     t_ort = time_in_subprocess("ort", onnx_path, inputs_path=inputs, runs=args.runs, threads=threads)
     t_tuned = time_in_subprocess("tvm", tuned.path, inputs_path=inputs, runs=args.runs, threads=threads)
@@ -90,7 +91,7 @@ def end_to_end_report(args, console: Console) -> dict:
     base = t_untuned.stats()["median"] if t_untuned.ok else None
 
     table = Table(title=f"{model.name}: end-to-end latency (ms), {threads} threads, "
-                        f"{len(tuned.tuned_tasks)}/{len(model.tasks)} tasks tuned")
+                        f"{len(tuned.tuned_tasks)}/{tuned.task_count} tasks tuned")
     for col in ("runtime", "mean", "median", "max", "min", "std", "speedup vs untuned", "runs"):
         table.add_column(col, justify="left" if col == "runtime" else "right")
     rows = [_stats_row(t.name, t, base) for t in (t_untuned, t_tuned, t_ort)]
@@ -118,7 +119,7 @@ def end_to_end_report(args, console: Console) -> dict:
     for col in ("#", "task", "w", "untuned ms", "tuned ms", "speedup", "share of tuned time"):
         task_table.add_column(col, justify="left" if col == "task" else "right")
     per_task = []
-    for task in model.tasks:
+    for task in (t for t in model.tasks if policy.uses(t.lowering)):  # the compiled model's tasks
         best = db_contents.best(task.workload_key)
         per_task.append((task, baselines.get(task.workload_key), best.latency if best else None))
     total = sum((b or 0) * t.weight for t, _, b in per_task) or 1.0
@@ -139,7 +140,7 @@ def end_to_end_report(args, console: Console) -> dict:
     console.print(f"plot: {plot}")
     figures = {"model": model.name, "threads": threads,
                "runtimes": {t.name: t.stats() if t.ok else {"error": t.error} for t in (t_untuned, t_tuned, t_ort)},
-               "max_rel_error_vs_ort": checks, "tuned_tasks": len(tuned.tuned_tasks), "tasks": len(model.tasks)}
+               "max_rel_error_vs_ort": checks, "tuned_tasks": len(tuned.tuned_tasks), "tasks": tuned.task_count}
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(_markdown_table(["runtime", "mean", "median", "max", "min", "std", "speedup vs untuned",
@@ -147,7 +148,7 @@ def end_to_end_report(args, console: Console) -> dict:
             for name, err in checks.items():
                 fh.write(f"\n{name} output vs ONNX Runtime: max relative error {err:.2e}"
                          f" ({'matches' if err <= 1e-3 else 'DIFFERS'})\n")
-            fh.write(f"\n{len(tuned.tuned_tasks)}/{len(model.tasks)} tasks tuned, {threads} threads\n\n")
+            fh.write(f"\n{len(tuned.tuned_tasks)}/{tuned.task_count} tasks tuned, {threads} threads\n\n")
             fh.write(_markdown_table(["#", "task", "w", "untuned ms", "tuned ms", "speedup"],
                                      [[str(t.index), t.name, str(t.weight), _ms(u or 0), _ms(b or 0),
                                        f"{u / b:.1f}x" if u and b else "-"] for t, u, b in per_task

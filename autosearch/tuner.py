@@ -251,7 +251,30 @@ class Tuner:
         fresh = [s for s in live if s.strategy is None and s.trials < self._first_pass(s)]
         if fresh:
             return fresh[0]
-        return max(live, key=lambda s: s.expected_gain(window=2 * self.batch))
+        rivalry = self._rivalry()
+        return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0))
+
+    def _rivalry(self) -> dict[int, float]:
+        """Gain factors for layers tuned both ways (direct and winograd): the model runs the faster one, so
+        the slower alternative's gain is scaled by ``(faster total / own total) ** 2`` (totals: weight x best
+        latency of the alternative's tasks): its own latency counts only once it overtakes, and that gets
+        less likely the further behind it is. The leader keeps its gain."""
+        totals: dict[tuple[str, str], float] = {}
+        for s in self.states:
+            layer = s.task.lowering.get("layer")
+            if layer is not None:
+                key = (layer, s.task.lowering.get("algorithm", ""))
+                totals[key] = totals.get(key, 0.0) + s.task.weight * s.best_latency
+        out = {}
+        for s in self.states:
+            layer = s.task.lowering.get("layer")
+            if layer is None:
+                continue
+            own = totals[(layer, s.task.lowering.get("algorithm", ""))]
+            rivals = [t for (lay, alg), t in totals.items() if lay == layer and alg != s.task.lowering.get("algorithm")]
+            if rivals and math.isfinite(own) and math.isfinite(min(rivals)) and min(rivals) < own:
+                out[id(s)] = (min(rivals) / own) ** 2
+        return out
 
     def run(self) -> TuneSummary:
         interrupted = False

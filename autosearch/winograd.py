@@ -11,6 +11,14 @@ computes it at compile time, and the transformed kernel is a layout-free input o
 (its layout is the schedule's choice, as for direct convolutions). Which layers use it is decided by
 arithmetic, before any measurement: a layer is converted when TVM's own FLOP count of the winograd
 task is at most ``max_flop_ratio`` of the direct one.
+
+Which layers should use it is measured, not guessed: with ``--winograd auto`` every *candidate* layer
+(winograd FLOPs at most ``CANDIDATE_RATIO`` of direct) is offered to the tuner twice, as its direct task
+and its winograd task (a :class:`WinogradPolicy` with mode ``"candidates"`` lowers them all to winograd
+for the second extraction). ``export`` then picks, per layer, the algorithm whose tuned tasks are faster
+(:func:`choose_algorithms`) and records the choice next to the database; ``compile`` lowers each layer
+as chosen. Layers never measured fall back to the FLOP rule (``MAX_FLOP_RATIO``). On YOLOv8n the FLOP
+rule alone chose winograd for an 80 -> 80 channel layer at 80 x 80 where it was 2x slower than direct.
 """
 
 from __future__ import annotations
@@ -21,6 +29,12 @@ from typing import Any
 
 TILE = 4  # F(4x4, 3x3): alpha = 6
 MODES = ("auto", "off")
+# without measurements, a layer is converted when its winograd FLOPs are at most this share of the direct
+# ones (TVM's counts); experiments/winograd_vs_direct.py measures the layers on both sides of it
+MAX_FLOP_RATIO = 0.5
+# layers up to this ratio are tuned both ways (above it winograd's transforms dominate: 16 -> 32 channels is 1.05)
+CANDIDATE_RATIO = 0.75
+ALGORITHMS = ("direct", "winograd")
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,13 @@ class ConvShape:
     height: int  # output
     width: int  # output
     kernel: tuple[int, int]
+
+    @classmethod
+    def from_key(cls, key: str) -> ConvShape:
+        """The 3x3 stride-1 layer a :func:`layer_key` names."""
+        data, out = ([int(d) for d in part.split("x")] for part in key.split("->"))
+        return cls(batch=data[0], in_channels=data[1], out_channels=out[1], height=out[2], width=out[3],
+                   kernel=(3, 3))
 
     @property
     def direct_flops(self) -> float:
@@ -49,6 +70,76 @@ class ConvShape:
         bgemm = 2 * alpha**2 * self.out_channels * self.in_channels * tiles
         inverse = 3 * alpha**2 * tile**2 * self.out_channels * tiles
         return float(data_pack + bgemm + inverse)
+
+
+def layer_key(data_shape, out_shape) -> str:
+    """A conv layer's key: its input and output shapes (``1x64x80x80->1x64x80x80``). A fused task of the
+    layer has the same first argument and output, whichever algorithm computes it."""
+    return "x".join(str(int(d)) for d in data_shape) + "->" + "x".join(str(int(d)) for d in out_shape)
+
+
+def task_layer(name: str, args) -> tuple[str, str] | None:
+    """(layer key, algorithm) of a fused conv task from its name and arguments, or None.
+
+    Direct: ``args[1]`` is the 3x3 weight (out, in, 3, 3); winograd: the transformed kernel
+    (alpha, alpha, in, out). Anything else (1x1 convs, strided or fused differently) is no alternative.
+    """
+    if "conv2d" not in name or len(args) < 3:
+        return None
+    data, weight, out = tuple(args[0][0]), tuple(args[1][0]), tuple(args[-1][0])
+    if len(data) != 4 or len(out) != 4:
+        return None
+    if "winograd" in name:
+        ok = len(weight) == 4 and weight[:2] == (TILE + 2, TILE + 2) and weight[2:] == (data[1], out[1])
+        algorithm = "winograd"
+    else:
+        ok = weight == (out[1], data[1], 3, 3)
+        algorithm = "direct"
+    return (layer_key(data, out), algorithm) if ok else None
+
+
+def choose_algorithms(totals: dict[str, dict[str, float]]) -> dict[str, str]:
+    """Per layer, the algorithm with the lower tuned total (sum of weight x best latency of its tasks;
+    ``inf`` when one of them has no valid measurement). Layers with nothing measured are left out."""
+    out = {}
+    for key, by_algorithm in totals.items():
+        finite = {a: t for a, t in by_algorithm.items() if math.isfinite(t)}
+        if finite:
+            out[key] = min(finite, key=lambda a: (finite[a], a))
+    return out
+
+
+@dataclass(frozen=True)
+class WinogradPolicy:
+    """Which eligible convolutions the lowering turns into winograd.
+
+    ``mode``: ``off`` (none), ``auto`` (the measured ``choices`` where given, else the FLOP rule) or
+    ``candidates`` (every layer worth measuring; task extraction's second lowering).
+    """
+
+    mode: str = "auto"
+    choices: tuple[tuple[str, str], ...] = ()  # (layer key, algorithm), from a database's export
+
+    @classmethod
+    def of(cls, mode: str, choices: dict[str, str] | None = None) -> WinogradPolicy:
+        return cls(mode, tuple(sorted((choices or {}).items())))
+
+    def converts(self, shape: ConvShape, key: str) -> bool:
+        if self.mode == "off":
+            return False
+        ratio = shape.winograd_flops() / shape.direct_flops
+        if self.mode == "candidates":
+            return ratio <= CANDIDATE_RATIO
+        chosen = dict(self.choices).get(key)
+        return chosen == "winograd" if chosen is not None else ratio <= MAX_FLOP_RATIO
+
+    def uses(self, lowering: dict) -> bool:
+        """Whether a task (by its ``lowering`` record) is part of the model this policy compiles: a layer's
+        direct or winograd alternative, whichever the policy picks; every other task."""
+        if "layer" not in lowering:
+            return True
+        layer = lowering["layer"]
+        return self.converts(ConvShape.from_key(layer), layer) == (lowering.get("algorithm") == "winograd")
 
 
 def conv_shape(call) -> ConvShape | None:
@@ -150,14 +241,14 @@ def winograd_conv(data, kernel, padding, tile: int):
     )
 
 
-def legalize_map(max_flop_ratio: float = 0.5) -> dict[str, Any]:
-    """``LegalizeOps(customize_legalize_map=...)`` entry: winograd where it cuts the FLOPs enough,
-    TVM's own conv2d legalisation everywhere else."""
+def legalize_map(policy: WinogradPolicy) -> dict[str, Any]:
+    """``LegalizeOps(customize_legalize_map=...)`` entry: winograd where the policy says so, TVM's own
+    conv2d legalisation everywhere else."""
     from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
     def conv2d(bb, call):
         shape = conv_shape(call)
-        if shape is None or shape.winograd_flops() > max_flop_ratio * shape.direct_flops:
+        if shape is None or not policy.converts(shape, layer_key(call.args[0].ty.shape, call.ty.shape)):
             return _nn_conv2d(bb, call)
         kernel = bb.emit_te(kernel_transform, call.args[1], TILE, primfunc_name_hint="winograd_kernel_transform")
         padding = [int(p) for p in call.attrs.padding]
@@ -166,4 +257,5 @@ def legalize_map(max_flop_ratio: float = 0.5) -> dict[str, Any]:
     return {"relax.nn.conv2d": conv2d}
 
 
-__all__ = ["MODES", "TILE", "ConvShape", "conv_shape", "kernel_transform", "legalize_map", "winograd_conv"]
+__all__ = ["ALGORITHMS", "MODES", "TILE", "ConvShape", "WinogradPolicy", "choose_algorithms", "conv_shape",
+           "kernel_transform", "layer_key", "legalize_map", "task_layer", "winograd_conv"]

@@ -6,7 +6,7 @@ the same measurement settings (number/repeat/min_repeat_ms, cache flush, threads
 default builder and once with a builder that skips the tensor-intrinsic import. All in one script,
 one after the other (never two measurements at once).
 
-    python experiments/bench_pipeline.py [--task 4] [--trials 32] [--skip-default-builder]
+    python experiments/bench_pipeline.py [--task 1x64x52x52->1x128x52x52/direct] [--trials 32] [--skip-default-builder]
 
 Writes experiments/results/bench_pipeline.json and .md.
 """
@@ -29,6 +29,7 @@ from autosearch.records import TuningLog  # noqa: E402
 from autosearch.target import parse_target  # noqa: E402
 from autosearch.tuner import Tuner  # noqa: E402
 from experiments.metaschedule import tune_tir  # noqa: E402
+from experiments.task_spec import pick_task  # noqa: E402
 from workloads.importer import import_model  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -83,13 +84,15 @@ def bench_metaschedule(task, target, trials: int, batch: int, evaluator: Evaluat
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="tiny-yolov2")
-    p.add_argument("--task", type=int, default=4, help="task index (4 = conv 64->128 at 52x52, 0.40 GFLOP)")
+    p.add_argument("--task", default="1x64x52x52->1x128x52x52/direct",
+                   help="LAYER/ALGORITHM, index or name fragment (default: the direct conv 64->128 at 52x52, "
+                        "0.40 GFLOP)")
     p.add_argument("--trials", type=int, default=32)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--skip-default-builder", action="store_true")
     args = p.parse_args()
     target = parse_target(None)
-    task = import_model(args.model, target).tasks[args.task]
+    task = pick_task(import_model(args.model, target).tasks, args.task)
     evaluator = EvaluatorConfig()
     rows = [bench_autosearch(task, target, args.trials, args.batch, evaluator, "random")]
     rows.append(bench_metaschedule(task, target, args.trials, args.batch, evaluator, fast=True))

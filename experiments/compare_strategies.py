@@ -6,7 +6,7 @@ measurement settings, several seeds, all in one script, one run at a time. The b
 after B trials (for every budget B) is re-timed in a fresh measuring process, so no tool is credited
 with a lucky in-run timing.
 
-    python experiments/compare_strategies.py --tasks tiny-yolov2:4,tiny-yolov2:5,yolov8n:10 \
+    python experiments/compare_strategies.py --tasks tiny-yolov2:1x64x52x52->1x128x52x52/winograd,... \
         --budgets 64,128 --seeds 3 [--methods random,annealing,optuna,metaschedule]
 
 Writes experiments/results/compare_strategies.{json,md,png}.
@@ -30,9 +30,13 @@ from autosearch.records import Record, TuningLog, read_log  # noqa: E402
 from autosearch.target import parse_target  # noqa: E402
 from autosearch.tuner import Tuner  # noqa: E402
 from experiments.metaschedule import tune_tir  # noqa: E402
+from experiments.task_spec import pick_task  # noqa: E402
 from workloads.importer import import_model  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+# a direct conv, a winograd conv (both 0.40 GFLOP as direct convolutions) and YOLOv8n's most frequent layer
+DEFAULT_TASKS = ("tiny-yolov2:1x32x104x104->1x64x104x104/direct", "tiny-yolov2:1x64x52x52->1x128x52x52/winograd",
+                 "yolov8n:1x64x40x40->1x64x40x40/direct")
 LOGS = os.path.join(RESULTS, "logs")  # tuning logs, reused as the cost-model dataset (not committed)
 
 
@@ -107,8 +111,8 @@ def retime(task, target, traces: list, evaluator) -> list[float]:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--tasks", default="tiny-yolov2:4,tiny-yolov2:5,yolov8n:10",
-                   help="MODEL:INDEX,... (conv tasks)")
+    p.add_argument("--tasks", default=",".join(DEFAULT_TASKS),
+                   help="MODEL:TASK,... with TASK a LAYER/ALGORITHM, an index or a name fragment (conv tasks)")
     p.add_argument("--budgets", default="64,128")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--batch", type=int, default=16)
@@ -129,10 +133,10 @@ def main() -> int:
     runs = []
     os.makedirs(LOGS, exist_ok=True)
     for spec in args.tasks.split(","):
-        model_name, index = spec.split(":")
+        model_name, _, which = spec.partition(":")
         if model_name not in models:
             models[model_name] = import_model(model_name, target)
-        task = models[model_name].tasks[int(index)]
+        task = pick_task(models[model_name].tasks, which)
         for seed in range(args.seeds):
             for method in methods:
                 if method == "metaschedule":

@@ -4,7 +4,7 @@ Runs the product's own commands, one model after the other:
 ``run --strategy optuna`` over all tasks -> ``export`` -> ``report`` (TVM untuned vs tuned vs ONNX
 Runtime, same threads, each timed in its own process). Tables go to experiments/results/.
 
-    python experiments/end_to_end.py --models tiny-yolov2:400,yolov8n:700 [--strategy optuna]
+    python experiments/end_to_end.py --models tiny-yolov2:1200,yolov8n:2400 [--strategy optuna]
 """
 
 from __future__ import annotations
@@ -32,14 +32,18 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--models", default="tiny-yolov2:400,yolov8n:700", help="MODEL:TRIALS,...")
+    p.add_argument("--models", default="tiny-yolov2:1200,yolov8n:2400", help="MODEL:TRIALS,...")
     p.add_argument("--strategy", default="optuna")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--resume", action="store_true", help="continue the logs of an interrupted run")
     args = p.parse_args()
     os.makedirs(RESULTS, exist_ok=True)
+    summary_path = os.path.join(RESULTS, "end_to_end.json")
     summary = {}
+    if os.path.exists(summary_path):  # one model at a time: keep the others' figures
+        with open(summary_path) as fh:
+            summary = json.load(fh)
     for spec in args.models.split(","):
         model, trials = spec.split(":")
         stem = os.path.join(RESULTS, f"e2e-{model}")
@@ -57,7 +61,7 @@ def main() -> int:
         cli("report", "--model", model, "--db", db, "--log", log, "--runs", str(args.runs),
             "--markdown", stem + "-report.md", "--plot", stem + "-report.png")
         summary[model] = {"trials": int(trials), "tuning_wall_secs": tune_secs, "strategy": args.strategy}
-        with open(os.path.join(RESULTS, "end_to_end.json"), "w") as fh:
+        with open(summary_path, "w") as fh:
             json.dump(summary, fh, indent=1)
     return 0
 

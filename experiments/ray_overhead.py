@@ -27,6 +27,7 @@ from autosearch.measure.base import EvaluatorConfig  # noqa: E402
 from autosearch.measure.local import LocalRunner  # noqa: E402
 from autosearch.space import DecisionSpace  # noqa: E402
 from autosearch.target import parse_target  # noqa: E402
+from experiments.task_spec import pick_task  # noqa: E402
 from workloads.importer import import_model  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -63,7 +64,8 @@ def bench(label: str, make_runner, task, mods: list, batch: int) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="tiny-yolov2")
-    p.add_argument("--task", type=int, default=None, help="task index (default: the smallest conv task)")
+    p.add_argument("--task", default=None, help="LAYER/ALGORITHM, index or name fragment (default: the smallest "
+                                                 "conv task)")
     p.add_argument("--trials", type=int, default=32)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
@@ -76,7 +78,7 @@ def main() -> int:
     if args.task is None:
         task = min((t for t in tasks if "conv2d" in t.name), key=lambda t: t.flops)
     else:
-        task = tasks[args.task]
+        task = pick_task(tasks, args.task)
     space = DecisionSpace(task.mod, target, seed=args.seed)
     mods = sample_mods(space, args.trials, args.seed)
     evaluator = EvaluatorConfig()

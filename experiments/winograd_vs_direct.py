@@ -1,9 +1,10 @@
 """Winograd vs direct convolution, layer by layer, at the same trial budget (the `--winograd` choice).
 
-For every conv layer that ``--winograd auto`` converts, the direct task (``--winograd off``) and the
-winograd task are tuned with the same strategy, budget and seed, one after the other, and each best is
-re-timed in a fresh measuring process. Latency is what counts (FLOPs differ between the algorithms);
-the table also gives direct-equivalent GFLOPS (the direct convolution's FLOPs / latency).
+For every candidate layer of ``--winograd auto`` (tuned both ways by ``run``), the direct task and the
+winograd task are tuned alone with the same strategy, budget and seed, one after the other: how often
+the FLOP rule (``MAX_FLOP_RATIO``, used where nothing was measured) picks the faster algorithm.
+Latency is what counts (FLOPs differ between the algorithms); the table also gives direct-equivalent
+GFLOPS (the direct convolution's FLOPs / latency).
 
     python experiments/winograd_vs_direct.py --model tiny-yolov2 --trials 64 [--strategy optuna]
 
@@ -31,11 +32,6 @@ from workloads.importer import import_model  # noqa: E402
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
-def layer_key(task) -> tuple:
-    """A conv layer as (input shape, output shape): the same in both lowerings."""
-    return (tuple(task.args[0][0]), tuple(task.args[-1][0]))
-
-
 def tune(task, target, strategy: str, trials: int, batch: int, seed: int) -> dict:
     log_path = os.path.join(tempfile.mkdtemp(prefix="wino-"), "log.jsonl")
     runner = LocalRunner(target=target, evaluator=EvaluatorConfig(), seed=seed)
@@ -59,15 +55,22 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--strategy", default="optuna")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--layers", type=int, default=0, help="at most this many layers, heaviest first (0: all)")
     args = p.parse_args()
+
     target = parse_target(None)
-    direct = {layer_key(t): t for t in import_model(args.model, target, winograd="off").tasks if "conv2d" in t.name}
-    wino = [t for t in import_model(args.model, target, winograd="auto").tasks if "winograd" in t.name]
+    # both alternatives of every candidate layer (lowering["layer"]), heaviest winograd task first
+    tasks = import_model(args.model, target, winograd="auto").tasks
+    direct = {t.lowering["layer"]: t for t in tasks if t.lowering.get("algorithm") == "direct"}
+    wino = [t for t in tasks if t.lowering.get("algorithm") == "winograd"]
+    if args.layers:
+        wino = wino[: args.layers]
     rows = []
     for wt in wino:
-        dt = direct[layer_key(wt)]
+        dt = direct[wt.lowering["layer"]]
         row = {"layer": f"{wt.args[0][0][1]}->{wt.args[-1][0][1]} @{wt.args[-1][0][2]}x{wt.args[-1][0][3]}",
-               "direct_task": dt.name, "winograd_task": wt.name, "direct_gflop": dt.gflop, "winograd_gflop": wt.gflop}
+               "direct_task": dt.name, "winograd_task": wt.name, "direct_gflop": dt.gflop, "winograd_gflop": wt.gflop,
+               "flop_ratio": wt.gflop / dt.gflop}
         for label, task in (("direct", dt), ("winograd", wt)):
             row[label] = tune(task, target, args.strategy, args.trials, args.batch, args.seed)
             sys.stdout.write(f"{row['layer']} {label}: best {row[label]['best_ms']:.3f} ms\n")
@@ -80,12 +83,13 @@ def main() -> int:
                    "rows": rows}, fh, indent=1)
     lines = [f"{args.model}: each layer tuned {args.trials} trials per algorithm ({args.strategy}, seed {args.seed}); "
              "latency of the best config; GFLOPS as direct-convolution FLOPs / latency", "",
-             "| layer | direct GFLOP | winograd GFLOP (TVM count) | direct ms | winograd ms | speedup | "
-             "direct-equiv. GFLOPS (direct / winograd) |", "|---|---|---|---|---|---|---|"]
+             "| layer | direct GFLOP | winograd GFLOP (TVM count) | FLOP ratio | direct ms | winograd ms | speedup | "
+             "direct-equiv. GFLOPS (direct / winograd) |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         d, w = r["direct"]["best_ms"], r["winograd"]["best_ms"]
-        lines.append(f"| {r['layer']} | {r['direct_gflop']:.3f} | {r['winograd_gflop']:.3f} | {d:.3f} | {w:.3f} | "
-                     f"{d / w:.2f}x | {r['direct_gflop'] / d * 1e3:.0f} / {r['direct_gflop'] / w * 1e3:.0f} |")
+        lines.append(f"| {r['layer']} | {r['direct_gflop']:.3f} | {r['winograd_gflop']:.3f} | {r['flop_ratio']:.2f} | "
+                     f"{d:.3f} | {w:.3f} | {d / w:.2f}x | "
+                     f"{r['direct_gflop'] / d * 1e3:.0f} / {r['direct_gflop'] / w * 1e3:.0f} |")
     total_d = sum(r["direct"]["best_ms"] for r in rows)
     total_w = sum(r["winograd"]["best_ms"] for r in rows)
     lines += ["", f"sum over these layers: direct {total_d:.2f} ms, winograd {total_w:.2f} ms "

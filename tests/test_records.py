@@ -130,3 +130,26 @@ def test_scheduler_moves_on_from_a_heavy_task_whose_best_stays_flat(tmp_path):
         for n in range(400, 430):
             light.record(Config(0, (n,)), ok(9e-3))
         assert tuner._next_task() is heavy
+
+
+def test_scheduler_gives_less_to_the_slower_alternative_of_a_layer(tmp_path):
+    """A layer tuned both ways runs its faster alternative: the slower one's gain is scaled down."""
+    from autosearch.records import Config
+    from autosearch.task import TuningTask
+    from autosearch.tuner import Tuner
+
+    def task(i, algorithm):
+        return TuningTask(index=i, name=f"t{i}", weight=1, flops=1e9, mod=None, target=None, args=(),
+                          workload_key=str(i), lowering={"winograd": "auto", "layer": "L", "algorithm": algorithm})
+
+    with TuningLog(str(tmp_path / "l.jsonl")) as log:
+        tuner = Tuner(tasks=[task(0, "direct"), task(1, "winograd")], runner=None, log=log, strategy="random",
+                      budget=1000, batch=16)
+        direct, wino = tuner.states
+        for n in range(64):
+            direct.record(Config(0, (n,)), MeasureResult(Status.OK, (10e-3,)))
+            wino.record(Config(0, (n,)), MeasureResult(Status.OK, (4e-3,)))
+        for s in tuner.states:
+            s.strategy = object()
+        assert tuner._rivalry() == {id(direct): pytest.approx(0.16)}
+        assert tuner._next_task() is wino

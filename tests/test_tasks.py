@@ -107,12 +107,16 @@ def test_untuned_tvm_matches_onnxruntime_on_tiny_yolov2(models, target):
 
 
 def test_cli_tasks_json_lists_fields():
-    proc = run_cli("tasks", "--model", "tiny-yolov2", "--json")
+    proc = run_cli("tasks", "--model", "tiny-yolov2", "--json", "--winograd", "off")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert len(rows) == 16
-    assert set(rows[0]) == {"index", "name", "weight", "flops", "workload_key", "args"}
+    assert set(rows[0]) == {"index", "name", "weight", "flops", "workload_key", "args", "lowering"}
     assert rows[0]["args"][0] == [[1, 1024, 13, 13], "float32"]
+    # the default also lists the winograd alternative of the six candidate layers, marked as such
+    rows = json.loads(run_cli("tasks", "--model", "tiny-yolov2", "--json").stdout)
+    assert len(rows) == 22
+    assert sum(r["lowering"].get("algorithm") == "winograd" for r in rows) == 6
 
 
 def test_cli_tasks_table_for_a_user_onnx_file(tmp_path):

@@ -67,19 +67,46 @@ def test_flop_formula_is_tvms_own_count(target):
     assert shape.winograd_flops() < 0.55 * shape.direct_flops
 
 
-def test_auto_converts_the_wide_layers_and_off_converts_none(target):
+def test_auto_offers_the_wide_layers_both_ways_and_off_none(target):
     from workloads.importer import import_model
 
-    auto = import_model("tiny-yolov2", target, winograd="auto").tasks
-    off = import_model("tiny-yolov2", target, winograd="off").tasks
-    wino = [t for t in auto if "winograd" in t.name]
-    assert not any("winograd" in t.name for t in off)
-    # the five 3x3 convs from 64 input channels up; the stem (3->16, 16->32, 32->64) and the 1x1 head stay direct
-    assert sorted(t.args[0][0][1] for t in wino) == [64, 128, 256, 512, 1024]
+    auto = import_model("tiny-yolov2", target, winograd="auto")
+    off = import_model("tiny-yolov2", target, winograd="off")
+    wino = [t for t in auto.tasks if "winograd" in t.name]
+    assert not any("winograd" in t.name for t in off.tasks)
+    # the 3x3 convs from 32 input channels up are candidates; the stem (3->16, 16->32) and the 1x1 head are not
+    assert sorted(t.args[0][0][1] for t in wino) == [32, 64, 128, 256, 512, 1024]
     assert all(t.args[1][0][:2] == (6, 6) for t in wino)  # the transformed kernel, folded from the weights
-    assert all(t.lowering == {"winograd": "auto"} for t in auto)
-    direct_flops = sum(t.flops for t in off if "conv2d" in t.name)
-    assert sum(t.flops for t in auto if "conv2d" in t.name) < 0.6 * direct_flops
+    # every direct conv task of off is still there, and each candidate layer has both alternatives
+    assert {t.workload_key for t in off.tasks} <= {t.workload_key for t in auto.tasks}
+    layers = {}
+    for t in auto.tasks:
+        if "layer" in t.lowering:
+            layers.setdefault(t.lowering["layer"], set()).add(t.lowering["algorithm"])
+    assert len(layers) == 6 and all(algs == {"direct", "winograd"} for algs in layers.values())
+    assert auto.alternatives == 6 and auto.flops == pytest.approx(off.flops)
+
+
+def test_policy_follows_measured_choices_before_the_flop_rule():
+    from autosearch.winograd import MAX_FLOP_RATIO, WinogradPolicy, choose_algorithms, layer_key
+
+    wide = ConvShape(batch=1, in_channels=256, out_channels=256, height=13, width=13, kernel=(3, 3))
+    narrow = ConvShape(batch=1, in_channels=32, out_channels=64, height=104, width=104, kernel=(3, 3))
+    wide_key, narrow_key = layer_key((1, 256, 13, 13), (1, 256, 13, 13)), layer_key((1, 32, 104, 104),
+                                                                                      (1, 64, 104, 104))
+    assert wide.winograd_flops() / wide.direct_flops <= MAX_FLOP_RATIO < narrow.winograd_flops() / narrow.direct_flops
+    rule = WinogradPolicy.of("auto")
+    assert rule.converts(wide, wide_key) and not rule.converts(narrow, narrow_key)
+    measured = WinogradPolicy.of("auto", {wide_key: "direct", narrow_key: "winograd"})
+    assert not measured.converts(wide, wide_key) and measured.converts(narrow, narrow_key)
+    assert not WinogradPolicy.of("off").converts(wide, wide_key)
+    assert WinogradPolicy.of("candidates").converts(narrow, narrow_key)
+    assert measured.uses({"layer": narrow_key, "algorithm": "winograd"})
+    assert not measured.uses({"layer": narrow_key, "algorithm": "direct"})
+    assert measured.uses({"winograd": "auto"})  # not an alternative: always part of the model
+    assert ConvShape.from_key(wide_key) == wide
+    assert choose_algorithms({"a": {"direct": 2.0, "winograd": 1.0}, "b": {"direct": 1.0, "winograd": float("inf")},
+                              "c": {"direct": float("inf")}}) == {"a": "winograd", "b": "direct"}
 
 
 def test_bad_winograd_mode_is_refused():
@@ -93,29 +120,35 @@ def tuned_wide(tmp_path_factory):
     return tune_and_export(tmp_path_factory.mktemp("winograd"), wide_conv_onnx, trials=12, batch=6)
 
 
-def test_winograd_model_tunes_exports_and_matches_onnxruntime(tuned_wide):
+def test_winograd_model_tunes_both_ways_exports_the_faster_and_matches_onnxruntime(tuned_wide):
     from autosearch.records import read_log
 
     contents = read_log(tuned_wide["log"])
-    [key] = [k for k, h in contents.tasks.items() if "winograd" in h["name"]]
-    assert contents.best(key).latency < contents.baseline(key).latency
+    by_algorithm = {h["lowering"]["algorithm"]: k for k, h in contents.tasks.items() if "layer" in h["lowering"]}
+    assert set(by_algorithm) == {"direct", "winograd"}  # one layer, tuned both ways
+    best = {a: contents.best(k).latency for a, k in by_algorithm.items()}
+    faster = min(best, key=best.get)
     with open(os.path.join(tuned_wide["db"], "autosearch_lowering.json")) as fh:
-        assert json.load(fh) == {"winograd": "auto"}
-    # compile/report take the lowering from the database: the winograd task is found and tuned
+        lowering = json.load(fh)
+    assert lowering["winograd"] == "auto" and list(lowering["choices"].values()) == [faster]
+    # compile/report take the lowering and the choice from the database: the faster alternative is built
     md = os.path.join(str(tuned_wide["work"]), "report.md")
     proc = run_cli("report", "--model", tuned_wide["model"], "--db", tuned_wide["db"], "--runs", "5",
                    "--markdown", md, "--plot", os.path.join(str(tuned_wide["work"]), "r.png"))
     assert proc.returncode == 0, proc.stderr
     assert "TVM tuned output vs ONNX Runtime" in proc.stdout and "matches" in proc.stdout
-    assert "1/1 tasks tuned" in proc.stdout.replace("\n", " ") or "1/1" in open(md).read()
+    report = open(md).read()
+    assert "1/1 tasks tuned" in report
+    assert contents.tasks[by_algorithm[faster]]["name"] in report
 
 
-def test_compile_with_the_other_lowering_finds_no_tuned_task(tuned_wide):
-    out = os.path.join(str(tuned_wide["work"]), "direct.so")
-    proc = run_cli("compile", "--model", tuned_wide["model"], "--db", tuned_wide["db"], "--out", out,
-                   "--winograd", "off")
-    assert proc.returncode == 0, proc.stderr
-    assert "with 0/1 tuned tasks" in proc.stdout and "not in the database" in proc.stdout
+def test_compile_with_either_lowering_finds_its_tuned_task(tuned_wide):
+    for mode in ("off", "auto"):
+        out = os.path.join(str(tuned_wide["work"]), f"{mode}.so")
+        proc = run_cli("compile", "--model", tuned_wide["model"], "--db", tuned_wide["db"], "--out", out,
+                       "--winograd", mode)
+        assert proc.returncode == 0, proc.stderr
+        assert "with 1/1 tuned tasks" in proc.stdout, proc.stdout
 
 
 def test_small_stem_conv_stays_direct(target, tmp_path):

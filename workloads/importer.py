@@ -29,7 +29,14 @@ class ImportedModel:
 
     @property
     def flops(self) -> float:
-        return sum(t.flops * t.weight for t in self.tasks)
+        """FLOPs of one forward pass as TVM counts them, each layer once (its direct alternative when
+        ``--winograd auto`` offers two)."""
+        return sum(t.flops * t.weight for t in self.tasks if t.lowering.get("algorithm") != "winograd")
+
+    @property
+    def alternatives(self) -> int:
+        """Layers offered to the tuner both ways (direct and winograd)."""
+        return sum(1 for t in self.tasks if t.lowering.get("algorithm") == "winograd")
 
 
 def builtin_names() -> list[str]:
@@ -163,17 +170,44 @@ def legalize(relax_mod, target, *, winograd: str = "auto"):
     return lower(relax_mod, target, winograd=winograd)
 
 
-def extract_tasks(relax_mod, target, *, winograd: str = "auto") -> list[TuningTask]:
-    """One TuningTask per distinct fused TIR function, heaviest (FLOPs x weight) first."""
+def _extract(relax_mod, target, lowering_mode: str, label: str) -> list[TuningTask]:
     from tvm.s_tir import meta_schedule as ms
 
-    lowered = legalize(relax_mod, target, winograd=winograd)
-    extracted = ms.relax_integration.extract_tasks(lowered, target)
-    tasks = [
-        task_from_module(t.dispatched[0], target, name=t.task_name, weight=int(t.weight),
-                         lowering={"winograd": winograd})
-        for t in extracted
-    ]
+    lowered = legalize(relax_mod, target, winograd=lowering_mode)
+    return [task_from_module(t.dispatched[0], target, name=t.task_name, weight=int(t.weight),
+                             lowering={"winograd": label})
+            for t in ms.relax_integration.extract_tasks(lowered, target)]
+
+
+def extract_tasks(relax_mod, target, *, winograd: str = "auto") -> list[TuningTask]:
+    """One TuningTask per distinct fused TIR function, heaviest (FLOPs x weight) first.
+
+    ``winograd="auto"`` (CPU targets): the model is lowered twice, all direct and with every candidate
+    layer as winograd (:mod:`autosearch.winograd`); the tasks of both are merged, so each candidate layer
+    is tuned both ways and its tasks carry ``lowering["layer"]`` and ``lowering["algorithm"]``.
+    """
+    from autosearch.winograd import task_layer
+
+    if winograd == "off" or target.kind.name != "llvm":
+        tasks = _extract(relax_mod, target, "off", winograd)
+    else:
+        direct = _extract(relax_mod, target, "off", winograd)
+        candidates = _extract(relax_mod, target, "candidates", winograd)
+        by_key = {t.workload_key: t for t in direct}
+        for t in candidates:
+            by_key.setdefault(t.workload_key, t)
+        layers = {}
+        for t in by_key.values():
+            layer = task_layer(t.name, t.args)
+            if layer is not None:
+                layers.setdefault(layer[0], set()).add(layer[1])
+        tasks = []
+        for t in by_key.values():
+            layer = task_layer(t.name, t.args)
+            if layer is not None and len(layers[layer[0]]) > 1:  # a layer with both alternatives
+                t = TuningTask(**{**t.__dict__, "lowering": {**t.lowering, "layer": layer[0],
+                                                             "algorithm": layer[1]}})
+            tasks.append(t)
     tasks.sort(key=lambda t: (-t.flops * t.weight, t.name))
     return [TuningTask(**{**t.__dict__, "index": i}) for i, t in enumerate(tasks)]
 
