@@ -8,17 +8,16 @@ compute (``conv2d_winograd_nchw``, the one Ansor tuned); its default CPU legalis
 
 Here the kernel transform is a separate function of the constant weights, so Relax's ``FoldConstant``
 computes it at compile time, and the transformed kernel is a layout-free input of the winograd task
-(its layout is the schedule's choice, as for direct convolutions). Which layers use it is decided by
-arithmetic, before any measurement: a layer is converted when TVM's own FLOP count of the winograd
-task is at most ``max_flop_ratio`` of the direct one.
+(its layout is the schedule's choice, as for direct convolutions).
 
-Which layers should use it is measured, not guessed: with ``--winograd auto`` every *candidate* layer
-(winograd FLOPs at most ``CANDIDATE_RATIO`` of direct) is offered to the tuner twice, as its direct task
-and its winograd task (a :class:`WinogradPolicy` with mode ``"candidates"`` lowers them all to winograd
-for the second extraction). ``export`` then picks, per layer, the algorithm whose tuned tasks are faster
-(:func:`choose_algorithms`) and records the choice next to the database; ``compile`` lowers each layer
-as chosen. Layers never measured fall back to the FLOP rule (``MAX_FLOP_RATIO``). On YOLOv8n the FLOP
-rule alone chose winograd for an 80 -> 80 channel layer at 80 x 80 where it was 2x slower than direct.
+Which layers use it is measured, not guessed: with ``--winograd auto`` every *candidate* layer
+(winograd FLOPs at most ``CANDIDATE_RATIO`` of direct, by TVM's own count) is offered to the tuner
+twice, as its direct task and its winograd task (a :class:`WinogradPolicy` with mode ``"candidates"``
+lowers them all to winograd for the second extraction). ``export`` then picks, per layer, the
+algorithm whose tuned tasks are faster (:func:`choose_algorithms`) and records the choice next to the
+database; ``compile`` lowers each layer as chosen. Layers never measured fall back to a FLOP rule
+(``MAX_FLOP_RATIO``), which picked the slower algorithm for 3 of 14 YOLOv8n layers at 48 trials each
+(experiments/winograd_vs_direct.py): FLOPs do not tell which algorithm schedules better.
 """
 
 from __future__ import annotations
