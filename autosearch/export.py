@@ -117,21 +117,16 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
 def lowering_of(contents: LogContents) -> dict:
     """How the log's tasks were lowered ({"winograd": mode}) and, for layers tuned both ways, the faster
     algorithm (``choices``: layer key -> "direct" | "winograd", by weight x best latency of their tasks)."""
-    from autosearch.winograd import choose_algorithms
+    from autosearch.winograd import choose_algorithms, layer_totals
 
     modes = {str((h.get("lowering") or {}).get("winograd", "")) for h in contents.tasks.values()}
     modes.discard("")
     if len(modes) != 1:
         return {}
-    totals: dict[str, dict[str, float]] = {}
-    for key, header in contents.tasks.items():
-        lowering = header.get("lowering") or {}
-        if "layer" not in lowering:
-            continue
-        best = contents.best(key)
-        cost = best.latency * int(header.get("weight", 1)) if best is not None else math.inf
-        by_algorithm = totals.setdefault(lowering["layer"], {})
-        by_algorithm[lowering["algorithm"]] = by_algorithm.get(lowering["algorithm"], 0.0) + cost
+    bests = {key: contents.best(key) for key in contents.tasks}
+    totals = layer_totals((h.get("lowering") or {}, int(h.get("weight", 1)),
+                           bests[key].latency if bests[key] is not None else None)
+                          for key, h in contents.tasks.items())
     out: dict = {"winograd": modes.pop()}
     if totals:
         out["choices"] = choose_algorithms(totals)

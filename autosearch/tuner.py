@@ -259,21 +259,17 @@ class Tuner:
         the slower alternative's gain is scaled by ``(faster total / own total) ** 2`` (totals: weight x best
         latency of the alternative's tasks): its own latency counts only once it overtakes, and that gets
         less likely the further behind it is. The leader keeps its gain."""
-        totals: dict[tuple[str, str], float] = {}
-        for s in self.states:
-            layer = s.task.lowering.get("layer")
-            if layer is not None:
-                key = (layer, s.task.lowering.get("algorithm", ""))
-                totals[key] = totals.get(key, 0.0) + s.task.weight * s.best_latency
+        from autosearch.winograd import layer_totals
+
+        totals = layer_totals((s.task.lowering, s.task.weight, s.best_latency) for s in self.states)
         out = {}
         for s in self.states:
-            layer = s.task.lowering.get("layer")
-            if layer is None:
+            if "layer" not in s.task.lowering:
                 continue
-            own = totals[(layer, s.task.lowering.get("algorithm", ""))]
-            rivals = [t for (lay, alg), t in totals.items() if lay == layer and alg != s.task.lowering.get("algorithm")]
-            if rivals and math.isfinite(own) and math.isfinite(min(rivals)) and min(rivals) < own:
-                out[id(s)] = (min(rivals) / own) ** 2
+            by_algorithm = totals[s.task.lowering["layer"]]
+            own, leader = by_algorithm[s.task.lowering["algorithm"]], min(by_algorithm.values())
+            if math.isfinite(own) and leader < own:
+                out[id(s)] = (leader / own) ** 2
         return out
 
     def run(self) -> TuneSummary:

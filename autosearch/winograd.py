@@ -97,6 +97,19 @@ def task_layer(name: str, args) -> tuple[str, str] | None:
     return (layer_key(data, out), algorithm) if ok else None
 
 
+def layer_totals(entries) -> dict[str, dict[str, float]]:
+    """Per layer tuned both ways, per algorithm: the sum of weight x best latency of its tasks (``inf`` when
+    one of them has no valid measurement). ``entries``: (lowering record, weight, best latency or None)."""
+    totals: dict[str, dict[str, float]] = {}
+    for lowering, weight, latency in entries:
+        if "layer" not in lowering:
+            continue
+        by_algorithm = totals.setdefault(lowering["layer"], {})
+        cost = latency * weight if latency is not None else math.inf
+        by_algorithm[lowering["algorithm"]] = by_algorithm.get(lowering["algorithm"], 0.0) + cost
+    return totals
+
+
 def choose_algorithms(totals: dict[str, dict[str, float]]) -> dict[str, str]:
     """Per layer, the algorithm with the lower tuned total (sum of weight x best latency of its tasks;
     ``inf`` when one of them has no valid measurement). Layers with nothing measured are left out."""
@@ -257,4 +270,4 @@ def legalize_map(policy: WinogradPolicy) -> dict[str, Any]:
 
 
 __all__ = ["ALGORITHMS", "MODES", "TILE", "ConvShape", "WinogradPolicy", "choose_algorithms", "conv_shape",
-           "kernel_transform", "layer_key", "legalize_map", "task_layer", "winograd_conv"]
+           "kernel_transform", "layer_key", "layer_totals", "legalize_map", "task_layer", "winograd_conv"]

@@ -196,14 +196,13 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto") -> list[TuningTa
         by_key = {t.workload_key: t for t in direct}
         for t in candidates:
             by_key.setdefault(t.workload_key, t)
-        layers = {}
-        for t in by_key.values():
-            layer = task_layer(t.name, t.args)
-            if layer is not None:
-                layers.setdefault(layer[0], set()).add(layer[1])
+        found = {key: task_layer(t.name, t.args) for key, t in by_key.items()}
+        layers: dict[str, set[str]] = {}
+        for layer in filter(None, found.values()):
+            layers.setdefault(layer[0], set()).add(layer[1])
         tasks = []
-        for t in by_key.values():
-            layer = task_layer(t.name, t.args)
+        for key, t in by_key.items():
+            layer = found[key]
             if layer is not None and len(layers[layer[0]]) > 1:  # a layer with both alternatives
                 t = TuningTask(**{**t.__dict__, "lowering": {**t.lowering, "layer": layer[0],
                                                              "algorithm": layer[1]}})
