@@ -19,6 +19,9 @@ from autosearch.errors import UserError
 DEFAULT_MODEL = "tiny-yolov2"
 DEFAULT_TRIALS = 400
 DEFAULT_BATCH = 16
+DEFAULT_LAYOUT = "NCHW"
+# the lowering options' values for logs and databases written before the option existed
+OLD_LOWERING = {"winograd": "auto", "layout": "NCHW"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,7 +52,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
     target = parse_target(args.target)
     start = time.perf_counter()
-    model = import_model(args.model, target, input_shape=args.input_shape, winograd=args.winograd or "auto")
+    model = import_model(args.model, target, input_shape=args.input_shape, winograd=args.winograd or "auto",
+                         layout=args.layout or DEFAULT_LAYOUT)
     elapsed = time.perf_counter() - start
     if args.json:
         rows = [
@@ -63,7 +67,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
     total = model.flops
     table = Table(title=f"{model.name}: {len(model.tasks)} tuning tasks for {target.kind.name} "
-                        f"({_target_summary(target)})")
+                        f"({_target_summary(target)}, conv2d {model.layout})")
     for col in ("#", "task", "weight", "GFLOP", "input", "weight/2nd arg", "share"):
         table.add_column(col, justify="right" if col in ("#", "weight", "GFLOP", "share") else "left")
     for t in model.tasks:
@@ -153,15 +157,16 @@ def _install_signal_handlers() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _resume_winograd(resume, asked: str | None) -> str:
-    """A resumed run keeps the lowering its log was tuned with (other lowerings give other tasks)."""
-    logged = {str((h.get("lowering") or {}).get("winograd", "auto")) for h in resume.tasks.values()}
+def _resume_lowering(resume, option: str, asked: str | None, default: str) -> str:
+    """A resumed run keeps the lowering (``--winograd``, ``--layout``) its log was tuned with: other
+    lowerings give other tasks. Logs from before an option existed were tuned with its old default."""
+    logged = {str((h.get("lowering") or {}).get(option, OLD_LOWERING[option])) for h in resume.tasks.values()}
     if len(logged) == 1:
         [mode] = logged
         if asked and asked != mode:
-            raise UserError(f"{resume.path} was tuned with --winograd {mode}; resume it with the same lowering")
+            raise UserError(f"{resume.path} was tuned with --{option} {mode}; resume it with the same lowering")
         return mode
-    return asked or "auto"
+    return asked or default
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -214,8 +219,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"target kind {target.kind.name!r} cannot be measured by the local runner on this "
                         "machine; use --runner ray with a device of that kind")
     resume = read_log(log_path) if args.resume else None
-    winograd = _resume_winograd(resume, args.winograd) if resume is not None else (args.winograd or "auto")
-    model = import_model(args.model, target, input_shape=args.input_shape, winograd=winograd)
+    winograd, layout = args.winograd or "auto", args.layout or DEFAULT_LAYOUT
+    if resume is not None:
+        winograd = _resume_lowering(resume, "winograd", args.winograd, "auto")
+        layout = _resume_lowering(resume, "layout", args.layout, DEFAULT_LAYOUT)
+    model = import_model(args.model, target, input_shape=args.input_shape, winograd=winograd, layout=layout)
     tasks = _select_tasks(model.tasks, args.tasks)
     if resume is not None and resume.corrupt:
         console.print(f"[yellow]warning[/yellow]: skipped {len(resume.corrupt)} corrupt line(s): {resume.corrupt[0]}")
@@ -226,7 +234,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         warm = [read_records(args.warm_start)]  # LogContents: the scorer featurises its task headers too
     console.print(f"model {model.name}: {len(tasks)} of {len(model.tasks)} tasks, strategy [bold]{args.strategy}"
-                  f"[/bold]{' + cost model ' + cost_model if cost_model else ''}, budget {args.trials} trials, "
+                  f"[/bold]{' + cost model ' + cost_model if cost_model else ''}, conv2d {model.layout}, "
+                  f"budget {args.trials} trials, "
                   f"runner {args.runner}, target {dict(target.export()).get('mcpu', target.kind.name)} "
                   f"x{dict(target.export()).get('num-cores', '?')} — log {log_path}")
     from autosearch.progress import TuningProgress
@@ -291,6 +300,14 @@ def database_winograd(args: argparse.Namespace):
     return WinogradPolicy.of(mode, lowering.get("choices") if mode == "auto" else None)
 
 
+def database_layout(args: argparse.Namespace) -> str:
+    """The conv2d layout to compile with: --layout as given, else as the database was tuned, else NCHW
+    (databases from before the option, or from ``ms.tune_tir`` on the model as imported)."""
+    from autosearch.export import database_lowering
+
+    return args.layout or str(database_lowering(args.db).get("layout", OLD_LOWERING["layout"]))
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from autosearch.deploy import compile_model
     from autosearch.export import load_database
@@ -300,8 +317,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     target = parse_target(args.target)
     db = load_database(args.db)
     policy = database_winograd(args)
-    model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode)
-    compiled = compile_model(model.relax_mod, target, model.tasks, db, args.out, winograd=policy)
+    model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode,
+                         layout=database_layout(args))
+    compiled = compile_model(model.relax_mod, target, model.tasks, db, args.out, winograd=policy,
+                             layout=model.layout)
     console = _console()
     console.print(f"compiled {model.name} with {len(compiled.tuned_tasks)}/{compiled.task_count} tuned tasks -> "
                   f"{compiled.path}")
@@ -316,7 +335,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.runs <= 0:
         raise UserError(f"--runs must be positive, not {args.runs}")
+    if args.rounds <= 0:
+        raise UserError(f"--rounds must be positive, not {args.rounds}")
     args.winograd_policy = database_winograd(args)
+    args.layout_of_db = database_layout(args)
     end_to_end_report(args, _console())
     return 0
 
@@ -378,6 +400,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="auto (default): wide 3x3 stride-1 convolutions are tuned both direct and as Winograd "
                             "F(4x4,3x3), and the faster is compiled; off: TVM's direct conv2d everywhere. "
                             "compile/report default to what the database was tuned with")
+        p.add_argument("--layout", choices=["NCHW", "NHWC"],
+                       help=f"conv2d data layout of the lowering (CPU targets; default {DEFAULT_LAYOUT}): NCHW as "
+                            "the ONNX model has it, or NHWC (output channels innermost: the layout CPU schedules "
+                            "vectorise best; winograd applies to NCHW only). compile/report default to what the "
+                            "database was tuned with")
 
     p = sub.add_parser("tasks", help="list a model's tuning tasks")
     model_args(p, DEFAULT_MODEL)
@@ -429,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", required=True, help="MetaSchedule JSONDatabase directory")
     p.add_argument("--log", help="tuning log, for per-task untuned latencies")
     p.add_argument("--runs", type=int, default=20, help="timed forward passes per runtime")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="tuned TVM and ONNX Runtime take turns in this many fresh processes each (--runs in all), "
+                        "so a slow spell of a shared machine hits both")
     p.add_argument("--untuned-runs", type=int, default=3, help="runs of untuned TVM (seconds each)")
     p.add_argument("--threads", type=int, help="threads for every runtime (default: target cores)")
     p.add_argument("--markdown", help="also write the tables as Markdown")

@@ -32,7 +32,7 @@ class CompiledModel:
         return len(self.tuned_tasks) + len(self.missing_tasks)
 
 
-def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto") -> CompiledModel:
+def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto", layout="NCHW") -> CompiledModel:
     """Build the whole model with the database applied (MetaSchedule's apply-database pass, weights
     prepacked as the schedules want them); tasks missing from the database keep TVM's default code."""
     from autosearch.lowering import winograd_policy
@@ -51,7 +51,7 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
         else:
             from autosearch.lowering import build_tuned
 
-            ex = build_tuned(relax_mod, target, db, winograd=winograd)
+            ex = build_tuned(relax_mod, target, db, winograd=winograd, layout=layout)
     except Exception as exc:
         lines = [ln for ln in str(exc).splitlines() if ln.strip()]
         raise UserError(f"TVM could not compile the model: {lines[-1][:300] if lines else type(exc).__name__}") from exc
@@ -100,6 +100,25 @@ def time_in_subprocess(kind: str, path: str, *, inputs_path: str, runs: int, thr
         return Timing(kind, [], error=lines[-1] if lines else f"exit code {proc.returncode}")
     data: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return Timing(kind, data["runs_ms"], output_path=output_path)
+
+
+def time_taking_turns(jobs: list[tuple[str, str]], *, rounds: int, runs: int, inputs_path: str,
+                      threads: int) -> list[Timing]:
+    """Time several runtimes (``(kind, path)`` each) in ``rounds`` fresh processes apiece, taking turns
+    (A B A B ...), ``runs`` forward passes in all per runtime. On a shared machine a slow spell then
+    hits every runtime alike instead of the one that happened to be running (seen here: ONNX Runtime
+    at 55 ms in one window and 82 ms in another)."""
+    per_round = [runs // rounds + (1 if i < runs % rounds else 0) for i in range(rounds)]
+    out = [Timing(kind, []) for kind, _ in jobs]
+    for n in (n for n in per_round if n > 0):
+        for timing, (kind, path) in zip(out, jobs):
+            if timing.error:
+                continue
+            t = time_in_subprocess(kind, path, inputs_path=inputs_path, runs=n, threads=threads)
+            timing.runs.extend(t.runs)
+            timing.error = t.error
+            timing.output_path = timing.output_path or t.output_path
+    return out
 
 
 def save_inputs(shapes: dict[str, tuple[int, ...]], path: str, *, seed: int = 0) -> None:

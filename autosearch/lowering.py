@@ -7,6 +7,11 @@ keys (structural hashes) do not match. Both go through :func:`lowering_passes`:
    FoldConstant, FuseOps, FuseTIR), as ``ms.relax_integration`` does;
 2. winograd for the wide 3x3 stride-1 convolutions (:mod:`autosearch.winograd`, ``winograd="auto"``; CPU
    targets only), legalised in place of TVM's direct conv2d;
+0. with ``layout="NHWC"`` (CPU targets), Relax's ``ConvertLayout`` first turns every conv2d into NHWC data /
+   OHWI weights; the layout transforms cancel between consecutive layers, one is left at the input and
+   where the detection head reshapes. NHWC puts the output channels innermost, so a schedule vectorises
+   over them with contiguous weight loads and broadcast inputs; NCHW vectorises over the output width,
+   which for stride-2 convolutions means strided input loads (measured: ``experiments/layouts.py``);
 3. ``AttachAttrLayoutFreeBuffers``: the model's weights are constants, so a schedule may choose their
    layout (MetaSchedule's ``RewriteLayout``). This is TVM's own CPU recipe (``cpu_weight_prepack`` of
    ``static_shape_tuning_pipeline``); since our weights are constants, not parameters, the prepacking is
@@ -19,6 +24,21 @@ adds after applying the database (``SplitLayoutRewritePreproc``, ``FoldConstant`
 from __future__ import annotations
 
 from typing import Any
+
+LAYOUTS = ("NCHW", "NHWC")
+
+
+def check_layout(layout: str) -> str:
+    from autosearch.errors import UserError
+
+    if layout not in LAYOUTS:
+        raise UserError(f"unknown --layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
+    return layout
+
+
+def converts_layout(target, layout: str) -> bool:
+    """Whether the lowering rewrites the model's convolutions to ``layout`` (CPU targets only)."""
+    return check_layout(layout) != "NCHW" and target.kind.name == "llvm"
 
 
 def check_winograd(mode: str) -> str:
@@ -41,8 +61,10 @@ def winograd_policy(winograd):
     return WinogradPolicy.of(winograd)
 
 
-def lowering_passes(target, *, winograd="auto") -> list[Any]:
-    """``winograd``: a mode name or an :class:`autosearch.winograd.WinogradPolicy` (measured choices)."""
+def lowering_passes(target, *, winograd="auto", layout="NCHW") -> list[Any]:
+    """``winograd``: a mode name or an :class:`autosearch.winograd.WinogradPolicy` (measured choices);
+    ``layout``: the conv2d data layout, ``NCHW`` (as ONNX gives it) or ``NHWC``. Winograd applies to NCHW
+    convolutions only."""
     from tvm import relax
 
     policy = winograd_policy(winograd)
@@ -52,15 +74,18 @@ def lowering_passes(target, *, winograd="auto") -> list[Any]:
 
         legalize = [relax.transform.LegalizeOps(customize_legalize_map=legalize_map(policy))
                     if p.info.name == "LegalizeOps" else p for p in legalize]
-    return [*relax.pipeline.library_dispatch_passes(target), *legalize, relax.transform.AttachAttrLayoutFreeBuffers()]
+    convert = [relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]})] if converts_layout(
+        target, layout) else []
+    return [*convert, *relax.pipeline.library_dispatch_passes(target), *legalize,
+            relax.transform.AttachAttrLayoutFreeBuffers()]
 
 
-def lower(relax_mod, target, *, winograd="auto"):
+def lower(relax_mod, target, *, winograd="auto", layout="NCHW"):
     """The model as fused TIR functions: what task extraction and the tuned build both start from."""
     import tvm
 
     with target, tvm.transform.PassContext(opt_level=3):
-        return tvm.transform.Sequential(lowering_passes(target, winograd=winograd))(relax_mod)
+        return tvm.transform.Sequential(lowering_passes(target, winograd=winograd, layout=layout))(relax_mod)
 
 
 def _lower_and_finalize(target) -> list[Any]:
@@ -89,12 +114,12 @@ def apply_database(lowered, target, database):
         return relax.transform.FoldConstant()(mod)
 
 
-def build_tuned(relax_mod, target, database, *, winograd="auto"):
+def build_tuned(relax_mod, target, database, *, winograd="auto", layout="NCHW"):
     """Compile a Relax model with a MetaSchedule database applied (tasks it lacks stay unscheduled)."""
     import tvm
     from tvm import relax
 
-    tuned = apply_database(lower(relax_mod, target, winograd=winograd), target, database)
+    tuned = apply_database(lower(relax_mod, target, winograd=winograd, layout=layout), target, database)
 
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(mod, _ctx):
@@ -104,4 +129,4 @@ def build_tuned(relax_mod, target, database, *, winograd="auto"):
         return relax.build(tuned, target=target, relax_pipeline=pipeline)
 
 
-__all__ = ["apply_database", "build_tuned", "lower", "lowering_passes"]
+__all__ = ["LAYOUTS", "apply_database", "build_tuned", "check_layout", "lower", "lowering_passes"]

@@ -63,7 +63,7 @@ def end_to_end_report(args, console: Console) -> dict:
 
     import onnx
 
-    from autosearch.deploy import compile_model, max_relative_error, save_inputs, time_in_subprocess
+    from autosearch.deploy import compile_model, max_relative_error, save_inputs, time_in_subprocess, time_taking_turns
     from autosearch.export import load_database, read_database
     from autosearch.records import read_log
     from autosearch.target import parse_target, target_num_cores
@@ -73,7 +73,8 @@ def end_to_end_report(args, console: Console) -> dict:
     db = load_database(args.db)
     threads = args.threads or target_num_cores(target)
     policy = args.winograd_policy
-    model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode)
+    model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode,
+                         layout=args.layout_of_db)
     work = tempfile.mkdtemp(prefix="autosearch-report-")
     onnx_path = os.path.join(work, "model.onnx")
     onnx.save(model.onnx_model, onnx_path)
@@ -82,10 +83,10 @@ def end_to_end_report(args, console: Console) -> dict:
     console.print(f"compiling {model.name} untuned and tuned ...")
     untuned = compile_model(model.relax_mod, target, model.tasks, None, os.path.join(work, "untuned.so"))
     tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
-                          winograd=policy)
+                          winograd=policy, layout=model.layout)
     console.print(f"timing in fresh processes, {threads} threads each ...")
-    t_ort = time_in_subprocess("ort", onnx_path, inputs_path=inputs, runs=args.runs, threads=threads)
-    t_tuned = time_in_subprocess("tvm", tuned.path, inputs_path=inputs, runs=args.runs, threads=threads)
+    t_ort, t_tuned = time_taking_turns([("ort", onnx_path), ("tvm", tuned.path)], rounds=min(args.rounds, args.runs),
+                                       runs=args.runs, inputs_path=inputs, threads=threads)
     t_untuned = time_in_subprocess("tvm", untuned.path, inputs_path=inputs, runs=args.untuned_runs, threads=threads)
     t_ort.name, t_tuned.name, t_untuned.name = "ONNX Runtime", "TVM tuned", "TVM untuned"
     base = t_untuned.stats()["median"] if t_untuned.ok else None

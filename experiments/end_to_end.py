@@ -4,7 +4,10 @@ Runs the product's own commands, one model after the other:
 ``run --strategy optuna`` over all tasks -> ``export`` -> ``report`` (TVM untuned vs tuned vs ONNX
 Runtime, same threads, each timed in its own process). Tables go to experiments/results/.
 
-    python experiments/end_to_end.py --models tiny-yolov2:1200,yolov8n:2400 [--strategy optuna]
+    python experiments/end_to_end.py --models tiny-yolov2:1200,yolov8n:2400:NHWC [--strategy optuna]
+
+``MODEL:TRIALS[:LAYOUT]``: the conv2d layout of the lowering (``run --layout``, default NCHW); a non-default
+layout's files are named ``e2e-MODEL-LAYOUT*``, so both layouts' results can sit side by side.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--models", default="tiny-yolov2:1200,yolov8n:2400", help="MODEL:TRIALS,...")
+    p.add_argument("--models", default="tiny-yolov2:1200,yolov8n:2400:NHWC", help="MODEL:TRIALS[:LAYOUT],...")
     p.add_argument("--strategy", default="optuna")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--runs", type=int, default=20)
@@ -45,8 +48,10 @@ def main() -> int:
         with open(summary_path) as fh:
             summary = json.load(fh)
     for spec in args.models.split(","):
-        model, trials = spec.split(":")
-        stem = os.path.join(RESULTS, f"e2e-{model}")
+        model, trials, *rest = spec.split(":")
+        layout = rest[0].upper() if rest else "NCHW"
+        name = model if layout == "NCHW" else f"{model}-{layout.lower()}"
+        stem = os.path.join(RESULTS, f"e2e-{name}")
         log, db = stem + ".jsonl", stem + "-db"
         if not args.resume:
             for path in (log,):
@@ -54,13 +59,14 @@ def main() -> int:
                     os.unlink(path)
         start = time.perf_counter()
         cli("run", "--strategy", args.strategy, "--model", model, "--trials", trials, "--batch", str(args.batch),
-            "--log", log, *(["--resume"] if args.resume and os.path.exists(log) else []))
+            "--layout", layout, "--log", log, *(["--resume"] if args.resume and os.path.exists(log) else []))
         tune_secs = time.perf_counter() - start
         shutil.rmtree(db, ignore_errors=True)
         cli("export", "--log", log, "--out", db)
         cli("report", "--model", model, "--db", db, "--log", log, "--runs", str(args.runs),
             "--markdown", stem + "-report.md", "--plot", stem + "-report.png")
-        summary[model] = {"trials": int(trials), "tuning_wall_secs": tune_secs, "strategy": args.strategy}
+        summary[name] = {"trials": int(trials), "tuning_wall_secs": tune_secs, "strategy": args.strategy,
+                         "layout": layout}
         with open(summary_path, "w") as fh:
             json.dump(summary, fh, indent=1)
     return 0

@@ -82,13 +82,14 @@ def conv_space(conv_task):
     return DecisionSpace(conv_task.mod, conv_task.target)
 
 
-def tune_and_export(work, make_onnx, *, trials: int, batch: int) -> dict:
-    """A short real ``run --strategy random`` on a model written by ``make_onnx(path)``, then ``export``."""
+def tune_and_export(work, make_onnx, *, trials: int, batch: int, options: tuple[str, ...] = ()) -> dict:
+    """A short real ``run --strategy random [options]`` on a model written by ``make_onnx(path)``, then
+    ``export``."""
     model = str(work / "model.onnx")
     make_onnx(model)
     log = str(work / "run.jsonl")
     proc = run_cli("run", "--strategy", "random", "--model", model, "--trials", str(trials), "--batch", str(batch),
-                   "--log", log)
+                   "--log", log, *options)
     assert proc.returncode == 0, proc.stderr[-2000:]
     db = str(work / "db")
     proc = run_cli("export", "--log", log, "--out", db)

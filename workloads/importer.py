@@ -26,6 +26,7 @@ class ImportedModel:
     relax_mod: Any  # before legalisation: what compile_relax wants, so database keys match
     tasks: list[TuningTask]
     winograd: str = "auto"  # how conv2d was lowered (autosearch.lowering); the tuned build must match
+    layout: str = "NCHW"  # the conv2d data layout of the lowering (autosearch.lowering)
 
     @property
     def flops(self) -> float:
@@ -163,32 +164,36 @@ def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
     return mod
 
 
-def legalize(relax_mod, target, *, winograd: str = "auto"):
+def legalize(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW"):
     """The preparation task extraction and the tuned build share (:mod:`autosearch.lowering`)."""
     from autosearch.lowering import lower
 
-    return lower(relax_mod, target, winograd=winograd)
+    return lower(relax_mod, target, winograd=winograd, layout=layout)
 
 
-def _extract(relax_mod, target, lowering_mode: str, label: str) -> list[TuningTask]:
+def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = "NCHW") -> list[TuningTask]:
     from tvm.s_tir import meta_schedule as ms
 
-    lowered = legalize(relax_mod, target, winograd=lowering_mode)
-    return [task_from_module(t.dispatched[0], target, name=t.task_name, weight=int(t.weight),
-                             lowering={"winograd": label})
+    lowered = legalize(relax_mod, target, winograd=lowering_mode, layout=layout)
+    lowering = {"winograd": label, **({"layout": layout} if layout != "NCHW" else {})}
+    return [task_from_module(t.dispatched[0], target, name=t.task_name, weight=int(t.weight), lowering=lowering)
             for t in ms.relax_integration.extract_tasks(lowered, target)]
 
 
-def extract_tasks(relax_mod, target, *, winograd: str = "auto") -> list[TuningTask]:
+def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW") -> list[TuningTask]:
     """One TuningTask per distinct fused TIR function, heaviest (FLOPs x weight) first.
 
     ``winograd="auto"`` (CPU targets): the model is lowered twice, all direct and with every candidate
     layer as winograd (:mod:`autosearch.winograd`); the tasks of both are merged, so each candidate layer
     is tuned both ways and its tasks carry ``lowering["layer"]`` and ``lowering["algorithm"]``.
+    ``layout="NHWC"``: convolutions in NHWC (``lowering["layout"]``), all direct (winograd is NCHW only).
     """
+    from autosearch.lowering import converts_layout
     from autosearch.winograd import task_layer
 
-    if winograd == "off" or target.kind.name != "llvm":
+    if converts_layout(target, layout):
+        tasks = _extract(relax_mod, target, "off", winograd, layout)
+    elif winograd == "off" or target.kind.name != "llvm":
         tasks = _extract(relax_mod, target, "off", winograd)
     else:
         direct = _extract(relax_mod, target, "off", winograd)
@@ -212,18 +217,19 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto") -> list[TuningTa
 
 
 def import_model(model: str, target, *, input_shape: str | None = None, seed: int = 0,
-                 winograd: str = "auto") -> ImportedModel:
+                 winograd: str = "auto", layout: str = "NCHW") -> ImportedModel:
     """The whole path: name or file -> ONNX -> Relax -> tasks for ``target`` (``winograd``: see
-    :mod:`autosearch.winograd`)."""
-    from autosearch.lowering import check_winograd
+    :mod:`autosearch.winograd`; ``layout``: :mod:`autosearch.lowering`)."""
+    from autosearch.lowering import check_layout, check_winograd
 
     check_winograd(winograd)
+    check_layout(layout)
     name, proto = load_onnx(model, seed=seed)
     shapes = resolve_input_shapes(proto, parse_input_shapes(input_shape))
     relax_mod = to_relax(proto, shapes)
-    tasks = extract_tasks(relax_mod, target, winograd=winograd)
+    tasks = extract_tasks(relax_mod, target, winograd=winograd, layout=layout)
     if not tasks:
         raise UserError(f"model {name!r} gave no tuning tasks for target {target}")
     log.info("model %s: %d tasks, %.3f GFLOP", name, len(tasks), sum(t.flops * t.weight for t in tasks) / 1e9)
     return ImportedModel(name=name, onnx_model=proto, input_shapes=shapes, relax_mod=relax_mod, tasks=tasks,
-                         winograd=winograd)
+                         winograd=winograd, layout=layout)

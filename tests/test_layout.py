@@ -1,0 +1,59 @@
+"""``--layout NHWC``: conv2d lowered to NHWC for tuning, export records it, compile and report follow it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from autosearch.records import read_log
+from tests.conftest import run_cli, small_conv_onnx, tune_and_export
+
+
+@pytest.fixture(scope="module")
+def tuned_nhwc(tmp_path_factory):
+    return tune_and_export(tmp_path_factory.mktemp("nhwc"), small_conv_onnx, trials=16, batch=8,
+                           options=("--layout", "NHWC"))
+
+
+def test_nhwc_tasks_are_nhwc_convolutions():
+    from autosearch.target import parse_target
+    from workloads.importer import import_model
+
+    target = parse_target(None)
+    nchw = import_model("tiny-yolov2", target, winograd="auto")
+    nhwc = import_model("tiny-yolov2", target, winograd="auto", layout="NHWC")
+    assert nhwc.layout == "NHWC" and nhwc.alternatives == 0 < nchw.alternatives  # winograd is NCHW only
+    assert nhwc.flops == pytest.approx(nchw.flops)  # same convolutions, other layout
+    convs = [t for t in nhwc.tasks if "conv2d" in t.name]
+    assert convs and all(t.lowering["layout"] == "NHWC" for t in nhwc.tasks)
+    for t in convs:  # data N,H,W,C and weights O,H,W,I: the channels are the last axis of both
+        (data, _), (weight, _) = t.args[:2]
+        assert data[-1] == weight[-1] and data[1] == data[2] and weight[1] == weight[2]
+    assert {t.workload_key for t in convs}.isdisjoint(t.workload_key for t in nchw.tasks)
+
+
+def test_nhwc_round_trip_export_compile_report_matches_onnxruntime(tuned_nhwc):
+    with open(os.path.join(tuned_nhwc["db"], "autosearch_lowering.json")) as fh:
+        assert json.load(fh)["layout"] == "NHWC"
+    out = os.path.join(str(tuned_nhwc["work"]), "model.so")
+    proc = run_cli("compile", "--model", tuned_nhwc["model"], "--db", tuned_nhwc["db"], "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    contents = read_log(tuned_nhwc["log"])
+    faster = [k for k in contents.tasks if contents.best(k).latency < contents.baseline(k).latency]
+    assert faster and f"{len(faster)}/{len(contents.tasks)} tuned" in proc.stdout  # the database's layout was used
+    md = os.path.join(str(tuned_nhwc["work"]), "report.md")
+    proc = run_cli("report", "--model", tuned_nhwc["model"], "--db", tuned_nhwc["db"], "--runs", "6", "--rounds", "2",
+                   "--plot", os.path.join(str(tuned_nhwc["work"]), "report.png"), "--markdown", md)
+    assert proc.returncode == 0, proc.stderr
+    assert "TVM tuned output vs ONNX Runtime" in proc.stdout and "DIFFERS" not in proc.stdout
+    rows = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in open(md) if line.startswith("| ")}
+    assert rows["TVM tuned"] == rows["ONNX Runtime"] == "6"  # 3 + 3 runs: two rounds taking turns, pooled
+
+
+def test_resume_refuses_another_layout(tuned_nhwc):
+    proc = run_cli("run", "--strategy", "random", "--model", tuned_nhwc["model"], "--trials", "20", "--log",
+                   tuned_nhwc["log"], "--resume", "--layout", "NCHW")
+    assert proc.returncode == 2 and "tuned with --layout NHWC" in proc.stderr
+    assert "Traceback" not in proc.stderr
