@@ -15,11 +15,11 @@ import time
 
 from autosearch import __version__
 from autosearch.errors import UserError
+from autosearch.lowering import DEFAULT_LAYOUT, LAYOUTS
 
 DEFAULT_MODEL = "tiny-yolov2"
 DEFAULT_TRIALS = 400
 DEFAULT_BATCH = 16
-DEFAULT_LAYOUT = "NCHW"
 # the lowering options' values for logs and databases written before the option existed
 OLD_LOWERING = {"winograd": "auto", "layout": "NCHW"}
 
@@ -400,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="auto (default): wide 3x3 stride-1 convolutions are tuned both direct and as Winograd "
                             "F(4x4,3x3), and the faster is compiled; off: TVM's direct conv2d everywhere. "
                             "compile/report default to what the database was tuned with")
-        p.add_argument("--layout", choices=["NCHW", "NHWC"],
+        p.add_argument("--layout", choices=LAYOUTS,
                        help=f"conv2d data layout of the lowering (CPU targets; default {DEFAULT_LAYOUT}): NCHW as "
                             "the ONNX model has it, or NHWC (output channels innermost: the layout CPU schedules "
                             "vectorise best; winograd applies to NCHW only). compile/report default to what the "

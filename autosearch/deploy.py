@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from autosearch.errors import UserError
+from autosearch.lowering import DEFAULT_LAYOUT
 
 
 @dataclass
@@ -32,9 +33,11 @@ class CompiledModel:
         return len(self.tuned_tasks) + len(self.missing_tasks)
 
 
-def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto", layout="NCHW") -> CompiledModel:
+def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto",
+                  layout=DEFAULT_LAYOUT) -> CompiledModel:
     """Build the whole model with the database applied (MetaSchedule's apply-database pass, weights
-    prepacked as the schedules want them); tasks missing from the database keep TVM's default code."""
+    prepacked as the schedules want them, conv2d in ``layout``); tasks missing from the database keep
+    TVM's default code."""
     from autosearch.lowering import winograd_policy
     from autosearch.tvm_compat import import_tensor_intrinsics
 
@@ -108,9 +111,9 @@ def time_taking_turns(jobs: list[tuple[str, str]], *, rounds: int, runs: int, in
     (A B A B ...), ``runs`` forward passes in all per runtime. On a shared machine a slow spell then
     hits every runtime alike instead of the one that happened to be running (seen here: ONNX Runtime
     at 55 ms in one window and 82 ms in another)."""
-    per_round = [runs // rounds + (1 if i < runs % rounds else 0) for i in range(rounds)]
+    rounds = max(1, min(rounds, runs))
     out = [Timing(kind, []) for kind, _ in jobs]
-    for n in (n for n in per_round if n > 0):
+    for n in (runs // rounds + (1 if i < runs % rounds else 0) for i in range(rounds)):
         for timing, (kind, path) in zip(out, jobs):
             if timing.error:
                 continue

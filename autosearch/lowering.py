@@ -3,16 +3,16 @@
 Tasks and the tuned build must see the very same fused TIR functions, or the database's workload
 keys (structural hashes) do not match. Both go through :func:`lowering_passes`:
 
-1. TVM's library dispatch and legalisation for the target (LegalizeOps, AnnotateTIROpPattern,
-   FoldConstant, FuseOps, FuseTIR), as ``ms.relax_integration`` does;
-2. winograd for the wide 3x3 stride-1 convolutions (:mod:`autosearch.winograd`, ``winograd="auto"``; CPU
-   targets only), legalised in place of TVM's direct conv2d;
-0. with ``layout="NHWC"`` (CPU targets), Relax's ``ConvertLayout`` first turns every conv2d into NHWC data /
+1. with ``layout="NHWC"`` (CPU targets), Relax's ``ConvertLayout`` first turns every conv2d into NHWC data /
    OHWI weights; the layout transforms cancel between consecutive layers, one is left at the input and
    where the detection head reshapes. NHWC puts the output channels innermost, so a schedule vectorises
    over them with contiguous weight loads and broadcast inputs; NCHW vectorises over the output width,
    which for stride-2 convolutions means strided input loads (measured: ``experiments/layouts.py``);
-3. ``AttachAttrLayoutFreeBuffers``: the model's weights are constants, so a schedule may choose their
+2. TVM's library dispatch and legalisation for the target (LegalizeOps, AnnotateTIROpPattern,
+   FoldConstant, FuseOps, FuseTIR), as ``ms.relax_integration`` does;
+3. winograd for the wide 3x3 stride-1 convolutions (:mod:`autosearch.winograd`, ``winograd="auto"``; CPU
+   targets only, NCHW convolutions only), legalised in place of TVM's direct conv2d;
+4. ``AttachAttrLayoutFreeBuffers``: the model's weights are constants, so a schedule may choose their
    layout (MetaSchedule's ``RewriteLayout``). This is TVM's own CPU recipe (``cpu_weight_prepack`` of
    ``static_shape_tuning_pipeline``); since our weights are constants, not parameters, the prepacking is
    folded at compile time and the model's interface does not change.
@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 LAYOUTS = ("NCHW", "NHWC")
+DEFAULT_LAYOUT = "NCHW"  # as the ONNX model has it; NHWC loses Winograd, which tiny-YOLOv2's wide layers need
 
 
 def check_layout(layout: str) -> str:
@@ -38,7 +39,7 @@ def check_layout(layout: str) -> str:
 
 def converts_layout(target, layout: str) -> bool:
     """Whether the lowering rewrites the model's convolutions to ``layout`` (CPU targets only)."""
-    return check_layout(layout) != "NCHW" and target.kind.name == "llvm"
+    return check_layout(layout) != "NCHW" and target.kind.name == "llvm"  # ONNX models come as NCHW
 
 
 def check_winograd(mode: str) -> str:
@@ -61,7 +62,7 @@ def winograd_policy(winograd):
     return WinogradPolicy.of(winograd)
 
 
-def lowering_passes(target, *, winograd="auto", layout="NCHW") -> list[Any]:
+def lowering_passes(target, *, winograd="auto", layout=DEFAULT_LAYOUT) -> list[Any]:
     """``winograd``: a mode name or an :class:`autosearch.winograd.WinogradPolicy` (measured choices);
     ``layout``: the conv2d data layout, ``NCHW`` (as ONNX gives it) or ``NHWC``. Winograd applies to NCHW
     convolutions only."""
@@ -80,7 +81,7 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW") -> list[Any]:
             relax.transform.AttachAttrLayoutFreeBuffers()]
 
 
-def lower(relax_mod, target, *, winograd="auto", layout="NCHW"):
+def lower(relax_mod, target, *, winograd="auto", layout=DEFAULT_LAYOUT):
     """The model as fused TIR functions: what task extraction and the tuned build both start from."""
     import tvm
 
@@ -114,7 +115,7 @@ def apply_database(lowered, target, database):
         return relax.transform.FoldConstant()(mod)
 
 
-def build_tuned(relax_mod, target, database, *, winograd="auto", layout="NCHW"):
+def build_tuned(relax_mod, target, database, *, winograd="auto", layout=DEFAULT_LAYOUT):
     """Compile a Relax model with a MetaSchedule database applied (tasks it lacks stay unscheduled)."""
     import tvm
     from tvm import relax
@@ -129,4 +130,4 @@ def build_tuned(relax_mod, target, database, *, winograd="auto", layout="NCHW"):
         return relax.build(tuned, target=target, relax_pipeline=pipeline)
 
 
-__all__ = ["LAYOUTS", "apply_database", "build_tuned", "check_layout", "lower", "lowering_passes"]
+__all__ = ["DEFAULT_LAYOUT", "LAYOUTS", "apply_database", "build_tuned", "check_layout", "lower", "lowering_passes"]

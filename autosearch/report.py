@@ -85,7 +85,7 @@ def end_to_end_report(args, console: Console) -> dict:
     tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
                           winograd=policy, layout=model.layout)
     console.print(f"timing in fresh processes, {threads} threads each ...")
-    t_ort, t_tuned = time_taking_turns([("ort", onnx_path), ("tvm", tuned.path)], rounds=min(args.rounds, args.runs),
+    t_ort, t_tuned = time_taking_turns([("ort", onnx_path), ("tvm", tuned.path)], rounds=args.rounds,
                                        runs=args.runs, inputs_path=inputs, threads=threads)
     t_untuned = time_in_subprocess("tvm", untuned.path, inputs_path=inputs, runs=args.untuned_runs, threads=threads)
     t_ort.name, t_tuned.name, t_untuned.name = "ONNX Runtime", "TVM tuned", "TVM untuned"

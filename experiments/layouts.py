@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from autosearch.measure.base import EvaluatorConfig  # noqa: E402
 from autosearch.target import parse_target  # noqa: E402
+from autosearch.winograd import layer_key  # noqa: E402
 from experiments.compare_strategies import RESULTS, retime, run_autosearch  # noqa: E402
 from workloads.importer import import_model  # noqa: E402
 
@@ -30,8 +30,8 @@ DEFAULT_LAYERS = ("1x3x640x640->1x16x320x320", "1x16x320x320->1x32x160x160", "1x
                   "1x128x40x40->1x256x20x20", "1x192x40x40->1x128x40x40")
 
 
-def layer_of(task, layout: str) -> tuple[str, str] | None:
-    """(NCHW layer key, fused op pattern) of a conv task, or None for other tasks."""
+def layer_of(task, layout: str) -> str | None:
+    """The NCHW layer key (``autosearch.winograd.layer_key``) of a conv task, or None for other tasks."""
     if "conv2d" not in task.name or len(task.args) < 3:
         return None
     data, out = list(task.args[0][0]), list(task.args[-1][0])
@@ -39,12 +39,11 @@ def layer_of(task, layout: str) -> tuple[str, str] | None:
         return None
     if layout == "NHWC":
         data, out = [data[0], data[3], data[1], data[2]], [out[0], out[3], out[1], out[2]]
-    key = "x".join(map(str, data)) + "->" + "x".join(map(str, out))
-    return key, re.sub(r"\d+", "", task.name)
+    return layer_key(data, out)
 
 
 def pick(tasks, layout: str, key: str):
-    found = [t for t in tasks if (layer_of(t, layout) or ("",))[0] == key]
+    found = [t for t in tasks if layer_of(t, layout) == key]
     if not found:
         raise SystemExit(f"no {layout} conv task for layer {key}")
     return max(found, key=lambda t: (t.flops * t.weight, t.name))  # a layer fused several ways: its heaviest

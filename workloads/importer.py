@@ -11,6 +11,7 @@ from typing import Any
 import onnx
 
 from autosearch.errors import UserError
+from autosearch.lowering import DEFAULT_LAYOUT
 from autosearch.task import TuningTask, task_from_module
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ class ImportedModel:
     relax_mod: Any  # before legalisation: what compile_relax wants, so database keys match
     tasks: list[TuningTask]
     winograd: str = "auto"  # how conv2d was lowered (autosearch.lowering); the tuned build must match
-    layout: str = "NCHW"  # the conv2d data layout of the lowering (autosearch.lowering)
+    layout: str = DEFAULT_LAYOUT  # the conv2d data layout of the lowering (autosearch.lowering)
 
     @property
     def flops(self) -> float:
@@ -164,23 +165,23 @@ def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
     return mod
 
 
-def legalize(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW"):
+def legalize(relax_mod, target, *, winograd: str = "auto", layout: str = DEFAULT_LAYOUT):
     """The preparation task extraction and the tuned build share (:mod:`autosearch.lowering`)."""
     from autosearch.lowering import lower
 
     return lower(relax_mod, target, winograd=winograd, layout=layout)
 
 
-def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = "NCHW") -> list[TuningTask]:
+def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = DEFAULT_LAYOUT) -> list[TuningTask]:
     from tvm.s_tir import meta_schedule as ms
 
     lowered = legalize(relax_mod, target, winograd=lowering_mode, layout=layout)
-    lowering = {"winograd": label, **({"layout": layout} if layout != "NCHW" else {})}
+    lowering = {"winograd": label, "layout": layout}
     return [task_from_module(t.dispatched[0], target, name=t.task_name, weight=int(t.weight), lowering=lowering)
             for t in ms.relax_integration.extract_tasks(lowered, target)]
 
 
-def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW") -> list[TuningTask]:
+def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = DEFAULT_LAYOUT) -> list[TuningTask]:
     """One TuningTask per distinct fused TIR function, heaviest (FLOPs x weight) first.
 
     ``winograd="auto"`` (CPU targets): the model is lowered twice, all direct and with every candidate
@@ -217,7 +218,7 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
 
 
 def import_model(model: str, target, *, input_shape: str | None = None, seed: int = 0,
-                 winograd: str = "auto", layout: str = "NCHW") -> ImportedModel:
+                 winograd: str = "auto", layout: str = DEFAULT_LAYOUT) -> ImportedModel:
     """The whole path: name or file -> ONNX -> Relax -> tasks for ``target`` (``winograd``: see
     :mod:`autosearch.winograd`; ``layout``: :mod:`autosearch.lowering`)."""
     from autosearch.lowering import check_layout, check_winograd
