@@ -15,13 +15,13 @@ import time
 
 from autosearch import __version__
 from autosearch.errors import UserError
-from autosearch.lowering import DEFAULT_LAYOUT, LAYOUTS
+from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, FAST_MATH_MODES, LAYOUTS
 
 DEFAULT_MODEL = "tiny-yolov2"
 DEFAULT_TRIALS = 400
 DEFAULT_BATCH = 16
 # the lowering options' values for logs and databases written before the option existed
-OLD_LOWERING = {"winograd": "auto", "layout": "NCHW"}
+OLD_LOWERING = {"winograd": "auto", "layout": "NCHW", "fast_math": "off"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,7 +53,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     target = parse_target(args.target)
     start = time.perf_counter()
     model = import_model(args.model, target, input_shape=args.input_shape, winograd=args.winograd or "auto",
-                         layout=args.layout or DEFAULT_LAYOUT)
+                         layout=args.layout or DEFAULT_LAYOUT, fast_math=args.fast_math or DEFAULT_FAST_MATH)
     elapsed = time.perf_counter() - start
     if args.json:
         rows = [
@@ -67,7 +67,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
     total = model.flops
     table = Table(title=f"{model.name}: {len(model.tasks)} tuning tasks for {target.kind.name} "
-                        f"({_target_summary(target)}, conv2d {model.layout})")
+                        f"({_target_summary(target)}, conv2d {model.layout}, fast math {model.fast_math})")
     for col in ("#", "task", "weight", "GFLOP", "input", "weight/2nd arg", "share"):
         table.add_column(col, justify="right" if col in ("#", "weight", "GFLOP", "share") else "left")
     for t in model.tasks:
@@ -158,13 +158,14 @@ def _install_signal_handlers() -> None:
 
 
 def _resume_lowering(resume, option: str, asked: str | None, default: str) -> str:
-    """A resumed run keeps the lowering (``--winograd``, ``--layout``) its log was tuned with: other
+    """A resumed run keeps the lowering (``--winograd``, ``--layout``, ``--fast-math``) its log was tuned with: other
     lowerings give other tasks. Logs from before an option existed were tuned with its old default."""
     logged = {str((h.get("lowering") or {}).get(option, OLD_LOWERING[option])) for h in resume.tasks.values()}
     if len(logged) == 1:
         [mode] = logged
         if asked and asked != mode:
-            raise UserError(f"{resume.path} was tuned with --{option} {mode}; resume it with the same lowering")
+            raise UserError(f"{resume.path} was tuned with --{option.replace('_', '-')} {mode}; "
+                            "resume it with the same lowering")
         return mode
     return asked or default
 
@@ -220,10 +221,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                         "machine; use --runner ray with a device of that kind")
     resume = read_log(log_path) if args.resume else None
     winograd, layout = args.winograd or "auto", args.layout or DEFAULT_LAYOUT
+    fast_math = args.fast_math or DEFAULT_FAST_MATH
     if resume is not None:
         winograd = _resume_lowering(resume, "winograd", args.winograd, "auto")
         layout = _resume_lowering(resume, "layout", args.layout, DEFAULT_LAYOUT)
-    model = import_model(args.model, target, input_shape=args.input_shape, winograd=winograd, layout=layout)
+        fast_math = _resume_lowering(resume, "fast_math", args.fast_math, DEFAULT_FAST_MATH)
+    model = import_model(args.model, target, input_shape=args.input_shape, winograd=winograd, layout=layout,
+                         fast_math=fast_math)
     tasks = _select_tasks(model.tasks, args.tasks)
     if resume is not None and resume.corrupt:
         console.print(f"[yellow]warning[/yellow]: skipped {len(resume.corrupt)} corrupt line(s): {resume.corrupt[0]}")
@@ -300,12 +304,13 @@ def database_winograd(args: argparse.Namespace):
     return WinogradPolicy.of(mode, lowering.get("choices") if mode == "auto" else None)
 
 
-def database_layout(args: argparse.Namespace) -> str:
-    """The conv2d layout to compile with: --layout as given, else as the database was tuned, else NCHW
-    (databases from before the option, or from ``ms.tune_tir`` on the model as imported)."""
+def database_option(args: argparse.Namespace, option: str) -> str:
+    """A lowering option to compile with (``layout``, ``fast_math``): as given on the command line, else
+    as the database was tuned, else the option's value before it existed (databases from before it, or
+    from ``ms.tune_tir`` on the model as imported)."""
     from autosearch.export import database_lowering
 
-    return args.layout or str(database_lowering(args.db).get("layout", OLD_LOWERING["layout"]))
+    return getattr(args, option) or str(database_lowering(args.db).get(option, OLD_LOWERING[option]))
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -318,9 +323,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     db = load_database(args.db)
     policy = database_winograd(args)
     model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode,
-                         layout=database_layout(args))
+                         layout=database_option(args, "layout"), fast_math=database_option(args, "fast_math"))
     compiled = compile_model(model.relax_mod, target, model.tasks, db, args.out, winograd=policy,
-                             layout=model.layout)
+                             layout=model.layout, fast_math=model.fast_math)
     console = _console()
     console.print(f"compiled {model.name} with {len(compiled.tuned_tasks)}/{compiled.task_count} tuned tasks -> "
                   f"{compiled.path}")
@@ -338,7 +343,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.rounds <= 0:
         raise UserError(f"--rounds must be positive, not {args.rounds}")
     args.winograd_policy = database_winograd(args)
-    args.layout_of_db = database_layout(args)
+    args.layout_of_db = database_option(args, "layout")
+    args.fast_math_of_db = database_option(args, "fast_math")
     end_to_end_report(args, _console())
     return 0
 
@@ -405,6 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "the ONNX model has it, or NHWC (output channels innermost: the layout CPU schedules "
                             "vectorise best; winograd applies to NCHW only). compile/report default to what the "
                             "database was tuned with")
+        p.add_argument("--fast-math", choices=FAST_MATH_MODES,
+                       help=f"sigmoid, exp and softmax as TVM's vectorisable approximations (default "
+                            f"{DEFAULT_FAST_MATH}; off: libm's exact expf, called once per element). "
+                            "compile/report default to what the database was tuned with")
 
     p = sub.add_parser("tasks", help="list a model's tuning tasks")
     model_args(p, DEFAULT_MODEL)

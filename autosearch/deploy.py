@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from autosearch.errors import UserError
-from autosearch.lowering import DEFAULT_LAYOUT
+from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT
 
 
 @dataclass
@@ -34,10 +34,10 @@ class CompiledModel:
 
 
 def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto",
-                  layout=DEFAULT_LAYOUT) -> CompiledModel:
+                  layout=DEFAULT_LAYOUT, fast_math=DEFAULT_FAST_MATH) -> CompiledModel:
     """Build the whole model with the database applied (MetaSchedule's apply-database pass, weights
-    prepacked as the schedules want them, conv2d in ``layout``); tasks missing from the database keep
-    TVM's default code."""
+    prepacked as the schedules want them, lowered with ``layout`` and ``fast_math``); tasks missing from
+    the database keep TVM's default code. Without a database: TVM's default build (the untuned baseline)."""
     from autosearch.lowering import winograd_policy
     from autosearch.tvm_compat import import_tensor_intrinsics
 
@@ -54,7 +54,7 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
         else:
             from autosearch.lowering import build_tuned
 
-            ex = build_tuned(relax_mod, target, db, winograd=winograd, layout=layout)
+            ex = build_tuned(relax_mod, target, db, winograd=winograd, layout=layout, fast_math=fast_math)
     except Exception as exc:
         lines = [ln for ln in str(exc).splitlines() if ln.strip()]
         raise UserError(f"TVM could not compile the model: {lines[-1][:300] if lines else type(exc).__name__}") from exc

@@ -115,7 +115,8 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
 
 
 def lowering_of(contents: LogContents) -> dict:
-    """How the log's tasks were lowered ({"winograd": mode, "layout": conv2d layout}) and, for layers
+    """How the log's tasks were lowered ({"winograd": mode, "layout": conv2d layout, "fast_math": on/off}:
+    logs from before an option have no value for it, and were tuned as its old default) and, for layers
     tuned both ways, the faster algorithm (``choices``: layer key -> "direct" | "winograd", by weight x
     best latency of their tasks)."""
     from autosearch.winograd import choose_algorithms, layer_totals
@@ -123,13 +124,14 @@ def lowering_of(contents: LogContents) -> dict:
     modes = {str((h.get("lowering") or {}).get("winograd", "")) for h in contents.tasks.values()}
     modes.discard("")
     layouts = {str((h.get("lowering") or {}).get("layout", "NCHW")) for h in contents.tasks.values()}
-    if len(modes) != 1 or len(layouts) != 1:
+    fast = {str((h.get("lowering") or {}).get("fast_math", "off")) for h in contents.tasks.values()}
+    if len(modes) != 1 or len(layouts) != 1 or len(fast) != 1:
         return {}
     bests = {key: contents.best(key) for key in contents.tasks}
     totals = layer_totals((h.get("lowering") or {}, int(h.get("weight", 1)),
                            bests[key].latency if bests[key] is not None else None)
                           for key, h in contents.tasks.items())
-    out: dict = {"winograd": modes.pop(), "layout": layouts.pop()}
+    out: dict = {"winograd": modes.pop(), "layout": layouts.pop(), "fast_math": fast.pop()}
     if totals:
         out["choices"] = choose_algorithms(totals)
     return out

@@ -8,11 +8,13 @@ keys (structural hashes) do not match. Both go through :func:`lowering_passes`:
    where the detection head reshapes. NHWC puts the output channels innermost, so a schedule vectorises
    over them with contiguous weight loads and broadcast inputs; NCHW vectorises over the output width,
    which for stride-2 convolutions means strided input loads (measured: ``experiments/layouts.py``);
-2. TVM's library dispatch and legalisation for the target (LegalizeOps, AnnotateTIROpPattern,
+2. with ``fast_math="on"``, TVM's ``FastMathTransform`` (softmax, exp) and a sigmoid on TVM's ``fast_exp``
+   (:func:`fast_sigmoid`): the approximations vectorise, libm's ``expf`` does not;
+3. TVM's library dispatch and legalisation for the target (LegalizeOps, AnnotateTIROpPattern,
    FoldConstant, FuseOps, FuseTIR), as ``ms.relax_integration`` does;
-3. winograd for the wide 3x3 stride-1 convolutions (:mod:`autosearch.winograd`, ``winograd="auto"``; CPU
+4. winograd for the wide 3x3 stride-1 convolutions (:mod:`autosearch.winograd`, ``winograd="auto"``; CPU
    targets only, NCHW convolutions only), legalised in place of TVM's direct conv2d;
-4. ``AttachAttrLayoutFreeBuffers``: the model's weights are constants, so a schedule may choose their
+5. ``AttachAttrLayoutFreeBuffers``: the model's weights are constants, so a schedule may choose their
    layout (MetaSchedule's ``RewriteLayout``). This is TVM's own CPU recipe (``cpu_weight_prepack`` of
    ``static_shape_tuning_pipeline``); since our weights are constants, not parameters, the prepacking is
    folded at compile time and the model's interface does not change.
@@ -27,6 +29,8 @@ from typing import Any
 
 LAYOUTS = ("NCHW", "NHWC")
 DEFAULT_LAYOUT = "NCHW"  # as the ONNX model has it; NHWC loses Winograd, which tiny-YOLOv2's wide layers need
+FAST_MATH_MODES = ("on", "off")
+DEFAULT_FAST_MATH = "on"  # ONNX Runtime, the baseline, computes sigmoid and softmax with approximations too
 
 
 def check_layout(layout: str) -> str:
@@ -62,31 +66,62 @@ def winograd_policy(winograd):
     return WinogradPolicy.of(winograd)
 
 
-def lowering_passes(target, *, winograd="auto", layout=DEFAULT_LAYOUT) -> list[Any]:
+def check_fast_math(mode: str) -> str:
+    from autosearch.errors import UserError
+
+    if mode not in FAST_MATH_MODES:
+        raise UserError(f"unknown --fast-math mode {mode!r}; valid modes: {', '.join(FAST_MATH_MODES)}")
+    return mode
+
+
+def fast_sigmoid(x):
+    """sigmoid(x) = 1 / (1 + exp(-x)) with TVM's vectorisable ``fast_exp`` (a degree-5 polynomial after
+    range reduction, max relative error ~1e-7 for float32). TVM's own ``sigmoid`` intrinsic lowers to
+    libm's scalar ``expf``: 16 calls per AVX-512 vector, which made the SiLU epilogue of YOLOv8n's
+    convolutions cost more than the convolutions at 160x160."""
+    from tvm import te, tirx, topi
+
+    neg = te.compute(x.shape, lambda *i: -x(*i), name="T_fast_sigmoid_negative", tag=topi.tag.ELEMWISE)
+    e = topi.fast_exp(neg)  # its block is "T_fast_exp": the T_fast_ prefix keeps them out of the task's FLOPs
+    one = tirx.const(1.0, x.dtype)
+    return te.compute(x.shape, lambda *i: one / (one + e(*i)), name="T_fast_sigmoid", tag=topi.tag.ELEMWISE)
+
+
+def _legalize_fast_sigmoid(bb, call):
+    return bb.call_te(fast_sigmoid, call.args[0], primfunc_name_hint="fast_sigmoid")
+
+
+def lowering_passes(target, *, winograd="auto", layout=DEFAULT_LAYOUT, fast_math=DEFAULT_FAST_MATH) -> list[Any]:
     """``winograd``: a mode name or an :class:`autosearch.winograd.WinogradPolicy` (measured choices);
     ``layout``: the conv2d data layout, ``NCHW`` (as ONNX gives it) or ``NHWC``. Winograd applies to NCHW
-    convolutions only."""
+    convolutions only. ``fast_math="on"``: sigmoid, exp and softmax use TVM's vectorisable approximations."""
     from tvm import relax
 
     policy = winograd_policy(winograd)
+    fast = check_fast_math(fast_math) == "on"
     legalize = list(relax.pipeline.legalize_passes(target))
+    custom = {"relax.sigmoid": _legalize_fast_sigmoid} if fast else {}
     if policy.mode != "off" and target.kind.name == "llvm":
         from autosearch.winograd import legalize_map
 
-        legalize = [relax.transform.LegalizeOps(customize_legalize_map=legalize_map(policy))
+        custom.update(legalize_map(policy))
+    if custom:
+        legalize = [relax.transform.LegalizeOps(customize_legalize_map=custom)
                     if p.info.name == "LegalizeOps" else p for p in legalize]
     convert = [relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]})] if converts_layout(
         target, layout) else []
-    return [*convert, *relax.pipeline.library_dispatch_passes(target), *legalize,
+    fast_ops = [relax.transform.FastMathTransform()] if fast else []
+    return [*convert, *fast_ops, *relax.pipeline.library_dispatch_passes(target), *legalize,
             relax.transform.AttachAttrLayoutFreeBuffers()]
 
 
-def lower(relax_mod, target, *, winograd="auto", layout=DEFAULT_LAYOUT):
+def lower(relax_mod, target, *, winograd="auto", layout=DEFAULT_LAYOUT, fast_math=DEFAULT_FAST_MATH):
     """The model as fused TIR functions: what task extraction and the tuned build both start from."""
     import tvm
 
     with target, tvm.transform.PassContext(opt_level=3):
-        return tvm.transform.Sequential(lowering_passes(target, winograd=winograd, layout=layout))(relax_mod)
+        return tvm.transform.Sequential(lowering_passes(target, winograd=winograd, layout=layout,
+                                                                fast_math=fast_math))(relax_mod)
 
 
 def _lower_and_finalize(target) -> list[Any]:
@@ -115,12 +150,14 @@ def apply_database(lowered, target, database):
         return relax.transform.FoldConstant()(mod)
 
 
-def build_tuned(relax_mod, target, database, *, winograd="auto", layout=DEFAULT_LAYOUT):
+def build_tuned(relax_mod, target, database, *, winograd="auto", layout=DEFAULT_LAYOUT,
+                fast_math=DEFAULT_FAST_MATH):
     """Compile a Relax model with a MetaSchedule database applied (tasks it lacks stay unscheduled)."""
     import tvm
     from tvm import relax
 
-    tuned = apply_database(lower(relax_mod, target, winograd=winograd, layout=layout), target, database)
+    lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
+    tuned = apply_database(lowered, target, database)
 
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(mod, _ctx):
@@ -130,4 +167,5 @@ def build_tuned(relax_mod, target, database, *, winograd="auto", layout=DEFAULT_
         return relax.build(tuned, target=target, relax_pipeline=pipeline)
 
 
-__all__ = ["DEFAULT_LAYOUT", "LAYOUTS", "apply_database", "build_tuned", "check_layout", "lower", "lowering_passes"]
+__all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "FAST_MATH_MODES", "LAYOUTS", "apply_database", "build_tuned",
+           "check_fast_math", "check_layout", "fast_sigmoid", "lower", "lowering_passes"]

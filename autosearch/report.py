@@ -74,7 +74,7 @@ def end_to_end_report(args, console: Console) -> dict:
     threads = args.threads or target_num_cores(target)
     policy = args.winograd_policy
     model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode,
-                         layout=args.layout_of_db)
+                         layout=args.layout_of_db, fast_math=args.fast_math_of_db)
     work = tempfile.mkdtemp(prefix="autosearch-report-")
     onnx_path = os.path.join(work, "model.onnx")
     onnx.save(model.onnx_model, onnx_path)
@@ -83,7 +83,7 @@ def end_to_end_report(args, console: Console) -> dict:
     console.print(f"compiling {model.name} untuned and tuned ...")
     untuned = compile_model(model.relax_mod, target, model.tasks, None, os.path.join(work, "untuned.so"))
     tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
-                          winograd=policy, layout=model.layout)
+                          winograd=policy, layout=model.layout, fast_math=model.fast_math)
     console.print(f"timing in fresh processes, {threads} threads each ...")
     t_ort, t_tuned = time_taking_turns([("ort", onnx_path), ("tvm", tuned.path)], rounds=args.rounds,
                                        runs=args.runs, inputs_path=inputs, threads=threads)

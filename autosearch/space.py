@@ -111,12 +111,16 @@ class DecisionSpace:
     """MetaSchedule's design space of one task, as named decisions with their legal choices.
 
     Built from the same space generator, schedule rules and postprocessors ``ms.tune_tir`` uses for
-    the target, so every comparison with TVM's own tuner searches the same space.
+    the target, so every comparison with TVM's own tuner searches the same space. One addition: a task
+    that only moves data (no reduction block) on a CPU gets one more sketch after TVM's,
+    :func:`autosearch.data_movement.blocked_copy_sketch`, since TVM's single schedule for it can lose
+    to the naive loop nest.
     """
 
     def __init__(self, mod, target, *, seed: int = 0) -> None:
         from tvm.s_tir import meta_schedule as ms
 
+        from autosearch.data_movement import blocked_copy_sketch
         from autosearch.tvm_compat import import_tensor_intrinsics
 
         import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
@@ -130,8 +134,10 @@ class DecisionSpace:
             num_threads=1,
         )
         self._postprocs = list(self._ctx.space_generator.postprocs)
+        schedules = list(self._ctx.generate_design_space())
+        extra = blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)  # after TVM's: their indices stay
         self.sketches: tuple[Sketch, ...] = tuple(
-            self._make_sketch(i, sch) for i, sch in enumerate(self._ctx.generate_design_space())
+            self._make_sketch(i, sch) for i, sch in enumerate(schedules + ([extra] if extra is not None else []))
         )
 
     # ----------------------------------------------------------------- construction

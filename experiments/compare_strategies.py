@@ -63,7 +63,7 @@ def without_task(warm: list, task_key: str) -> list:
 
 
 def run_autosearch(task, target, method: str, budget: int, batch: int, seed: int, evaluator, cost_model=None,
-                   log_path: str | None = None, warm_start: list | None = None):
+                   log_path: str | None = None, warm_start: list | None = None, options: dict | None = None):
     log_path = log_path or os.path.join(tempfile.mkdtemp(prefix=f"cmp-{method}-"), "log.jsonl")
     if os.path.exists(log_path):
         os.unlink(log_path)
@@ -71,7 +71,8 @@ def run_autosearch(task, target, method: str, budget: int, batch: int, seed: int
     start = time.perf_counter()
     with TuningLog(log_path) as log:
         Tuner(tasks=[task], runner=runner, log=log, strategy=method, budget=budget, batch=batch, seed=seed,
-              cost_model=cost_model, warm_start=without_task(warm_start or [], task.workload_key)).run()
+              strategy_options=options, cost_model=cost_model,
+              warm_start=without_task(warm_start or [], task.workload_key)).run()
     wall = time.perf_counter() - start
     runner.close()
     return read_log(log_path).trials(task.workload_key), wall
@@ -122,8 +123,12 @@ def main() -> int:
                    help="ms.tune_tir num_trials_per_iter (its default is 64; the search costs ~30 s per iteration)")
     p.add_argument("--warm-start", action="append", default=[],
                    help="tuning log to pre-train guided methods on (repeatable); the task under test is removed")
+    p.add_argument("--guided-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="strategy option for the model-guided methods (repeatable), e.g. parallel_size=32: "
+                        "with program features every scored candidate costs ~20 ms")
     p.add_argument("--out", default="compare_strategies")
     args = p.parse_args()
+    guided_options = dict(kv.split("=", 1) for kv in args.guided_option)
     warm = [read_log(path) for path in args.warm_start]
     budgets = [int(b) for b in args.budgets.split(",")]
     methods = args.methods.split(",")
@@ -144,8 +149,13 @@ def main() -> int:
                 else:
                     strategy, _, cm = method.partition("+")  # e.g. annealing+xgb: model-guided
                     log_path = os.path.join(LOGS, f"{spec.replace(':', '-')}-{method}-s{seed}.jsonl")
+                    options = None
+                    if cm:
+                        from autosearch.strategy import parse_options
+
+                        options = parse_options(strategy, dict(guided_options))
                     records, wall = run_autosearch(task, target, strategy, max(budgets), args.batch, seed, evaluator,
-                                                   cm or None, log_path, warm if cm else None)
+                                                   cm or None, log_path, warm if cm else None, options)
                 bests = {b: best_within(records, b) for b in budgets}
                 traces = [bests[b].trace for b in budgets if bests[b] is not None]
                 retimed = retime(task, target, traces, evaluator) if traces else []

@@ -11,7 +11,7 @@ from typing import Any
 import onnx
 
 from autosearch.errors import UserError
-from autosearch.lowering import DEFAULT_LAYOUT
+from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT
 from autosearch.task import TuningTask, task_from_module
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,7 @@ class ImportedModel:
     tasks: list[TuningTask]
     winograd: str = "auto"  # how conv2d was lowered (autosearch.lowering); the tuned build must match
     layout: str = DEFAULT_LAYOUT  # the conv2d data layout of the lowering (autosearch.lowering)
+    fast_math: str = DEFAULT_FAST_MATH  # "on": vectorisable sigmoid / exp / softmax (autosearch.lowering)
 
     @property
     def flops(self) -> float:
@@ -165,40 +166,44 @@ def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
     return mod
 
 
-def legalize(relax_mod, target, *, winograd: str = "auto", layout: str = DEFAULT_LAYOUT):
+def legalize(relax_mod, target, *, winograd: str = "auto", layout: str = DEFAULT_LAYOUT,
+             fast_math: str = DEFAULT_FAST_MATH):
     """The preparation task extraction and the tuned build share (:mod:`autosearch.lowering`)."""
     from autosearch.lowering import lower
 
-    return lower(relax_mod, target, winograd=winograd, layout=layout)
+    return lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
 
 
-def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = DEFAULT_LAYOUT) -> list[TuningTask]:
+def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = DEFAULT_LAYOUT,
+             fast_math: str = DEFAULT_FAST_MATH) -> list[TuningTask]:
     from tvm.s_tir import meta_schedule as ms
 
-    lowered = legalize(relax_mod, target, winograd=lowering_mode, layout=layout)
-    lowering = {"winograd": label, "layout": layout}
+    lowered = legalize(relax_mod, target, winograd=lowering_mode, layout=layout, fast_math=fast_math)
+    lowering = {"winograd": label, "layout": layout, "fast_math": fast_math}
     return [task_from_module(t.dispatched[0], target, name=t.task_name, weight=int(t.weight), lowering=lowering)
             for t in ms.relax_integration.extract_tasks(lowered, target)]
 
 
-def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = DEFAULT_LAYOUT) -> list[TuningTask]:
+def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = DEFAULT_LAYOUT,
+                  fast_math: str = DEFAULT_FAST_MATH) -> list[TuningTask]:
     """One TuningTask per distinct fused TIR function, heaviest (FLOPs x weight) first.
 
     ``winograd="auto"`` (CPU targets): the model is lowered twice, all direct and with every candidate
     layer as winograd (:mod:`autosearch.winograd`); the tasks of both are merged, so each candidate layer
     is tuned both ways and its tasks carry ``lowering["layer"]`` and ``lowering["algorithm"]``.
     ``layout="NHWC"``: convolutions in NHWC (``lowering["layout"]``), all direct (winograd is NCHW only).
+    ``fast_math``: ``lowering["fast_math"]``.
     """
     from autosearch.lowering import converts_layout
     from autosearch.winograd import task_layer
 
     if converts_layout(target, layout):
-        tasks = _extract(relax_mod, target, "off", winograd, layout)
+        tasks = _extract(relax_mod, target, "off", winograd, layout, fast_math)
     elif winograd == "off" or target.kind.name != "llvm":
-        tasks = _extract(relax_mod, target, "off", winograd)
+        tasks = _extract(relax_mod, target, "off", winograd, fast_math=fast_math)
     else:
-        direct = _extract(relax_mod, target, "off", winograd)
-        candidates = _extract(relax_mod, target, "candidates", winograd)
+        direct = _extract(relax_mod, target, "off", winograd, fast_math=fast_math)
+        candidates = _extract(relax_mod, target, "candidates", winograd, fast_math=fast_math)
         by_key = {t.workload_key: t for t in direct}
         for t in candidates:
             by_key.setdefault(t.workload_key, t)
@@ -218,19 +223,21 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = DE
 
 
 def import_model(model: str, target, *, input_shape: str | None = None, seed: int = 0,
-                 winograd: str = "auto", layout: str = DEFAULT_LAYOUT) -> ImportedModel:
+                 winograd: str = "auto", layout: str = DEFAULT_LAYOUT,
+                 fast_math: str = DEFAULT_FAST_MATH) -> ImportedModel:
     """The whole path: name or file -> ONNX -> Relax -> tasks for ``target`` (``winograd``: see
-    :mod:`autosearch.winograd`; ``layout``: :mod:`autosearch.lowering`)."""
-    from autosearch.lowering import check_layout, check_winograd
+    :mod:`autosearch.winograd`; ``layout``, ``fast_math``: :mod:`autosearch.lowering`)."""
+    from autosearch.lowering import check_fast_math, check_layout, check_winograd
 
     check_winograd(winograd)
     check_layout(layout)
+    check_fast_math(fast_math)
     name, proto = load_onnx(model, seed=seed)
     shapes = resolve_input_shapes(proto, parse_input_shapes(input_shape))
     relax_mod = to_relax(proto, shapes)
-    tasks = extract_tasks(relax_mod, target, winograd=winograd, layout=layout)
+    tasks = extract_tasks(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
     if not tasks:
         raise UserError(f"model {name!r} gave no tuning tasks for target {target}")
     log.info("model %s: %d tasks, %.3f GFLOP", name, len(tasks), sum(t.flops * t.weight for t in tasks) / 1e9)
     return ImportedModel(name=name, onnx_model=proto, input_shapes=shapes, relax_mod=relax_mod, tasks=tasks,
-                         winograd=winograd, layout=layout)
+                         winograd=winograd, layout=layout, fast_math=fast_math)

@@ -298,3 +298,18 @@ class _TinySpace:
 
     def encode(self, config):
         return self._space.encode(config)
+
+
+def test_annealing_with_a_warm_started_model_guides_from_the_first_batch(conv_space, synthetic) -> None:
+    """A cost model fitted before the first ask (``--warm-start``) picks the first batch; a cold one waits
+    for ``init_random`` random measurements."""
+
+    class WarmOracle(OracleScorer):
+        fitted = True
+
+    options = {"parallel_size": 32, "n_iter": 30}
+    warm = make_strategy("annealing", conv_space, seed=0, cost_model=WarmOracle(synthetic), **options).ask(8)
+    cold = make_strategy("annealing", conv_space, seed=0, cost_model=OracleScorer(synthetic), **options).ask(8)
+    warm_latency = statistics.median(synthetic.latency(c) for c in warm)
+    cold_latency = statistics.median(synthetic.latency(c) for c in cold)
+    assert warm_latency < 0.7 * cold_latency, (warm_latency, cold_latency)
