@@ -15,13 +15,11 @@ import time
 
 from autosearch import __version__
 from autosearch.errors import UserError
-from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, FAST_MATH_MODES, LAYOUTS
+from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, FAST_MATH_MODES, LAYOUTS, OLD_LOWERING
 
 DEFAULT_MODEL = "tiny-yolov2"
 DEFAULT_TRIALS = 400
 DEFAULT_BATCH = 16
-# the lowering options' values for logs and databases written before the option existed
-OLD_LOWERING = {"winograd": "auto", "layout": "NCHW", "fast_math": "off"}
 
 
 class _Parser(argparse.ArgumentParser):

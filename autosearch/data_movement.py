@@ -8,7 +8,7 @@ that order reads the input with a stride of 144 floats, and it measured slower t
 loop outermost: one iteration copies a (channels x tile) block whose source rows sit together in the
 cache. The tile size is a ``SamplePerfectTile`` decision, so the tuner measures it like any other; the
 schedule is plain TVM primitives, so the exported trace replays in TVM as-is. Measured on that task
-(same process): naive 3.33 ms, tile 400 0.77 ms.
+(same process): TVM's sketch 4.96 ms, naive loop nest 3.45 ms, this sketch with 400-wide tiles 0.41 ms.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ def blocked_copy_sketch(mod, target, *, seed: int) -> Any | None:
         return None
     try:
         sch = Schedule(mod, seed=seed, debug_mask=0)
-        blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
+        root = sch.get_sblock("root")
     except Exception:  # not a single PrimFunc with a root block
         return None
+    blocks = list(sch.get_child_blocks(root))
     if not blocks:
         return None
-    intermediates = list(sch.get(sch.get_sblock("root")).alloc_buffers)  # what is not one is an output
+    intermediates = list(sch.get(root).alloc_buffers)  # what a block writes that is not one is an output
     outputs = []
     for rv in blocks:
         block = sch.get(rv)
@@ -46,9 +47,10 @@ def blocked_copy_sketch(mod, target, *, seed: int) -> Any | None:
                 sch.compute_inline(rv)
         for rv in outputs:
             loops = sch.get_loops(rv)
-            if len(loops) < 2 or int(sch.get(loops[-1]).extent) < 2:
+            extent = int(sch.get(loops[-1]).extent)
+            if len(loops) < 2 or extent < 2:
                 return None
-            factors = sch.sample_perfect_tile(loops[-1], n=2, max_innermost_factor=int(sch.get(loops[-1]).extent))
+            factors = sch.sample_perfect_tile(loops[-1], n=2, max_innermost_factor=extent)
             outer, inner = sch.split(loops[-1], factors)
             sch.reorder(outer, *loops[:-1], inner)
             sch.parallel(sch.fuse(outer, *loops[:-1]))

@@ -119,12 +119,14 @@ def lowering_of(contents: LogContents) -> dict:
     logs from before an option have no value for it, and were tuned as its old default) and, for layers
     tuned both ways, the faster algorithm (``choices``: layer key -> "direct" | "winograd", by weight x
     best latency of their tasks)."""
+    from autosearch.lowering import OLD_LOWERING
     from autosearch.winograd import choose_algorithms, layer_totals
 
-    modes = {str((h.get("lowering") or {}).get("winograd", "")) for h in contents.tasks.values()}
-    modes.discard("")
-    layouts = {str((h.get("lowering") or {}).get("layout", "NCHW")) for h in contents.tasks.values()}
-    fast = {str((h.get("lowering") or {}).get("fast_math", "off")) for h in contents.tasks.values()}
+    def logged(option: str, missing: str) -> set[str]:
+        return {str((h.get("lowering") or {}).get(option, missing)) for h in contents.tasks.values()}
+
+    modes = logged("winograd", "") - {""}
+    layouts, fast = logged("layout", OLD_LOWERING["layout"]), logged("fast_math", OLD_LOWERING["fast_math"])
     if len(modes) != 1 or len(layouts) != 1 or len(fast) != 1:
         return {}
     bests = {key: contents.best(key) for key in contents.tasks}

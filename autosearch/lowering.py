@@ -31,6 +31,8 @@ LAYOUTS = ("NCHW", "NHWC")
 DEFAULT_LAYOUT = "NCHW"  # as the ONNX model has it; NHWC loses Winograd, which tiny-YOLOv2's wide layers need
 FAST_MATH_MODES = ("on", "off")
 DEFAULT_FAST_MATH = "on"  # ONNX Runtime, the baseline, computes sigmoid and softmax with approximations too
+# the lowering options' values for logs and databases written before the option existed
+OLD_LOWERING = {"winograd": "auto", "layout": "NCHW", "fast_math": "off"}
 
 
 def check_layout(layout: str) -> str:
@@ -81,10 +83,14 @@ def fast_sigmoid(x):
     convolutions cost more than the convolutions at 160x160."""
     from tvm import te, tirx, topi
 
-    neg = te.compute(x.shape, lambda *i: -x(*i), name="T_fast_sigmoid_negative", tag=topi.tag.ELEMWISE)
-    e = topi.fast_exp(neg)  # its block is "T_fast_exp": the T_fast_ prefix keeps them out of the task's FLOPs
+    from autosearch.task import APPROXIMATION_PREFIX  # blocks named so stay out of the task's FLOPs
+
+    neg = te.compute(x.shape, lambda *i: -x(*i), name=f"{APPROXIMATION_PREFIX}sigmoid_negative",
+                     tag=topi.tag.ELEMWISE)
+    e = topi.fast_exp(neg)  # TOPI names its block "T_fast_exp"
     one = tirx.const(1.0, x.dtype)
-    return te.compute(x.shape, lambda *i: one / (one + e(*i)), name="T_fast_sigmoid", tag=topi.tag.ELEMWISE)
+    return te.compute(x.shape, lambda *i: one / (one + e(*i)), name=f"{APPROXIMATION_PREFIX}sigmoid",
+                      tag=topi.tag.ELEMWISE)
 
 
 def _legalize_fast_sigmoid(bb, call):
@@ -120,8 +126,8 @@ def lower(relax_mod, target, *, winograd="auto", layout=DEFAULT_LAYOUT, fast_mat
     import tvm
 
     with target, tvm.transform.PassContext(opt_level=3):
-        return tvm.transform.Sequential(lowering_passes(target, winograd=winograd, layout=layout,
-                                                                fast_math=fast_math))(relax_mod)
+        passes = lowering_passes(target, winograd=winograd, layout=layout, fast_math=fast_math)
+        return tvm.transform.Sequential(passes)(relax_mod)
 
 
 def _lower_and_finalize(target) -> list[Any]:
@@ -167,5 +173,6 @@ def build_tuned(relax_mod, target, database, *, winograd="auto", layout=DEFAULT_
         return relax.build(tuned, target=target, relax_pipeline=pipeline)
 
 
-__all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "FAST_MATH_MODES", "LAYOUTS", "apply_database", "build_tuned",
+__all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "FAST_MATH_MODES", "LAYOUTS", "OLD_LOWERING", "apply_database",
+           "build_tuned",
            "check_fast_math", "check_layout", "fast_sigmoid", "lower", "lowering_passes"]

@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from autosearch.measure.base import EvaluatorConfig  # noqa: E402
 from autosearch.measure.local import LocalRunner  # noqa: E402
 from autosearch.records import Record, TuningLog, read_log  # noqa: E402
+from autosearch.strategy import parse_options  # noqa: E402
 from autosearch.target import parse_target  # noqa: E402
 from autosearch.tuner import Tuner  # noqa: E402
 from experiments.metaschedule import tune_tir  # noqa: E402
@@ -128,7 +129,8 @@ def main() -> int:
                         "with program features every scored candidate costs ~20 ms")
     p.add_argument("--out", default="compare_strategies")
     args = p.parse_args()
-    guided_options = dict(kv.split("=", 1) for kv in args.guided_option)
+    raw_options = dict(kv.split("=", 1) for kv in args.guided_option)
+    guided_options = {m: parse_options(m.partition("+")[0], raw_options) for m in args.methods.split(",") if "+" in m}
     warm = [read_log(path) for path in args.warm_start]
     budgets = [int(b) for b in args.budgets.split(",")]
     methods = args.methods.split(",")
@@ -149,13 +151,9 @@ def main() -> int:
                 else:
                     strategy, _, cm = method.partition("+")  # e.g. annealing+xgb: model-guided
                     log_path = os.path.join(LOGS, f"{spec.replace(':', '-')}-{method}-s{seed}.jsonl")
-                    options = None
-                    if cm:
-                        from autosearch.strategy import parse_options
-
-                        options = parse_options(strategy, dict(guided_options))
                     records, wall = run_autosearch(task, target, strategy, max(budgets), args.batch, seed, evaluator,
-                                                   cm or None, log_path, warm if cm else None, options)
+                                                   cm or None, log_path, warm if cm else None,
+                                                   guided_options.get(method))
                 bests = {b: best_within(records, b) for b in budgets}
                 traces = [bests[b].trace for b in budgets if bests[b] is not None]
                 retimed = retime(task, target, traces, evaluator) if traces else []
