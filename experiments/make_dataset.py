@@ -12,7 +12,12 @@ Example (the committed test dataset, ~4-5 minutes on 2 cores):
         --out tests/data/small_dataset.jsonl --seed 0
 
 ``--tasks 4`` (a count) takes the 4 cheapest conv2d tasks; a comma list takes those task indices
-(``--tasks 5,`` is task 5 alone).
+(``--tasks 5,`` is task 5 alone). ``--model`` and ``--tasks`` repeat, pairwise, for a dataset of
+several models (the compare-models dataset of the README, ~45 minutes on 2 cores):
+
+    python experiments/make_dataset.py --model tiny-yolov2 --tasks 5,6,7,8,12,14 \\
+        --model yolov8n --tasks 1,6,8,12,16,37,40 --per-task 180 \\
+        --out experiments/results/dataset-yolo.jsonl --max-minutes 80
 """
 
 from __future__ import annotations
@@ -114,8 +119,10 @@ def measure_task(task, runner, tuning_log: TuningLog, *, per_task: int, random_f
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="tiny-yolov2", help="built-in model name or .onnx path")
-    p.add_argument("--tasks", default="4", help="a count (cheapest conv2d tasks) or task indices: 8,6,5")
+    p.add_argument("--model", action="append", help="built-in model name or .onnx path (repeatable; "
+                   "default tiny-yolov2)")
+    p.add_argument("--tasks", action="append", help="per --model, in order: a count (cheapest conv2d "
+                   "tasks) or task indices: 8,6,5 (default 4)")
     p.add_argument("--per-task", type=int, default=40, help="measured trials per task")
     p.add_argument("--random-fraction", type=float, default=0.6, help="share of random configs, rest mutated")
     p.add_argument("--batch", type=int, default=8)
@@ -123,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-minutes", type=float, default=30.0, help="stop measuring after this wall time")
     args = p.parse_args(argv)
+    models = args.model or ["tiny-yolov2"]
+    specs = args.tasks or ["4"] * len(models)
+    if len(specs) != len(models):
+        p.error(f"{len(models)} --model but {len(specs)} --tasks: give one --tasks per --model")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     from autosearch.measure.local import LocalRunner
@@ -132,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.time()
     deadline = start + 60 * args.max_minutes
     target = parse_target(None)
-    model = import_model(args.model, target)
-    tasks = select_tasks(model.tasks, args.tasks)
+    tasks = []
+    for name, spec in zip(models, specs):
+        tasks += select_tasks(import_model(name, target).tasks, spec)
     log.info("tasks: %s", ", ".join(f"{t.index}:{t.name} ({t.gflop:.3f} GFLOP)" for t in tasks))
     rng = np.random.default_rng(args.seed)
     total = 0

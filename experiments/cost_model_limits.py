@@ -1,0 +1,82 @@
+"""Where held-out ranking is limited: features, noise, or data? Three checks on a cost-model dataset.
+
+1. Within one task: fit ``xgb`` on ``--train`` records of the task, rank the rest (no transfer needed).
+2. Noise: the share of measured pairs closer than 10% in throughput, and the held-out pairwise accuracy
+   on the pairs further apart than that.
+3. Data: leave-one-task-out over the tasks of ``--log``, training on the other tasks of ``--log`` and,
+   with ``--extra-log``, on every record of those logs too (records of the held-out task excluded).
+
+    python experiments/cost_model_limits.py --log experiments/results/dataset-yolo.jsonl \\
+        --extra-log experiments/results/e2e-tiny-yolov2.jsonl --extra-log experiments/results/e2e-yolov8n.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import numpy as np
+
+from autosearch.cost_model import make_cost_model
+from cost_models.evaluate import pairwise_accuracy, task_metrics
+from cost_models.features import build_dataset, pool, read_logs
+
+log = logging.getLogger("cost_model_limits")
+
+
+def held_out(X, y, groups, folds, model: str, seed: int) -> dict[str, float]:
+    """Mean held-out metrics over ``folds``, plus pairwise accuracy on pairs > 10% apart."""
+    rows = []
+    for g in folds:
+        train, test = groups != g, groups == g
+        pred = make_cost_model(model, seed=seed).fit(X[train], y[train], groups[train]).predict(X[test])
+        metrics = task_metrics(y[test], pred, ranker=True)
+        metrics.pop("rmse")  # scores, not throughputs, for a ranker
+        yt = y[test]
+        apart = yt[:, None] > 1.1 * yt[None, :]
+        order = np.sign(pred[:, None] - pred[None, :])
+        metrics["apart10"] = float(((order > 0)[apart].sum() + 0.5 * (order == 0)[apart].sum()) / apart.sum())
+        metrics["close_share"] = 1.0 - apart.sum() / max(1, (yt[:, None] > yt[None, :]).sum())
+        rows.append(metrics)
+    return {k: float(np.nanmean([r[k] for r in rows])) for k in rows[0]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--log", required=True, help="the dataset whose tasks are held out")
+    p.add_argument("--extra-log", action="append", default=[], help="more training records (repeatable)")
+    p.add_argument("--model", default="xgb")
+    p.add_argument("--train", type=int, default=120, help="within-task check: training records per task")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
+
+    data = build_dataset(read_logs([args.log, *args.extra_log]), encoding=False)
+    own = build_dataset(read_logs([args.log]), encoding=False)
+    folds = [data.task_keys.index(k) for k in own.task_keys]
+    X, y, groups = pool(data.per_store, data.flops), data.y, data.groups
+
+    rng = np.random.default_rng(args.seed)
+    within = []
+    for g in folds:
+        idx = rng.permutation(np.flatnonzero(groups == g))
+        train, test = idx[: args.train], idx[args.train:]
+        model = make_cost_model(args.model, seed=args.seed).fit(X[train], y[train])
+        within.append(pairwise_accuracy(y[test], model.predict(X[test])))
+    log.info("within one task (%d train records): pairwise accuracy median %.3f, range %.2f-%.2f",
+             args.train, np.median(within), min(within), max(within))
+
+    dataset_only = np.isin(groups, folds)
+    alone = held_out(X[dataset_only], y[dataset_only], groups[dataset_only], folds, args.model, args.seed)
+    log.info("held out, trained on %s only (%d records): %s", args.log, int(dataset_only.sum()),
+             " ".join(f"{k}={v:.3f}" for k, v in alone.items()))
+    if args.extra_log:
+        more = held_out(X, y, groups, folds, args.model, args.seed)
+        log.info("held out, plus %d records of %d tasks from the extra logs: %s", int((~dataset_only).sum()),
+                 len(data.task_keys) - len(folds), " ".join(f"{k}={v:.3f}" for k, v in more.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
