@@ -354,8 +354,8 @@ def cmd_compare_models(args: argparse.Namespace) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if not models:
         raise UserError("--models: give at least one cost model")
-    for name in models:  # unknown names fail here, listing the valid ones ("xgb@encoding": model@features)
-        make_cost_model(name.partition("@")[0], seed=args.seed)
+    for name in models:  # unknown names and feature sets fail here, listing the valid ones
+        make_cost_model(name, seed=args.seed)
     for path in args.log:
         if not os.path.exists(path):
             raise UserError(f"log not found: {path}")
@@ -425,7 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", help="task indices (0,3 or 0-4) or name fragments (conv); default all")
     p.add_argument("--trials", type=int, help=f"total measurement budget over all tasks (default {DEFAULT_TRIALS})")
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="configs measured per round")
-    p.add_argument("--cost-model", default="none", help="xgb, xgb-rank, rf, gbr, mlp, sklearn:<Regressor> or none")
+    p.add_argument("--cost-model", default="none",
+                   help="xgb, xgb-rank, rf, gbr, mlp, tvm-xgb, sklearn:<Regressor> or none; a tabular model may "
+                        "name its features: xgb@pooled (TVM's per-store features), default loop features")
     p.add_argument("--warm-start", help="pre-train the cost model on a tuning log or a TVM database directory")
     p.add_argument("--runner", default="local", help="local (default) or ray")
     p.add_argument("--ray-address", help="join an existing Ray cluster (auto or HOST:PORT); default: embedded")
@@ -475,7 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare-models", help="leave-one-task-out accuracy of cost models on measured records")
     p.add_argument("--log", action="append", required=True, help="tuning log or TVM database dir (repeatable)")
-    p.add_argument("--models", default="xgb,xgb-rank,rf,gbr,mlp,tvm-xgb", help="comma-separated cost models")
+    p.add_argument("--models", default="xgb,xgb-rank,rf,gbr,mlp,xgb@pooled,tvm-xgb",  # evaluate.DEFAULT_MODELS
+                   help="comma-separated cost models; model@features picks the features of a tabular one "
+                        "(loop, pooled, pooled+loop, encoding)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--markdown", help="also write the table as Markdown")
     p.add_argument("--plot", help="predicted-vs-measured PNG (default: compare-models.png)")

@@ -12,6 +12,7 @@ Two levels, as in MetaSchedule (FeatureExtractor separate from CostModel) and sc
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -30,6 +31,8 @@ COST_MODELS: dict[str, str] = {
     "tvm-xgb": "cost_models.tvm_xgb:create",
 }
 SKLEARN_PREFIX = "sklearn:"  # sklearn:<EstimatorName>, e.g. sklearn:KNeighborsRegressor
+# "model@features" picks the feature set of a tabular model (xgb, xgb-rank, rf, gbr, sklearn:...)
+FEATURE_SETS = ("loop", "pooled", "pooled+loop", "encoding")
 
 
 @runtime_checkable
@@ -64,16 +67,31 @@ def _resolve(spec: str):
 
 
 def cost_model_names() -> list[str]:
-    return sorted(COST_MODELS) + [f"{SKLEARN_PREFIX}<Regressor>"]
+    return sorted(COST_MODELS) + [f"{SKLEARN_PREFIX}<Regressor>", "<model>@<features>"]
+
+
+def split_features(spec: str) -> tuple[str, str | None]:
+    """``"xgb@pooled"`` -> ``("xgb", "pooled")``; ``"xgb"`` -> ``("xgb", None)``."""
+    name, sep, features = spec.partition("@")
+    if sep and features not in FEATURE_SETS:
+        raise UserError(f"cost model {spec!r}: the feature set after '@' must be one of {', '.join(FEATURE_SETS)}")
+    return name, features or None
 
 
 def make_cost_model(name: str, *, seed: int = 0) -> CostModel:
-    """A cost model by name: ``xgb``, ``xgb-rank``, ``rf``, ``gbr``, ``mlp``, ``tvm-xgb``, ``sklearn:<Estimator>``."""
-    if name.startswith(SKLEARN_PREFIX):
-        return _resolve("cost_models.sklearn_model:create")(name, seed=seed)
-    if name not in COST_MODELS:
-        raise UserError(f"unknown cost model {name!r}; valid cost models: {', '.join(cost_model_names())}, none")
-    return _resolve(COST_MODELS[name])(name, seed=seed)
+    """A cost model by name: ``xgb``, ``xgb-rank``, ``rf``, ``gbr``, ``mlp``, ``tvm-xgb``, ``sklearn:<Estimator>``,
+    optionally with a feature set for the tabular ones: ``xgb@pooled`` (TVM's pooled per-store features),
+    ``rf@pooled+loop``; their default is ``loop``."""
+    base, features = split_features(name)
+    kwargs = {"input_kind": features} if features else {}
+    if base.startswith(SKLEARN_PREFIX):
+        return _resolve("cost_models.sklearn_model:create")(base, seed=seed, **kwargs)
+    if base not in COST_MODELS:
+        raise UserError(f"unknown cost model {base!r}; valid cost models: {', '.join(cost_model_names())}, none")
+    factory = _resolve(COST_MODELS[base])
+    if kwargs and "input_kind" not in inspect.signature(factory).parameters:  # mlp: per-store, tvm-xgb: programs
+        raise UserError(f"cost model {base!r} has its own input; it takes no '@{features}'")
+    return factory(base, seed=seed, **kwargs)
 
 
 def make_scorer(name: str, space, task, *, seed: int = 0, warm_start: Sequence[Any] = (),

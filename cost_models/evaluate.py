@@ -17,8 +17,9 @@ Entry point for the CLI (``python -m autosearch compare-models --log A --log B -
     report = compare_models(logs, models, seed=seed, out_png=png)
     console.print(report.table); open(md_path, "w").write(report.markdown)
 
-A model name may carry a feature set: ``xgb@encoding`` fits xgb on decision encodings, the baseline
-showing what program features add across tasks.
+A model name may carry a feature set: ``xgb@pooled`` fits xgb on TVM's pooled per-store features instead
+of the loop features, ``xgb@encoding`` on decision encodings (the baseline showing what program
+features add across tasks).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from autosearch.errors import UserError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODELS = ("xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb")
+DEFAULT_MODELS = ("xgb", "xgb-rank", "rf", "gbr", "mlp", "xgb@pooled", "tvm-xgb")
 TOP_K = (1, 5)
 
 
@@ -133,8 +134,9 @@ class EvaluationReport:
     logs: list[str]
     n_records: int
     task_names: list[str]
-    extract_secs_per_record: float
+    extract_secs_per_record: float  # trace replay + TVM's PerStoreFeature
     held_out: int = 0  # tasks evaluated as held out (the others only train)
+    loop_secs_per_record: float = 0.0
     y_true: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     groups: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
     png: str | None = None
@@ -168,7 +170,8 @@ class EvaluationReport:
         tasks = (f"{len(self.task_names)} tasks" if self.held_out in (0, len(self.task_names))
                  else f"{self.held_out} of {len(self.task_names)} tasks (the rest train only)")
         return (f"leave-one-task-out over {tasks}, {self.n_records} records; "
-                f"feature extraction {1000 * self.extract_secs_per_record:.1f} ms per record")
+                f"feature extraction {1000 * self.extract_secs_per_record:.1f} ms per record (replay + TVM's)"
+                + (f", loop features {1000 * self.loop_secs_per_record:.1f} ms" if self.loop_secs_per_record else ""))
 
     @property
     def table(self):
@@ -194,7 +197,8 @@ class EvaluationReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "logs": self.logs, "n_records": self.n_records, "tasks": self.task_names, "held_out": self.held_out,
-            "extract_secs_per_record": self.extract_secs_per_record, "png": self.png,
+            "extract_secs_per_record": self.extract_secs_per_record,
+            "loop_secs_per_record": self.loop_secs_per_record, "png": self.png,
             "models": [
                 {"name": r.name, "error": r.error, "fit_secs": r.fit_secs, "predict_secs": r.predict_secs,
                  "mean": {m: r.mean(m) for m, _ in METRICS}, "per_task": r.per_task}
@@ -204,13 +208,6 @@ class EvaluationReport:
 
 
 # ---------------------------------------------------------------------------------------------- evaluation
-def _parse_model(spec: str) -> tuple[str, str | None]:
-    name, _, features = spec.partition("@")
-    if features and features not in ("pooled", "encoding"):
-        raise UserError(f"model {spec!r}: the feature set after '@' must be pooled or encoding")
-    return name, features or None
-
-
 def held_out_tasks(dataset, min_records: int = 1) -> list[int]:
     """Indices of the tasks evaluated as held out: those with at least ``min_records`` valid records.
 
@@ -229,13 +226,8 @@ def leave_one_task_out(dataset, spec: str, *, seed: int = 0, folds: Sequence[int
     """
     from autosearch.cost_model import make_cost_model
 
-    name, features = _parse_model(spec)
     result = ModelResult(name=spec, y_pred=np.full(len(dataset), np.nan))
-    probe = make_cost_model(name, seed=seed)
-    kind = features or getattr(probe, "input_kind", "pooled")
-    if features and getattr(probe, "input_kind", "pooled") != "pooled":
-        raise UserError(f"model {name!r} takes {probe.input_kind} input, not {features}")
-    X = dataset.X(kind)
+    X = dataset.X(make_cost_model(spec, seed=seed).input_kind)
     y = dataset.y
     fit_secs, predict_secs = [], []
     folds = list(range(len(dataset.task_keys))) if folds is None else list(folds)
@@ -243,7 +235,7 @@ def leave_one_task_out(dataset, spec: str, *, seed: int = 0, folds: Sequence[int
         key = dataset.task_keys[g]
         test = np.flatnonzero(dataset.groups == g)
         train = np.flatnonzero(dataset.groups != g)
-        model = make_cost_model(name, seed=seed)
+        model = make_cost_model(spec, seed=seed)
         start = time.perf_counter()
         model.fit(X[train], y[train], dataset.groups[train])
         fit_secs.append(time.perf_counter() - start)
@@ -272,7 +264,7 @@ def compare_models(
     """Leave-one-task-out comparison of cost models on the valid trials of tuning logs.
 
     ``logs`` are tuning-log paths (or TVM JSONDatabase directories, once ``autosearch.export.
-    read_database`` exists); ``models`` are registry names, optionally with ``@encoding``. A model that
+    read_database`` exists); ``models`` are registry names, optionally with a feature set (``xgb@pooled``). A model that
     fails is reported in its row, the others still run. Writes the predicted-vs-measured PNG to
     ``out_png`` when given. Only tasks with at least ``min_records`` valid records are held out (all
     train); ``on_fold(model, done, total)`` reports progress.
@@ -285,13 +277,9 @@ def compare_models(
     models = [m for m in models if m]
     if not models:
         raise UserError("no cost models to compare")
-    needs_programs, needs_encoding = False, False
-    for spec in models:
-        name, features = _parse_model(spec)
-        probe = make_cost_model(name, seed=seed)  # fails fast on an unknown name
-        needs_programs |= getattr(probe, "input_kind", "") == "program"
-        needs_encoding |= features == "encoding"
-    dataset = build_dataset(read_logs(list(logs)), encoding=needs_encoding, keep_programs=needs_programs)
+    kinds = {make_cost_model(spec, seed=seed).input_kind for spec in models}  # fails fast on an unknown name
+    dataset = build_dataset(read_logs(list(logs)), encoding="encoding" in kinds, keep_programs="program" in kinds,
+                            loop=bool(kinds & {"loop", "pooled+loop"}))
     if len(dataset.task_keys) < 2:
         raise UserError(f"leave-one-task-out needs records of at least 2 tasks; the logs have "
                         f"{len(dataset.task_keys)} ({len(dataset)} valid trials with traces)")
@@ -311,7 +299,8 @@ def compare_models(
     report = EvaluationReport(
         results=results, logs=list(logs), n_records=len(dataset),
         task_names=[dataset.task_names[k] for k in dataset.task_keys], held_out=len(folds),
-        extract_secs_per_record=dataset.secs_per_record, y_true=dataset.y, groups=dataset.groups,
+        extract_secs_per_record=dataset.secs_per_record, loop_secs_per_record=dataset.loop_secs_per_record,
+        y_true=dataset.y, groups=dataset.groups,
     )
     if out_png:
         plot_predictions(report, out_png)

@@ -7,9 +7,10 @@ measured data of the task, plus warm-start records from other tasks or earlier l
 
 Two feature sets (``features=``):
 
-- ``"tvm"``: MetaSchedule's per-store program features of the applied schedule
-  (``space.apply`` + ``PerStoreFeature``, ~10-20 ms per config here). Transfers across tasks, so
-  warm-start records of *other* tasks help; the only choice for ``mlp`` and ``tvm-xgb``.
+- ``"tvm"``: features of the applied TVM program (``space.apply``, ~10 ms, then the model's own
+  input kind: loop features ~3 ms, or MetaSchedule's ``PerStoreFeature`` ~2 ms, per config here).
+  Transfers across tasks, so warm-start records of *other* tasks help; the only choice for ``mlp``
+  and ``tvm-xgb``.
 - ``"encoding"``: ``DecisionSpace.encode`` of the config (~20 us per config, no apply). Means
   nothing across tasks, so only warm-start records of this task are used.
 
@@ -32,6 +33,7 @@ import numpy as np
 
 from autosearch.records import Config, LogContents, MeasureResult, Record
 from cost_models.features import (
+    LOOP_WIDTH,
     TaskFeaturizer,
     build_dataset,
     encode,
@@ -177,10 +179,7 @@ class ModelScorer:
         applied = [self.space.apply(c) for c in configs]
         ok = [i for i, a in enumerate(applied) if a.ok]
         schedules = [self._featurizer.schedule_from_mod(applied[i].mod) for i in ok]
-        if self.input_kind == "program":
-            items = self._featurizer.programs(schedules)
-        else:
-            items = self._featurizer.per_store(schedules)
+        items = self._schedule_items(schedules)
         found: dict[Config, Any] = {c: None for c in configs}
         for i, item in zip(ok, items):
             found[configs[i]] = item
@@ -189,9 +188,36 @@ class ModelScorer:
             found.setdefault(applied[i].config, item)
         return found
 
+    def _schedule_items(self, schedules: Sequence[Any]) -> list[Any]:
+        """What the model's input is made of, per schedule of this task (see ``_X``)."""
+        assert self._featurizer is not None
+        kind = self.input_kind
+        if kind == "program":
+            return self._featurizer.programs(schedules)
+        if kind == "loop":
+            return self._featurizer.loop(schedules)
+        if kind == "pooled+loop":
+            return list(zip(self._featurizer.per_store(schedules), self._featurizer.loop(schedules)))
+        return self._featurizer.per_store(schedules)
+
+    def _dataset_items(self, ds) -> list[Any]:
+        kind = self.input_kind
+        if kind == "program":
+            return list(ds.programs)
+        if kind == "loop":
+            return list(ds.loop)
+        if kind == "pooled+loop":
+            return list(zip(ds.per_store, ds.loop))
+        return list(ds.per_store)
+
     def _X(self, items: Sequence[Any], flops: Sequence[float]) -> np.ndarray:
+        if self.input_kind == "loop":
+            return np.stack(list(items)) if items else np.zeros((0, LOOP_WIDTH), dtype=np.float32)
+        if self.input_kind == "pooled+loop":
+            return np.hstack([self._X_pooled([m for m, _ in items], flops),
+                              np.stack([v for _, v in items]).reshape(len(items), LOOP_WIDTH)])
         if self.input_kind == "pooled":
-            return pool(list(items), np.asarray(flops))
+            return self._X_pooled(items, flops)
         if self.input_kind == "per_store":
             return stack_per_store(list(items))
         if self.input_kind == "encoding":
@@ -200,6 +226,10 @@ class ModelScorer:
         for i, item in enumerate(items):
             out[i] = item
         return out
+
+    @staticmethod
+    def _X_pooled(items: Sequence[Any], flops: Sequence[float]) -> np.ndarray:
+        return pool(list(items), np.asarray(flops))
 
     # ------------------------------------------------------------------ warm start
     def _load_warm(self, contents: list[LogContents], loose: list[Record]) -> None:
@@ -224,13 +254,13 @@ class ModelScorer:
         if own_records:
             with_trace = [r for r in own_records if r.trace is not None]
             schedules = [self._featurizer.schedule_from_trace(r.trace) for r in with_trace]
-            items = (self._featurizer.programs(schedules) if self.input_kind == "program"
-                     else self._featurizer.per_store(schedules))
+            items = self._schedule_items(schedules)
             self._warm.extend(_Example(it, self.task.flops, r.latency, own)
                               for it, r in zip(items, with_trace))
         if contents:
-            ds = build_dataset(contents, encoding=False, keep_programs=self.input_kind == "program")
-            items = ds.programs if self.input_kind == "program" else ds.per_store
+            ds = build_dataset(contents, encoding=False, keep_programs=self.input_kind == "program",
+                               loop=self.input_kind in ("loop", "pooled+loop"))
+            items = self._dataset_items(ds)
             for i, item in enumerate(items):
                 key = ds.task_keys[ds.groups[i]]
                 self._warm.append(_Example(item, float(ds.flops[i]), float(ds.latency[i]), key))

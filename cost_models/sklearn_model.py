@@ -1,4 +1,5 @@
-"""scikit-learn cost models on pooled program features: ``rf``, ``gbr`` and ``sklearn:<Regressor>``.
+"""scikit-learn cost models on a feature vector (loop features by default): ``rf``, ``gbr`` and
+``sklearn:<Regressor>``.
 
 Any regressor scikit-learn lists (``sklearn.utils.all_estimators(type_filter="regressor")``) can be
 named; it is wrapped in a ``StandardScaler`` pipeline, because pooled per-store features span many
@@ -51,10 +52,9 @@ def _estimator_class(name: str) -> type:
 class SklearnCostModel:
     """A scikit-learn regressor (by class name) behind a StandardScaler, as a cost model."""
 
-    input_kind = "pooled"
-
     def __init__(self, *, estimator: str = "RandomForestRegressor", params: dict[str, Any] | None = None,
-                 scale: bool = True, seed: int = 0) -> None:
+                 scale: bool = True, seed: int = 0, input_kind: str = "loop") -> None:
+        self.input_kind = input_kind
         self.estimator = estimator
         self.params = params
         self.scale = scale
@@ -62,7 +62,8 @@ class SklearnCostModel:
         self._make()  # fail now, not at fit time, on an unknown name or a regressor that needs arguments
 
     def get_params(self) -> dict[str, Any]:
-        return {"estimator": self.estimator, "params": self.params, "scale": self.scale, "seed": self.seed}
+        return {"estimator": self.estimator, "params": self.params, "scale": self.scale, "seed": self.seed,
+                "input_kind": self.input_kind}
 
     def _make(self):
         from sklearn.pipeline import make_pipeline
@@ -100,7 +101,7 @@ class SklearnCostModel:
 
 
 def load_from(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> SklearnCostModel:
-    model = SklearnCostModel(**header["params"])
+    model = SklearnCostModel(**{"input_kind": "pooled", **header["params"]})  # saved before the option: pooled
     if "X" in arrays:
         model.fit(arrays["X"], arrays["y"])
     return model
@@ -111,11 +112,11 @@ def load(path: str) -> SklearnCostModel:
     return load_from(*read_npz(path))
 
 
-def create(name: str, *, seed: int = 0) -> SklearnCostModel:
+def create(name: str, *, seed: int = 0, input_kind: str = "loop") -> SklearnCostModel:
     """Registry factory: ``rf``, ``gbr`` or ``sklearn:<RegressorClassName>``."""
     if name in PRESETS:
         estimator, params = PRESETS[name]
-        return SklearnCostModel(estimator=estimator, params=dict(params), seed=seed)
+        return SklearnCostModel(estimator=estimator, params=dict(params), seed=seed, input_kind=input_kind)
     if name.startswith(PREFIX):
-        return SklearnCostModel(estimator=name[len(PREFIX):], seed=seed)
+        return SklearnCostModel(estimator=name[len(PREFIX):], seed=seed, input_kind=input_kind)
     raise UserError(f"unknown scikit-learn cost model {name!r}: use rf, gbr or {PREFIX}<Regressor>")

@@ -1,4 +1,5 @@
-"""XGBoost cost models on pooled program features: regression (``xgb``) and pairwise ranking (``xgb-rank``).
+"""XGBoost cost models on a feature vector (loop features by default): regression (``xgb``) and pairwise
+ranking (``xgb-rank``).
 
 Regression fits normalised throughput directly. Ranking (``rank:pairwise``, one query group per
 task) learns only the order within each task, which is all search needs, and stops the model from
@@ -19,13 +20,13 @@ OBJECTIVES = {"xgb": "reg:squarederror", "xgb-rank": "rank:pairwise"}
 
 class XGBCostModel:
     """Gradient-boosted trees (XGBoost ``hist``), single-threaded by default so runs are reproducible
-    and leave the other core to measurements."""
-
-    input_kind = "pooled"
+    and leave the other core to measurements. ``input_kind`` names the feature set it is trained on
+    (``features.TABULAR_KINDS``), so a saved model knows what to be fed."""
 
     def __init__(
         self,
         *,
+        input_kind: str = "loop",
         objective: str = "reg:squarederror",
         n_estimators: int = 300,
         max_depth: int = 6,
@@ -37,6 +38,7 @@ class XGBCostModel:
         n_jobs: int = 1,
         seed: int = 0,
     ) -> None:
+        self.input_kind = input_kind
         self.objective = objective
         self.n_estimators = n_estimators
         self.max_depth = max_depth
@@ -50,7 +52,7 @@ class XGBCostModel:
 
     def get_params(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (
-            "objective", "n_estimators", "max_depth", "learning_rate", "subsample", "colsample_bytree",
+            "input_kind", "objective", "n_estimators", "max_depth", "learning_rate", "subsample", "colsample_bytree",
             "min_child_weight", "reg_lambda", "n_jobs", "seed")}
 
     @property
@@ -107,7 +109,7 @@ class XGBCostModel:
 def load_from(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> XGBCostModel:
     import xgboost as xgb
 
-    model = XGBCostModel(**header["params"])
+    model = XGBCostModel(**{"input_kind": "pooled", **header["params"]})  # saved before the option: pooled
     if "booster" in arrays:
         model.booster_ = xgb.Booster(params={"nthread": model.n_jobs})
         model.booster_.load_model(bytearray(arrays["booster"].tobytes()))
@@ -120,6 +122,6 @@ def load(path: str) -> XGBCostModel:
     return load_from(*read_npz(path))
 
 
-def create(name: str, *, seed: int = 0) -> XGBCostModel:
+def create(name: str, *, seed: int = 0, input_kind: str = "loop") -> XGBCostModel:
     """Registry factory: ``xgb`` (regression) or ``xgb-rank`` (pairwise ranking within a task)."""
-    return XGBCostModel(objective=OBJECTIVES[name], seed=seed)
+    return XGBCostModel(objective=OBJECTIVES[name], seed=seed, input_kind=input_kind)

@@ -95,6 +95,10 @@ def test_compare_models_unknown_model_and_missing_log(tmp_path):
     _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "xgb,oracle"),
                            "valid cost models")
     _assert_one_line_error(run_cli("compare-models", "--log", str(tmp_path / "nope.jsonl")), "not found")
+    # a feature set that does not exist, and one given to a model with an input of its own
+    _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "xgb@pixels"),
+                           "must be one of loop, pooled")
+    _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "mlp@loop"), "has its own input")
 
 
 def test_unknown_sampler_lists_the_valid_ones(files):

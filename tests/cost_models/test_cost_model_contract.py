@@ -10,7 +10,7 @@ from autosearch.errors import UserError
 from cost_models import learned, sklearn_model, tvm_xgb, xgboost_model
 from cost_models.evaluate import pairwise_accuracy as pairwise
 
-MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb",
+MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "xgb@pooled", "rf@pooled+loop",
           "sklearn:KNeighborsRegressor", "sklearn:ExtraTreesRegressor"]
 LOADERS = {
     xgboost_model.XGBCostModel: xgboost_model.load,
@@ -48,9 +48,10 @@ def test_contract(name, fitted, dataset, split, tmp_path):
     np.testing.assert_array_equal(again.predict(X[test]), pred)
 
     # save / load round trip (no pickle: np.load runs with allow_pickle=False)
-    path = str(tmp_path / f"{name.replace(':', '_')}.model")
+    path = str(tmp_path / f"{name.replace(':', '_').replace('@', '_')}.model")
     model.save(path)
     loaded = LOADERS[type(model)](path)
+    assert loaded.input_kind == model.input_kind  # a saved model knows which features to be fed
     np.testing.assert_array_equal(loaded.predict(X[test]), pred)
     from cost_models._io import load_model
 

@@ -42,9 +42,12 @@ def test_compare_models_table_and_png(tmp_path, dataset_path):
     assert report.png == png
 
 
-def test_encoding_baseline_runs_leave_one_task_out(dataset):
-    result = leave_one_task_out(dataset, "xgb@encoding", seed=0)
+@pytest.mark.parametrize("spec", ["xgb@encoding", "rf@pooled", "xgb-rank@pooled+loop", "gbr@loop"])
+def test_feature_sets_run_leave_one_task_out(dataset, spec):
+    result = leave_one_task_out(dataset, spec, seed=0)
+    assert result.name == spec
     assert len(result.per_task) == 4 and not np.isnan(result.y_pred).any()
+    assert result.mean("pairwise") > 0.55
 
 
 def test_needs_two_tasks(tmp_path, contents, dataset_path):
