@@ -1,13 +1,14 @@
-"""Where held-out ranking is limited: features, noise, or data? Three checks on a cost-model dataset.
+"""Where held-out ranking is limited: features, noise, or data? Four checks on a cost-model dataset.
 
-1. Within one task: fit ``xgb`` on ``--train`` records of the task, rank the rest (no transfer needed).
+1. Within one task: fit the model on ``--train`` records of the task, rank the rest (no transfer needed).
 2. Noise: the share of measured pairs closer than 10% in throughput, and the held-out pairwise accuracy
    on the pairs further apart than that.
-3. Data: leave-one-task-out over the tasks of ``--log``, training on the other tasks of ``--log`` and,
+3. By distance: held-out pairwise accuracy of pairs by their measured throughput ratio (1-1.1x, ...,
+   > 5x): misordered pairs far apart are effects the features miss, not noise.
+4. Data: leave-one-task-out over the tasks of ``--log``, training on the other tasks of ``--log`` and,
    with ``--extra-log``, on every record of those logs too (records of the held-out task excluded).
 
-    python experiments/cost_model_limits.py --log experiments/results/dataset-yolo.jsonl \\
-        --extra-log experiments/results/e2e-tiny-yolov2.jsonl --extra-log experiments/results/e2e-yolov8n.jsonl
+    python experiments/cost_model_limits.py --log experiments/results/dataset-yolo.jsonl [--model xgb@pooled]
 """
 
 from __future__ import annotations
@@ -20,17 +21,29 @@ import numpy as np
 
 from autosearch.cost_model import make_cost_model
 from cost_models.evaluate import pairwise_accuracy, task_metrics
-from cost_models.features import build_dataset, pool, read_logs
+from cost_models.features import build_dataset, read_logs
 
 log = logging.getLogger("cost_model_limits")
 
 
-def held_out(X, y, groups, folds, model: str, seed: int) -> dict[str, float]:
-    """Mean held-out metrics over ``folds``, plus pairwise accuracy on pairs > 10% apart."""
+RATIOS = (1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, np.inf)
+
+
+def held_out(X, y, groups, folds, model: str, seed: int, by_ratio: dict | None = None) -> dict[str, float]:
+    """Mean held-out metrics over ``folds``, plus pairwise accuracy on pairs > 10% apart; ``by_ratio``
+    collects (pairs, right) per throughput-ratio bucket."""
     rows = []
     for g in folds:
         train, test = groups != g, groups == g
         pred = make_cost_model(model, seed=seed).fit(X[train], y[train], groups[train]).predict(X[test])
+        if by_ratio is not None:
+            yt = y[test]
+            ratio = yt[:, None] / yt[None, :]
+            right = pred[:, None] > pred[None, :]
+            for lo, hi in zip(RATIOS[:-1], RATIOS[1:]):
+                sel = (ratio > lo) & (ratio <= hi)
+                pairs, ok = by_ratio.get((lo, hi), (0, 0))
+                by_ratio[(lo, hi)] = (pairs + int(sel.sum()), ok + int(right[sel].sum()))
         metrics = task_metrics(y[test], pred, ranker=True)
         metrics.pop("rmse")  # scores, not throughputs, for a ranker
         yt = y[test]
@@ -53,24 +66,29 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
 
     data = build_dataset(read_logs([args.log, *args.extra_log]), encoding=False)
-    own = build_dataset(read_logs([args.log]), encoding=False)
-    folds = [data.task_keys.index(k) for k in own.task_keys]
-    X, y, groups = pool(data.per_store, data.flops), data.y, data.groups
+    own_keys = list(dict.fromkeys(r.task_key for r in read_logs([args.log])[0].trials()))
+    folds = [data.task_keys.index(k) for k in own_keys if k in data.task_keys]
+    X, y, groups = data.X(make_cost_model(args.model).input_kind), data.y, data.groups
 
     rng = np.random.default_rng(args.seed)
     within = []
     for g in folds:
         idx = rng.permutation(np.flatnonzero(groups == g))
         train, test = idx[: args.train], idx[args.train:]
-        model = make_cost_model(args.model, seed=args.seed).fit(X[train], y[train])
+        model = make_cost_model(args.model, seed=args.seed).fit(X[train], y[train], groups[train])
         within.append(pairwise_accuracy(y[test], model.predict(X[test])))
     log.info("within one task (%d train records): pairwise accuracy median %.3f, range %.2f-%.2f",
              args.train, np.median(within), min(within), max(within))
 
     dataset_only = np.isin(groups, folds)
-    alone = held_out(X[dataset_only], y[dataset_only], groups[dataset_only], folds, args.model, args.seed)
+    by_ratio: dict = {}
+    alone = held_out(X[dataset_only], y[dataset_only], groups[dataset_only], folds, args.model, args.seed, by_ratio)
     log.info("held out, trained on %s only (%d records): %s", args.log, int(dataset_only.sum()),
              " ".join(f"{k}={v:.3f}" for k, v in alone.items()))
+    total = sum(p for p, _ in by_ratio.values())
+    for (lo, hi), (pairs, ok) in by_ratio.items():
+        log.info("pairs %.2f-%sx apart: %5.1f%% of pairs, ordered %.3f right", lo,
+                 f"{hi:.2f}" if np.isfinite(hi) else "inf", 100 * pairs / max(1, total), ok / max(1, pairs))
     if args.extra_log:
         more = held_out(X, y, groups, folds, args.model, args.seed)
         log.info("held out, plus %d records of %d tasks from the extra logs: %s", int((~dataset_only).sum()),
