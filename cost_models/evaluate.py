@@ -134,9 +134,10 @@ class EvaluationReport:
     logs: list[str]
     n_records: int
     task_names: list[str]
-    extract_secs_per_record: float  # trace replay + TVM's PerStoreFeature
+    extract_secs_per_record: float  # trace replay (+ TVM's PerStoreFeature when ``tvm_features``)
     held_out: int = 0  # tasks evaluated as held out (the others only train)
     loop_secs_per_record: float = 0.0
+    tvm_features: bool = True  # did any model need PerStoreFeature
     y_true: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     groups: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
     png: str | None = None
@@ -170,7 +171,8 @@ class EvaluationReport:
         tasks = (f"{len(self.task_names)} tasks" if self.held_out in (0, len(self.task_names))
                  else f"{self.held_out} of {len(self.task_names)} tasks (the rest train only)")
         return (f"leave-one-task-out over {tasks}, {self.n_records} records; "
-                f"feature extraction {1000 * self.extract_secs_per_record:.1f} ms per record (replay + TVM's)"
+                f"feature extraction {1000 * self.extract_secs_per_record:.1f} ms per record "
+                f"({'replay + TVM' if self.tvm_features else 'trace replay'})"
                 + (f", loop features {1000 * self.loop_secs_per_record:.1f} ms" if self.loop_secs_per_record else ""))
 
     @property
@@ -278,8 +280,7 @@ def compare_models(
     if not models:
         raise UserError("no cost models to compare")
     kinds = {make_cost_model(spec, seed=seed).input_kind for spec in models}  # fails fast on an unknown name
-    dataset = build_dataset(read_logs(list(logs)), encoding="encoding" in kinds, keep_programs="program" in kinds,
-                            loop=bool(kinds & {"loop", "pooled+loop"}))
+    dataset = build_dataset(read_logs(list(logs)), kinds=kinds)
     if len(dataset.task_keys) < 2:
         raise UserError(f"leave-one-task-out needs records of at least 2 tasks; the logs have "
                         f"{len(dataset.task_keys)} ({len(dataset)} valid trials with traces)")
@@ -300,6 +301,7 @@ def compare_models(
         results=results, logs=list(logs), n_records=len(dataset),
         task_names=[dataset.task_names[k] for k in dataset.task_keys], held_out=len(folds),
         extract_secs_per_record=dataset.secs_per_record, loop_secs_per_record=dataset.loop_secs_per_record,
+        tvm_features=bool(dataset.per_store),
         y_true=dataset.y, groups=dataset.groups,
     )
     if out_png:

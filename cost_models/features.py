@@ -188,8 +188,8 @@ class FeatureDataset:
     per_store: list[np.ndarray]
     encoding: list[np.ndarray | None]
     programs: list[Program | None] = field(default_factory=list)
-    loop: list[np.ndarray] = field(default_factory=list)  # loop-feature vectors (when built with loop=True)
-    extract_secs: float = 0.0  # wall time of trace replay + PerStoreFeature, all records
+    loop: list[np.ndarray] = field(default_factory=list)  # loop-feature vectors, when a kind needs them
+    extract_secs: float = 0.0  # wall time of trace replay (+ PerStoreFeature when built), all records
     loop_secs: float = 0.0  # wall time of the loop features, all records
     replay_failures: int = 0
 
@@ -212,7 +212,9 @@ class FeatureDataset:
         """Model input of ``kind`` (one of ``INPUT_KINDS``) for all rows, or for ``rows``."""
         idx = np.arange(len(self)) if rows is None else np.asarray(rows)
         if kind in ("loop", "pooled+loop") and not self.loop:
-            raise ValueError("dataset was built without loop=True")
+            raise ValueError("dataset was built without the loop features")
+        if kind in ("pooled", "pooled+loop", "per_store") and not self.per_store:
+            raise ValueError("dataset was built without TVM's per-store features")
         if kind == "loop":
             return np.stack([self.loop[i] for i in idx]) if len(idx) else np.zeros((0, LOOP_WIDTH), np.float32)
         if kind == "pooled":
@@ -229,7 +231,7 @@ class FeatureDataset:
             return pad_columns([self.encoding[i] for i in idx], width)  # type: ignore[misc]
         if kind == "program":
             if not self.programs:
-                raise ValueError("dataset was built without keep_programs=True")
+                raise ValueError("dataset was built without programs")
             out = np.empty(len(idx), dtype=object)
             for j, i in enumerate(idx):
                 out[j] = self.programs[i]
@@ -258,18 +260,26 @@ def valid_trials(contents: LogContents) -> list[Record]:
 def build_dataset(
     logs: Iterable[LogContents],
     *,
-    encoding: bool = True,
-    keep_programs: bool = False,
-    loop: bool = True,
+    kinds: Iterable[str] = INPUT_KINDS,
 ) -> FeatureDataset:
-    """Featurise every valid trial of the logs (records whose task header is missing are skipped).
+    """Featurise every valid trial of the logs (records whose task header is missing are skipped), with
+    what the model input ``kinds`` need (``FeatureDataset.X``), and only that:
 
-    ``encoding`` also builds each task's DecisionSpace (~0.2-1 s per task) for the decision encoding;
-    ``keep_programs`` keeps the replayed schedules for models that featurise themselves (``tvm-xgb``);
-    ``loop`` computes the loop features too (~3 ms per record).
+    ``PerStoreFeature`` (~10 ms per record) for ``pooled``, ``pooled+loop``, ``per_store`` and
+    ``program`` (the replayed schedules, for models that featurise themselves: ``tvm-xgb``); the loop
+    features (~3 ms) for ``loop`` and ``pooled+loop``; each task's DecisionSpace (~0.2-1 s per task) for
+    ``encoding``. Every kind pays for replaying the traces (~15-25 ms per record).
     """
     from autosearch.space import DecisionSpace
     from autosearch.task import TuningTask
+
+    kinds = set(kinds)
+    if unknown := kinds - set(INPUT_KINDS):
+        raise ValueError(f"unknown input kinds {sorted(unknown)}; one of {INPUT_KINDS}")
+    keep_programs = "program" in kinds
+    encoding = "encoding" in kinds
+    want_per_store = bool(kinds & {"pooled", "pooled+loop", "per_store", "program"})
+    loop = bool(kinds & {"loop", "pooled+loop"})
 
     task_keys: list[str] = []
     names: dict[str, str] = {}
@@ -310,7 +320,7 @@ def build_dataset(
                 except Exception as exc:  # noqa: BLE001 - TVM raises many types for a trace it cannot replay
                     failures += 1
                     log.warning("cannot replay a trace of %s: %s", rec.task_name, str(exc).splitlines()[-1:])
-            matrices = feat.per_store(schedules)
+            matrices = feat.per_store(schedules) if want_per_store else [None] * len(schedules)
             spent += time.perf_counter() - start
             if loop:
                 start = time.perf_counter()
@@ -324,7 +334,8 @@ def build_dataset(
                 latency.append(rec.latency)
                 flops.append(rec.flops or feat.task.flops)
                 configs.append(rec.config)
-                per_store.append(m)
+                if m is not None:
+                    per_store.append(m)
                 space = spaces.get(key)
                 encodings.append(encode(space, rec.config) if space is not None else None)
                 if keep_programs:  # with its features: tvm-xgb then skips re-extracting them every fold

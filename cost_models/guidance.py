@@ -8,7 +8,7 @@ measured data of the task, plus warm-start records from other tasks or earlier l
 Two feature sets (``features=``):
 
 - ``"tvm"``: features of the applied TVM program (``space.apply``, ~10 ms, then the model's own
-  input kind: loop features ~3 ms, or MetaSchedule's ``PerStoreFeature`` ~2 ms, per config here).
+  input kind: loop features ~3 ms, or MetaSchedule's ``PerStoreFeature`` ~10 ms, per config here).
   Transfers across tasks, so warm-start records of *other* tasks help; the only choice for ``mlp``
   and ``tvm-xgb``.
 - ``"encoding"``: ``DecisionSpace.encode`` of the config (~20 us per config, no apply). Means
@@ -126,6 +126,8 @@ class ModelScorer:
         self.min_records = min_records
         model_kind = getattr(model, "input_kind", "pooled")
         contents, loose = _split_warm(warm_start)
+        if features is None and model_kind == "encoding":  # xgb@encoding: the model's own choice
+            features = "encoding"
         if features is None:
             other_tasks = any(r.task_key != task.workload_key for c in contents for r in c.trials() if r.ok)
             needs_program = model_kind in ("per_store", "program")
@@ -134,6 +136,8 @@ class ModelScorer:
             raise ValueError(f"features must be one of {FEATURE_SETS}, not {features!r}")
         if features == "encoding" and model_kind in ("per_store", "program"):
             raise ValueError(f"{type(model).__name__} needs program features (features='tvm')")
+        if features == "tvm" and model_kind == "encoding":
+            raise ValueError(f"{type(model).__name__} was made for decision encodings (features='encoding')")
         self.features = features
         self.input_kind = "encoding" if features == "encoding" else model_kind
         self.stats = ScorerStats()
@@ -214,10 +218,10 @@ class ModelScorer:
         if self.input_kind == "loop":
             return np.stack(list(items)) if items else np.zeros((0, LOOP_WIDTH), dtype=np.float32)
         if self.input_kind == "pooled+loop":
-            return np.hstack([self._X_pooled([m for m, _ in items], flops),
+            return np.hstack([pool([m for m, _ in items], np.asarray(flops)),
                               np.stack([v for _, v in items]).reshape(len(items), LOOP_WIDTH)])
         if self.input_kind == "pooled":
-            return self._X_pooled(items, flops)
+            return pool(list(items), np.asarray(flops))
         if self.input_kind == "per_store":
             return stack_per_store(list(items))
         if self.input_kind == "encoding":
@@ -226,10 +230,6 @@ class ModelScorer:
         for i, item in enumerate(items):
             out[i] = item
         return out
-
-    @staticmethod
-    def _X_pooled(items: Sequence[Any], flops: Sequence[float]) -> np.ndarray:
-        return pool(list(items), np.asarray(flops))
 
     # ------------------------------------------------------------------ warm start
     def _load_warm(self, contents: list[LogContents], loose: list[Record]) -> None:
@@ -258,8 +258,7 @@ class ModelScorer:
             self._warm.extend(_Example(it, self.task.flops, r.latency, own)
                               for it, r in zip(items, with_trace))
         if contents:
-            ds = build_dataset(contents, encoding=False, keep_programs=self.input_kind == "program",
-                               loop=self.input_kind in ("loop", "pooled+loop"))
+            ds = build_dataset(contents, kinds=(self.input_kind,))
             items = self._dataset_items(ds)
             for i, item in enumerate(items):
                 key = ds.task_keys[ds.groups[i]]

@@ -26,10 +26,10 @@ whole vector is ``sign(x) log2(1 + |x|)`` (tree models do not care; scaled regre
 
 Measured on the 13-task YOLO dataset (``experiments/make_dataset.py``, 2,340 records, 2026-11-23,
 leave one task out, 3 seeds): XGBoost 0.724 -> 0.793 pairwise accuracy and 0.50 -> 0.72 top-1 against
-the same model on pooled ``PerStoreFeature``; random forest 0.708 -> 0.796. The instruction
-estimate alone, with no learning, orders the held-out pairs 0.757 right. Extraction: ~3 ms per
-schedule (pure Python over the TIR, index expressions compiled to tuples once), against ~2 ms for
-``PerStoreFeature`` (C++).
+the same model on pooled ``PerStoreFeature``; random forest 0.708 -> 0.792. The instruction
+estimate alone, with no learning, orders the held-out pairs 0.758 right. Extraction: ~3 ms per
+schedule (pure Python over the TIR, index expressions compiled to tuples once), against ~10 ms for
+``PerStoreFeature`` (C++, with its candidate wrapping).
 
 How each effect was found: reading the assembly of kernels the pooled model misranked (vinsertps
 chains from guarded padding loads, gathers from LLVM-vectorised strided loops, accumulators reloaded
@@ -297,7 +297,7 @@ def _step(nest: Nest, acc: Access, loop: Loop) -> int:
 
 def _moves(nest: Nest, acc: Access, loop: Loop) -> bool:
     """Does the address of ``acc`` change when ``loop`` steps (others fixed at 0)?"""
-    return _flat(nest, acc, {loop.var: (1, 1)})[0] != _flat(nest, acc, {})[0]
+    return _step(nest, acc, loop) != 0
 
 
 def vector_pieces(v: int, lanes: int) -> int:

@@ -65,10 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
 
-    data = build_dataset(read_logs([args.log, *args.extra_log]), encoding=False)
+    kind = make_cost_model(args.model).input_kind
+    data = build_dataset(read_logs([args.log, *args.extra_log]), kinds=(kind,))
     own_keys = list(dict.fromkeys(r.task_key for r in read_logs([args.log])[0].trials()))
     folds = [data.task_keys.index(k) for k in own_keys if k in data.task_keys]
-    X, y, groups = data.X(make_cost_model(args.model).input_kind), data.y, data.groups
+    X, y, groups = data.X(kind), data.y, data.groups
 
     rng = np.random.default_rng(args.seed)
     within = []

@@ -32,7 +32,7 @@ def contents():
 def dataset(contents):
     from cost_models.features import build_dataset
 
-    return build_dataset([contents], encoding=True, keep_programs=True)
+    return build_dataset([contents])  # every input kind
 
 
 @pytest.fixture(scope="session")

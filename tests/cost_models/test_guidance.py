@@ -110,6 +110,10 @@ def test_feature_choice(held_out_task):
     assert ModelScorer(make_cost_model("mlp"), space, task).features == "tvm"
     with pytest.raises(ValueError, match="program features"):
         ModelScorer(make_cost_model("tvm-xgb"), space, task, features="encoding")
+    # a model made for decision encodings gets them, even where program features would be the default
+    assert ModelScorer(make_cost_model("xgb@encoding"), space, task).features == "encoding"
+    with pytest.raises(ValueError, match="decision encodings"):
+        ModelScorer(make_cost_model("xgb@encoding"), space, task, features="tvm")
 
 
 @pytest.mark.parametrize("name", ["tvm-xgb", "mlp"])

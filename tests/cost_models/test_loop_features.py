@@ -125,6 +125,19 @@ def test_dataset_loop_features(dataset):
     assert both.shape == (160, dataset.X("pooled").shape[1] + WIDTH)
 
 
+def test_dataset_builds_only_what_its_kinds_need(contents, dataset):
+    """Loop-feature models skip TVM's PerStoreFeature (~10 ms per record): the same rows, nothing else."""
+    from cost_models.features import build_dataset
+
+    only_loop = build_dataset([contents], kinds=("loop",))
+    assert np.array_equal(only_loop.X("loop"), dataset.X("loop"))
+    assert not only_loop.per_store and not only_loop.programs and all(e is None for e in only_loop.encoding)
+    with pytest.raises(ValueError, match="per-store"):
+        only_loop.X("pooled")
+    with pytest.raises(ValueError, match="unknown input kinds"):
+        build_dataset([contents], kinds=("pixels",))
+
+
 def test_instruction_estimate_alone_orders_configs(dataset):
     """No learning: fewer estimated instructions per FLOP = faster, on every task of the committed dataset."""
     column = FEATURE_NAMES.index("all_est_total")
