@@ -479,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", action="append", required=True, help="tuning log or TVM database dir (repeatable)")
     p.add_argument("--models", default="xgb,xgb-rank,rf,gbr,mlp,xgb@pooled,tvm-xgb",  # evaluate.DEFAULT_MODELS
                    help="comma-separated cost models; model@features picks the features of a tabular one "
-                        "(loop, pooled, pooled+loop, encoding)")
+                        "(loop, pooled, pooled+loop, asm, loop+asm, encoding)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--markdown", help="also write the table as Markdown")
     p.add_argument("--plot", help="predicted-vs-measured PNG (default: compare-models.png)")

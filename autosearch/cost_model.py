@@ -32,7 +32,7 @@ COST_MODELS: dict[str, str] = {
 }
 SKLEARN_PREFIX = "sklearn:"  # sklearn:<EstimatorName>, e.g. sklearn:KNeighborsRegressor
 # "model@features" picks the feature set of a tabular model (xgb, xgb-rank, rf, gbr, sklearn:...)
-FEATURE_SETS = ("loop", "pooled", "pooled+loop", "encoding")
+FEATURE_SETS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding")
 
 
 @runtime_checkable
@@ -81,7 +81,7 @@ def split_features(spec: str) -> tuple[str, str | None]:
 def make_cost_model(name: str, *, seed: int = 0) -> CostModel:
     """A cost model by name: ``xgb``, ``xgb-rank``, ``rf``, ``gbr``, ``mlp``, ``tvm-xgb``, ``sklearn:<Estimator>``,
     optionally with a feature set for the tabular ones: ``xgb@pooled`` (TVM's pooled per-store features),
-    ``rf@pooled+loop``; their default is ``loop``."""
+    ``rf@pooled+loop``, ``xgb@loop+asm`` (adds the compiled kernel's instruction mix); their default is ``loop``."""
     base, features = split_features(name)
     kwargs = {"input_kind": features} if features else {}
     if base.startswith(SKLEARN_PREFIX):

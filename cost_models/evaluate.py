@@ -137,6 +137,7 @@ class EvaluationReport:
     extract_secs_per_record: float  # trace replay (+ TVM's PerStoreFeature when ``tvm_features``)
     held_out: int = 0  # tasks evaluated as held out (the others only train)
     loop_secs_per_record: float = 0.0
+    asm_secs_per_record: float = 0.0  # LLVM build + assembly parse, when a model reads ``asm``
     tvm_features: bool = True  # did any model need PerStoreFeature
     y_true: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     groups: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -173,7 +174,9 @@ class EvaluationReport:
         return (f"leave-one-task-out over {tasks}, {self.n_records} records; "
                 f"feature extraction {1000 * self.extract_secs_per_record:.1f} ms per record "
                 f"({'replay + TVM' if self.tvm_features else 'trace replay'})"
-                + (f", loop features {1000 * self.loop_secs_per_record:.1f} ms" if self.loop_secs_per_record else ""))
+                + (f", loop features {1000 * self.loop_secs_per_record:.1f} ms" if self.loop_secs_per_record else "")
+                + (f", assembly features (build + parse) {1000 * self.asm_secs_per_record:.0f} ms"
+                   if self.asm_secs_per_record else ""))
 
     @property
     def table(self):
@@ -200,7 +203,8 @@ class EvaluationReport:
         return {
             "logs": self.logs, "n_records": self.n_records, "tasks": self.task_names, "held_out": self.held_out,
             "extract_secs_per_record": self.extract_secs_per_record,
-            "loop_secs_per_record": self.loop_secs_per_record, "png": self.png,
+            "loop_secs_per_record": self.loop_secs_per_record, "asm_secs_per_record": self.asm_secs_per_record,
+            "png": self.png,
             "models": [
                 {"name": r.name, "error": r.error, "fit_secs": r.fit_secs, "predict_secs": r.predict_secs,
                  "mean": {m: r.mean(m) for m, _ in METRICS}, "per_task": r.per_task}
@@ -301,6 +305,7 @@ def compare_models(
         results=results, logs=list(logs), n_records=len(dataset),
         task_names=[dataset.task_names[k] for k in dataset.task_keys], held_out=len(folds),
         extract_secs_per_record=dataset.secs_per_record, loop_secs_per_record=dataset.loop_secs_per_record,
+        asm_secs_per_record=dataset.asm_secs_per_record,
         tvm_features=bool(dataset.per_store),
         y_true=dataset.y, groups=dataset.groups,
     )

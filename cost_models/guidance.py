@@ -8,7 +8,8 @@ measured data of the task, plus warm-start records from other tasks or earlier l
 Two feature sets (``features=``):
 
 - ``"tvm"``: features of the applied TVM program (``space.apply``, ~10 ms, then the model's own
-  input kind: loop features ~3 ms, or MetaSchedule's ``PerStoreFeature`` ~10 ms, per config here).
+  input kind: loop features ~3 ms, MetaSchedule's ``PerStoreFeature`` ~10 ms, or an LLVM build for the
+  assembly features 0.4-1 s, per config here).
   Transfers across tasks, so warm-start records of *other* tasks help; the only choice for ``mlp``
   and ``tvm-xgb``.
 - ``"encoding"``: ``DecisionSpace.encode`` of the config (~20 us per config, no apply). Means
@@ -33,6 +34,7 @@ import numpy as np
 
 from autosearch.records import Config, LogContents, MeasureResult, Record
 from cost_models.features import (
+    ASM_WIDTH,
     LOOP_WIDTH,
     TaskFeaturizer,
     build_dataset,
@@ -44,6 +46,8 @@ from cost_models.features import (
 )
 
 log = logging.getLogger(__name__)
+
+_VECTOR_WIDTH = {"loop": LOOP_WIDTH, "asm": ASM_WIDTH, "loop+asm": LOOP_WIDTH + ASM_WIDTH}  # one vector per config
 
 FEATURE_SETS = ("tvm", "encoding")
 # Measured on tests/data/small_dataset.jsonl (4 tiny-YOLOv2 conv tasks x 40 records; train a scorer on
@@ -200,6 +204,10 @@ class ModelScorer:
             return self._featurizer.programs(schedules)
         if kind == "loop":
             return self._featurizer.loop(schedules)
+        if kind == "asm":
+            return self._featurizer.asm(schedules)
+        if kind == "loop+asm":
+            return [np.concatenate(v) for v in zip(self._featurizer.loop(schedules), self._featurizer.asm(schedules))]
         if kind == "pooled+loop":
             return list(zip(self._featurizer.per_store(schedules), self._featurizer.loop(schedules)))
         return self._featurizer.per_store(schedules)
@@ -210,13 +218,16 @@ class ModelScorer:
             return list(ds.programs)
         if kind == "loop":
             return list(ds.loop)
+        if kind in ("asm", "loop+asm"):
+            return list(ds.X(kind))
         if kind == "pooled+loop":
             return list(zip(ds.per_store, ds.loop))
         return list(ds.per_store)
 
     def _X(self, items: Sequence[Any], flops: Sequence[float]) -> np.ndarray:
-        if self.input_kind == "loop":
-            return np.stack(list(items)) if items else np.zeros((0, LOOP_WIDTH), dtype=np.float32)
+        if self.input_kind in _VECTOR_WIDTH:
+            width = _VECTOR_WIDTH[self.input_kind]
+            return np.stack(list(items)) if items else np.zeros((0, width), dtype=np.float32)
         if self.input_kind == "pooled+loop":
             return np.hstack([pool([m for m, _ in items], np.asarray(flops)),
                               np.stack([v for _, v in items]).reshape(len(items), LOOP_WIDTH)])

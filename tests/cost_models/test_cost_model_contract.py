@@ -10,7 +10,7 @@ from autosearch.errors import UserError
 from cost_models import learned, sklearn_model, tvm_xgb, xgboost_model
 from cost_models.evaluate import pairwise_accuracy as pairwise
 
-MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "xgb@pooled", "rf@pooled+loop",
+MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "xgb@pooled", "rf@pooled+loop", "xgb-rank@loop+asm",
           "sklearn:KNeighborsRegressor", "sklearn:ExtraTreesRegressor"]
 LOADERS = {
     xgboost_model.XGBCostModel: xgboost_model.load,
