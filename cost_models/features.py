@@ -354,9 +354,9 @@ def build_dataset(
             if assembly:
                 start = time.perf_counter()
                 asms.extend(feat.asm(schedules))
-                asm_spent += time.perf_counter() - start
-                log.info("assembly features of %s: %d builds, %.1f s", records[0].task_name, len(schedules),
-                         time.perf_counter() - start)
+                secs = time.perf_counter() - start
+                asm_spent += secs
+                log.info("assembly features of %s: %d builds, %.1f s", records[0].task_name, len(schedules), secs)
             if key not in task_keys:
                 task_keys.append(key)
                 names[key] = records[0].task_name

@@ -216,9 +216,7 @@ class ModelScorer:
         kind = self.input_kind
         if kind == "program":
             return list(ds.programs)
-        if kind == "loop":
-            return list(ds.loop)
-        if kind in ("asm", "loop+asm"):
+        if kind in _VECTOR_WIDTH:
             return list(ds.X(kind))
         if kind == "pooled+loop":
             return list(zip(ds.per_store, ds.loop))
