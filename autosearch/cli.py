@@ -376,8 +376,13 @@ def cmd_compare_models(args: argparse.Namespace) -> int:
                 ids[model] = bar.add_task(f"{model}: held-out tasks", total=total)
             bar.update(ids[model], completed=done)
 
+        def on_featurise(done: int, total: int) -> None:
+            if "records" not in ids:
+                ids["records"] = bar.add_task("featurising records", total=total)
+            bar.update(ids["records"], completed=done)
+
         report = compare_models(args.log, models, seed=args.seed, out_png=png, min_records=args.min_records,
-                                on_fold=on_fold)
+                                on_fold=on_fold, on_featurise=on_featurise)
     console.print(report.table)
     if args.markdown:
         with open(args.markdown, "w") as fh:

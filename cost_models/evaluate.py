@@ -266,6 +266,7 @@ def compare_models(
     out_png: str | None = None,
     min_records: int = 1,
     on_fold: Callable[[str, int, int], None] | None = None,
+    on_featurise: Callable[[int, int], None] | None = None,
 ) -> EvaluationReport:
     """Leave-one-task-out comparison of cost models on the valid trials of tuning logs.
 
@@ -273,7 +274,8 @@ def compare_models(
     read_database`` exists); ``models`` are registry names, optionally with a feature set (``xgb@pooled``). A model that
     fails is reported in its row, the others still run. Writes the predicted-vs-measured PNG to
     ``out_png`` when given. Only tasks with at least ``min_records`` valid records are held out (all
-    train); ``on_fold(model, done, total)`` reports progress.
+    train); ``on_fold(model, done, total)`` reports progress, ``on_featurise(records_done, records_total)``
+    that of featurising the records (minutes with the assembly features).
     """
     from autosearch.cost_model import make_cost_model
     from cost_models.features import build_dataset, read_logs
@@ -284,7 +286,7 @@ def compare_models(
     if not models:
         raise UserError("no cost models to compare")
     kinds = {make_cost_model(spec, seed=seed).input_kind for spec in models}  # fails fast on an unknown name
-    dataset = build_dataset(read_logs(list(logs)), kinds=kinds)
+    dataset = build_dataset(read_logs(list(logs)), kinds=kinds, on_progress=on_featurise)
     if len(dataset.task_keys) < 2:
         raise UserError(f"leave-one-task-out needs records of at least 2 tasks; the logs have "
                         f"{len(dataset.task_keys)} ({len(dataset)} valid trials with traces)")

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -283,6 +283,7 @@ def build_dataset(
     logs: Iterable[LogContents],
     *,
     kinds: Iterable[str] = INPUT_KINDS,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> FeatureDataset:
     """Featurise every valid trial of the logs (records whose task header is missing are skipped), with
     what the model input ``kinds`` need (``FeatureDataset.X``), and only that:
@@ -292,6 +293,7 @@ def build_dataset(
     features (~3 ms) for ``loop``, ``pooled+loop`` and ``loop+asm``; an LLVM build (0.4-1 s, on all
     cores) for ``asm`` and ``loop+asm``; each task's DecisionSpace (~0.2-1 s per task) for
     ``encoding``. Every kind pays for replaying the traces (~15-25 ms per record).
+    ``on_progress(records_done, records_total)`` is called after each task's records.
     """
     from autosearch.space import DecisionSpace
     from autosearch.task import TuningTask
@@ -320,15 +322,23 @@ def build_dataset(
     spent = loop_spent = asm_spent = 0.0
     featurizers: dict[str, TaskFeaturizer] = {}
     spaces: dict[str, Any] = {}
+    grouped: list[tuple[LogContents, dict[str, list[Record]]]] = []
     for contents in logs:
         by_task: dict[str, list[Record]] = {}
         for rec in valid_trials(contents):
             by_task.setdefault(rec.task_key, []).append(rec)
+        grouped.append((contents, by_task))
+    total = sum(len(records) for _, by_task in grouped for records in by_task.values())
+    done = 0
+    for contents, by_task in grouped:
         for key, records in by_task.items():
+            done += len(records)
             header = contents.tasks.get(key)
             if header is None:
                 log.warning("%s: no task header for %s, skipping its %d records", contents.path, key,
                             len(records))
+                if on_progress is not None:
+                    on_progress(done, total)
                 continue
             if key not in featurizers:
                 featurizers[key] = TaskFeaturizer(TuningTask.from_json(header))
@@ -371,6 +381,8 @@ def build_dataset(
                 encodings.append(encode(space, rec.config) if space is not None else None)
                 if keep_programs:  # with its features: tvm-xgb then skips re-extracting them every fold
                     programs.append(Program(feat.context, feat.candidates([sch])[0], key, features=m))
+            if on_progress is not None:
+                on_progress(done, total)
     return FeatureDataset(
         task_keys=task_keys, task_names=names, groups=np.asarray(groups, dtype=np.int64),
         latency=np.asarray(latency, dtype=np.float64), flops=np.asarray(flops, dtype=np.float64),

@@ -143,7 +143,9 @@ def test_dataset_builds_only_what_its_kinds_need(contents, dataset):
     """Loop-feature models skip TVM's PerStoreFeature (~10 ms per record): the same rows, nothing else."""
     from cost_models.features import build_dataset
 
-    only_loop = build_dataset([contents], kinds=("loop",))
+    progress = []
+    only_loop = build_dataset([contents], kinds=("loop",), on_progress=lambda *done_total: progress.append(done_total))
+    assert progress == [(40, 160), (80, 160), (120, 160), (160, 160)]  # after each task's records
     assert np.array_equal(only_loop.X("loop"), dataset.X("loop"))
     assert not only_loop.per_store and not only_loop.programs and all(e is None for e in only_loop.encoding)
     with pytest.raises(ValueError, match="per-store"):
