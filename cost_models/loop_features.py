@@ -106,8 +106,10 @@ class Nest:
     loops: list[Loop]
     bindings: list  # (block var key, compiled value over loop vars / outer block vars, iter type)
     accesses: list[Access]
-    ops: int  # arithmetic operations per innermost iteration
+    ops: int  # arithmetic operations on loaded data per innermost iteration
     reduce_loops: set[int] = field(default_factory=set)  # loops that drive a reduction block var
+    const_ops: int = 0  # operations on indices and constants alone (folded when their loops are unrolled)
+    const_vars: frozenset = frozenset()  # the variables those operations read
 
     def env(self, ranges: dict) -> dict:
         """Intervals of the loop vars in ``ranges`` (others 0) extended with the block vars' intervals."""
@@ -182,24 +184,32 @@ _OPS = {"Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Mod", "Min", "Max",
         "GE", "EQ", "NE", "And", "Or", "Not"}
 
 
-def _collect(expr, loads: list, counter: list, guarded: bool = False) -> None:
-    """(load, guarded) pairs of an expression, and its count of operations."""
+def _collect(expr, loads: list, counter: list, guarded: bool = False, const_vars: set | None = None) -> bool:
+    """Collect the (load, guarded) pairs of an expression and count its operations; returns whether it
+    reads a buffer. ``counter[0]`` counts operations on loaded data, ``counter[1]`` those on loop indices and
+    constants alone (``const_vars`` gets their variables): Winograd's transform matrices are such chains of
+    selects, 36 deep, that LLVM folds to constants once the loops they depend on are unrolled."""
     t = type(expr).__name__
     if t in ("BufferLoad", "TensorLoad"):  # TensorLoad: TVM 0.27's load, its buffer in ``source``
         loads.append((expr, guarded))
-        return
-    if t in _OPS:
-        counter[0] += 1
+        return True
+    if t == "Var":
+        if const_vars is not None:
+            const_vars.add(var_key(expr))
+        return False
+    reads = False
     if t == "Call":
-        counter[0] += 1
         is_guard = getattr(expr.op, "name", "") == "prim.if_then_else"
         for i, a in enumerate(expr.args):
-            _collect(a, loads, counter, guarded or (is_guard and i > 0))
-        return
-    for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
-        sub = getattr(expr, attr, None)
-        if sub is not None and not isinstance(sub, (int, float, str)) and hasattr(sub, "ty"):
-            _collect(sub, loads, counter, guarded)
+            reads |= _collect(a, loads, counter, guarded or (is_guard and i > 0), const_vars)
+    else:
+        for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+            sub = getattr(expr, attr, None)
+            if sub is not None and not isinstance(sub, (int, float, str)) and hasattr(sub, "ty"):
+                reads |= _collect(sub, loads, counter, guarded, const_vars)
+    if t in _OPS or t == "Call":
+        counter[0 if reads else 1] += 1
+    return reads
 
 
 # ------------------------------------------------------------------ walking TIR
@@ -244,8 +254,9 @@ def _visit(stmt, loops: list[Loop], bindings: list, out: list[Nest]) -> None:
 
 def _nest(block, store, loops, bindings) -> Nest:
     loads: list = []
-    counter = [0]
-    _collect(store.value, loads, counter)
+    counter = [0, 0]
+    const_vars: set = set()
+    _collect(store.value, loads, counter, const_vars=const_vars)
     accesses = [Access.of(store.buffer, list(store.indices), write=True)]
     seen = {(accesses[0].name, str(accesses[0].indices))}
     for ld, guarded in loads:
@@ -255,7 +266,8 @@ def _nest(block, store, loops, bindings) -> Nest:
         if key not in seen:
             seen.add(key)
             accesses.append(acc)
-    nest = Nest(block.name_hint, list(loops), bindings, accesses, counter[0])
+    nest = Nest(block.name_hint, list(loops), bindings, accesses, counter[0], const_ops=counter[1],
+                const_vars=frozenset(const_vars))
     zero = nest.env({})
     for i, loop in enumerate(loops):
         if loop.extent > 1:
@@ -417,6 +429,21 @@ def analyse(nest: Nest, machine: Machine) -> dict[str, float]:
         else:
             loads += ops
     spill = max(0.0, live - (machine.vector_registers - 4))
+    # operations on indices and constants: folded where every loop that changes them is unrolled, else run
+    # (LICM-hoisted) once per iteration of the innermost remaining loop that changes them, per unrolled copy
+    const = 0.0
+    if nest.const_ops:
+        zero = nest.env({})
+        moving = []
+        for j, lp in enumerate(loops):
+            if ext[j] > 1:
+                env = nest.env({lp.var: (1, 1)})
+                if any(env.get(v) != zero.get(v) for v in nest.const_vars):
+                    moving.append(j)
+        runtime = [j for j in moving if j < first_unrolled]
+        if runtime:
+            copies = float(np.prod([ext[j] for j in moving if j >= first_unrolled])) if moving else 1.0
+            const = nest.const_ops * trips_outside[max(runtime) + 1] * copies
     arith = nest.ops * body_steps * (pieces if vloop else 1.0)
     feats["vec_len"] = v
     feats["vec_implicit"] = implicit
@@ -431,7 +458,8 @@ def analyse(nest: Nest, machine: Machine) -> dict[str, float]:
     feats["est_scattered"] = body_runs * scattered
     feats["est_spills"] = body_runs * spill * 2
     feats["est_loop_overhead"] = body_runs * 3.0
-    feats["est_total"] = body_runs * (arith + loads + stores + spill * 2 + 3.0)
+    feats["est_const"] = const
+    feats["est_total"] = body_runs * (arith + loads + stores + spill * 2 + 3.0) + const
     feats["vec_write"] = {"contiguous": 1.0, "broadcast": 0.5, "scattered": -1.0}.get(kinds[0], 0.0)
     feats["vec_reads_scattered"] = float(sum(k == "scattered" for k in kinds[1:]))
     feats["vec_reads_contiguous"] = float(sum(k == "contiguous" for k in kinds[1:]))
@@ -471,12 +499,12 @@ NEST_KEYS = (
     "iters", "ops", "bytes_touched", *(f"traffic_{c}" for c in CACHE_LEVELS),
     "vec_len", "vec_implicit", "vec_pieces_per_register", "vec_lanes_used", "body_steps", "body_runs",
     "body_live_vectors", "est_arith", "est_loads", "est_stores", "est_scattered", "est_spills",
-    "est_loop_overhead", "est_total", "vec_write", "vec_reads_scattered", "vec_reads_contiguous",
+    "est_loop_overhead", "est_const", "est_total", "vec_write", "vec_reads_scattered", "vec_reads_contiguous",
     "guarded_loads", "accumulators", "acc_vectors", "acc_in_registers", "reduce_inner_ext", "is_reduction",
     "parallel", "par_imbalance", "par_outer_trips", "unroll_max",
 )
 _SUMMED = ("est_total", "est_arith", "est_loads", "est_stores", "est_scattered", "est_spills",
-           "est_loop_overhead", *(f"traffic_{c}" for c in CACHE_LEVELS), "iters")
+           "est_loop_overhead", "est_const", *(f"traffic_{c}" for c in CACHE_LEVELS), "iters")
 _PER_FLOP = {"iters", "ops", "bytes_touched", "body_runs"}  # besides est_* and traffic_*: log2 per FLOP
 _MAIN = ("vec_len", "acc_vectors", "acc_in_registers", "parallel", "par_imbalance", "body_live_vectors",
          "vec_write", "unroll_max")

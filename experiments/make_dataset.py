@@ -18,6 +18,12 @@ several models (the compare-models dataset of the README, ~45 minutes on 2 cores
     python experiments/make_dataset.py --model tiny-yolov2 --tasks 5,6,7,8,12,14 \\
         --model yolov8n --tasks 1,6,8,12,16,37,40 --per-task 180 \\
         --out experiments/results/dataset-yolo.jsonl --max-minutes 80
+
+and its second part (three more Winograd kernels, two more direct ones; 11 minutes), read together with
+the first (``compare-models --log dataset-yolo.jsonl --log dataset-yolo-2.jsonl``):
+
+    python experiments/make_dataset.py --model yolov8n --tasks 5,24,27,43,45 --per-task 180 \\
+        --out experiments/results/dataset-yolo-2.jsonl --seed 1 --max-minutes 35
 """
 
 from __future__ import annotations

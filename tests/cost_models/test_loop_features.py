@@ -120,6 +120,38 @@ def test_llvm_vectorises_a_unit_stride_innermost_loop_and_not_a_guarded_one():
         assert x["guarded_loads"] == (implicit == 0)
 
 
+def test_constant_matrix_selects_cost_nothing_once_unrolled():
+    """Winograd's transform matrices are chains of selects on loop indices (topi's const_matrix): LLVM folds
+    them to constants where their loops are unrolled, and runs them where they stay loops."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir import Schedule
+    from tvm.topi.utils import const_matrix
+
+    B = const_matrix(np.arange(36, dtype="float32").reshape(6, 6), "B")
+    A = te.placeholder((6, 64), name="A")
+    r = te.reduce_axis((0, 6), name="r")
+    out = te.compute((6, 64), lambda e, p: te.sum(A[r, p] * B[r, e], axis=r), name="out")
+
+    def transform(unroll: bool):
+        sch = Schedule(tvm.IRModule({"main": te.create_prim_func([A, out])}))
+        sch.compute_inline(sch.get_sblock("B"))
+        e, p, k = sch.get_loops(sch.get_sblock("out"))
+        sch.reorder(p, e, k)
+        if unroll:
+            sch.annotate(p, "pragma_auto_unroll_max_step", 64)
+        [nest] = nests(sch.mod["main"])
+        return nest
+
+    rolled, unrolled = transform(False), transform(True)
+    assert rolled.ops == 2  # the multiply-add on loaded data; the selects are index arithmetic
+    assert rolled.const_ops > 36  # a select (and its comparisons) per matrix entry
+    x, y = analyse(rolled, AVX512), analyse(unrolled, AVX512)
+    assert x["est_const"] == rolled.const_ops * 6 * 64 * 6  # every iteration: e and r stay loops
+    assert y["body_steps"] == 36 and y["est_const"] == 0.0  # e and r unrolled: constants
+    assert x["est_total"] > 10 * y["est_total"]
+
+
 def test_machine_from_the_host_target():
     from autosearch.target import parse_target
 
