@@ -15,7 +15,7 @@ Feature sets, as kinds of model input (``INPUT_KINDS``):
 - ``pooled+loop``: both, side by side.
 - ``asm`` / ``loop+asm``: :mod:`cost_models.asm_features`, the instruction mix of the compiled kernel's
   hot loops (FMA lanes per cycle, spills, shuffles, gathers) read off its x86-64 assembly; one LLVM
-  build per schedule (0.4-1 s), for the best accuracy: 0.83 held-out pairwise with ``loop+asm``.
+  build per schedule (0.4-1 s), for the best accuracy: 0.84 held-out pairwise with ``loop+asm`` (18 tasks).
 - ``encoding``: :meth:`DecisionSpace.encode` of the config, padded with zeros to a common width.
   It needs no trace replay (microseconds per config), but only means something within one task.
 

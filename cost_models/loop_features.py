@@ -109,7 +109,7 @@ class Nest:
     ops: int  # arithmetic operations on loaded data per innermost iteration
     reduce_loops: set[int] = field(default_factory=set)  # loops that drive a reduction block var
     const_ops: int = 0  # operations on indices and constants alone (folded when their loops are unrolled)
-    const_vars: frozenset = frozenset()  # the variables those operations read
+    const_loops: set[int] = field(default_factory=set)  # loops that change what those operations read
 
     def env(self, ranges: dict) -> dict:
         """Intervals of the loop vars in ``ranges`` (others 0) extended with the block vars' intervals."""
@@ -266,15 +266,23 @@ def _nest(block, store, loops, bindings) -> Nest:
         if key not in seen:
             seen.add(key)
             accesses.append(acc)
-    nest = Nest(block.name_hint, list(loops), bindings, accesses, counter[0], const_ops=counter[1],
-                const_vars=frozenset(const_vars))
+    nest = Nest(block.name_hint, list(loops), bindings, accesses, counter[0], const_ops=counter[1])
+    nest.reduce_loops = _loops_changing(nest, {var for var, _, kind in bindings if kind == 2})
+    if nest.const_ops:
+        nest.const_loops = _loops_changing(nest, const_vars)
+    return nest
+
+
+def _loops_changing(nest: Nest, variables: set) -> set[int]:
+    """The loops (indices, extent > 1) whose stepping changes any of ``variables`` (loop or block vars)."""
     zero = nest.env({})
-    for i, loop in enumerate(loops):
+    out = set()
+    for i, loop in enumerate(nest.loops):
         if loop.extent > 1:
             env = nest.env({loop.var: (1, 1)})
-            if any(env[var] != zero[var] for var, _, kind in bindings if kind == 2):
-                nest.reduce_loops.add(i)
-    return nest
+            if any(env.get(var) != zero.get(var) for var in variables):
+                out.add(i)
+    return out
 
 
 # ------------------------------------------------------------------ per-nest analysis
@@ -432,18 +440,10 @@ def analyse(nest: Nest, machine: Machine) -> dict[str, float]:
     # operations on indices and constants: folded where every loop that changes them is unrolled, else run
     # (LICM-hoisted) once per iteration of the innermost remaining loop that changes them, per unrolled copy
     const = 0.0
-    if nest.const_ops:
-        zero = nest.env({})
-        moving = []
-        for j, lp in enumerate(loops):
-            if ext[j] > 1:
-                env = nest.env({lp.var: (1, 1)})
-                if any(env.get(v) != zero.get(v) for v in nest.const_vars):
-                    moving.append(j)
-        runtime = [j for j in moving if j < first_unrolled]
-        if runtime:
-            copies = float(np.prod([ext[j] for j in moving if j >= first_unrolled])) if moving else 1.0
-            const = nest.const_ops * trips_outside[max(runtime) + 1] * copies
+    runtime = [j for j in nest.const_loops if j < first_unrolled]
+    if runtime:
+        copies = float(np.prod([ext[j] for j in nest.const_loops if j >= first_unrolled]))
+        const = nest.const_ops * trips_outside[max(runtime) + 1] * copies
     arith = nest.ops * body_steps * (pieces if vloop else 1.0)
     feats["vec_len"] = v
     feats["vec_implicit"] = implicit
