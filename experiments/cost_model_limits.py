@@ -5,10 +5,11 @@
    on the pairs further apart than that.
 3. By distance: held-out pairwise accuracy of pairs by their measured throughput ratio (1-1.1x, ...,
    > 5x): misordered pairs far apart are effects the features miss, not noise.
-4. Data: leave-one-task-out over the tasks of ``--log``, training on the other tasks of ``--log`` and,
+4. Data: leave-one-task-out over the tasks of the ``--log`` logs, training on their other tasks and,
    with ``--extra-log``, on every record of those logs too (records of the held-out task excluded).
 
-    python experiments/cost_model_limits.py --log experiments/results/dataset-yolo.jsonl [--model xgb@pooled]
+    python experiments/cost_model_limits.py --log experiments/results/dataset-yolo.jsonl \\
+        --log experiments/results/dataset-yolo-2.jsonl [--model xgb-rank@loop+asm]
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def held_out(X, y, groups, folds, model: str, seed: int, by_ratio: dict | None =
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--log", required=True, help="the dataset whose tasks are held out")
+    p.add_argument("--log", action="append", required=True, help="a dataset whose tasks are held out (repeatable)")
     p.add_argument("--extra-log", action="append", default=[], help="more training records (repeatable)")
     p.add_argument("--model", default="xgb")
     p.add_argument("--train", type=int, default=120, help="within-task check: training records per task")
@@ -66,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
 
     kind = make_cost_model(args.model).input_kind
-    data = build_dataset(read_logs([args.log, *args.extra_log]), kinds=(kind,))
-    own_keys = list(dict.fromkeys(r.task_key for r in read_logs([args.log])[0].trials()))
+    data = build_dataset(read_logs([*args.log, *args.extra_log]), kinds=(kind,))
+    own_keys = list(dict.fromkeys(r.task_key for c in read_logs(args.log) for r in c.trials()))
     folds = [data.task_keys.index(k) for k in own_keys if k in data.task_keys]
     X, y, groups = data.X(kind), data.y, data.groups
 
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     dataset_only = np.isin(groups, folds)
     by_ratio: dict = {}
     alone = held_out(X[dataset_only], y[dataset_only], groups[dataset_only], folds, args.model, args.seed, by_ratio)
-    log.info("held out, trained on %s only (%d records): %s", args.log, int(dataset_only.sum()),
+    log.info("held out, trained on %s only (%d records): %s", " + ".join(args.log), int(dataset_only.sum()),
              " ".join(f"{k}={v:.3f}" for k, v in alone.items()))
     total = sum(p for p, _ in by_ratio.values())
     for (lo, hi), (pairs, ok) in by_ratio.items():

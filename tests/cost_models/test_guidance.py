@@ -58,6 +58,23 @@ def test_scorer_caches_features(held_out_task, task_records):
     assert scorer.stats.featurised == 40  # scoring again featurises nothing
 
 
+@pytest.mark.parametrize("model", ["xgb", "mlp"])
+def test_threaded_featurising_changes_nothing(held_out_task, task_records, model):
+    """New configs are featurised on threads (TVM releases the GIL); features and scores are the same as on one."""
+    task, space = held_out_task
+    train, test = task_records
+    configs = [r.config for r in test]
+    broken = Config(configs[0].sketch, configs[0].values[:-1])  # cannot be applied: scored lowest either way
+    scores = []
+    for n_jobs in (1, 3):
+        scorer = ModelScorer(make_cost_model(model, seed=0), space, task, seed=0, features="tvm", n_jobs=n_jobs)
+        scorer.update([r.config for r in train], [r.result for r in train])
+        scores.append(scorer.score([broken] + configs))
+        assert scorer.stats.featurised == len(train) + len(test) + 1
+    np.testing.assert_array_equal(scores[0], scores[1])
+    assert scores[0][0] < scores[0][1:].min()
+
+
 def test_untrained_scores_are_seeded(held_out_task, task_records):
     task, space = held_out_task
     configs = [r.config for r in task_records[1]]
