@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from autosearch.records import Config, LogContents, MeasureResult, Record
+from autosearch.target import host_cores
 from cost_models.features import (
     ASM_WIDTH,
     LOOP_WIDTH,
@@ -130,8 +131,6 @@ class ModelScorer:
 
     def __init__(self, model, space, task, *, seed: int = 0, warm_start: Sequence[Any] = (),
                  features: str | None = None, min_records: int = 8, n_jobs: int | None = None) -> None:
-        from autosearch.target import host_cores
-
         self.model = model
         self.space = space
         self.task = task

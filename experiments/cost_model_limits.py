@@ -67,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
 
     kind = make_cost_model(args.model).input_kind
-    data = build_dataset(read_logs([*args.log, *args.extra_log]), kinds=(kind,))
-    own_keys = list(dict.fromkeys(r.task_key for c in read_logs(args.log) for r in c.trials()))
+    held = read_logs(args.log)  # each log read once: its tasks are the folds, its records train
+    data = build_dataset([*held, *read_logs(args.extra_log)], kinds=(kind,))
+    own_keys = list(dict.fromkeys(r.task_key for c in held for r in c.trials()))
     folds = [data.task_keys.index(k) for k in own_keys if k in data.task_keys]
     X, y, groups = data.X(kind), data.y, data.groups
 
