@@ -12,7 +12,10 @@ Example (the committed test dataset, ~4-5 minutes on 2 cores):
         --out tests/data/small_dataset.jsonl --seed 0
 
 ``--tasks 4`` (a count) takes the 4 cheapest conv2d tasks; a comma list takes those task indices
-(``--tasks 5,`` is task 5 alone). ``--model`` and ``--tasks`` repeat, pairwise, for a dataset of
+(``--tasks 5,`` is task 5 alone). ``--model yolov8n:NHWC`` lowers that model's convolutions to NHWC (``run
+--layout``). ``--resume`` continues a log that an earlier, interrupted call wrote: tasks with ``--per-task``
+trials are skipped, a partly measured task goes on from its logged configs (none is measured twice).
+``--model`` and ``--tasks`` repeat, pairwise, for a dataset of
 several models (the compare-models dataset of the README, ~45 minutes on 2 cores):
 
     python experiments/make_dataset.py --model tiny-yolov2 --tasks 5,6,7,8,12,14 \\
@@ -30,12 +33,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 
 import numpy as np
 
-from autosearch.records import Config, Record, TuningLog
+from autosearch.lowering import DEFAULT_LAYOUT
+from autosearch.records import Config, Record, TuningLog, read_log
 from autosearch.space import DecisionSpace
 
 log = logging.getLogger("make_dataset")
@@ -76,21 +81,26 @@ def propose(space: DecisionSpace, measured: dict[Config, float], seen: set[Confi
 
 
 def measure_task(task, runner, tuning_log: TuningLog, *, per_task: int, random_fraction: float, batch: int,
-                 rng: np.random.Generator, deadline: float) -> int:
-    """Baseline, then ``per_task`` trials of one task; returns the number of trials logged."""
+                 rng: np.random.Generator, deadline: float, logged: list[Record] = ()) -> int:
+    """Baseline, then ``per_task`` trials of one task (``logged``: its records from an interrupted call, which
+    count and are not measured again); returns the number of trials logged now."""
     from autosearch.target import target_to_json
 
     target = target_to_json(task.target)
-    tuning_log.write_task(task.to_json())
+    trials = [r for r in logged if r.kind == "trial" and r.config is not None]
+    if not logged:
+        tuning_log.write_task(task.to_json())
     baseline = runner.prepare(task)
-    tuning_log.append([Record(kind="baseline", task_key=task.workload_key, task_name=task.name, target=target,
-                              config=None, result=baseline, flops=task.flops)])
+    if not any(r.kind == "baseline" for r in logged):
+        tuning_log.append([Record(kind="baseline", task_key=task.workload_key, task_name=task.name, target=target,
+                                  config=None, result=baseline, flops=task.flops)])
     space = DecisionSpace(task.mod, task.target)
-    measured: dict[Config, float] = {}
-    seen: set[Config] = set()
-    random_left = round(per_task * random_fraction)
-    effective: set[Config] = set()
-    done = 0
+    measured: dict[Config, float] = {r.config: r.result.median for r in trials if r.result.ok}
+    seen: set[Config] = {r.config for r in trials} | {r.requested for r in trials if r.requested is not None}
+    random_left = round(per_task * random_fraction) - sum(r.strategy == "random" for r in trials)
+    effective: set[Config] = {r.config for r in trials}
+    done = len(trials)
+    start_done = done
     while done < per_task and time.time() < deadline:
         batch_cfgs = propose(space, measured, seen, min(batch, per_task - done), random_left, rng)
         if not batch_cfgs:
@@ -120,7 +130,7 @@ def measure_task(task, runner, tuning_log: TuningLog, *, per_task: int, random_f
     best = min(measured.values()) if measured else float("inf")
     log.info("%s: %d trials, %d ok, best %.1f GFLOPS (baseline %.2f GFLOPS)", task.name, done, len(measured),
              task.flops / best / 1e9 if measured else 0.0, baseline.gflops(task.flops))
-    return done
+    return done - start_done
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-task", type=int, default=40, help="measured trials per task")
     p.add_argument("--random-fraction", type=float, default=0.6, help="share of random configs, rest mutated")
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--out", required=True, help="tuning log to write (must not exist)")
+    p.add_argument("--out", required=True, help="tuning log to write (must not exist, unless --resume)")
+    p.add_argument("--resume", action="store_true", help="continue the log --out that an earlier call wrote")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-minutes", type=float, default=30.0, help="stop measuring after this wall time")
     args = p.parse_args(argv)
@@ -150,16 +161,24 @@ def main(argv: list[str] | None = None) -> int:
     deadline = start + 60 * args.max_minutes
     target = parse_target(None)
     tasks = []
-    for name, spec in zip(models, specs):
-        tasks += select_tasks(import_model(name, target).tasks, spec)
+    for spec_model, spec in zip(models, specs):
+        name, _, layout = spec_model.partition(":")
+        tasks += select_tasks(import_model(name, target, layout=layout.upper() or DEFAULT_LAYOUT).tasks, spec)
     log.info("tasks: %s", ", ".join(f"{t.index}:{t.name} ({t.gflop:.3f} GFLOP)" for t in tasks))
-    rng = np.random.default_rng(args.seed)
+    logged: dict[str, list[Record]] = {}
+    if args.resume and os.path.exists(args.out):
+        for rec in read_log(args.out).records:
+            logged.setdefault(rec.task_key, []).append(rec)
     total = 0
-    with TuningLog(args.out) as tuning_log, LocalRunner(target=target, seed=args.seed) as runner:
-        for task in tasks:
+    with TuningLog(args.out, resume=args.resume) as tuning_log, LocalRunner(target=target, seed=args.seed) as runner:
+        for i, task in enumerate(tasks):
+            if sum(r.kind == "trial" for r in logged.get(task.workload_key, ())) >= args.per_task:
+                continue
+            # one generator per task, so a resumed call proposes as an uninterrupted one would have
+            rng = np.random.default_rng([args.seed, i, len(logged.get(task.workload_key, ()))])
             total += measure_task(task, runner, tuning_log, per_task=args.per_task,
                                   random_fraction=args.random_fraction, batch=args.batch, rng=rng,
-                                  deadline=deadline)
+                                  deadline=deadline, logged=logged.get(task.workload_key, []))
     log.info("wrote %d trials of %d tasks to %s in %.0f s", total, len(tasks), args.out, time.time() - start)
     return 0
 
