@@ -45,8 +45,8 @@ def _target_summary(target) -> str:
 
 # ---------------------------------------------------------------------------------------------- tasks
 def cmd_tasks(args: argparse.Namespace) -> int:
+    from autosearch.importer import import_model
     from autosearch.target import parse_target
-    from workloads.importer import import_model
 
     target = parse_target(args.target)
     start = time.perf_counter()
@@ -208,8 +208,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"[bold]autosearch[/bold]: no {'/'.join(('--model', '--trials'))} given: tuning the default "
                       f"({', '.join(defaults)}, all tasks, batch {args.batch}); about 10 minutes on 2 cores.")
 
+    from autosearch.importer import import_model
     from autosearch.records import TuningLog
-    from workloads.importer import import_model
 
     target = parse_target(args.target)
     if args.runner not in ("local", "ray"):
@@ -314,8 +314,8 @@ def database_option(args: argparse.Namespace, option: str) -> str:
 def cmd_compile(args: argparse.Namespace) -> int:
     from autosearch.deploy import compile_model
     from autosearch.export import load_database
+    from autosearch.importer import import_model
     from autosearch.target import parse_target
-    from workloads.importer import import_model
 
     target = parse_target(args.target)
     db = load_database(args.db)

@@ -5,7 +5,3 @@ from __future__ import annotations
 
 class UserError(Exception):
     """Bad input (unknown name, unreadable file, malformed target, ...); message is one line."""
-
-
-class InvalidConfigError(ValueError):
-    """A configuration that cannot be applied to its design space."""

@@ -15,7 +15,7 @@ import socket
 import statistics
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -270,14 +270,6 @@ class LogContents:
         ranked = self.ranked(task_key)
         return ranked[0] if ranked else None
 
-    def best_per_task(self) -> dict[str, Record]:
-        out = {}
-        for key in dict.fromkeys(r.task_key for r in self.records):
-            best = self.best(key)
-            if best is not None:
-                out[key] = best
-        return out
-
     def task_keys(self) -> list[str]:
         return list(dict.fromkeys([*self.tasks, *(r.task_key for r in self.records)]))
 
@@ -371,10 +363,6 @@ class TuningLog:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def iter_ok(records: Iterable[Record]) -> Iterator[Record]:
-    return (r for r in records if r.ok)
 
 
 __all__ = [

@@ -65,9 +65,9 @@ def end_to_end_report(args, console: Console) -> dict:
 
     from autosearch.deploy import compile_model, max_relative_error, save_inputs, time_in_subprocess, time_taking_turns
     from autosearch.export import load_database, read_database
+    from autosearch.importer import import_model
     from autosearch.records import read_log
     from autosearch.target import parse_target, target_num_cores
-    from workloads.importer import import_model
 
     target = parse_target(args.target)
     db = load_database(args.db)

@@ -14,8 +14,10 @@ something buildable. TVM snaps an illegal compute location to the nearest legal 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -239,15 +241,6 @@ class DecisionSpace:
                 out.append(applied)
         return out
 
-    def neighbors(self, config: Config) -> list[Config]:
-        """Every config that differs from ``config`` in exactly one decision."""
-        out = []
-        for i, d in enumerate(self.sketches[config.sketch].decisions):
-            for choice in d.choices:
-                if choice != config.values[i]:
-                    out.append(config.replace(i, choice))
-        return out
-
     def mutate(self, config: Config, rng: np.random.Generator) -> Config:
         """One random neighbour (one decision changed), without listing them all."""
         decisions = self.sketches[config.sketch].decisions
@@ -322,17 +315,6 @@ class DecisionSpace:
             return Applied(config=config, error=f"{type(exc).__name__}: {text[-1] if text else ''}"[:500])
         return Applied(config=effective, mod=sch.mod, trace=sch.trace)
 
-    def describe(self) -> dict[str, Any]:
-        """JSON summary: sketches, decisions and their number of choices."""
-        return {
-            "log10_size": round(self.log10_size(), 2),
-            "sketches": [
-                {"index": s.index, "log10_size": round(s.log10_size, 2),
-                 "decisions": {d.name: len(d.choices) for d in s.decisions}}
-                for s in self.sketches
-            ],
-        }
-
     def __repr__(self) -> str:
         return f"DecisionSpace(sketches={len(self.sketches)}, log10_size={self.log10_size():.1f})"
 
@@ -342,4 +324,35 @@ def config_key(config: Config) -> str:
     return json.dumps(config.to_json(), separators=(",", ":"))
 
 
-__all__ = ["Applied", "DecisionSpace", "Sketch", "config_key", "perfect_tilings"]
+# ---------------------------------------------------------------------------------------------- for strategies
+def enumerate_space(space: DecisionSpace) -> list[Config]:
+    """Every config of a (small) space, sketch by sketch, in a fixed order."""
+    return [
+        Config(sketch.index, tuple(values))
+        for sketch in space.sketches
+        for values in itertools.product(*(d.choices for d in sketch.decisions))
+    ]
+
+
+def hamming(a: Config, b: Config) -> int:
+    """Decisions in which two configs differ (configs of different sketches differ in all of them)."""
+    if a.sketch != b.sketch:
+        return len(a.values) + len(b.values)
+    return sum(x != y for x, y in zip(a.values, b.values))
+
+
+def pick_diverse(ranked: Sequence[Config], n: int, *, min_distance: int = 2) -> list[Config]:
+    """The first ``n`` of ``ranked`` (best first), skipping configs within ``min_distance`` decisions of
+    one already picked, filled up in rank order when that leaves too few: one model-picked batch should
+    not spend the budget on near-copies of one prediction."""
+    picked: list[Config] = []
+    for c in ranked:
+        if len(picked) < n and all(hamming(c, p) >= min_distance for p in picked):
+            picked.append(c)
+    chosen = set(picked)
+    picked += [c for c in ranked if c not in chosen][: max(0, n - len(picked))]
+    return picked
+
+
+__all__ = ["Applied", "DecisionSpace", "Sketch", "config_key", "enumerate_space", "hamming", "perfect_tilings",
+           "pick_diverse"]

@@ -2,7 +2,9 @@
 
 A strategy proposes configs of one task's :class:`~autosearch.space.DecisionSpace` and learns from
 their results. The tuning loop owns the budget: a strategy never counts trials, it only answers
-``ask(n)`` with at most ``n`` configs it has not asked for before.
+``ask(n)`` with at most ``n`` configs it has not asked for before. A run continued from its log
+(``--resume``) hands a fresh strategy the logged trials through ``resume``, so it goes on from them
+whatever seed, batch size or options the new run has.
 """
 
 from __future__ import annotations
@@ -36,13 +38,21 @@ class Option:
 @runtime_checkable
 class Strategy(Protocol):
     """Ask/tell search over one task's decision space. Constructed as
-    ``Cls(space, *, seed=..., cost_model=None, **options)``."""
+    ``Cls(space, *, seed=..., cost_model=None, task_id="", **options)``: ``task_id`` names the task
+    (the tuning loop passes its name and workload key), for a strategy that keeps state outside the
+    process under that name (Optuna's study in a storage); the others ignore it."""
 
     def ask(self, n: int) -> list[Config]:
         """Up to ``n`` configs never asked before (fewer, or none, when the space is exhausted)."""
 
     def tell(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
         """Results of configs this strategy asked for, in the same order; failures included."""
+
+    def resume(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
+        """Trials measured before this strategy existed (a resumed log), failures included; called once,
+        before the first ``ask``. Learn from them as if told, and never ask any of them. A config may lie
+        outside :meth:`~autosearch.space.DecisionSpace.contains` (a compute location as TVM placed it):
+        it is only never to be asked."""
 
 
 def _load(name: str):
@@ -84,7 +94,7 @@ def parse_options(name: str, raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def make_strategy(name: str, space, *, seed: int, cost_model=None, **options: Any) -> Strategy:
+def make_strategy(name: str, space, *, seed: int, cost_model=None, task_id: str = "", **options: Any) -> Strategy:
     """Instantiate a strategy by name for one task's space."""
     module = _load(name)
-    return module.STRATEGY(space, seed=seed, cost_model=cost_model, **parse_options(name, options))
+    return module.STRATEGY(space, seed=seed, cost_model=cost_model, task_id=task_id, **parse_options(name, options))

@@ -29,14 +29,6 @@ class TuningTask:
     def gflop(self) -> float:
         return self.flops / 1e9
 
-    @property
-    def anchor(self) -> str:
-        """The compute op that dominates the task (conv2d, matmul, pool_max, ...), from its name."""
-        for op in ("conv2d", "matmul", "dense", "pool", "softmax", "resize", "add", "multiply"):
-            if op in self.name:
-                return op
-        return self.name.split("_")[0]
-
     def to_json(self) -> dict[str, Any]:
         """Header written to the tuning log: enough to rebuild the task without the model."""
         from tvm.s_tir.meta_schedule.database import Workload

@@ -205,7 +205,8 @@ class Tuner:
                                     target=target_to_json(task.target), config=None, result=baseline,
                                     flops=task.flops)])
         self.on_event(TuneEvent(state, self.trials_done, self.budget, [baseline], self._elapsed(), "baseline"))
-        task_seed = (self.seed * 1_000_003 + task.index * 7919) % (2**31 - 1)
+        # a resumed task draws a fresh random stream: the first run's would propose the logged configs again
+        task_seed = (self.seed * 1_000_003 + task.index * 7919 + state.resumed * 104_729) % (2**31 - 1)
         if self.cost_model:
             from autosearch.cost_model import make_scorer
 
@@ -213,13 +214,13 @@ class Tuner:
                                        warm_start=self.warm_start)
             if state.measured:
                 state.scorer.update(list(state.measured), list(state.measured.values()))
-        options = dict(self.strategy_options)
-        if self.strategy_name == "optuna":
-            options.setdefault("study_name", f"{task.name}-{task.workload_key[:10]}")
         state.strategy = make_strategy(self.strategy_name, state.space, seed=task_seed, cost_model=state.scorer,
-                                       **options)
-        if state.measured and hasattr(state.strategy, "warm"):
-            state.strategy.warm(list(state.measured), list(state.measured.values()))
+                                       task_id=f"{task.name}-{task.workload_key[:10]}", **self.strategy_options)
+        if state.measured:  # resumed: the logged trials as measured, and as requested where TVM changed them
+            history = dict(state.measured)
+            for requested, effective in state.asked.items():
+                history.setdefault(requested, state.measured[effective])
+            state.strategy.resume(list(history), list(history.values()))
 
     def _elapsed(self) -> float:
         return time.perf_counter() - self._start

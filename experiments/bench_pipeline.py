@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from autosearch.importer import import_model  # noqa: E402
 from autosearch.measure.base import EvaluatorConfig  # noqa: E402
 from autosearch.measure.local import LocalRunner  # noqa: E402
 from autosearch.records import TuningLog  # noqa: E402
@@ -30,7 +31,6 @@ from autosearch.target import parse_target  # noqa: E402
 from autosearch.tuner import Tuner  # noqa: E402
 from experiments.metaschedule import tune_tir  # noqa: E402
 from experiments.task_spec import pick_task  # noqa: E402
-from workloads.importer import import_model  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

@@ -18,11 +18,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from autosearch.importer import import_model  # noqa: E402
 from autosearch.measure.base import EvaluatorConfig  # noqa: E402
 from autosearch.target import parse_target  # noqa: E402
 from autosearch.winograd import layer_key  # noqa: E402
 from experiments.compare_strategies import RESULTS, retime, run_autosearch  # noqa: E402
-from workloads.importer import import_model  # noqa: E402
 
 # YOLOv8n: the stem, the stride-2 downsamplers, a 1x1 at 160x160, the 3x3 layers that repeat most
 DEFAULT_LAYERS = ("1x3x640x640->1x16x320x320", "1x16x320x320->1x32x160x160", "1x32x160x160->1x64x80x80",

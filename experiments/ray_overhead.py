@@ -23,12 +23,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from autosearch.importer import import_model  # noqa: E402
 from autosearch.measure.base import EvaluatorConfig  # noqa: E402
 from autosearch.measure.local import LocalRunner  # noqa: E402
 from autosearch.space import DecisionSpace  # noqa: E402
 from autosearch.target import parse_target  # noqa: E402
 from experiments.task_spec import pick_task  # noqa: E402
-from workloads.importer import import_model  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

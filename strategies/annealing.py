@@ -40,7 +40,7 @@ import numpy as np
 
 from autosearch.cost_model import ConfigScorer
 from autosearch.records import Config, MeasureResult
-from autosearch.space import DecisionSpace
+from autosearch.space import DecisionSpace, enumerate_space, pick_diverse
 from autosearch.strategy import Option
 
 log = logging.getLogger(__name__)
@@ -77,15 +77,6 @@ OPTIONS: dict[str, Option] = {
     "max_retries": Option("draws per config before the space is treated as exhausted", 100, int),
 }
 
-_MIN_HAMMING = 2  # configs of one model-picked batch differ in at least this many decisions, when possible
-
-
-def _hamming(a: Config, b: Config) -> int:
-    if a.sketch != b.sketch:
-        return len(a.values) + len(b.values)
-    return sum(x != y for x, y in zip(a.values, b.values))
-
-
 @dataclass
 class _Chain:
     """One measured annealing chain: its current config and throughput (1 / seconds)."""
@@ -104,6 +95,7 @@ class SimulatedAnnealing:
         *,
         seed: int,
         cost_model: ConfigScorer | None = None,
+        task_id: str = "",
         init_random: int = OPTIONS["init_random"].default,
         eps_greedy: float = OPTIONS["eps_greedy"].default,
         parallel_size: int = OPTIONS["parallel_size"].default,
@@ -160,11 +152,7 @@ class SimulatedAnnealing:
         return out
 
     def tell(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
-        for config, result in zip(configs, results):
-            value = 1.0 / result.median if result.ok and result.median > 0 else 0.0
-            if config not in self._value and value > 0:
-                self._ok_order.append(config)
-            self._value[config] = value
+        self._learn(configs, results)
         best = self._best_value()
         by_chain: dict[int, list[Config]] = {}
         for config in configs:
@@ -176,7 +164,23 @@ class SimulatedAnnealing:
             top = max(proposals, key=lambda c: self._value[c])  # first of equals: the order asked
             self._step_chain(self._chains[chain_index], top, self._value[top], best)
 
+    def resume(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
+        """Logged trials count as measured: past ``init_random`` they skip the random start, the chains
+        (and the model walk's seeds) start at the best of them, at the start temperature, and none is
+        asked again."""
+        self._asked.update(configs)
+        inside = [(c, r) for c, r in zip(configs, results) if self.space.contains(c)]
+        self._learn([c for c, _ in inside], [r for _, r in inside])
+
     # ------------------------------------------------------------------ helpers
+    def _learn(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
+        """Record measured throughputs (0 for failures)."""
+        for config, result in zip(configs, results):
+            value = 1.0 / result.median if result.ok and result.median > 0 else 0.0
+            if config not in self._value and value > 0:
+                self._ok_order.append(config)
+            self._value[config] = value
+
     def _warm_model(self) -> bool:
         """A cost model that already learned (``--warm-start``) picks from the first batch on: measuring
         random configs first would only spend the budget the warm start is there to save."""
@@ -207,8 +211,6 @@ class SimulatedAnnealing:
 
     def _enumerate_unasked(self, n: int, taken: set[Config]) -> list[Config]:
         """Rejection sampling stalled: list the space if it is small enough, else give up on this ask."""
-        from strategies.random_search import enumerate_space
-
         if self.space.size() > 1e6:
             return []
         rest = [c for c in enumerate_space(self.space) if c not in self._asked and c not in taken]
@@ -348,25 +350,8 @@ class SimulatedAnnealing:
 
         ranked = [c for _, _, c in sorted(heap, key=lambda item: (-item[0], -item[1]))]
         n_random = self._explore_slots(n)
-        picked = self._diverse(ranked, n - n_random)
+        picked = pick_diverse(ranked, n - n_random)
         return picked + self._random(n - len(picked), set(picked))
-
-    @staticmethod
-    def _diverse(ranked: list[Config], n: int) -> list[Config]:
-        """Greedy by score, skipping configs within ``_MIN_HAMMING`` decisions of one already picked;
-        filled up by score when that leaves too few."""
-        picked: list[Config] = []
-        for c in ranked:
-            if len(picked) >= n:
-                break
-            if all(_hamming(c, p) >= _MIN_HAMMING for p in picked):
-                picked.append(c)
-        for c in ranked:
-            if len(picked) >= n:
-                break
-            if c not in picked:
-                picked.append(c)
-        return picked
 
 
 STRATEGY = SimulatedAnnealing

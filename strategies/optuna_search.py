@@ -22,10 +22,12 @@ practice random); ``nsga2`` (genetic; ``n_startup_trials`` is its population siz
 Gaussian process; needs PyTorch, which autosearch does not install).
 
 With ``storage`` (e.g. ``sqlite:///study.db``) the study is stored and reloaded (``load_if_exists``),
-one study per task (``study_name``; the tuning loop passes task name + key), so optuna-dashboard shows
-the search; configs already in a reloaded study are never asked again (trials a crashed run left
-RUNNING stay so: with constant liar they count as bad). On SQLite every parameter and attribute is a
+one study per task, named by the ``task_id`` the tuning loop passes (task name + key), so
+optuna-dashboard shows the search; configs already in a reloaded study are never asked again (trials
+a crashed run left RUNNING stay so: with constant liar they count as bad). On SQLite every parameter and attribute is a
 committed write, about 0.3 s per trial on this VM: small next to building and timing a kernel.
+A resumed run (``resume``) adds the logged trials to the study as finished trials (``add_trials``,
+with the same distributions as suggested ones), so the sampler models them from the first ask.
 
 With a cost model, a share ``model_share`` of every batch (once ``n_startup_trials`` configs were
 measured ok) is picked by the model from ``pool_size`` candidates (mutations of the best measured
@@ -47,12 +49,13 @@ from typing import Any
 
 import numpy as np
 import optuna
+from optuna.distributions import CategoricalDistribution
 from optuna.trial import Trial, TrialState
 
 from autosearch.cost_model import ConfigScorer
 from autosearch.errors import UserError
 from autosearch.records import Config, MeasureResult
-from autosearch.space import DecisionSpace, config_key
+from autosearch.space import DecisionSpace, config_key, pick_diverse
 from autosearch.strategy import Option
 
 log = logging.getLogger(__name__)
@@ -70,7 +73,6 @@ OPTIONS: dict[str, Option] = {
         "random trials before the sampler models the results (nsga2: population size)", 10, int
     ),
     "storage": Option("Optuna storage URL, e.g. sqlite:///study.db (empty: in memory)", "", str),
-    "study_name": Option("study name in the storage (the tuning loop sets task name + key)", "", str),
     "model_share": Option("with a cost model: share of each batch picked by the model", 0.5, float),
     "pool_size": Option("with a cost model: candidates the model ranks per batch", 128, int),
     "max_retries": Option("repeated suggestions in a row before a neighbour is enqueued instead", 10, int),
@@ -126,18 +128,25 @@ def make_sampler(name: str, *, seed: int, n_startup_trials: int = 10) -> optuna.
         )
 
 
+def _throughput(result: MeasureResult) -> float | None:
+    """What the study maximises: 1 / median latency (1/s); None for a failure."""
+    return 1.0 / result.median if result.ok and result.median > 0 else None
+
+
+def _result_attrs(result: MeasureResult) -> dict[str, Any]:
+    """The user attributes a measured trial carries: its status, and its latency (s) if it ran."""
+    attrs: dict[str, Any] = {"status": result.status.value}
+    if _throughput(result) is not None:
+        attrs["latency_s"] = result.median
+    return attrs
+
+
 def _to_param(value: Any) -> Any:
     return "x".join(map(str, value)) if isinstance(value, tuple) else value
 
 
 def _from_param(value: Any) -> Any:
     return tuple(int(p) for p in value.split("x")) if isinstance(value, str) else int(value)
-
-
-def _hamming(a: Config, b: Config) -> int:
-    if a.sketch != b.sketch:
-        return len(a.values) + len(b.values)
-    return sum(x != y for x, y in zip(a.values, b.values))
 
 
 class OptunaSearch:
@@ -149,10 +158,10 @@ class OptunaSearch:
         *,
         seed: int,
         cost_model: ConfigScorer | None = None,
+        task_id: str = "",
         sampler: str = OPTIONS["sampler"].default,
         n_startup_trials: int = OPTIONS["n_startup_trials"].default,
         storage: str = OPTIONS["storage"].default,
-        study_name: str = OPTIONS["study_name"].default,
         model_share: float = OPTIONS["model_share"].default,
         pool_size: int = OPTIONS["pool_size"].default,
         max_retries: int = OPTIONS["max_retries"].default,
@@ -166,14 +175,11 @@ class OptunaSearch:
         self.max_retries = max(1, max_retries)
         self._rng = np.random.default_rng(seed)
         self._names = [[f"s{s.index}.{d.name}" for d in s.decisions] for s in space.sketches]
-        if storage and not study_name:
-            study_name = self._default_study_name()
-            log.warning("optuna: no study_name given; using %s", study_name)
         self.study = optuna.create_study(
             direction="maximize",
             sampler=make_sampler(sampler, seed=seed, n_startup_trials=n_startup_trials),
             storage=storage or None,
-            study_name=study_name or None,
+            study_name=(task_id or self._default_study_name()) if storage else None,
             load_if_exists=bool(storage),
         )
         self._running: dict[Config, Trial] = {}  # asked, waiting for its result
@@ -198,14 +204,26 @@ class OptunaSearch:
         if self._known:
             log.info("optuna: study %s holds %d measured configs", self.study.study_name, len(self._known))
 
+    def _choices(self, sketch: int) -> list[tuple[str, list[Any]]]:
+        """The Optuna parameters of a sketch's decisions, with their categorical choices."""
+        decisions = self.space.decisions(sketch)
+        return [(name, [_to_param(c) for c in d.choices]) for name, d in zip(self._names[sketch], decisions)]
+
     def _suggest(self, trial: Trial) -> Config:
         sketch = trial.suggest_categorical(_PARAM_SKETCH, list(range(len(self.space.sketches))))
-        decisions = self.space.decisions(sketch)
-        values = tuple(
-            _from_param(trial.suggest_categorical(name, [_to_param(c) for c in d.choices]))
-            for name, d in zip(self._names[sketch], decisions)
-        )
+        values = tuple(_from_param(trial.suggest_categorical(name, choices)) for name, choices in self._choices(sketch))
         return Config(sketch, values)
+
+    def _finished_trial(self, config: Config, result: MeasureResult) -> optuna.trial.FrozenTrial:
+        """A measured config as a finished trial, with the distributions ``_suggest`` uses."""
+        distributions = {_PARAM_SKETCH: CategoricalDistribution(list(range(len(self.space.sketches))))}
+        distributions.update({name: CategoricalDistribution(choices) for name, choices in self._choices(config.sketch)})
+        value = _throughput(result)
+        return optuna.trial.create_trial(
+            state=TrialState.FAIL if value is None else TrialState.COMPLETE, value=value,
+            params=self.params(config), distributions=distributions,
+            user_attrs={_ATTR_CONFIG: config_key(config), "source": "resume", **_result_attrs(result)},
+        )
 
     def params(self, config: Config) -> dict[str, Any]:
         """The Optuna parameters of a config (for ``enqueue_trial``)."""
@@ -258,14 +276,25 @@ class OptunaSearch:
             if trial is None:
                 log.warning("optuna: told a config it did not ask for or already told: %s", config)
                 continue
-            value = 1.0 / result.median if result.ok and result.median > 0 else None
+            value = _throughput(result)
             self._known[config] = value
-            trial.set_user_attr("status", result.status.value)
-            if value is not None:
-                trial.set_user_attr("latency_s", result.median)
+            for key, attr in _result_attrs(result).items():
+                trial.set_user_attr(key, attr)
             self._tell_trial(trial, value)
             for repeat in self._repeats.pop(config, []):
                 self._tell_trial(repeat, value)
+
+    def resume(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
+        """Logged trials become finished trials of the study (unless a reloaded study holds them already),
+        so the sampler learns from them; a config outside the space's choices is only never asked."""
+        trials = []
+        for config, result in zip(configs, results):
+            if self._asked(config):
+                continue
+            self._known[config] = _throughput(result)
+            if self.space.contains(config):
+                trials.append(self._finished_trial(config, result))
+        self.study.add_trials(trials)
 
     # ------------------------------------------------------------------ helpers
     def _n_ok(self) -> int:
@@ -331,16 +360,7 @@ class OptunaSearch:
             return []
         scores = np.asarray(self.cost_model.score(candidates), dtype=np.float64)
         order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), kind="stable")
-        picked: list[Config] = []
-        for i in order:
-            c = candidates[int(i)]
-            if len(picked) < n and all(_hamming(c, p) >= 2 for p in picked):
-                picked.append(c)
-        for i in order:
-            c = candidates[int(i)]
-            if len(picked) < n and c not in picked:
-                picked.append(c)
-        return picked
+        return pick_diverse([candidates[int(i)] for i in order], n)
 
 
 STRATEGY = OptunaSearch

@@ -9,7 +9,6 @@ configs than asked for, and finally none.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Sequence
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from autosearch.cost_model import ConfigScorer
 from autosearch.records import Config, MeasureResult
-from autosearch.space import DecisionSpace
+from autosearch.space import DecisionSpace, enumerate_space
 from autosearch.strategy import Option
 
 log = logging.getLogger(__name__)
@@ -32,15 +31,6 @@ OPTIONS: dict[str, Option] = {
 }
 
 
-def enumerate_space(space: DecisionSpace) -> list[Config]:
-    """Every config of a (small) space, sketch by sketch, in a fixed order."""
-    out = []
-    for sketch in space.sketches:
-        for values in itertools.product(*(d.choices for d in sketch.decisions)):
-            out.append(Config(sketch.index, tuple(values)))
-    return out
-
-
 class RandomSearch:
     """Uniform random configs without repeats. The cost model, if any, is ignored (pure baseline)."""
 
@@ -50,6 +40,7 @@ class RandomSearch:
         *,
         seed: int,
         cost_model: ConfigScorer | None = None,
+        task_id: str = "",
         max_retries: int = OPTIONS["max_retries"].default,
         enumerate_below: int = OPTIONS["enumerate_below"].default,
     ) -> None:
@@ -90,6 +81,10 @@ class RandomSearch:
 
     def tell(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
         """Random search learns nothing; the configs were recorded as asked already."""
+
+    def resume(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
+        """Logged configs are never drawn again."""
+        self._asked.update(configs)
 
 
 STRATEGY = RandomSearch

@@ -63,7 +63,7 @@ def target():
 
 @pytest.fixture(scope="session")
 def small_model(tmp_path_factory, target):
-    from workloads.importer import import_model
+    from autosearch.importer import import_model
 
     path = str(tmp_path_factory.mktemp("models") / "small_conv.onnx")
     small_conv_onnx(path)

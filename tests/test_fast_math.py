@@ -66,8 +66,8 @@ def _expf_calls(mod) -> int:
 
 
 def test_fast_math_tasks_call_no_libm_exp(tmp_path):
+    from autosearch.importer import import_model
     from autosearch.target import parse_target
-    from workloads.importer import import_model
 
     path = str(tmp_path / "silu.onnx")
     silu_conv_onnx(path)

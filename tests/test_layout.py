@@ -18,8 +18,8 @@ def tuned_nhwc(tmp_path_factory):
 
 
 def test_nhwc_tasks_are_nhwc_convolutions():
+    from autosearch.importer import import_model
     from autosearch.target import parse_target
-    from workloads.importer import import_model
 
     target = parse_target(None)
     nchw = import_model("tiny-yolov2", target, winograd="auto")

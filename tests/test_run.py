@@ -60,6 +60,56 @@ def test_resume_finishes_the_budget_without_repeating_a_measurement(tmp_path, mo
     assert len([r for r in contents.records if r.kind == "baseline"]) == 1
 
 
+@pytest.mark.parametrize("strategy", ["annealing", "optuna"])  # random's resume is its seen set: the contract suite
+def test_an_interrupted_run_resumed_with_another_batch_goes_on_from_its_log(tmp_path, conv_task, strategy, monkeypatch):
+    """Interrupted after 8 of 16 trials (batch 4), resumed with batch 6 and the same seed: the strategy is told the
+    logged trials, asks none of them again, nothing is measured twice, and the best never falls behind the log's."""
+    from autosearch import tuner as tuner_module
+    from autosearch.measure.base import EvaluatorConfig
+    from autosearch.measure.local import LocalRunner
+    from autosearch.records import TuningLog
+    from autosearch.strategy import make_strategy
+    from autosearch.tuner import Tuner
+
+    def interrupt_at_8(event):
+        if event.phase == "batch" and event.trials_done >= 8:
+            raise KeyboardInterrupt  # what Ctrl-C raises in the loop
+
+    told, asks, bests = {}, [], []
+
+    def spied_strategy(*args, **kwargs):  # the real strategy, its resume and asks recorded
+        real = make_strategy(*args, **kwargs)
+        resume, ask = real.resume, real.ask
+        real.resume = lambda configs, results: (told.update(zip(configs, results)), resume(configs, results))
+        real.ask = lambda n: asks.append(ask(n)) or asks[-1]
+        return real
+
+    log_path = str(tmp_path / "run.jsonl")
+    runner = LocalRunner(target=conv_task.target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5), run_timeout=10)
+    try:
+        with TuningLog(log_path) as log:
+            first = Tuner(tasks=[conv_task], runner=runner, log=log, strategy=strategy, budget=16, batch=4, seed=1,
+                          on_event=interrupt_at_8).run()
+        assert first.interrupted and first.trials == 8
+        logged = read_log(log_path)
+        logged_best = min(r.latency for r in logged.trials() if r.ok)
+        monkeypatch.setattr(tuner_module, "make_strategy", spied_strategy)
+        with TuningLog(log_path, resume=True) as log:
+            second = Tuner(tasks=[conv_task], runner=runner, log=log, strategy=strategy, budget=16, batch=6, seed=1,
+                           resume=logged, on_event=lambda e: bests.append(e.task.best) if e.phase == "batch" else None
+                           ).run()
+    finally:
+        runner.close()
+    assert second.trials == 16 and not second.interrupted
+    measured = [r.config for r in read_log(log_path).trials()]
+    assert len(measured) == 16 == len(set(measured))
+    logged_configs = {r.config for r in logged.trials()} | {r.requested for r in logged.trials() if r.requested}
+    assert set(told) == logged_configs  # as measured and as requested
+    assert all(told[r.config] == r.result for r in logged.trials())
+    assert asks and not {c for batch in asks for c in batch} & logged_configs
+    assert bests and all(best.median <= logged_best for best in bests)
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--strategy", "hillclimb"], "annealing, optuna, random"),
     (["--strategy", "random", "--trials", "0"], "positive"),

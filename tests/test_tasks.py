@@ -13,7 +13,7 @@ from tests.conftest import run_cli, small_conv_onnx
 
 @pytest.fixture(scope="module")
 def models(target):
-    from workloads.importer import import_model
+    from autosearch.importer import import_model
 
     # direct convolutions: the graph as ONNX states it (winograd lowering has its own tests)
     return {name: import_model(name, target, winograd="off") for name in ("tiny-yolov2", "yolov3-tiny", "yolov8n")}
@@ -62,8 +62,8 @@ def test_exported_record_matches_when_tvm_applies_the_database(tmp_path, small_m
     from tvm import relax
 
     from autosearch.export import export_database
+    from autosearch.importer import legalize
     from autosearch.records import LogContents, MeasureResult, Record, Status
-    from workloads.importer import legalize
 
     applied = conv_space.apply(conv_space.default(0))
     assert applied.ok
@@ -130,7 +130,7 @@ def test_cli_tasks_table_for_a_user_onnx_file(tmp_path):
 def test_input_shape_override_for_dynamic_input(tmp_path, target):
     import onnx
 
-    from workloads.importer import import_model
+    from autosearch.importer import import_model
 
     model = small_conv_onnx()
     dim = model.graph.input[0].type.tensor_type.shape.dim

@@ -68,7 +68,7 @@ def test_flop_formula_is_tvms_own_count(target):
 
 
 def test_auto_offers_the_wide_layers_both_ways_and_off_none(target):
-    from workloads.importer import import_model
+    from autosearch.importer import import_model
 
     auto = import_model("tiny-yolov2", target, winograd="auto")
     off = import_model("tiny-yolov2", target, winograd="off")
@@ -152,7 +152,7 @@ def test_compile_with_either_lowering_finds_its_tuned_task(tuned_wide):
 
 
 def test_small_stem_conv_stays_direct(target, tmp_path):
-    from workloads.importer import import_model
+    from autosearch.importer import import_model
 
     path = str(tmp_path / "small.onnx")
     small_conv_onnx(path)

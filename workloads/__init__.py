@@ -1,1 +1,2 @@
-"""workloads plug-ins for autosearch."""
+"""The built-in YOLO models as ONNX graphs built in code; the core finds them by name
+(:data:`autosearch.importer.BUILTIN_MODELS`)."""

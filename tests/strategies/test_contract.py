@@ -17,8 +17,8 @@ from strategy_helpers import EncodingRidgeScorer, OracleScorer
 
 from autosearch.errors import UserError
 from autosearch.measure.replay import ReplayRunner, SyntheticLatency, best_latency, run_strategy
-from autosearch.records import MeasureResult, Status
-from autosearch.strategy import STRATEGIES, make_strategy, parse_options, strategy_options
+from autosearch.records import Config, MeasureResult, Status
+from autosearch.strategy import STRATEGIES, Strategy, make_strategy, parse_options, strategy_options
 
 # the model-guided walk is kept small so the suite stays fast; its defaults are tested elsewhere
 _SMALL_WALK = {"parallel_size": 16, "n_iter": 10, "early_stop": 5}
@@ -29,6 +29,8 @@ class Variant:
     name: str
     options: dict[str, Any]
     model: bool = False  # give it a learned cost model (EncodingRidgeScorer), updated by the loop
+    learns: bool = False  # its proposals follow the results it was given (random, and Optuna's samplers
+    # other than TPE, draw the decisions at random whatever the history; NSGA-II keeps its own generations)
 
     def make(self, space, seed: int):
         scorer = EncodingRidgeScorer(space) if self.model else None
@@ -41,10 +43,10 @@ class Variant:
 
 VARIANTS = [
     Variant("random", {}),
-    Variant("annealing", {}),
-    Variant("annealing", _SMALL_WALK, model=True),
-    Variant("optuna", {"sampler": "tpe"}),
-    Variant("optuna", {"sampler": "tpe"}, model=True),
+    Variant("annealing", {}, learns=True),
+    Variant("annealing", _SMALL_WALK, model=True, learns=True),
+    Variant("optuna", {"sampler": "tpe"}, learns=True),
+    Variant("optuna", {"sampler": "tpe"}, model=True, learns=True),
     Variant("optuna", {"sampler": "random"}),
     Variant("optuna", {"sampler": "qmc"}),
     Variant("optuna", {"sampler": "nsga2"}),
@@ -54,6 +56,24 @@ VARIANTS = [
 
 def _all_fail(configs) -> list[MeasureResult]:
     return [MeasureResult.failed(Status.BUILD_ERROR, "every build fails in this test") for _ in configs]
+
+
+def _as_tvm_placed(space, config: Config) -> Config:
+    """``config`` with its compute location off the listed choices, as TVM may snap one for other tiles:
+    replayable, logged as measured, but not in ``space.contains``."""
+    decisions = space.decisions(config.sketch)
+    i = next(i for i, d in enumerate(decisions) if d.kind == "SampleComputeLocation")
+    return config.replace(i, max(decisions[i].choices) + 1)
+
+
+def _resumed(variant: Variant, space, seed: int, logged: list[tuple[Config, MeasureResult]]):
+    """A fresh strategy told ``logged`` the way the tuning loop does on ``--resume`` (its cost model too)."""
+    strategy, scorer = variant.make(space, seed=seed)
+    configs, results = [c for c, _ in logged], [r for _, r in logged]
+    if scorer is not None:
+        scorer.update(configs, results)
+    strategy.resume(configs, results)
+    return strategy, scorer
 
 
 def test_every_registered_strategy_is_in_the_contract_suite() -> None:
@@ -126,6 +146,20 @@ class TestStrategyContract:
             strategy.tell(configs, results)
         assert all(conv_space.contains(c) for c in asked)
 
+    def test_resumed_with_another_batch_asks_no_logged_config(self, variant: Variant, conv_space, synthetic) -> None:
+        """A log of 32 trials, handed to a fresh strategy with the same seed (left alone it would ask the same
+        configs again, see test_same_seed_same_sequence) and run on with another batch size: no logged config,
+        nor the logged one TVM placed differently, is asked again."""
+        first, scorer = variant.make(conv_space, seed=5)
+        logged = run_strategy(first, ReplayRunner(conv_space, synthetic), 32, 8, cost_model=scorer)
+        ok = next(c for c, r in logged if r.ok)
+        logged.append((_as_tvm_placed(conv_space, ok), dict(logged)[ok]))
+        strategy, scorer = _resumed(variant, conv_space, 5, logged)
+        assert isinstance(strategy, Strategy)  # ask, tell and resume
+        more = run_strategy(strategy, ReplayRunner(conv_space, synthetic), 32, 4, cost_model=scorer)
+        assert len(more) == 32 and not {c for c, _ in more} & {c for c, _ in logged}
+        assert all(conv_space.contains(c) for c, _ in more)
+
     def test_beats_the_median_config_on_a_replayed_space(
         self, variant: Variant, conv_space, recorded
     ) -> None:
@@ -135,6 +169,16 @@ class TestStrategyContract:
         strategy, scorer = variant.make(conv_space, seed=4)
         history = run_strategy(strategy, ReplayRunner(conv_space, recorded, seed=0), 64, 8, cost_model=scorer)
         assert best_latency(history) < 0.5 * median_random
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v.learns], ids=str)
+def test_resumed_strategy_goes_on_from_the_logged_results(variant: Variant, conv_space, synthetic, recorded) -> None:
+    """Told 200 logged trials, a strategy that learns proposes far better configs than the log's typical one
+    from its first ask on (a fresh one starts at random: about the logged median)."""
+    strategy, _ = _resumed(variant, conv_space, 0, recorded)
+    first = strategy.ask(16)
+    logged_median = statistics.median(r.median for _, r in recorded if r.ok)
+    assert statistics.median(synthetic.latency(c) for c in first) < 0.5 * logged_median
 
 
 # ---------------------------------------------------------------------------------- search quality
@@ -223,7 +267,7 @@ def test_options_table_matches_the_constructor(name: str) -> None:
     keyword = {
         k: p.default
         for k, p in params.items()
-        if p.kind is p.KEYWORD_ONLY and k not in ("seed", "cost_model")
+        if p.kind is p.KEYWORD_ONLY and k not in ("seed", "cost_model", "task_id")
     }
     assert keyword == {k: o.default for k, o in module.OPTIONS.items()}
     assert params["seed"].default is inspect.Parameter.empty, "seed must be required"
@@ -233,7 +277,8 @@ def test_options_table_matches_the_constructor(name: str) -> None:
 
 def test_random_search_exhausts_a_tiny_space_exactly(conv_space) -> None:
     """A space small enough to list is enumerated: every config exactly once, then nothing."""
-    from strategies.random_search import RandomSearch, enumerate_space
+    from autosearch.space import enumerate_space
+    from strategies.random_search import RandomSearch
 
     small = _TinySpace(conv_space)
     everything = set(enumerate_space(small))

@@ -100,11 +100,9 @@ def test_a_stored_study_is_reloaded_and_its_configs_never_asked_again(
     conv_space, synthetic, tmp_path
 ) -> None:
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    first = OptunaSearch(conv_space, seed=0, storage=storage, study_name="conv-task")
+    first = OptunaSearch(conv_space, seed=0, storage=storage, task_id="conv-task")
     done = run_strategy(first, ReplayRunner(conv_space, synthetic), 8, 4)  # sqlite: ~20 ms a write
-    second = OptunaSearch(
-        conv_space, seed=0, storage=storage, study_name="conv-task"
-    )  # same seed: would repeat
+    second = OptunaSearch(conv_space, seed=0, storage=storage, task_id="conv-task")  # same seed: would repeat
     more = run_strategy(second, ReplayRunner(conv_space, synthetic), 8, 4)
     assert not {c for c, _ in done} & {c for c, _ in more}
     study = optuna.load_study(study_name="conv-task", storage=storage)
@@ -113,12 +111,40 @@ def test_a_stored_study_is_reloaded_and_its_configs_never_asked_again(
     assert sum(t.state == TrialState.COMPLETE for t in measured) == sum(r.ok for _, r in done + more)
 
 
-def test_storage_without_a_name_gets_a_stable_name(conv_space, tmp_path) -> None:
+def test_storage_without_a_task_id_gets_a_stable_name(conv_space, tmp_path) -> None:
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     a = OptunaSearch(conv_space, seed=0, storage=storage)
     b = OptunaSearch(conv_space, seed=1, storage=storage)
     assert a.study.study_name == b.study.study_name
     assert a.study.study_name.startswith("autosearch-")
+
+
+def test_resume_adds_the_logged_trials_to_the_study_as_finished_trials(conv_space, recorded) -> None:
+    logged = recorded[:20]
+    strategy = OptunaSearch(conv_space, seed=0)
+    strategy.resume([c for c, _ in logged], [r for _, r in logged])
+    assert len(strategy.study.trials) == 20
+    for config, result in logged:
+        trial = _trial_of(strategy.study, config)
+        assert trial.params == strategy.params(config)
+        assert trial.state == (TrialState.COMPLETE if result.ok else TrialState.FAIL)
+        if result.ok:
+            assert trial.value == pytest.approx(1.0 / result.median)
+    assert any(not r.ok for _, r in logged)
+    # the same distributions as a suggested trial of that sketch, or the sampler would not combine them
+    [asked] = strategy.ask(1)
+    suggested = strategy.study.trials[-1]
+    resumed = next(_trial_of(strategy.study, c) for c, _ in logged if c.sketch == asked.sketch)
+    assert resumed.distributions == suggested.distributions
+
+
+def test_resume_into_a_stored_study_that_holds_the_trials_adds_none(conv_space, synthetic, tmp_path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    done = run_strategy(OptunaSearch(conv_space, seed=0, storage=storage, task_id="t"),
+                        ReplayRunner(conv_space, synthetic), 8, 4)
+    again = OptunaSearch(conv_space, seed=1, storage=storage, task_id="t")
+    again.resume([c for c, _ in done], [r for _, r in done])
+    assert len(again.study.trials) == 8
 
 
 def test_unknown_sampler_lists_the_valid_ones() -> None:

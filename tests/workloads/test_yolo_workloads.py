@@ -14,8 +14,9 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
+from autosearch.errors import UserError
+from autosearch.importer import BUILTIN_MODELS, build_model
 from workloads.onnx_flops import count_flops
-from workloads.zoo import BUILTIN_MODELS, build_model
 
 EXPECTED_IO = {
     "tiny-yolov2": (("image", (1, 3, 416, 416)), {"grid": (1, 125, 13, 13)}),
@@ -54,7 +55,7 @@ def _conv_flops(layers: list[tuple[int, int, int, int]]) -> int:
 
 def test_registry_names_and_unknown_model() -> None:
     assert set(BUILTIN_MODELS) == {"tiny-yolov2", "yolov3-tiny", "yolov8n"}
-    with pytest.raises(KeyError):
+    with pytest.raises(UserError, match="tiny-yolov2, yolov3-tiny, yolov8n"):
         build_model("yolov99")
 
 

@@ -1,7 +1,12 @@
-"""ONNX model (built-in YOLO or a user's file) -> Relax -> MetaSchedule tuning tasks."""
+"""ONNX model (built-in YOLO or a user's file) -> Relax -> MetaSchedule tuning tasks.
+
+The built-in models live in the ``workloads`` plug-in package; the core finds them by name through
+:data:`BUILTIN_MODELS`, resolved lazily, so importing the core imports no model builder.
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import warnings
@@ -42,16 +47,25 @@ class ImportedModel:
         return sum(1 for t in self.tasks if t.lowering.get("algorithm") == "winograd")
 
 
-def builtin_names() -> list[str]:
-    from workloads.zoo import BUILTIN_MODELS
+# name -> "module:function"; the function builds the model's ONNX graph (deterministic random weights
+# from a keyword-only ``seed``), so nothing is downloaded.
+BUILTIN_MODELS: dict[str, str] = {
+    "tiny-yolov2": "workloads.tiny_yolov2:build",
+    "yolov3-tiny": "workloads.yolov3_tiny:build",
+    "yolov8n": "workloads.yolov8n:build",
+}
 
-    return sorted(BUILTIN_MODELS)
+
+def build_model(name: str, *, seed: int = 0) -> onnx.ModelProto:
+    """The built-in model ``name`` with random weights drawn from ``seed``."""
+    if name not in BUILTIN_MODELS:
+        raise UserError(f"unknown built-in model {name!r}; built-in models: {', '.join(sorted(BUILTIN_MODELS))}")
+    module_path, _, function = BUILTIN_MODELS[name].partition(":")
+    return getattr(importlib.import_module(module_path), function)(seed=seed)
 
 
 def load_onnx(model: str, *, seed: int = 0) -> tuple[str, onnx.ModelProto]:
     """A built-in model name or a path to an ``.onnx`` file -> (display name, ModelProto)."""
-    from workloads.zoo import BUILTIN_MODELS, build_model
-
     if model in BUILTIN_MODELS:
         return model, build_model(model, seed=seed)
     looks_like_path = model.endswith(".onnx") or os.sep in model or os.path.exists(model)
