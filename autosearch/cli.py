@@ -15,7 +15,7 @@ import time
 
 from autosearch import __version__
 from autosearch.errors import UserError
-from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, FAST_MATH_MODES, LAYOUTS, OLD_LOWERING
+from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, FAST_MATH_MODES, LAYOUT_MODES, OLD_LOWERING
 
 DEFAULT_MODEL = "tiny-yolov2"
 DEFAULT_TRIALS = 400
@@ -283,6 +283,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         console.print(f"no valid record, not exported: {', '.join(summary.skipped_tasks)}")
     if summary.slower_than_untuned:
         console.print(f"not faster than untuned, left to TVM's default code: {', '.join(summary.slower_than_untuned)}")
+    if summary.layout_totals:
+        totals = ", ".join(f"{layout} {secs * 1e3:.1f} ms" for layout, secs in sorted(summary.layout_totals.items()))
+        console.print(f"layout: {summary.layout}, the faster model as tuned ({totals}; sums of the tasks' best "
+                      f"latencies); {summary.other_layout} task(s) of the other layout not exported")
     if summary.choices:
         wino = sorted(k for k, a in summary.choices.items() if a == "winograd")
         console.print(f"layers tuned both ways: {len(wino)} of {len(summary.choices)} faster as winograd"
@@ -308,7 +312,10 @@ def database_option(args: argparse.Namespace, option: str) -> str:
     from ``ms.tune_tir`` on the model as imported)."""
     from autosearch.export import database_lowering
 
-    return getattr(args, option) or str(database_lowering(args.db).get(option, OLD_LOWERING[option]))
+    asked = getattr(args, option)
+    if asked == "auto" and option == "layout":  # the database holds the choice: export made it
+        asked = None
+    return asked or str(database_lowering(args.db).get(option, OLD_LOWERING[option]))
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -409,11 +416,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="auto (default): wide 3x3 stride-1 convolutions are tuned both direct and as Winograd "
                             "F(4x4,3x3), and the faster is compiled; off: TVM's direct conv2d everywhere. "
                             "compile/report default to what the database was tuned with")
-        p.add_argument("--layout", choices=LAYOUTS,
-                       help=f"conv2d data layout of the lowering (CPU targets; default {DEFAULT_LAYOUT}): NCHW as "
-                            "the ONNX model has it, or NHWC (output channels innermost: the layout CPU schedules "
-                            "vectorise best; winograd applies to NCHW only). compile/report default to what the "
-                            "database was tuned with")
+        p.add_argument("--layout", choices=LAYOUT_MODES,
+                       help=f"conv2d data layout of the lowering (CPU targets; default {DEFAULT_LAYOUT}): auto tunes "
+                            "the model both NCHW (with winograd) and NHWC and compiles the faster; NCHW as the ONNX "
+                            "model has it; NHWC (output channels innermost: the layout CPU schedules vectorise best; "
+                            "winograd applies to NCHW only). compile/report follow what the database was tuned with")
         p.add_argument("--fast-math", choices=FAST_MATH_MODES,
                        help=f"sigmoid, exp and softmax as TVM's vectorisable approximations (default "
                             f"{DEFAULT_FAST_MATH}; off: libm's exact expf, called once per element). "

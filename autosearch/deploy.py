@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from autosearch.errors import UserError
-from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT
+from autosearch.lowering import DEFAULT_FAST_MATH
 
 
 @dataclass
@@ -34,7 +34,7 @@ class CompiledModel:
 
 
 def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto",
-                  layout=DEFAULT_LAYOUT, fast_math=DEFAULT_FAST_MATH) -> CompiledModel:
+                  layout="NCHW", fast_math=DEFAULT_FAST_MATH) -> CompiledModel:
     """Build the whole model with the database applied (MetaSchedule's apply-database pass, weights
     prepacked as the schedules want them, lowered with ``layout`` and ``fast_math``); tasks missing from
     the database keep TVM's default code. Without a database: TVM's default build (the untuned baseline)."""

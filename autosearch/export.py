@@ -34,6 +34,9 @@ class ExportSummary:
     skipped_tasks: list[str] = field(default_factory=list)  # tasks with no valid record
     slower_than_untuned: list[str] = field(default_factory=list)  # best record no faster than untuned
     choices: dict[str, str] = field(default_factory=dict)  # layer -> algorithm measured faster
+    layout: str = ""  # the conv2d layout compile will use
+    layout_totals: dict[str, float] = field(default_factory=dict)  # --layout auto: model seconds per layout
+    other_layout: int = 0  # --layout auto: tasks only the slower layout's model runs, not exported
 
 
 def _database(out_dir: str, *, create: bool):
@@ -86,7 +89,11 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
             os.unlink(os.path.join(out_dir, f))
     db = _database(out_dir, create=True)
     summary = ExportSummary(out_dir=out_dir)
+    lowering = lowering_of(contents)
     for key, header in contents.tasks.items():
+        if not _in_model(header, lowering):  # the other layout of a --layout auto log: not compiled
+            summary.other_layout += 1
+            continue
         valid = [r for r in contents.ranked(key) if r.trace is not None]
         baseline = contents.baseline(key)
         if valid and baseline is not None and baseline.ok and valid[0].latency >= baseline.latency:
@@ -105,20 +112,31 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
             db.commit_tuning_record(tuning_record(task, rec, workload))
             summary.records += 1
         summary.tasks += 1
-    lowering = lowering_of(contents)
     if lowering:
         with open(os.path.join(out_dir, LOWERING_FILE), "w") as fh:
             json.dump(lowering, fh, indent=1, sort_keys=True)
             fh.write("\n")
     summary.choices = dict(lowering.get("choices", {}))
+    summary.layout = str(lowering.get("layout", ""))
+    summary.layout_totals = dict(lowering.get("layout_totals", {}))
     return summary
+
+
+def _in_model(header: dict, lowering: dict) -> bool:
+    """Whether the model ``lowering`` compiles runs this task (a --layout auto log holds two models)."""
+    from autosearch.alternatives import task_layouts
+
+    task_lowering = header.get("lowering") or {}
+    return "layouts" not in task_lowering or lowering.get("layout") in task_layouts(task_lowering)
 
 
 def lowering_of(contents: LogContents) -> dict:
     """How the log's tasks were lowered ({"winograd": mode, "layout": conv2d layout, "fast_math": on/off}:
     logs from before an option have no value for it, and were tuned as its old default) and, for layers
     tuned both ways, the faster algorithm (``choices``: layer key -> "direct" | "winograd", by weight x
-    best latency of their tasks)."""
+    best latency of their tasks). A ``--layout auto`` log gets the layout whose model is faster
+    (:mod:`autosearch.alternatives`; ``layout_totals``: each layout's estimated model seconds)."""
+    from autosearch.alternatives import AUTO, choose_layout, layout_totals, model_latency, task_layouts
     from autosearch.lowering import OLD_LOWERING
     from autosearch.winograd import choose_algorithms, layer_totals
 
@@ -129,11 +147,24 @@ def lowering_of(contents: LogContents) -> dict:
     layouts, fast = logged("layout", OLD_LOWERING["layout"]), logged("fast_math", OLD_LOWERING["fast_math"])
     if len(modes) != 1 or len(layouts) != 1 or len(fast) != 1:
         return {}
+    out: dict = {"winograd": modes.pop(), "layout": layouts.pop(), "fast_math": fast.pop()}
     bests = {key: contents.best(key) for key in contents.tasks}
+    headers = dict(contents.tasks)
+    if out["layout"] == AUTO:  # tuned in both layouts: the faster model is the one compiled
+        baselines = {key: contents.baseline(key) for key in headers}
+        layout_totals_ = layout_totals(
+            (h.get("lowering") or {}, int(h.get("weight", 1)),
+             model_latency(bests[key].latency if bests[key] is not None else None,
+                           baselines[key].latency if baselines[key] is not None and baselines[key].ok else None))
+            for key, h in headers.items())
+        chosen = choose_layout(layout_totals_)
+        if chosen is None:
+            return {}
+        out.update(layout=chosen, layout_totals=layout_totals_)
+        headers = {k: h for k, h in headers.items() if chosen in task_layouts(h.get("lowering") or {})}
     totals = layer_totals((h.get("lowering") or {}, int(h.get("weight", 1)),
                            bests[key].latency if bests[key] is not None else None)
-                          for key, h in contents.tasks.items())
-    out: dict = {"winograd": modes.pop(), "layout": layouts.pop(), "fast_math": fast.pop()}
+                          for key, h in headers.items())
     if totals:
         out["choices"] = choose_algorithms(totals)
     return out

@@ -16,7 +16,7 @@ from typing import Any
 import onnx
 
 from autosearch.errors import UserError
-from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT
+from autosearch.lowering import DEFAULT_FAST_MATH
 from autosearch.task import TuningTask, task_from_module
 
 log = logging.getLogger(__name__)
@@ -32,14 +32,19 @@ class ImportedModel:
     relax_mod: Any  # before legalisation: what compile_relax wants, so database keys match
     tasks: list[TuningTask]
     winograd: str = "auto"  # how conv2d was lowered (autosearch.lowering); the tuned build must match
-    layout: str = DEFAULT_LAYOUT  # the conv2d data layout of the lowering (autosearch.lowering)
+    layout: str = "NCHW"  # conv2d layout of the lowering, or "auto": both, tuned side by side (autosearch.alternatives)
     fast_math: str = DEFAULT_FAST_MATH  # "on": vectorisable sigmoid / exp / softmax (autosearch.lowering)
 
     @property
     def flops(self) -> float:
         """FLOPs of one forward pass as TVM counts them, each layer once (its direct alternative when
-        ``--winograd auto`` offers two)."""
-        return sum(t.flops * t.weight for t in self.tasks if t.lowering.get("algorithm") != "winograd")
+        ``--winograd auto`` offers two; the NCHW model when ``--layout auto`` offers two)."""
+        from autosearch.alternatives import task_layouts
+
+        layouts = {layout for t in self.tasks for layout in task_layouts(t.lowering)}
+        first = min(layouts, key=lambda layout: (layout != "NCHW", layout)) if layouts else ""
+        return sum(t.flops * t.weight for t in self.tasks
+                   if t.lowering.get("algorithm") != "winograd" and first in task_layouts(t.lowering))
 
     @property
     def alternatives(self) -> int:
@@ -180,7 +185,7 @@ def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
     return mod
 
 
-def legalize(relax_mod, target, *, winograd: str = "auto", layout: str = DEFAULT_LAYOUT,
+def legalize(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW",
              fast_math: str = DEFAULT_FAST_MATH):
     """The preparation task extraction and the tuned build share (:mod:`autosearch.lowering`)."""
     from autosearch.lowering import lower
@@ -188,7 +193,7 @@ def legalize(relax_mod, target, *, winograd: str = "auto", layout: str = DEFAULT
     return lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
 
 
-def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = DEFAULT_LAYOUT,
+def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = "NCHW",
              fast_math: str = DEFAULT_FAST_MATH) -> list[TuningTask]:
     from tvm.s_tir import meta_schedule as ms
 
@@ -198,7 +203,7 @@ def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = DE
             for t in ms.relax_integration.extract_tasks(lowered, target)]
 
 
-def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = DEFAULT_LAYOUT,
+def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW",
                   fast_math: str = DEFAULT_FAST_MATH) -> list[TuningTask]:
     """One TuningTask per distinct fused TIR function, heaviest (FLOPs x weight) first.
 
@@ -206,12 +211,23 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = DE
     layer as winograd (:mod:`autosearch.winograd`); the tasks of both are merged, so each candidate layer
     is tuned both ways and its tasks carry ``lowering["layer"]`` and ``lowering["algorithm"]``.
     ``layout="NHWC"``: convolutions in NHWC (``lowering["layout"]``), all direct (winograd is NCHW only).
+    ``layout="auto"`` (CPU targets): the tasks of both layouts, merged; each carries ``lowering["layout"] ==
+    "auto"`` and ``lowering["layouts"]``, the layouts whose model runs it (:mod:`autosearch.alternatives`).
     ``fast_math``: ``lowering["fast_math"]``.
     """
-    from autosearch.lowering import converts_layout
+    from autosearch.lowering import LAYOUTS, converts_layout
     from autosearch.winograd import task_layer
 
-    if converts_layout(target, layout):
+    if layout == "auto":
+        if target.kind.name != "llvm":  # NHWC is a CPU lowering: other targets keep the model's NCHW
+            return extract_tasks(relax_mod, target, winograd=winograd, layout="NCHW", fast_math=fast_math)
+        merged: dict[str, tuple[TuningTask, list[str]]] = {}
+        for concrete in LAYOUTS:
+            for t in extract_tasks(relax_mod, target, winograd=winograd, layout=concrete, fast_math=fast_math):
+                merged.setdefault(t.workload_key, (t, []))[1].append(concrete)
+        tasks = [TuningTask(**{**t.__dict__, "lowering": {**t.lowering, "layout": "auto", "layouts": layouts}})
+                 for t, layouts in merged.values()]
+    elif converts_layout(target, layout):
         tasks = _extract(relax_mod, target, "off", winograd, layout, fast_math)
     elif winograd == "off" or target.kind.name != "llvm":
         tasks = _extract(relax_mod, target, "off", winograd, fast_math=fast_math)
@@ -237,14 +253,14 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = DE
 
 
 def import_model(model: str, target, *, input_shape: str | None = None, seed: int = 0,
-                 winograd: str = "auto", layout: str = DEFAULT_LAYOUT,
+                 winograd: str = "auto", layout: str = "NCHW",
                  fast_math: str = DEFAULT_FAST_MATH) -> ImportedModel:
     """The whole path: name or file -> ONNX -> Relax -> tasks for ``target`` (``winograd``: see
     :mod:`autosearch.winograd`; ``layout``, ``fast_math``: :mod:`autosearch.lowering`)."""
-    from autosearch.lowering import check_fast_math, check_layout, check_winograd
+    from autosearch.lowering import LAYOUT_MODES, check_fast_math, check_layout, check_winograd
 
     check_winograd(winograd)
-    check_layout(layout)
+    check_layout(layout, modes=LAYOUT_MODES)
     check_fast_math(fast_math)
     name, proto = load_onnx(model, seed=seed)
     shapes = resolve_input_shapes(proto, parse_input_shapes(input_shape))

@@ -27,19 +27,25 @@ from __future__ import annotations
 
 from typing import Any
 
-LAYOUTS = ("NCHW", "NHWC")
-DEFAULT_LAYOUT = "NCHW"  # as the ONNX model has it; NHWC loses Winograd, which tiny-YOLOv2's wide layers need
+LAYOUTS = ("NCHW", "NHWC")  # concrete conv2d data layouts of a lowering
+# run --layout: a concrete layout, or "auto": the model tuned in both, the faster compiled (autosearch.alternatives)
+LAYOUT_MODES = ("auto", *LAYOUTS)
+# run's default: NHWC vectorises most convolutions better but loses Winograd, which wide layers need; the
+# library's functions default to NCHW, the model as ONNX gives it
+DEFAULT_LAYOUT = "auto"
 FAST_MATH_MODES = ("on", "off")
 DEFAULT_FAST_MATH = "on"  # ONNX Runtime, the baseline, computes sigmoid and softmax with approximations too
 # the lowering options' values for logs and databases written before the option existed
 OLD_LOWERING = {"winograd": "auto", "layout": "NCHW", "fast_math": "off"}
 
 
-def check_layout(layout: str) -> str:
+def check_layout(layout: str, *, modes: tuple[str, ...] = LAYOUTS) -> str:
+    """``layout`` if it is one of ``modes`` (the concrete layouts a lowering takes; ``LAYOUT_MODES`` where a
+    model is imported for tuning), else a one-line error."""
     from autosearch.errors import UserError
 
-    if layout not in LAYOUTS:
-        raise UserError(f"unknown --layout {layout!r}; valid layouts: {', '.join(LAYOUTS)}")
+    if layout not in modes:
+        raise UserError(f"unknown --layout {layout!r}; valid layouts: {', '.join(modes)}")
     return layout
 
 
@@ -97,7 +103,7 @@ def _legalize_fast_sigmoid(bb, call):
     return bb.call_te(fast_sigmoid, call.args[0], primfunc_name_hint="fast_sigmoid")
 
 
-def lowering_passes(target, *, winograd="auto", layout=DEFAULT_LAYOUT, fast_math=DEFAULT_FAST_MATH) -> list[Any]:
+def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH) -> list[Any]:
     """``winograd``: a mode name or an :class:`autosearch.winograd.WinogradPolicy` (measured choices);
     ``layout``: the conv2d data layout, ``NCHW`` (as ONNX gives it) or ``NHWC``. Winograd applies to NCHW
     convolutions only. ``fast_math="on"``: sigmoid, exp and softmax use TVM's vectorisable approximations."""
@@ -121,7 +127,7 @@ def lowering_passes(target, *, winograd="auto", layout=DEFAULT_LAYOUT, fast_math
             relax.transform.AttachAttrLayoutFreeBuffers()]
 
 
-def lower(relax_mod, target, *, winograd="auto", layout=DEFAULT_LAYOUT, fast_math=DEFAULT_FAST_MATH):
+def lower(relax_mod, target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH):
     """The model as fused TIR functions: what task extraction and the tuned build both start from."""
     import tvm
 
@@ -156,7 +162,7 @@ def apply_database(lowered, target, database):
         return relax.transform.FoldConstant()(mod)
 
 
-def build_tuned(relax_mod, target, database, *, winograd="auto", layout=DEFAULT_LAYOUT,
+def build_tuned(relax_mod, target, database, *, winograd="auto", layout="NCHW",
                 fast_math=DEFAULT_FAST_MATH):
     """Compile a Relax model with a MetaSchedule database applied (tasks it lacks stay unscheduled)."""
     import tvm
@@ -173,6 +179,6 @@ def build_tuned(relax_mod, target, database, *, winograd="auto", layout=DEFAULT_
         return relax.build(tuned, target=target, relax_pipeline=pipeline)
 
 
-__all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "FAST_MATH_MODES", "LAYOUTS", "OLD_LOWERING", "apply_database",
-           "build_tuned",
+__all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "FAST_MATH_MODES", "LAYOUTS", "LAYOUT_MODES", "OLD_LOWERING",
+           "apply_database", "build_tuned",
            "check_fast_math", "check_layout", "fast_sigmoid", "lower", "lowering_passes"]

@@ -256,21 +256,32 @@ class Tuner:
         return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0))
 
     def _rivalry(self) -> dict[int, float]:
-        """Gain factors for layers tuned both ways (direct and winograd): the model runs the faster one, so
-        the slower alternative's gain is scaled by ``(faster total / own total) ** 2`` (totals: weight x best
-        latency of the alternative's tasks): its own latency counts only once it overtakes, and that gets
-        less likely the further behind it is. The leader keeps its gain."""
+        """Gain factors for alternatives the model runs only one of: a layer tuned both ways (direct and
+        winograd), and with ``--layout auto`` the whole model in two layouts (:mod:`autosearch.alternatives`).
+        The slower alternative's gain is scaled by ``(faster total / own total) ** 2`` (totals: weight x latency
+        of the alternative's tasks): its own latency counts only once it overtakes, and that gets less likely
+        the further behind it is. The leader keeps its gain; a task both layouts run is no layout's rival."""
+        from autosearch.alternatives import layout_totals, model_latency, task_layouts
         from autosearch.winograd import layer_totals
 
+        def behind(own: float, leader: float) -> float:
+            return (leader / own) ** 2 if math.isfinite(own) and leader < own else 1.0
+
         totals = layer_totals((s.task.lowering, s.task.weight, s.best_latency) for s in self.states)
+        layouts = layout_totals((s.task.lowering, s.task.weight, model_latency(
+            s.best_latency, s.baseline.median if s.baseline is not None and s.baseline.ok else None))
+            for s in self.states)
         out = {}
         for s in self.states:
-            if "layer" not in s.task.lowering:
-                continue
-            by_algorithm = totals[s.task.lowering["layer"]]
-            own, leader = by_algorithm[s.task.lowering["algorithm"]], min(by_algorithm.values())
-            if math.isfinite(own) and leader < own:
-                out[id(s)] = (leader / own) ** 2
+            factor = 1.0
+            if "layer" in s.task.lowering:
+                by_algorithm = totals[s.task.lowering["layer"]]
+                factor *= behind(by_algorithm[s.task.lowering["algorithm"]], min(by_algorithm.values()))
+            if len(layouts) > 1 and "layouts" in s.task.lowering:
+                own = min(layouts[layout] for layout in task_layouts(s.task.lowering))
+                factor *= behind(own, min(layouts.values()))
+            if factor != 1.0:
+                out[id(s)] = factor
         return out
 
     def run(self) -> TuneSummary:

@@ -57,3 +57,68 @@ def test_resume_refuses_another_layout(tuned_nhwc):
                    tuned_nhwc["log"], "--resume", "--layout", "NCHW")
     assert proc.returncode == 2 and "tuned with --layout NHWC" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------- --layout auto
+def test_layout_totals_count_each_model_once_with_its_faster_winograd_alternative():
+    from autosearch.alternatives import choose_layout, layout_totals
+
+    both, nchw, nhwc = ["NCHW", "NHWC"], ["NCHW"], ["NHWC"]
+    entries = [
+        ({"layouts": both}, 1, 1.0),  # shared: counts in both models
+        ({"layouts": nchw, "layer": "L", "algorithm": "direct"}, 1, 4.0),
+        ({"layouts": nchw, "layer": "L", "algorithm": "winograd"}, 1, 2.0),  # the layer's faster form
+        ({"layouts": nhwc}, 2, 1.25),  # weight 2
+        ({"layout": "NCHW"}, 1, 100.0),  # a fixed-layout task is no part of the rivalry
+    ]
+    totals = layout_totals(entries)
+    assert totals == {"NCHW": 1.0 + 2.0, "NHWC": 1.0 + 2.5}
+    assert choose_layout(totals) == "NCHW"
+    assert choose_layout(layout_totals(entries + [({"layouts": nchw}, 1, 1.0)])) == "NHWC"
+    assert choose_layout(layout_totals(entries[:3] + [({"layouts": nhwc}, 1, None)])) == "NCHW"  # NHWC unknown
+    assert layout_totals(entries[-1:]) == {}
+
+
+@pytest.fixture(scope="module")
+def tuned_auto(tmp_path_factory):
+    return tune_and_export(tmp_path_factory.mktemp("auto"), small_conv_onnx, trials=24, batch=8,
+                           options=("--layout", "auto"))
+
+
+def test_auto_tunes_both_layouts_exports_the_faster_and_compile_follows(tuned_auto):
+    from autosearch.alternatives import choose_layout, layout_totals, model_latency, task_layouts
+
+    contents = read_log(tuned_auto["log"])
+    lowerings = [h["lowering"] for h in contents.tasks.values()]
+    assert all(lw["layout"] == "auto" for lw in lowerings)
+    assert {layout for lw in lowerings for layout in task_layouts(lw)} == {"NCHW", "NHWC"}
+    measured = {r.task_key for r in contents.trials() if r.ok}
+    assert any("NHWC" not in task_layouts(contents.tasks[k]["lowering"]) for k in measured)  # both tuned
+    assert any("NCHW" not in task_layouts(contents.tasks[k]["lowering"]) for k in measured)
+
+    with open(os.path.join(tuned_auto["db"], "autosearch_lowering.json")) as fh:
+        lowering = json.load(fh)
+    totals = layout_totals((h["lowering"], h["weight"], model_latency(
+        contents.best(k).latency if contents.best(k) else None, contents.baseline(k).latency))
+        for k, h in contents.tasks.items())
+    assert lowering["layout"] == choose_layout(totals) in ("NCHW", "NHWC")
+    assert lowering["layout_totals"] == pytest.approx(totals)
+    from autosearch.export import read_database
+
+    exported = set(read_database(tuned_auto["db"]).tasks)
+    assert exported and all(lowering["layout"] in task_layouts(contents.tasks[k]["lowering"]) for k in exported)
+
+    out = os.path.join(str(tuned_auto["work"]), "model.so")
+    proc = run_cli("compile", "--model", tuned_auto["model"], "--db", tuned_auto["db"], "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert f" with {len(exported)}/" in proc.stdout  # compiled in the chosen layout: every exported task is found
+
+
+def test_resume_of_an_auto_log_stays_auto(tuned_auto):
+    proc = run_cli("run", "--strategy", "random", "--model", tuned_auto["model"], "--trials", "26", "--log",
+                   tuned_auto["log"], "--resume")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "conv2d auto" in proc.stdout
+    proc = run_cli("run", "--strategy", "random", "--model", tuned_auto["model"], "--trials", "30", "--log",
+                   tuned_auto["log"], "--resume", "--layout", "NHWC")
+    assert proc.returncode == 2 and "tuned with --layout auto" in proc.stderr

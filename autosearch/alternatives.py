@@ -1,0 +1,67 @@
+"""The model-level alternative of ``--layout auto``: the whole model lowered NCHW (with its Winograd
+alternatives) and NHWC, tuned side by side, and the faster kept.
+
+The model runs one layout, so the two are compared as models: per layout, weight x latency summed over the
+tasks its model runs, each layer tuned both direct and as Winograd counted by its faster algorithm
+(:func:`autosearch.winograd.layer_totals`). A per-layer layout choice would be a third model, with layout
+transforms between layers that no task measures; per layer is how Winograd is chosen, because an NCHW layer
+and its Winograd form read and write the same tensors.
+
+The tuner uses the totals to spend less on the layout behind (:meth:`autosearch.tuner.Tuner._rivalry`);
+``export`` keeps the faster layout and records it for ``compile`` and ``report``. A task's latency here is what
+its model would run: the best valid measurement where it beats the untuned kernel, else the untuned kernel (as
+``export`` leaves it to TVM's default code); unknown (``inf``) until one of them is measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from autosearch.lowering import LAYOUTS, OLD_LOWERING
+from autosearch.winograd import layer_totals
+
+AUTO = "auto"
+
+
+def task_layouts(lowering: dict) -> tuple[str, ...]:
+    """The concrete layouts whose model runs a task: ``lowering["layouts"]`` with ``--layout auto`` (a task both
+    lowerings share runs in both), else its own layout."""
+    return tuple(lowering.get("layouts") or (str(lowering.get("layout", OLD_LOWERING["layout"])),))
+
+
+def model_latency(best: float | None, untuned: float | None) -> float | None:
+    """What a task costs its model (seconds): the faster of its best valid measurement and the untuned kernel."""
+    known = [x for x in (best, untuned) if x is not None and math.isfinite(x)]
+    return min(known) if known else None
+
+
+def layout_totals(entries: Iterable[tuple[dict, int, float | None]]) -> dict[str, float]:
+    """Per concrete layout of a ``--layout auto`` task set: the model's estimated latency (seconds), ``inf``
+    while one of its tasks has no latency. ``entries``: (lowering record, weight, latency or None) per task;
+    tasks of a fixed layout are left out ({} when there is no auto task)."""
+    direct: dict[str, float] = {}
+    alternatives: dict[str, list[tuple[dict, int, float | None]]] = {}
+    for lowering, weight, latency in entries:
+        if "layouts" not in lowering:
+            continue
+        for layout in lowering["layouts"]:
+            direct.setdefault(layout, 0.0)
+            if "layer" in lowering:  # a layer tuned both ways: counted below by its faster algorithm
+                alternatives.setdefault(layout, []).append((lowering, weight, latency))
+            else:
+                direct[layout] += latency * weight if latency is not None else math.inf
+    for layout, items in alternatives.items():
+        direct[layout] += sum(min(by_algorithm.values()) for by_algorithm in layer_totals(items).values())
+    return direct
+
+
+def choose_layout(totals: dict[str, float]) -> str | None:
+    """The layout with the lower finite total (ties: the first in ``LAYOUTS``); None while none is known."""
+    finite = {layout: t for layout, t in totals.items() if math.isfinite(t)}
+    if not finite:
+        return None
+    return min(finite, key=lambda layout: (finite[layout], LAYOUTS.index(layout) if layout in LAYOUTS else 99))
+
+
+__all__ = ["AUTO", "choose_layout", "layout_totals", "model_latency", "task_layouts"]
