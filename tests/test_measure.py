@@ -124,3 +124,42 @@ def test_slow_shortcut_judges_the_kernel_not_the_copy_of_its_arguments(target):
     assert "wrong_result" not in timed
     assert len(timed["latencies"]) == 3 and "note" not in timed
     assert timed["median"] < 2e-3
+
+
+def test_running_kernels_leaves_no_files_behind(target, tmp_path, monkeypatch):
+    """Each library is loaded from a temporary directory that is gone before the kernel runs."""
+    import tempfile
+
+    import tvm
+    from tvm import te
+
+    from autosearch.measure.kernels import KernelRunner, build
+
+    a = te.placeholder((64,), name="a")
+    out = te.compute((64,), lambda i: a[i] + 1.0, name="out")
+    artifact, _ = build(tvm.ir.save_json(tvm.IRModule({"main": te.create_prim_func([a, out])})), dict(target.export()))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    runner = KernelRunner("cpu")
+    args = [((64,), "float32"), ((64,), "float32")]
+    evaluator = {"repeat": 1, "min_repeat_ms": 0, "cache_flush": False}
+    runner.reference("k", artifact, args, 0, evaluator)
+    timed = runner.run("k", artifact, args, 0, evaluator)
+    assert len(timed["latencies"]) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_calls_timeout_does_not_count_the_workers_start_up():
+    """A fresh worker imports TVM (seconds) before it answers: the first call's own timeout starts after that."""
+    import io
+
+    from autosearch.measure.worker import Worker
+
+    buf = io.BytesIO()
+    np.savez(buf, a0=np.zeros(4, dtype="float32"))
+    w = Worker(name="t")
+    try:
+        reply = w.call("set_reference", "k", buf.getvalue(), timeout=0.5)  # shorter than importing TVM
+        assert reply.kind == "ok", reply.error
+        assert w.restarts == 0
+    finally:
+        w.close()
