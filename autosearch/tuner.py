@@ -137,7 +137,6 @@ class Tuner:
         finalists: int = 3,
         resume: LogContents | None = None,
         on_event: Callable[[TuneEvent], None] | None = None,
-        module_hook: Callable[[TuningTask, int, Any], Any] | None = None,
     ) -> None:
         if budget <= 0:
             raise ValueError("budget must be positive")
@@ -152,8 +151,6 @@ class Tuner:
         self.seed = seed
         self.early_stop = early_stop
         self.finalists = finalists
-        # Test-only fault injection: (task, trial number, scheduled module) -> module to build instead.
-        self.module_hook = module_hook
         self.on_event = on_event or (lambda event: None)
         self.states = [TaskState(task=t) for t in tasks]
         self._headers_logged: set[str] = set()
@@ -412,10 +409,7 @@ class Tuner:
             if not a.ok:
                 results[i] = MeasureResult.failed(Status.INVALID_CONFIG, a.error)
         if buildable:
-            mods = [a.mod for _, a in buildable]
-            if self.module_hook is not None:
-                mods = [self.module_hook(task, self._trial_counter + i + 1, m) for (i, _), m in zip(buildable, mods)]
-            measured = self.runner.measure(task, mods)
-            for (i, _), result in zip(buildable, measured):
+            measured = self.runner.measure(task, [a.mod for _, a in buildable])
+            for (i, _), result in zip(buildable, measured, strict=True):
                 results[i] = result
         return [r for r in results if r is not None]

@@ -1,4 +1,8 @@
-"""Deliberately broken kernels with the small conv task's signature (a test-only injection hook)."""
+"""Deliberately broken kernels with the small conv task's signature, and how tests run them in a worker.
+
+Faults reach the product only as what it really meets: kernels that abort, hang, compute the wrong
+output or do not build. The product has no switch to crash or hang on command.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from tvm.script import ir as I
 from tvm.script import tirx as T
 
 # The small conv task: x (1,16,28,28), W (32,16,3,3) -> out (1,32,28,28)
+ARGS = [((1, 16, 28, 28), "float32"), ((32, 16, 3, 3), "float32"), ((1, 32, 28, 28), "float32")]
 
 
 @I.ir_module
@@ -47,3 +52,19 @@ class BuildFails:
 
 
 FAULTS = {"crash": Crash, "hang": Hang, "wrong": Wrong, "build": BuildFails}
+
+
+def artifact(name: str, target) -> bytes:
+    """The faulty kernel ``name`` built in this process, as a build worker builds it."""
+    import tvm
+
+    from autosearch.measure.kernels import build
+    from autosearch.target import target_to_json
+
+    return build(tvm.ir.save_json(FAULTS[name]), target_to_json(target))[0]
+
+
+def run_in(worker, kernel: bytes, *, timeout: float):
+    """Run a built kernel in a worker process as a reference run does (once, then timed): the ``crash``
+    kernel takes the process down (``crashed``), the ``hang`` kernel never answers (``timeout``)."""
+    return worker.call("reference", "fault", kernel, ARGS, 0, {"repeat": 1, "min_repeat_ms": 0}, timeout=timeout)

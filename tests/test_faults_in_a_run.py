@@ -1,4 +1,7 @@
-"""Faulty kernels and workers inside a real tuning run: recorded with their status, never best or exported."""
+"""Faulty kernels and workers inside a real tuning run: recorded with their status, never best or exported.
+
+Faults come in from the test side: a runner subclass swaps faulty kernels in, real processes are killed.
+"""
 
 from __future__ import annotations
 
@@ -8,31 +11,43 @@ import time
 
 import pytest
 
+from autosearch.measure.local import LocalRunner
 from autosearch.records import Status, TuningLog, read_log
+
+
+class _SwappingRunner(LocalRunner):
+    """A LocalRunner that builds ``plan[n]`` instead of the n-th module it is asked to measure (from 1, over
+    the whole run): faulty kernels enter a real tuning run where the Tuner's own modules would."""
+
+    def __init__(self, *, plan: dict[int, object], **settings) -> None:
+        super().__init__(**settings)
+        self.plan = plan
+        self.given = 0
+
+    def measure(self, task, mods):
+        swapped = [self.plan.get(self.given + i + 1, mod) for i, mod in enumerate(mods)]
+        self.given += len(mods)
+        return super().measure(task, swapped)
 
 
 def test_faulty_kernels_are_recorded_and_never_exported(tmp_path, conv_task):
     from autosearch.export import export_database, read_database
     from autosearch.measure.base import EvaluatorConfig
-    from autosearch.measure.local import LocalRunner
     from autosearch.tuner import Tuner
     from tests.faulty_kernels import FAULTS
 
     plan = {2: FAULTS["crash"], 3: FAULTS["hang"], 5: FAULTS["wrong"], 6: FAULTS["build"]}
-
-    def inject(task, trial, mod):
-        return plan.get(trial, mod)
-
     log_path = str(tmp_path / "run.jsonl")
-    runner = LocalRunner(target=conv_task.target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5),
-                         run_timeout=5)
+    runner = _SwappingRunner(plan=plan, target=conv_task.target,
+                             evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5), run_timeout=5)
     try:
         with TuningLog(log_path) as log:
             summary = Tuner(tasks=[conv_task], runner=runner, log=log, strategy="random", budget=12, batch=4,
-                            seed=4, module_hook=inject).run()
+                            seed=4).run()
     finally:
         runner.close()
     assert summary.trials == 12 and not summary.interrupted
+    assert runner.given >= 12  # the trials, then the finalists' re-timing
     contents = read_log(log_path)
     by_trial = {r.trial: r.result.status for r in contents.trials()}
     assert by_trial[2] is Status.WORKER_CRASHED
@@ -76,14 +91,16 @@ def test_a_killed_build_worker_fails_one_build_and_the_next_builds(conv_task, co
         pool.close()
 
 
-@pytest.mark.parametrize("hook", ["crash", "hang"])
-def test_worker_process_faults_do_not_reach_the_caller(hook):
+@pytest.mark.parametrize("fault", ["crash", "hang"])
+def test_worker_process_faults_do_not_reach_the_caller(fault, target):
     from autosearch.measure.worker import Worker
+    from tests.faulty_kernels import artifact, run_in
 
+    kernel = artifact(fault, target)
     w = Worker(name="faults")
     try:
-        reply = w.call("exec_test_hook", hook, timeout=2)
-        assert reply.kind == ("crashed" if hook == "crash" else "timeout")
+        reply = run_in(w, kernel, timeout=2)
+        assert reply.kind == ("crashed" if fault == "crash" else "timeout")
         assert w.call("ping", timeout=60).kind == "ok"
     finally:
         w.close()

@@ -57,30 +57,33 @@ def test_injected_faults_get_their_status_and_the_next_kernel_still_measures(run
 
 
 def test_build_timeout_kills_only_that_build(conv_task, conv_space):
+    import tvm
+
     from autosearch.measure.local import BuildPool
 
+    mod_json = tvm.ir.save_json(conv_space.apply(conv_space.default(0)).mod)
     pool = BuildPool(target=conv_task.target, workers=1, timeout=0.05)
     try:
-        [built] = pool.build(["{}"])  # no time to even import TVM in a fresh worker
+        [built] = pool.build([mod_json])  # 50 ms: too short for a compile (the worker's start-up is not counted)
         assert built.failure is not None and built.failure.status in (Status.BUILD_TIMEOUT, Status.BUILD_ERROR)
         pool.timeout = 120
-        import tvm
-
-        [ok] = pool.build([tvm.ir.save_json(conv_space.apply(conv_space.default(0)).mod)])
+        [ok] = pool.build([mod_json])
         assert ok.failure is None and ok.artifact
     finally:
         pool.close()
 
 
-def test_worker_crash_and_hang_hooks():
+def test_a_worker_that_crashes_or_hangs_is_replaced(target):
     from autosearch.measure.worker import Worker
+    from tests.faulty_kernels import artifact, run_in
 
+    crash, hang = artifact("crash", target), artifact("hang", target)
     w = Worker(name="t")
     try:
         assert w.call("ping", timeout=60).kind == "ok"
-        assert w.call("exec_test_hook", "crash", timeout=30).kind == "crashed"
+        assert run_in(w, crash, timeout=30).kind == "crashed"
         assert w.call("ping", timeout=60).kind == "ok"  # replaced
-        assert w.call("exec_test_hook", "hang", timeout=1).kind == "timeout"
+        assert run_in(w, hang, timeout=1).kind == "timeout"
         reply = w.call("ping", timeout=60)
         assert reply.kind == "ok" and w.restarts == 2
     finally:
@@ -88,6 +91,7 @@ def test_worker_crash_and_hang_hooks():
 
 
 def test_a_candidate_far_slower_than_the_best_is_timed_once(runner, conv_task, conv_space):
+    runner.refresh()  # the best so far is this test's, not that of the tests before it on this runner
     rng = np.random.default_rng(5)
     fast = [a.mod for a in (conv_space.apply(conv_space.sample(rng)) for _ in range(6)) if a.ok]
     measured = runner.measure(conv_task, fast)
@@ -120,3 +124,42 @@ def test_slow_shortcut_judges_the_kernel_not_the_copy_of_its_arguments(target):
     assert "wrong_result" not in timed
     assert len(timed["latencies"]) == 3 and "note" not in timed
     assert timed["median"] < 2e-3
+
+
+def test_running_kernels_leaves_no_files_behind(target, tmp_path, monkeypatch):
+    """Each library is loaded from a temporary directory that is gone before the kernel runs."""
+    import tempfile
+
+    import tvm
+    from tvm import te
+
+    from autosearch.measure.kernels import KernelRunner, build
+
+    a = te.placeholder((64,), name="a")
+    out = te.compute((64,), lambda i: a[i] + 1.0, name="out")
+    artifact, _ = build(tvm.ir.save_json(tvm.IRModule({"main": te.create_prim_func([a, out])})), dict(target.export()))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    runner = KernelRunner("cpu")
+    args = [((64,), "float32"), ((64,), "float32")]
+    evaluator = {"repeat": 1, "min_repeat_ms": 0, "cache_flush": False}
+    runner.reference("k", artifact, args, 0, evaluator)
+    timed = runner.run("k", artifact, args, 0, evaluator)
+    assert len(timed["latencies"]) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_calls_timeout_does_not_count_the_workers_start_up():
+    """A fresh worker imports TVM (seconds) before it answers: the first call's own timeout starts after that."""
+    import io
+
+    from autosearch.measure.worker import Worker
+
+    buf = io.BytesIO()
+    np.savez(buf, a0=np.zeros(4, dtype="float32"))
+    w = Worker(name="t")
+    try:
+        reply = w.call("set_reference", "k", buf.getvalue(), timeout=0.5)  # shorter than importing TVM
+        assert reply.kind == "ok", reply.error
+        assert w.restarts == 0
+    finally:
+        w.close()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
+from autosearch.measure.policy import MeasurePolicy
 from autosearch.records import MeasureResult
 from autosearch.task import TuningTask
+
+_R = TypeVar("_R", bound="RunnerBase")
 
 
 @dataclass(frozen=True)
@@ -30,16 +33,6 @@ class EvaluatorConfig:
         return dict(self.__dict__)
 
 
-@dataclass(frozen=True)
-class MeasureJob:
-    """One kernel to build and measure for a task (the module is already scheduled)."""
-
-    task_key: str
-    mod_json: str  # tvm.ir.save_json of the scheduled IRModule
-    job_id: int = 0
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
 class Runner(Protocol):
     """Builds and measures kernels. Implementations: LocalRunner, RayRunner."""
 
@@ -53,3 +46,47 @@ class Runner(Protocol):
 
     def close(self) -> None:
         """Stop worker processes / actors."""
+
+
+class RunnerBase:
+    """The settings every runner takes and what follows from them: the measurement policy, the phase clock.
+
+    ``build_workers``: builds at once (``None``: every core, or every CPU of the cluster). ``evaluator``:
+    how each kernel is timed. ``build_timeout`` / ``run_timeout``: seconds per build, and the floor of
+    each measurement's timeout (:meth:`MeasurePolicy.timeout`). ``seed``: of the kernels' random inputs.
+    ``num_threads``: threads a kernel runs on (``None``: the target's cores).
+    """
+
+    name = "runner"
+
+    def __init__(
+        self,
+        *,
+        target,
+        build_workers: int | None = None,
+        evaluator: EvaluatorConfig | None = None,
+        build_timeout: float = 60.0,
+        run_timeout: float = 30.0,
+        seed: int = 0,
+        num_threads: int | None = None,
+    ) -> None:
+        self.target = target
+        self.build_workers = build_workers
+        self.build_timeout = build_timeout
+        self.seed = seed
+        self.num_threads = num_threads
+        self.policy = MeasurePolicy(evaluator=evaluator or EvaluatorConfig(), run_timeout=run_timeout)
+        self.phase_secs = {"build": 0.0, "run": 0.0}  # wall seconds in each phase (benchmarks)
+
+    def baseline_secs(self, task: TuningTask) -> float | None:
+        """Median seconds of the task's untuned kernel, once ``prepare`` measured it."""
+        return self.policy.baseline_secs(task.workload_key)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _R) -> _R:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -53,7 +53,7 @@ def make_inputs(args: list[tuple[tuple[int, ...], str]], seed: int) -> list[np.n
 
 def compare(outputs: list[np.ndarray], reference: list[np.ndarray], rtol: float) -> str:
     """Empty string if every argument matches the reference, else what differs."""
-    for i, (got, want) in enumerate(zip(outputs, reference)):
+    for i, (got, want) in enumerate(zip(outputs, reference, strict=True)):
         if got.shape != want.shape:
             return f"argument {i}: shape {got.shape} != {want.shape}"
         if not np.all(np.isfinite(got) == np.isfinite(want)):
@@ -74,22 +74,22 @@ class KernelRunner:
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
         self._references: dict[str, list[np.ndarray]] = {}
-        self._tmp = tempfile.mkdtemp(prefix="autosearch-run-")
 
     def _load(self, artifact: bytes):
-        """(module, prepack plan or None) of a built artifact."""
+        """(module, prepack plan or None) of a built artifact.
+
+        The library is written to a file only to be loaded: once loaded it no longer needs the file, so
+        the directory is gone before the kernel runs (nothing is left behind by a kernel that crashes)."""
         import tvm
 
         from autosearch.measure.prepack import unpack_artifact
 
         library, plan = unpack_artifact(artifact)
-        path = os.path.join(self._tmp, f"k{time.monotonic_ns()}.so")
-        with open(path, "wb") as fh:
-            fh.write(library)
-        try:
+        with tempfile.TemporaryDirectory(prefix="autosearch-run-") as tmp:
+            path = os.path.join(tmp, "kernel.so")
+            with open(path, "wb") as fh:
+                fh.write(library)
             return tvm.runtime.load_module(path), plan
-        finally:
-            os.unlink(path)
 
     def _kernel_inputs(self, module, plan, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """The kernel's arguments: the task's inputs, with prepacked weights where the plan says
@@ -104,7 +104,7 @@ class KernelRunner:
         module["prepack"](*sources, *packed)
         dev.sync()
         args = list(inputs)
-        for (pos, _, _), array in zip(plan.outputs, packed):
+        for (pos, _, _), array in zip(plan.outputs, packed, strict=True):
             args[pos] = array.numpy()
         return args
 
@@ -126,9 +126,6 @@ class KernelRunner:
         """Install a reference computed elsewhere (the npz bytes :meth:`reference` returned)."""
         with np.load(io.BytesIO(reference)) as data:
             self._references[task_key] = [data[f"a{i}"] for i in range(len(data.files))]
-
-    def has_reference(self, task_key: str) -> bool:
-        return task_key in self._references
 
     def reference(self, task_key: str, artifact: bytes, args, seed: int, evaluator: dict) -> dict[str, Any]:
         """Run the unscheduled kernel: its outputs become the task's reference; also time it."""

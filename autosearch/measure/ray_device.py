@@ -16,7 +16,6 @@ import logging
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 from typing import Any
@@ -24,13 +23,11 @@ from typing import Any
 import ray
 
 from autosearch.errors import UserError
-from autosearch.measure.worker import Reply, Worker
+from autosearch.measure.measuring import MeasuringProcess
+from autosearch.measure.worker import STARTUP_TIMEOUT, Reply, Worker
 from autosearch.target import target_num_cores, target_to_json
 
 log = logging.getLogger(__name__)
-
-# Seconds a fresh worker subprocess may take to start and import TVM (not counted in any kernel timeout).
-STARTUP_TIMEOUT = 120.0
 
 # Fingerprint fields that must agree between the devices of one key (hostname, pid, node id may differ).
 IDENTITY_FIELDS = {
@@ -129,81 +126,50 @@ def identity(info: dict[str, Any], kind: str) -> tuple:
 
 # ---------------------------------------------------------------------------------------------- the actor
 class DeviceActor:
-    """One measuring device: a warm worker subprocess pinned to the device's cores.
+    """One measuring device: a warm measuring process pinned to the device's cores.
 
     Wrapped with ``ray.remote`` by the pool (resources, restarts). References arrive as object refs
-    (boxed in a list, so Ray does not fetch them eagerly) and are installed on first use, again after
-    the worker subprocess or the actor itself was replaced.
+    (boxed in a list, so Ray does not fetch them eagerly) and are fetched only when the measuring process
+    lacks them: on first use, and again after the process or the actor itself was replaced.
     """
 
-    def __init__(self, *, key: str, kind: str, index: int, num_threads: int,
-                 fingerprint_override: dict[str, Any] | None = None) -> None:
-        self.key = key
-        self.kind = kind
-        self.index = index
-        self.info = {**fingerprint(kind), "device_key": key, "index": index, **(fingerprint_override or {})}
+    def __init__(self, *, key: str, kind: str, index: int, num_threads: int) -> None:
+        self.info = {**fingerprint(kind), "device_key": key, "index": index}
         env = {"AUTOSEARCH_DEVICE": "cuda" if kind == "cuda" else "cpu"}
         if kind == "cpu":
             cores = sorted(os.sched_getaffinity(0))[: max(1, num_threads)]
             env["TVM_NUM_THREADS"] = str(num_threads)
             env["AUTOSEARCH_AFFINITY"] = ",".join(str(c) for c in cores)
         node = str(self.info["node_id"])[:12]
-        self.worker = Worker(name=f"{node}:{key}#{index}", env=env)
-        self.worker.start()  # imports TVM while the pool starts the other actors
-        self._installed: set[str] = set()
-        self._restarts = 0
+        self.process = MeasuringProcess(name=f"{node}:{key}#{index}", env=env)
+        self.process.worker.start()  # imports TVM while the pool starts the other actors
 
     def fingerprint(self) -> dict[str, Any]:
         return self.info
 
     def warm_up(self) -> Reply:
-        return self.worker.call("ping", timeout=STARTUP_TIMEOUT)
-
-    def _sync(self) -> None:
-        if self.worker.restarts != self._restarts:
-            self._installed.clear()
-            self._restarts = self.worker.restarts
-
-    def _ident(self) -> str:
-        self.worker.start()
-        return self.worker.ident
+        return self.process.warm_up()
 
     def reference(self, task_key: str, artifact: bytes, args, seed: int, evaluator: dict,
                   timeout: float) -> tuple[Reply, str]:
         """Run the unscheduled kernel: its output becomes the reference (kept installed here)."""
-        ident = self._ident()
-        self._sync()
-        reply = self.worker.call("reference", task_key, artifact, args, seed, evaluator, timeout=timeout)
-        self._sync()
-        if reply.kind == "ok":
-            self._installed.add(task_key)
-        return reply, ident
+        ident = self.process.ident
+        return self.process.reference(task_key, artifact, args, seed, evaluator, timeout=timeout), ident
 
     def run(self, task_key: str, reference_box: list, artifact: bytes, args, seed: int, evaluator: dict,
-            timeout: float, fault: str | None = None) -> tuple[Reply, str]:
+            timeout: float) -> tuple[Reply, str]:
         """Check one kernel against the task's reference and time it; ``timeout`` starts here."""
-        ident = self._ident()
-        self._sync()
-        if fault == "actor_exit":  # test-only: the actor process dies as if it had segfaulted
-            os.kill(os.getpid(), signal.SIGSEGV)
-        if task_key not in self._installed:
-            reference = ray.get(reference_box[0])
-            reply = self.worker.call("set_reference", task_key, reference, timeout=STARTUP_TIMEOUT)
-            self._sync()
-            if reply.kind != "ok":
-                return reply, ident
-            self._installed.add(task_key)
-        reply = self.worker.call("run", task_key, artifact, args, seed, evaluator, timeout=timeout)
-        self._sync()
+        ident = self.process.ident
+        reply = self.process.run(task_key, lambda: ray.get(reference_box[0]), artifact, args, seed, evaluator,
+                                 timeout=timeout)
         return reply, ident
 
     def refresh(self) -> None:
         """Replace the measuring process; references are installed again on the next run."""
-        self.worker.kill()
-        self._sync()
+        self.process.refresh()
 
     def close(self) -> None:
-        self.worker.close()
+        self.process.close()
 
 
 # ---------------------------------------------------------------------------------------------- builds
@@ -222,21 +188,21 @@ def warm_build_worker() -> Reply:
     return _build_worker().call("ping", timeout=STARTUP_TIMEOUT)
 
 
-def build_in_worker(mod_json: str, target: dict[str, Any], timeout: float,
-                    fault: str | None = None) -> tuple[dict[str, Any], bytes | None]:
+def build_in_worker(mod_json: str, target: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes | None]:
     """Body of the Ray build task: compile in this Ray worker's warm subprocess, with the local timeout.
 
     Ray reuses its worker processes, so the subprocess (and its TVM import) survives between builds;
-    the timeout starts when the build starts, not when the task was queued. Returns (status, .so bytes).
+    the timeout starts when the build starts (not when the task was queued, nor while a fresh subprocess
+    imports TVM). Returns (status, .so bytes).
     """
     worker = _build_worker()
-    reply = worker.call("ping", timeout=STARTUP_TIMEOUT)
+    worker.start()
     ident = worker.ident
-    if reply.kind == "ok":
-        if fault == "build_hang":  # test-only: a build that never finishes
-            reply = worker.call("exec_test_hook", "hang", timeout=timeout)
-        else:
-            reply = worker.call("build", mod_json, target, timeout=timeout)
+    return build_status(worker.call("build", mod_json, target, timeout=timeout), ident)
+
+
+def build_status(reply: Reply, ident: str) -> tuple[dict[str, Any], bytes | None]:
+    """(status, artifact) of a build task from its worker's reply: plain data, so the driver needs no TVM."""
     if reply.kind == "ok":
         artifact, secs = reply.value
         return {"kind": "ok", "build_secs": secs, "seconds": reply.seconds, "worker": ident}, artifact

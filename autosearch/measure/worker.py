@@ -2,7 +2,13 @@
 
 Each worker is a spawned Python process that imports TVM once and then serves calls over a pipe.
 The parent waits for an answer with a timeout; on a timeout it kills the worker, on a dead pipe it
-reports the crash, and in both cases the next call starts a fresh worker.
+reports the crash, and in both cases the next call starts a fresh worker. A call's timeout is its own:
+a fresh worker first answers a ping (after its TVM import) within :data:`STARTUP_TIMEOUT`.
+
+Not TVM's ``tvm.support.popen_pool.PopenWorker``: it starts every child with the parent's environment
+(``TVM_NUM_THREADS`` and the CPU affinity must differ per worker, before TVM starts its thread pool), its
+timeout is a timer thread inside the child (a child that stops answering blocks the parent's ``recv``
+for ever), and it drops a crashed child's exit status, which names the signal in our ``worker_crashed``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+# Seconds a fresh worker may take to start and import TVM (not counted in any kernel's timeout).
+STARTUP_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ def _first_line(exc: BaseException) -> str:
 def _serve(conn) -> None:
     """Worker main loop (runs in the child process; environment already set by the parent)."""
     env = os.environ
+    import tvm  # noqa: F401  - every call but ping needs it; the first answer (a ping) waits for the import
+
     from autosearch.measure import kernels
 
     runner = kernels.KernelRunner(env.get("AUTOSEARCH_DEVICE", "cpu"))
@@ -50,9 +61,7 @@ def _serve(conn) -> None:
         "reference": runner.reference,
         "run": runner.run,
         "set_reference": runner.set_reference,
-        "has_reference": runner.has_reference,
-        "ping": lambda: os.getpid(),
-        "exec_test_hook": _test_hook,
+        "ping": os.getpid,
     }
     while True:
         try:
@@ -69,15 +78,6 @@ def _serve(conn) -> None:
             conn.send(reply)
         except (BrokenPipeError, OSError):  # the parent is gone or gave up on us: stop quietly
             return
-
-
-def _test_hook(kind: str) -> Any:
-    """Deliberate faults for the reliability tests (crash / hang the worker process)."""
-    if kind == "crash":
-        os.abort()
-    if kind == "hang":
-        time.sleep(3600)
-    return kind
 
 
 def main(fd: int) -> None:
@@ -100,6 +100,7 @@ class Worker:
         self.env = dict(env or {})
         self._proc: subprocess.Popen | None = None
         self._conn = None
+        self._ready = False  # the running process has answered a ping (TVM is imported)
         self.restarts = 0
 
     @property
@@ -121,10 +122,24 @@ class Worker:
         )
         child.close()
         self._conn = parent
+        self._ready = False
 
     def call(self, name: str, *args: Any, timeout: float) -> Reply:
-        """Call ``name(*args)`` in the worker; never raises for what the worker does."""
+        """Call ``name(*args)`` in the worker; never raises for what the worker does.
+
+        ``timeout`` (seconds) counts from when the worker is ready: a fresh process is pinged first.
+        """
         self.start()
+        if not self._ready and name != "ping":
+            reply = self.call("ping", timeout=STARTUP_TIMEOUT)
+            if reply.kind != "ok":
+                return reply
+        reply = self._call(name, args, timeout)
+        if name == "ping" and reply.kind == "ok":
+            self._ready = True
+        return reply
+
+    def _call(self, name: str, args: tuple, timeout: float) -> Reply:
         conn = self._conn  # kill() from another thread may reset self._conn while we wait
         start = time.perf_counter()
         try:

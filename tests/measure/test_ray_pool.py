@@ -35,10 +35,11 @@ ray = pytest.importorskip("ray")
 from autosearch.errors import UserError  # noqa: E402
 from autosearch.measure.base import EvaluatorConfig  # noqa: E402
 from autosearch.records import Status  # noqa: E402
+from tests.measure.ray_faults import inject, misreport  # noqa: E402
 
 EVALUATOR = EvaluatorConfig(repeat=3, min_repeat_ms=5)
 STORE = 200 * 1024 * 1024  # bytes of object store per node: kernels are ~100 KB
-# `ray start` without Ray's rewrite of 127.0.0.1 to the external address (see ray_pool._keep_loopback)
+# `ray start` without Ray's rewrite of 127.0.0.1 to the external address (see ray_cluster.keep_loopback)
 RAY_START = ("import sys, ray._private.services as s; s.resolve_ip_for_localhost = lambda h: h; "
              "from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()")
 
@@ -131,13 +132,13 @@ def test_embedded_pool_gives_the_local_runners_statuses_and_latencies(conv_task,
 
 
 # ---------------------------------------------------------------------------------------------- 3
-def test_dead_actors_and_faults_still_give_every_result_once_in_order(conv_task, conv_space, ray_tmp):
+def test_dead_actors_and_faults_still_give_every_result_once_in_order(conv_task, conv_space, ray_tmp, monkeypatch):
     from tests.faulty_kernels import FAULTS
 
     good = _good_mods(conv_space, 4, seed=7)
-    faults = {1: "actor_exit_once", 3: "actor_exit", 4: "build_hang"}
-    with _pool(conv_task.target, ray_tmp, num_devices=2, build_workers=2, build_timeout=6, run_timeout=3,
-               _faults=faults) as pool:
+    faults = inject(monkeypatch, {1: "actor_exit_once", 3: "actor_exit", 4: "build_hang"}, conv_task.target)
+    with _pool(conv_task.target, ray_tmp, num_devices=2, build_workers=2, build_timeout=6,
+               run_timeout=3) as pool:
         assert len(pool.devices) == 2
         assert pool.prepare(conv_task).ok
         mods = [good[0], good[1], good[2], good[3], good[0], FAULTS["crash"]]
@@ -147,11 +148,11 @@ def test_dead_actors_and_faults_still_give_every_result_once_in_order(conv_task,
                             Status.WORKER_CRASHED], [r.error for r in results]
         assert "died on each of 3 attempts" in results[3].error  # 1 + max_retries, then given up
         assert "signal" in results[5].error  # the kernel killed its worker process, not the actor
-        deaths = sum(d.deaths for d in pool._devices)
+        deaths = sum(d.deaths for d in pool.fleet.devices)
         assert deaths == 4  # job 1 once, job 3 three times; each actor was restarted by Ray
 
         # ray.kill from another thread while the hanging kernel is being timed
-        pool._faults.clear()
+        faults.clear()
         mods = [good[0], FAULTS["hang"], good[1], FAULTS["wrong"], good[2]]
         killed: list[int] = []
 
@@ -172,19 +173,19 @@ def test_dead_actors_and_faults_still_give_every_result_once_in_order(conv_task,
         assert killed, "the hanging kernel was never seen running"
         assert [r.status for r in results] == [Status.OK, Status.RUN_TIMEOUT, Status.OK, Status.WRONG_RESULT,
                                                Status.OK], [r.error for r in results]
-        assert sum(d.deaths for d in pool._devices) == deaths + 1
+        assert sum(d.deaths for d in pool.fleet.devices) == deaths + 1
         # the retried hang had its full timeout, counted from its own start on the other device
         assert results[1].run_secs >= 2.9
         assert len(pool.devices) == 2  # both actors are back
 
 
 # ---------------------------------------------------------------------------------------------- 4
-def test_devices_that_differ_are_refused_unless_allowed(conv_task, ray_tmp):
+def test_devices_that_differ_are_refused_unless_allowed(conv_task, ray_tmp, monkeypatch):
+    misreport(monkeypatch, {1: {"cpu_model": "Fake CPU 9000"}})
     with pytest.raises(UserError, match=r"differ .*cpu_model: .*Fake CPU 9000.*allow_mixed"):
-        _pool(conv_task.target, ray_tmp, num_devices=2, _fingerprints={1: {"cpu_model": "Fake CPU 9000"}})
+        _pool(conv_task.target, ray_tmp, num_devices=2)
     assert not ray.is_initialized()  # the refused pool cleaned up after itself
-    with _pool(conv_task.target, ray_tmp, num_devices=2, allow_mixed=True,
-               _fingerprints={1: {"cpu_model": "Fake CPU 9000"}}) as pool:
+    with _pool(conv_task.target, ray_tmp, num_devices=2, allow_mixed=True) as pool:
         assert sorted(d["cpu_model"] == "Fake CPU 9000" for d in pool.devices) == [False, True]
 
 
@@ -277,9 +278,9 @@ def test_a_joined_cluster_routes_the_key_only_to_the_node_that_has_it(two_nodes,
 def test_cuda_jobs_go_to_the_gpu_node_whose_tvm_says_it_has_no_cuda(two_nodes):
     import tvm
 
-    from autosearch.measure.ray_pool import _keep_loopback
+    from autosearch.measure.ray_cluster import keep_loopback
 
-    with _keep_loopback():
+    with keep_loopback():
         ray.init(address=two_nodes, log_to_driver=False)  # the pool reuses this connection
     try:
         [gpu_node] = [n["NodeID"] for n in ray.nodes() if n["Alive"] and "cuda-testgpu" in n["Resources"]]

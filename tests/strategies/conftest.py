@@ -2,7 +2,7 @@
 
 ``conv_space`` (tests/conftest.py) is MetaSchedule's real design space (3 sketches, ~1e8 configs) of
 Conv 16->32 3x3 on 1x16x28x28 + Relu. Nothing is built or timed here: results come from
-:mod:`autosearch.measure.replay`.
+:mod:`tests.strategies.replay`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autosearch.measure.replay import SyntheticLatency
 from autosearch.records import Config, MeasureResult
 from autosearch.space import DecisionSpace
+from tests.strategies.replay import SyntheticLatency
 
 
 @pytest.fixture(scope="session")

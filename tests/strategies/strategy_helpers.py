@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from autosearch.measure.replay import SyntheticLatency
 from autosearch.space import DecisionSpace
+from tests.strategies.replay import SyntheticLatency
 
 
 class EncodingRidgeScorer:

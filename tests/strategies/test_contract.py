@@ -16,9 +16,9 @@ import pytest
 from strategy_helpers import EncodingRidgeScorer, OracleScorer
 
 from autosearch.errors import UserError
-from autosearch.measure.replay import ReplayRunner, SyntheticLatency, best_latency, run_strategy
 from autosearch.records import Config, MeasureResult, Status
 from autosearch.strategy import STRATEGIES, Strategy, make_strategy, parse_options, strategy_options
+from tests.strategies.replay import ReplayRunner, SyntheticLatency, best_latency, run_strategy
 
 # the model-guided walk is kept small so the suite stays fast; its defaults are tested elsewhere
 _SMALL_WALK = {"parallel_size": 16, "n_iter": 10, "early_stop": 5}

@@ -11,10 +11,10 @@ from optuna.trial import TrialState
 from strategy_helpers import EncodingRidgeScorer
 
 from autosearch.errors import UserError
-from autosearch.measure.replay import ReplayRunner, run_strategy
 from autosearch.records import Config, MeasureResult, Status
 from autosearch.space import config_key
 from strategies.optuna_search import SAMPLERS, OptunaSearch, make_sampler
+from tests.strategies.replay import ReplayRunner, run_strategy
 
 
 def _ok(seconds: float) -> MeasureResult:

@@ -8,8 +8,8 @@ import statistics
 import numpy as np
 import pytest
 
-from autosearch.measure.replay import ReplayRunner, SyntheticLatency, run_strategy
 from autosearch.records import Config, MeasureResult, Status
+from tests.strategies.replay import ReplayRunner, SyntheticLatency, run_strategy
 
 
 def test_synthetic_optimum_is_fastest_and_never_fails(conv_space, synthetic) -> None:
@@ -98,7 +98,7 @@ def test_run_strategy_refuses_a_strategy_that_repeats(conv_space, synthetic) -> 
 
 
 def test_best_latency_ignores_failures(conv_space) -> None:
-    from autosearch.measure.replay import best_latency
+    from tests.strategies.replay import best_latency
 
     c = Config(0, ())
     assert best_latency([(c, MeasureResult.failed(Status.BUILD_ERROR, "x"))]) == math.inf
