@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from autosearch.errors import UserError
-from cost_models.loop_features import signed_log
+from cost_models._scaling import signed_log
 
 ISSUE, LOADS, STORES, FP_PIPES = 6, 3, 2, 2  # per cycle, a generic wide x86-64 core
 HOT_LOOPS = 2
