@@ -24,12 +24,11 @@ features model the machine instead, for each leaf block of the scheduled (post-p
 Sizes are log2 ratios to the task's FLOPs, so a 1x1 convolution and a 3x3 one share a scale; the
 whole vector is ``sign(x) log2(1 + |x|)`` (tree models do not care; scaled regressors do).
 
-Measured on the 13-task YOLO dataset (``experiments/make_dataset.py``, 2,340 records, 2026-11-23,
-leave one task out, 3 seeds): XGBoost 0.724 -> 0.793 pairwise accuracy and 0.50 -> 0.72 top-1 against
-the same model on pooled ``PerStoreFeature``; random forest 0.708 -> 0.792. The instruction
-estimate alone, with no learning, orders the held-out pairs 0.758 right. Extraction: ~3 ms per
-schedule (pure Python over the TIR, index expressions compiled to tuples once), against ~10 ms for
-``PerStoreFeature`` (C++, with its candidate wrapping).
+What they buy over pooled ``PerStoreFeature`` for each model, held out, is in README (Results: cost
+models; ``experiments/results/compare_models*.md``); the instruction estimate alone, with no learning,
+already orders configs better than chance (``tests/cost_models/test_loop_features.py``). Extraction is pure
+Python over the TIR, with index expressions compiled to tuples once, and cheaper per schedule than
+``PerStoreFeature`` with its candidate wrapping.
 
 How each effect was found: reading the assembly of kernels the pooled model misranked (vinsertps
 chains from guarded padding loads, gathers from LLVM-vectorised strided loops, accumulators reloaded
@@ -46,6 +45,9 @@ from tvm.tirx import ForKind, IterVar
 
 from cost_models._scaling import signed_log
 
+# Bump when the features of a schedule change (a new effect, a changed estimate, renamed or reordered
+# names): cached features (cost_models.feature_store) of an older version are then recomputed.
+VERSION = 1
 LLVM_FULL_UNROLL = 8  # LLVM fully unrolls inner loops of a few constant steps even without TVM's pragma
 CACHE_LEVELS = ("reg", "l1", "l2", "l3")
 
@@ -123,7 +125,8 @@ class Nest:
 
 # ------------------------------------------------------------------ expressions
 # Index expressions are compiled once into tuples of plain ints ("v", var) / ("c", value) / (op, a, b),
-# variables keyed by their object handle: evaluating them then costs no calls into TVM (7x faster).
+# variables keyed by their object handle: evaluating them then costs no calls into TVM (which dominated the
+# extraction time before).
 _ARITH = ("Add", "Sub", "Mul", "Min", "Max", "FloorDiv", "Div", "FloorMod", "Mod")
 
 
