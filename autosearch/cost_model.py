@@ -21,7 +21,9 @@ import numpy as np
 from autosearch.errors import UserError
 from autosearch.records import Config, MeasureResult
 
-# name -> "module:factory"; the factory is called as factory(name, seed=...) -> CostModel
+SKLEARN_PREFIX = "sklearn:"  # sklearn:<EstimatorName>, e.g. sklearn:KNeighborsRegressor
+# The registry: name -> "module:factory"; the factory is called as factory(name, seed=...) -> CostModel.
+# The SKLEARN_PREFIX entry takes every "sklearn:<EstimatorName>".
 COST_MODELS: dict[str, str] = {
     "xgb": "cost_models.xgboost_model:create",
     "xgb-rank": "cost_models.xgboost_model:create",
@@ -29,8 +31,14 @@ COST_MODELS: dict[str, str] = {
     "gbr": "cost_models.sklearn_model:create",
     "mlp": "cost_models.learned:create",
     "tvm-xgb": "cost_models.tvm_xgb:create",
+    SKLEARN_PREFIX: "cost_models.sklearn_model:create",
 }
-SKLEARN_PREFIX = "sklearn:"  # sklearn:<EstimatorName>, e.g. sklearn:KNeighborsRegressor
+# What the top-level package of a registry entry exposes to turn one of its models into a task's
+# ConfigScorer: scorer(model, space, task, *, seed, warm_start, **options). A package, not each family
+# module, because featurising a task's configs (and caching it) depends on the model's input, not on the
+# model, so one scorer serves every family of a package; and the core then finds it through the registry
+# entry it already resolved, with no second plug-in path to keep in step.
+SCORER_FACTORY = "scorer"
 # "model@features" picks the feature set of a tabular model (xgb, xgb-rank, rf, gbr, sklearn:...)
 FEATURE_SETS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding")
 
@@ -67,7 +75,16 @@ def _resolve(spec: str):
 
 
 def cost_model_names() -> list[str]:
-    return sorted(COST_MODELS) + [f"{SKLEARN_PREFIX}<Regressor>", "<model>@<features>"]
+    return sorted(k for k in COST_MODELS if k != SKLEARN_PREFIX) + [f"{SKLEARN_PREFIX}<Regressor>",
+                                                                     "<model>@<features>"]
+
+
+def _entry(base: str) -> str:
+    """The registry entry ("module:factory") of a model name without its feature set."""
+    key = SKLEARN_PREFIX if base.startswith(SKLEARN_PREFIX) else base
+    if key not in COST_MODELS:
+        raise UserError(f"unknown cost model {base!r}; valid cost models: {', '.join(cost_model_names())}, none")
+    return COST_MODELS[key]
 
 
 def split_features(spec: str) -> tuple[str, str | None]:
@@ -84,11 +101,7 @@ def make_cost_model(name: str, *, seed: int = 0) -> CostModel:
     ``rf@pooled+loop``, ``xgb@loop+asm`` (adds the compiled kernel's instruction mix); their default is ``loop``."""
     base, features = split_features(name)
     kwargs = {"input_kind": features} if features else {}
-    if base.startswith(SKLEARN_PREFIX):
-        return _resolve("cost_models.sklearn_model:create")(base, seed=seed, **kwargs)
-    if base not in COST_MODELS:
-        raise UserError(f"unknown cost model {base!r}; valid cost models: {', '.join(cost_model_names())}, none")
-    factory = _resolve(COST_MODELS[base])
+    factory = _resolve(_entry(base))
     if kwargs and "input_kind" not in inspect.signature(factory).parameters:  # mlp: per-store, tvm-xgb: programs
         raise UserError(f"cost model {base!r} has its own input; it takes no '@{features}'")
     return factory(base, seed=seed, **kwargs)
@@ -96,8 +109,10 @@ def make_cost_model(name: str, *, seed: int = 0) -> CostModel:
 
 def make_scorer(name: str, space, task, *, seed: int = 0, warm_start: Sequence[Any] = (),
                 **options: Any) -> ConfigScorer:
-    """A config scorer for one task, backed by the named cost model (see cost_models.guidance);
-    ``options`` go to the scorer (e.g. ``features="tvm"`` for program features)."""
+    """A config scorer for one task, backed by the named cost model and made by its package's
+    ``SCORER_FACTORY``; ``options`` go to the scorer (for ``cost_models``: ``features="tvm"`` for program
+    features, ``cache_dir`` for the featurised warm start, see ``cost_models.guidance``)."""
     model = make_cost_model(name, seed=seed)
-    return _resolve("cost_models.guidance:ModelScorer")(model, space, task, seed=seed, warm_start=warm_start,
-                                                         **options)
+    package = _entry(split_features(name)[0]).partition(":")[0].partition(".")[0]
+    factory = _resolve(f"{package}:{SCORER_FACTORY}")
+    return factory(model, space, task, seed=seed, warm_start=warm_start, **options)

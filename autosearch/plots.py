@@ -1,18 +1,51 @@
-"""PNG figures for people: tuning curves per task, and bar charts of end-to-end latency."""
+"""PNG figures for people, and the one plotting set-up every figure of the project uses.
+
+:func:`figure` and :func:`save` are what every module and ``experiments/`` script draws with: the
+headless backend is chosen before pyplot is first imported (tuning machines have no display), and all
+figures share one size unit, grid, layout and resolution. Drawing on the axes stays with the caller.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Literal
 
-import matplotlib
+DPI = 110  # dots per inch of every PNG
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (writes files, needs no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figure(rows: int = 1, cols: int = 1, *, size: tuple[float, float] = (8.0, 5.0),
+           grid: Literal["both", "x", "y", "none"] = "both") -> tuple[Any, Any]:
+    """A new figure of ``size`` inches and its axes as a (rows x cols) array, each with a light grid."""
+    fig, axes = pyplot().subplots(rows, cols, figsize=size, dpi=DPI, squeeze=False)
+    if grid != "none":
+        for ax in axes.flat:
+            ax.grid(True, axis=grid, alpha=0.3)
+    return fig, axes
+
+
+def save(fig, path: str, *, rect: tuple[float, float, float, float] | None = None) -> str:
+    """Lay out (inside ``rect``, figure coordinates, when room is kept for a legend or title), write the
+    PNG, free the figure; returns ``path``."""
+    fig.tight_layout(rect=rect)
+    fig.savefig(path, dpi=DPI)
+    pyplot().close(fig)
+    return path
 
 
 def plot_tuning_curves(curves: dict[str, Sequence[tuple[int, float]]], path: str, *, title: str = "") -> str:
     """Best-so-far GFLOPS against trials, one line per task; returns the path written."""
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    fig, axes = figure()
+    ax = axes[0, 0]
     for label, points in curves.items():
         if not points:
             continue
@@ -21,19 +54,16 @@ def plot_tuning_curves(curves: dict[str, Sequence[tuple[int, float]]], path: str
     ax.set_xlabel("trials of the task")
     ax.set_ylabel("best GFLOPS so far")
     ax.set_title(title or "Tuning progress")
-    ax.grid(True, alpha=0.3)
     if len(curves) <= 20:
         ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_bars(labels: Sequence[str], values: Sequence[float], path: str, *, ylabel: str, title: str,
               log_scale: bool = False, errors: Sequence[float] | None = None) -> str:
     """A simple bar chart (e.g. end-to-end latency: untuned vs tuned vs ONNX Runtime)."""
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    fig, axes = figure(size=(7.0, 4.5), grid="y")
+    ax = axes[0, 0]
     colors = ["#b0b0b0", "#2a7ab9", "#e07b39", "#5aa05a"][: len(labels)]
     bars = ax.bar(labels, values, yerr=errors, capsize=4, color=colors)
     for i, (bar, value) in enumerate(zip(bars, values)):
@@ -44,8 +74,4 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str, *, ylab
         ax.set_yscale("log")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save(fig, path)

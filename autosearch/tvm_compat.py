@@ -26,11 +26,11 @@ def import_tensor_intrinsics(target_kind: str = "llvm", mtriple: str = "") -> No
     """Register TVM's tensor intrinsics without the CUDA ones when the target is a CPU.
 
     ``TuneContext`` imports ``tvm.s_tir.tensor_intrin``, whose package ``__init__`` imports the CUDA
-    intrinsics first: 8-27 s here, for a CPU target that never uses them. For CPU targets we register
-    the package without running its ``__init__`` and import exactly the modules that ``__init__``
-    imports for LLVM on the target's architecture (x86 rules only reference x86 intrinsics), so the
-    schedule rules (e.g. ``MultiLevelTilingWithIntrin``) see the same
-    intrinsics as under ``ms.tune_tir``. GPU targets get the full import.
+    intrinsics first: most of that import's time (seconds), spent for a CPU target that never uses them.
+    For CPU targets we register the package without running its ``__init__`` and import exactly the
+    modules that ``__init__`` imports for LLVM on the target's architecture (x86 rules only reference x86
+    intrinsics), so the schedule rules (e.g. ``MultiLevelTilingWithIntrin``) see the same intrinsics as
+    under ``ms.tune_tir``. GPU targets get the full import.
     """
     name = "tvm.s_tir.tensor_intrin"
     if name in sys.modules:
@@ -69,9 +69,10 @@ def to_plain_json(obj):
 def fast_build(mod, target, _params=None):
     """MetaSchedule's ``default_build`` without importing every tensor intrinsic in each worker.
 
-    Used as ``ms.builder.LocalBuilder(f_build=fast_build)`` when comparing with TVM's own tuner:
-    the default builder spends 25-39 s per batch importing ``tvm.s_tir.tensor_intrin`` and loses
-    trials to its 30 s timeout on a small machine (see the TVM notes).
+    Used as ``ms.builder.LocalBuilder(f_build=fast_build)`` when comparing with TVM's own tuner: the
+    default build function imports all of ``tvm.s_tir.tensor_intrin`` in every fresh worker of every batch,
+    which on a small machine can outlast the builder's 30 s timeout, so trials are lost to the import
+    rather than to the kernel (README, "Measurement pipeline", has the comparison).
     """
     from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock

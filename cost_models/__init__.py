@@ -1,1 +1,19 @@
-"""cost_models plug-ins for autosearch."""
+"""cost_models plug-ins for autosearch: one module per model family, their features, and the scorer that
+guides search with any of them.
+
+``autosearch.cost_model``'s registry names each family's ``create``; the scorer is found here, on the
+package (``scorer``), because one scorer serves every family: what it does for a task (featurise configs
+and the warm start for the model's input kind, refit after each batch) depends on the model's input, not
+on the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def scorer(model, space, task, **options: Any):
+    """The ``ConfigScorer`` of one task for a model of this package: a :class:`cost_models.guidance.ModelScorer`."""
+    from cost_models.guidance import ModelScorer
+
+    return ModelScorer(model, space, task, **options)

@@ -1,15 +1,19 @@
-"""Saving cost models without pickle: one ``.npz`` holding arrays plus a JSON header.
+"""Saving cost models and cached features without pickle: one ``.npz`` holding arrays plus a JSON header.
 
-``np.load(..., allow_pickle=False)`` refuses object arrays, so a saved model can be loaded from an
-untrusted file without running code. The header names the model family, so
-:func:`load_model` dispatches to the right module.
+``np.load(..., allow_pickle=False)`` refuses object arrays, so a saved model (or a cache file) can be loaded
+from an untrusted file without running code. The header names the model family, so :func:`load_model`
+dispatches to the right module. Files are written beside their final name and renamed over it, so a
+reader, or a crash mid-write, never sees half a file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
+import tempfile
+import zipfile
 from typing import Any
 
 import numpy as np
@@ -24,30 +28,45 @@ FAMILIES = {
     "mlp": "cost_models.learned",
     "tvm-xgb": "cost_models.tvm_xgb",
 }
+# what np.load and the header check raise for a file that is not (or no longer) one of ours
+UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 
 
 def write_npz(path: str, header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-    """Write ``header`` (JSON) and named numeric arrays to ``path`` (an ``.npz`` file, name as given)."""
+    """Write ``header`` (JSON) and named numeric arrays to ``path`` (an ``.npz`` file, name as given), atomically."""
     payload = {f"a_{k}": np.asarray(v) for k, v in arrays.items()}
     header = {"format": FORMAT_VERSION, **header}
     payload["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    with open(path, "wb") as fh:  # an open file: np.savez would otherwise append ".npz" to the name
-        np.savez_compressed(fh, **payload)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:  # an open file: np.savez would otherwise append ".npz" to the name
+            np.savez_compressed(fh, **payload)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def load_npz(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The header and arrays written by :func:`write_npz`; raises one of ``UNREADABLE`` for anything else."""
+    with np.load(path, allow_pickle=False) as data:
+        header = json.loads(bytes(data["header"]).decode())
+        arrays = {k[2:]: data[k] for k in data.files if k.startswith("a_")}
+    if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
+        raise ValueError(f"format {header.get('format') if isinstance(header, dict) else None} is not "
+                         f"{FORMAT_VERSION}")
+    return header, arrays
 
 
 def read_npz(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The header and arrays written by :func:`write_npz`."""
+    """:func:`load_npz` for a file the user named: a one-line ``UserError`` when it is not a saved model."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            header = json.loads(bytes(data["header"]).decode())
-            arrays = {k[2:]: data[k] for k in data.files if k.startswith("a_")}
-    except (OSError, ValueError, KeyError) as exc:
+        return load_npz(path)
+    except UNREADABLE as exc:
         raise UserError(f"{path} is not a saved autosearch cost model: {exc}") from exc
-    if header.get("format") != FORMAT_VERSION:
-        raise UserError(f"{path}: cost-model format {header.get('format')} is not {FORMAT_VERSION}")
-    return header, arrays
 
 
 def load_model(path: str):

@@ -18,15 +18,14 @@ measurement would do) and its assembly parsed:
   whose compute is split over many loops spends more time outside its best one).
 
 What it adds: SLP-vectorised or scalarised bodies, spills, shuffles and gathers are facts of the
-compiled code, guessed by the loop features. On the 13-task YOLO dataset (2,340 records, leave one
-task out, 2-vCPU znver5 VM, 2026-11-23), XGBoost on ``loop+asm`` ranks held-out tasks 0.830 right
-against 0.790 on ``loop`` (every task gains), gradient boosting's top-1 score is 0.84 against 0.76;
-``asm`` alone scores 0.793, as good as ``loop`` alone.
+compiled code, which the loop features can only predict; what that buys held out (``asm``, ``loop+asm``
+against ``loop``) is in README (Results: cost models).
 
-Cost: one LLVM build per schedule, 0.4-1 s of CPU for a conv2d here, 276 ms per record of wall time
-on two threads (``workers``), against ~3 ms for the loop features. That suits comparing models on measured records
-and guiding search on a device whose measurements are slow, not scoring thousands of candidates a
-batch on a fast one. x86-64 targets only: other ISAs' mnemonics are not parsed (a clear error).
+Cost: one LLVM build per schedule, about two orders of magnitude more than the loop features (README's
+feature table), spread over ``workers`` threads. That suits comparing models on measured records (their
+features are cached, :mod:`cost_models.feature_store`) and guiding search on a device whose measurements
+are slow, not scoring thousands of candidates a batch on a fast one. x86-64 targets only: other ISAs'
+mnemonics are not parsed (a clear error).
 """
 
 from __future__ import annotations
@@ -41,8 +40,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from autosearch.errors import UserError
-from cost_models.loop_features import signed_log
+from cost_models._scaling import signed_log
 
+# Bump when the features of an assembly text change: cached features (cost_models.feature_store) of an
+# older version are then recomputed.
+VERSION = 1
 ISSUE, LOADS, STORES, FP_PIPES = 6, 3, 2, 2  # per cycle, a generic wide x86-64 core
 HOT_LOOPS = 2
 _LANES = {"fma_s": 1, "fma_xmm": 4, "fma_ymm": 8, "fma_zmm": 16}  # float32 lanes per FMA instruction

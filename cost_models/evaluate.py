@@ -26,14 +26,18 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autosearch.errors import UserError
+
+if TYPE_CHECKING:
+    from cost_models.feature_store import FeatureStore
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +143,7 @@ class EvaluationReport:
     loop_secs_per_record: float = 0.0
     asm_secs_per_record: float = 0.0  # LLVM build + assembly parse, when a model reads ``asm``
     tvm_features: bool = True  # did any model need PerStoreFeature
+    cached_records: int = 0  # records whose features came from the feature store (not replayed)
     y_true: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     groups: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
     png: str | None = None
@@ -171,12 +176,17 @@ class EvaluationReport:
     def caption(self) -> str:
         tasks = (f"{len(self.task_names)} tasks" if self.held_out in (0, len(self.task_names))
                  else f"{self.held_out} of {len(self.task_names)} tasks (the rest train only)")
-        return (f"leave-one-task-out over {tasks}, {self.n_records} records; "
-                f"feature extraction {1000 * self.extract_secs_per_record:.1f} ms per record "
-                f"({'replay + TVM' if self.tvm_features else 'trace replay'})"
-                + (f", loop features {1000 * self.loop_secs_per_record:.1f} ms" if self.loop_secs_per_record else "")
-                + (f", assembly features (build + parse) {1000 * self.asm_secs_per_record:.0f} ms"
-                   if self.asm_secs_per_record else ""))
+        costs = []  # of the records featurised here, not of those read from the feature cache
+        if self.extract_secs_per_record:
+            costs.append(f"feature extraction {1000 * self.extract_secs_per_record:.1f} ms per record "
+                         f"({'replay + TVM' if self.tvm_features else 'trace replay'})")
+        if self.loop_secs_per_record:
+            costs.append(f"loop features {1000 * self.loop_secs_per_record:.1f} ms")
+        if self.asm_secs_per_record:
+            costs.append(f"assembly features (build + parse) {1000 * self.asm_secs_per_record:.0f} ms")
+        if self.cached_records:
+            costs.append(f"features of {self.cached_records} records from the feature cache")
+        return f"leave-one-task-out over {tasks}, {self.n_records} records" + (f"; {', '.join(costs)}" if costs else "")
 
     @property
     def table(self):
@@ -204,7 +214,7 @@ class EvaluationReport:
             "logs": self.logs, "n_records": self.n_records, "tasks": self.task_names, "held_out": self.held_out,
             "extract_secs_per_record": self.extract_secs_per_record,
             "loop_secs_per_record": self.loop_secs_per_record, "asm_secs_per_record": self.asm_secs_per_record,
-            "png": self.png,
+            "cached_records": self.cached_records, "png": self.png,
             "models": [
                 {"name": r.name, "error": r.error, "fit_secs": r.fit_secs, "predict_secs": r.predict_secs,
                  "mean": {m: r.mean(m) for m, _ in METRICS}, "per_task": r.per_task}
@@ -267,6 +277,7 @@ def compare_models(
     min_records: int = 1,
     on_fold: Callable[[str, int, int], None] | None = None,
     on_featurise: Callable[[int, int], None] | None = None,
+    feature_store: FeatureStore | str | os.PathLike | None = None,
 ) -> EvaluationReport:
     """Leave-one-task-out comparison of cost models on the valid trials of tuning logs.
 
@@ -275,9 +286,12 @@ def compare_models(
     fails is reported in its row, the others still run. Writes the predicted-vs-measured PNG to
     ``out_png`` when given. Only tasks with at least ``min_records`` valid records are held out (all
     train); ``on_fold(model, done, total)`` reports progress, ``on_featurise(records_done, records_total)``
-    that of featurising the records (minutes with the assembly features).
+    that of featurising the records (minutes with the assembly features). Features are read from and added
+    to ``feature_store`` (a ``FeatureStore``, a cache directory, or None for the default one), so comparing
+    other models on the same logs featurises nothing again.
     """
     from autosearch.cost_model import make_cost_model
+    from cost_models.feature_store import as_store
     from cost_models.features import build_dataset, read_logs
 
     if isinstance(logs, str):
@@ -286,7 +300,8 @@ def compare_models(
     if not models:
         raise UserError("no cost models to compare")
     kinds = {make_cost_model(spec, seed=seed).input_kind for spec in models}  # fails fast on an unknown name
-    dataset = build_dataset(read_logs(list(logs)), kinds=kinds, on_progress=on_featurise)
+    dataset = build_dataset(read_logs(list(logs)), kinds=kinds, on_progress=on_featurise,
+                            store=as_store(feature_store))
     if len(dataset.task_keys) < 2:
         raise UserError(f"leave-one-task-out needs records of at least 2 tasks; the logs have "
                         f"{len(dataset.task_keys)} ({len(dataset)} valid trials with traces)")
@@ -308,7 +323,7 @@ def compare_models(
         task_names=[dataset.task_names[k] for k in dataset.task_keys], held_out=len(folds),
         extract_secs_per_record=dataset.secs_per_record, loop_secs_per_record=dataset.loop_secs_per_record,
         asm_secs_per_record=dataset.asm_secs_per_record,
-        tvm_features=bool(dataset.per_store),
+        tvm_features=bool(dataset.per_store), cached_records=dataset.cached,
         y_true=dataset.y, groups=dataset.groups,
     )
     if out_png:
@@ -319,16 +334,15 @@ def compare_models(
 
 def plot_predictions(report: EvaluationReport, path: str) -> None:
     """Predicted (held out) vs measured normalised throughput, one panel per model, colour = task."""
-    import matplotlib
+    from matplotlib import colormaps
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from autosearch.plots import figure, save
 
     ok = [r for r in report.results if not r.error and r.y_pred is not None]
     cols = min(3, max(1, len(ok)))
     rows = max(1, math.ceil(len(ok) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.8 * rows), squeeze=False)
-    cmap = plt.get_cmap("tab10")
+    fig, axes = figure(rows, cols, size=(4.2 * cols, 3.8 * rows))
+    cmap = colormaps["tab10"]
     for ax in axes.flat[len(ok):]:
         ax.set_visible(False)
     for ax, r in zip(axes.flat, ok):
@@ -341,33 +355,8 @@ def plot_predictions(report: EvaluationReport, path: str) -> None:
         ax.set_title(f"{r.name}: pairwise {r.mean('pairwise'):.2f}, top-1 {r.mean('top1'):.2f}", fontsize=10)
         ax.set_xlabel("measured normalised throughput")
         ax.set_ylabel("predicted score (held-out task)")
-        ax.grid(alpha=0.3)
     if ok and report.held_out <= 12:  # beyond that colours repeat and the legend outgrows the plot
         fig.legend(loc="lower center", ncol=min(4, len(report.task_names)), fontsize=7, frameon=False)
     fig.suptitle(report.caption(), fontsize=9)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, rect=(0, 0.06, 1, 0.96))
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m cost_models.evaluate LOG [LOG ...] --models xgb,rf --png out.png`` (the CLI's twin)."""
-    import argparse
-    import sys
-
-    from rich.console import Console
-
-    p = argparse.ArgumentParser(description="leave-one-task-out comparison of cost models")
-    p.add_argument("logs", nargs="+")
-    p.add_argument("--models", default=",".join(DEFAULT_MODELS))
-    p.add_argument("--png")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    report = compare_models(args.logs, args.models.split(","), seed=args.seed, out_png=args.png)
-    Console().print(report.table)
-    sys.stdout.write(report.markdown)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -4,8 +4,8 @@ Feature sets, as kinds of model input (``INPUT_KINDS``):
 
 - ``loop`` (the default of the tabular models): :mod:`cost_models.loop_features`, a model of what the
   CPU does with the schedule (vector loop, unrolled body, accesses kept in registers, an instruction
-  and cache-traffic estimate), read off the scheduled TensorIR. On the 13-task YOLO dataset it ranks
-  held-out tasks 0.79 right against 0.72 for the same XGBoost on ``pooled``.
+  and cache-traffic estimate), read off the scheduled TensorIR. A model on them ranks held-out tasks
+  better than the same model on ``pooled`` (README, Results: cost models).
 - ``per_store``: MetaSchedule's ``PerStoreFeature`` (the extractor its ``XGBModel`` uses), one
   164-wide row per buffer store of the scheduled program (1-3 stores for a fused conv2d). Stacked
   into a 3-D array (records x stores x 164) padded with NaN rows, so a model can tell padding from
@@ -15,7 +15,7 @@ Feature sets, as kinds of model input (``INPUT_KINDS``):
 - ``pooled+loop``: both, side by side.
 - ``asm`` / ``loop+asm``: :mod:`cost_models.asm_features`, the instruction mix of the compiled kernel's
   hot loops (FMA lanes per cycle, spills, shuffles, gathers) read off its x86-64 assembly; one LLVM
-  build per schedule (0.4-1 s), for the best accuracy: 0.84 held-out pairwise with ``loop+asm`` (18 tasks).
+  build per schedule: the costliest features, and with ``loop+asm`` the most accurate (README).
 - ``encoding``: :meth:`DecisionSpace.encode` of the config, padded with zeros to a common width.
   It needs no trace replay (microseconds per config), but only means something within one task.
 
@@ -27,10 +27,11 @@ A record's schedule is rebuilt from its log line alone: the task from the log's 
 ``Trace.apply_json_to_schedule`` on a fresh ``Schedule(task.mod)``. Replaying the postprocessor part of
 the trace gives the same program (and features) as ``DecisionSpace.apply``.
 
-Cost, on the committed dataset (tiny-YOLOv2 conv2d tasks, 2 shared cores): 11-20 ms per record for
-replay + ``PerStoreFeature`` (``FeatureDataset.secs_per_record``), plus ~3 ms for the loop features
-(``loop_secs_per_record``); for a config, ``DecisionSpace.apply`` + extraction, 17-27 ms. The decision
-encoding costs ~0.02 ms.
+Cost: for a logged record, replaying its trace is most of the cost of the loop features and of
+``PerStoreFeature``, and an LLVM build dominates the assembly features; for a config, ``DecisionSpace.apply``
+takes the replay's place. The decision encoding needs neither. ``FeatureDataset`` reports the seconds spent
+per extractor (``compare-models`` prints them; README's feature table has the figures), and with a
+``FeatureStore`` a record is featurised once and read back afterwards (:mod:`cost_models.feature_store`).
 """
 
 from __future__ import annotations
@@ -39,20 +40,26 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from autosearch.records import Config, LogContents, Record
+from cost_models import asm_features as asm_module
+from cost_models import loop_features as loop_module
 from cost_models.asm_features import WIDTH as ASM_WIDTH
 from cost_models.asm_features import asm_features
+from cost_models.feature_store import FeatureKey, FeatureStore, record_key
 from cost_models.loop_features import WIDTH as LOOP_WIDTH
 from cost_models.loop_features import Machine, loop_features
 
 log = logging.getLogger(__name__)
 
 N_STORE_FEATURES = 164  # PerStoreFeature() with its defaults (5 buffers per store, 10 curve samples)
+# Bump when TaskFeaturizer.per_store changes what it asks of PerStoreFeature (TVM's own version is in every
+# cache key anyway): cached per-store features of an older version are then recomputed.
+PER_STORE_VERSION = 1
 POOLED_WIDTH = 3 * N_STORE_FEATURES + 1
 INPUT_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "per_store", "encoding", "program")
 # fixed-length vectors: any regressor takes them
@@ -75,7 +82,7 @@ class TaskFeaturizer:
     """Per-store features of schedules of one task, through MetaSchedule's own extractor.
 
     Holds the task's ``TuneContext`` (the extractor reads the target from it) and argument info, so
-    each schedule costs one trace replay (~3 ms) plus one extraction (~2 ms) for a conv2d here.
+    each schedule costs one trace replay plus one extraction, not a new context each.
     """
 
     def __init__(self, task) -> None:
@@ -200,10 +207,13 @@ class FeatureDataset:
     programs: list[Program | None] = field(default_factory=list)
     loop: list[np.ndarray] = field(default_factory=list)  # loop-feature vectors, when a kind needs them
     asm: list[np.ndarray] = field(default_factory=list)  # assembly-feature vectors, when a kind needs them
-    extract_secs: float = 0.0  # wall time of trace replay (+ PerStoreFeature when built), all records
-    loop_secs: float = 0.0  # wall time of the loop features, all records
-    asm_secs: float = 0.0  # wall time of the assembly features (builds included), all records
+    extract_secs: float = 0.0  # wall time of trace replay (+ PerStoreFeature when built), records replayed
+    loop_secs: float = 0.0  # wall time of the loop features, records computed
+    asm_secs: float = 0.0  # wall time of the assembly features (builds included), records computed
     replay_failures: int = 0
+    featurised: int = 0  # records replayed here (their features, or some of them, computed)
+    cached: int = 0  # records whose features all came from the feature store (not replayed)
+    computed: dict[str, int] = field(default_factory=dict)  # extractor -> records it ran on
 
     def __len__(self) -> int:
         return len(self.latency)
@@ -214,15 +224,16 @@ class FeatureDataset:
 
     @property
     def secs_per_record(self) -> float:
-        return self.extract_secs / max(1, len(self) + self.replay_failures)
+        """Replay (+ PerStoreFeature) seconds per record replayed; 0.0 when the store had every record."""
+        return self.extract_secs / max(1, self.featurised + self.replay_failures)
 
     @property
     def loop_secs_per_record(self) -> float:
-        return self.loop_secs / max(1, len(self))
+        return self.loop_secs / max(1, self.computed.get("loop", 0))
 
     @property
     def asm_secs_per_record(self) -> float:
-        return self.asm_secs / max(1, len(self))
+        return self.asm_secs / max(1, self.computed.get("asm", 0))
 
     def X(self, kind: str, rows: np.ndarray | None = None) -> np.ndarray:
         """Model input of ``kind`` (one of ``INPUT_KINDS``) for all rows, or for ``rows``."""
@@ -279,49 +290,52 @@ def valid_trials(contents: LogContents) -> list[Record]:
     return [r for r in contents.trials() if r.ok and r.trace is not None and math.isfinite(r.latency)]
 
 
+def feature_key(extractor: str, header: dict[str, Any], machine: Machine | None = None) -> FeatureKey:
+    """The :class:`FeatureKey` of an extractor's features of one task (its log header): the extractor's version
+    and TVM's, and what the extractor reads besides the schedule: the loop features the machine facts and the
+    task's FLOPs, the assembly features and ``PerStoreFeature`` the target."""
+    import tvm
+
+    version = {"loop": loop_module.VERSION, "asm": asm_module.VERSION, "per_store": PER_STORE_VERSION}[extractor]
+    if extractor == "loop":
+        if machine is None:
+            machine = Machine.from_target(tvm.target.Target(header["target"]))
+        facts: dict[str, Any] = {"machine": asdict(machine), "flops": float(header["flops"])}
+    else:
+        facts = {"target": header["target"]}
+    return FeatureKey(extractor, f"{version}/tvm-{tvm.__version__}", header["workload_key"], facts)
+
+
 def build_dataset(
     logs: Iterable[LogContents],
     *,
     kinds: Iterable[str] = INPUT_KINDS,
     on_progress: Callable[[int, int], None] | None = None,
+    store: FeatureStore | None = None,
 ) -> FeatureDataset:
     """Featurise every valid trial of the logs (records whose task header is missing are skipped), with
     what the model input ``kinds`` need (``FeatureDataset.X``), and only that:
 
-    ``PerStoreFeature`` (~10 ms per record) for ``pooled``, ``pooled+loop``, ``per_store`` and
-    ``program`` (the replayed schedules, for models that featurise themselves: ``tvm-xgb``); the loop
-    features (~3 ms) for ``loop``, ``pooled+loop`` and ``loop+asm``; an LLVM build (0.4-1 s, on all
-    cores) for ``asm`` and ``loop+asm``; each task's DecisionSpace (~0.2-1 s per task) for
-    ``encoding``. Every kind pays for replaying the traces (~15-25 ms per record).
-    ``on_progress(records_done, records_total)`` is called after each task's records.
+    ``PerStoreFeature`` for ``pooled``, ``pooled+loop``, ``per_store`` and ``program`` (plus the replayed
+    schedules themselves for models that featurise on their own: ``tvm-xgb``); the loop features for
+    ``loop``, ``pooled+loop`` and ``loop+asm``; an LLVM build per record (on all cores) for ``asm`` and
+    ``loop+asm``; each task's DecisionSpace for ``encoding``. Computing any of these first replays the
+    record's trace. With a ``store``, features found there are not computed again and the ones computed
+    are added to it: a record all of whose features are stored is not even replayed (``program`` needs the
+    replayed schedule, so it always replays). ``on_progress(records_done, records_total)`` is called after
+    each task's records.
     """
-    from autosearch.space import DecisionSpace
-    from autosearch.task import TuningTask
-
     kinds = set(kinds)
     if unknown := kinds - set(INPUT_KINDS):
         raise ValueError(f"unknown input kinds {sorted(unknown)}; one of {INPUT_KINDS}")
     keep_programs = "program" in kinds
-    encoding = "encoding" in kinds
-    want_per_store = bool(kinds & {"pooled", "pooled+loop", "per_store", "program"})
-    loop = bool(kinds & {"loop", "pooled+loop", "loop+asm"})
-    assembly = bool(kinds & {"asm", "loop+asm"})
+    extractors = [name for name, wanted in (
+        ("per_store", bool(kinds & {"pooled", "pooled+loop", "per_store", "program"})),
+        ("loop", bool(kinds & {"loop", "pooled+loop", "loop+asm"})),
+        ("asm", bool(kinds & {"asm", "loop+asm"})),
+    ) if wanted]
 
-    task_keys: list[str] = []
-    names: dict[str, str] = {}
-    groups: list[int] = []
-    latency: list[float] = []
-    flops: list[float] = []
-    configs: list[Config | None] = []
-    per_store: list[np.ndarray] = []
-    encodings: list[np.ndarray | None] = []
-    programs: list[Program | None] = []
-    loops: list[np.ndarray] = []
-    asms: list[np.ndarray] = []
-    failures = 0
-    spent = loop_spent = asm_spent = 0.0
-    featurizers: dict[str, TaskFeaturizer] = {}
-    spaces: dict[str, Any] = {}
+    builder = _DatasetBuilder(extractors, keep_programs=keep_programs, encoding="encoding" in kinds, store=store)
     grouped: list[tuple[LogContents, dict[str, list[Record]]]] = []
     for contents in logs:
         by_task: dict[str, list[Record]] = {}
@@ -337,58 +351,139 @@ def build_dataset(
             if header is None:
                 log.warning("%s: no task header for %s, skipping its %d records", contents.path, key,
                             len(records))
-                if on_progress is not None:
-                    on_progress(done, total)
-                continue
-            if key not in featurizers:
-                featurizers[key] = TaskFeaturizer(TuningTask.from_json(header))
-                if encoding:
-                    task = featurizers[key].task
-                    spaces[key] = DecisionSpace(task.mod, task.target)
-            feat = featurizers[key]
-            start = time.perf_counter()
-            schedules, kept = [], []
-            for rec in records:
-                try:
-                    schedules.append(feat.schedule_from_trace(rec.trace))
-                    kept.append(rec)
-                except Exception as exc:  # noqa: BLE001 - TVM raises many types for a trace it cannot replay
-                    failures += 1
-                    log.warning("cannot replay a trace of %s: %s", rec.task_name, str(exc).splitlines()[-1:])
-            matrices = feat.per_store(schedules) if want_per_store else [None] * len(schedules)
-            spent += time.perf_counter() - start
-            if loop:
-                start = time.perf_counter()
-                loops.extend(feat.loop(schedules))
-                loop_spent += time.perf_counter() - start
-            if assembly:
-                start = time.perf_counter()
-                asms.extend(feat.asm(schedules))
-                secs = time.perf_counter() - start
-                asm_spent += secs
-                log.info("assembly features of %s: %d builds, %.1f s", records[0].task_name, len(schedules), secs)
-            if key not in task_keys:
-                task_keys.append(key)
-                names[key] = records[0].task_name
-            for rec, sch, m in zip(kept, schedules, matrices):
-                groups.append(task_keys.index(key))
-                latency.append(rec.latency)
-                flops.append(rec.flops or feat.task.flops)
-                configs.append(rec.config)
-                if m is not None:
-                    per_store.append(m)
-                space = spaces.get(key)
-                encodings.append(encode(space, rec.config) if space is not None else None)
-                if keep_programs:  # with its features: tvm-xgb then skips re-extracting them every fold
-                    programs.append(Program(feat.context, feat.candidates([sch])[0], key, features=m))
+            else:
+                builder.add_task(key, header, records)
             if on_progress is not None:
                 on_progress(done, total)
-    return FeatureDataset(
-        task_keys=task_keys, task_names=names, groups=np.asarray(groups, dtype=np.int64),
-        latency=np.asarray(latency, dtype=np.float64), flops=np.asarray(flops, dtype=np.float64),
-        configs=configs, per_store=per_store, encoding=encodings, programs=programs, loop=loops, asm=asms,
-        extract_secs=spent, loop_secs=loop_spent, asm_secs=asm_spent, replay_failures=failures,
-    )
+    return builder.dataset
+
+
+class _DatasetBuilder:
+    """The rows of a :class:`FeatureDataset`, one task's records at a time (see :func:`build_dataset`)."""
+
+    def __init__(self, extractors: list[str], *, keep_programs: bool, encoding: bool,
+                 store: FeatureStore | None) -> None:
+        self.extractors = extractors
+        self.keep_programs = keep_programs
+        self.encoding = encoding
+        self.store = store
+        self.tasks: dict[str, Any] = {}  # key -> TuningTask
+        self.featurizers: dict[str, TaskFeaturizer] = {}
+        self.spaces: dict[str, Any] = {}  # key -> DecisionSpace, for the encodings
+        self.dataset = FeatureDataset(task_keys=[], task_names={}, groups=np.zeros(0, dtype=np.int64),
+                                      latency=np.zeros(0), flops=np.zeros(0), configs=[], per_store=[],
+                                      encoding=[], computed=dict.fromkeys(extractors, 0))
+        self._groups: list[int] = []
+        self._latency: list[float] = []
+        self._flops: list[float] = []
+
+    def task(self, key: str, header: dict[str, Any]):
+        from autosearch.task import TuningTask
+
+        if key not in self.tasks:
+            self.tasks[key] = TuningTask.from_json(header)
+        return self.tasks[key]
+
+    def featurizer(self, key: str, header: dict[str, Any]) -> TaskFeaturizer:
+        if key not in self.featurizers:
+            self.featurizers[key] = TaskFeaturizer(self.task(key, header))
+        return self.featurizers[key]
+
+    def space(self, key: str, header: dict[str, Any]):
+        from autosearch.space import DecisionSpace
+
+        if key not in self.spaces:
+            task = self.task(key, header)
+            self.spaces[key] = DecisionSpace(task.mod, task.target)
+        return self.spaces[key]
+
+    def add_task(self, key: str, header: dict[str, Any], records: list[Record]) -> None:
+        n = len(records)
+        found: dict[str, list[Any]] = {e: [None] * n for e in self.extractors}
+        file_keys: dict[str, FeatureKey] = {}
+        record_keys: list[str] = []
+        if self.store is not None and self.extractors:
+            machine = self.featurizers[key].machine if key in self.featurizers else None
+            record_keys = [record_key(r) for r in records]
+            for e in self.extractors:
+                file_keys[e] = feature_key(e, header, machine)
+                found[e] = self.store.get(file_keys[e], record_keys)
+        todo = [i for i in range(n) if self.keep_programs or any(found[e][i] is None for e in self.extractors)]
+        schedules = self._replay(key, header, records, todo) if todo else {}
+        for e in self.extractors:
+            missing = [i for i in schedules if found[e][i] is None]
+            if not missing:
+                continue
+            computed = self._compute(e, self.featurizers[key], [schedules[i] for i in missing])
+            for i, value in zip(missing, computed):
+                found[e][i] = value
+            self.dataset.computed[e] += len(missing)
+            if self.store is not None:
+                self.store.put(file_keys[e], {record_keys[i]: found[e][i] for i in missing})
+            if e == "asm":
+                log.info("assembly features of %s: %d builds", records[0].task_name, len(missing))
+        keep = [i for i in range(n) if all(found[e][i] is not None for e in self.extractors)
+                and (not self.keep_programs or i in schedules)]
+        self.dataset.featurised += len(schedules)
+        self.dataset.cached += sum(1 for i in keep if i not in schedules)
+        self._append(key, header, records, keep, found, schedules)
+
+    def _replay(self, key: str, header: dict[str, Any], records: list[Record], rows: list[int]) -> dict[int, Any]:
+        """Row -> the record's schedule, replayed from its trace (rows whose trace fails are left out)."""
+        feat = self.featurizer(key, header)
+        start = time.perf_counter()
+        schedules = {}
+        for i in rows:
+            try:
+                schedules[i] = feat.schedule_from_trace(records[i].trace)
+            except Exception as exc:  # noqa: BLE001 - TVM raises many types for a trace it cannot replay
+                self.dataset.replay_failures += 1
+                log.warning("cannot replay a trace of %s: %s", records[i].task_name, str(exc).splitlines()[-1:])
+        self.dataset.extract_secs += time.perf_counter() - start
+        return schedules
+
+    def _compute(self, extractor: str, feat: TaskFeaturizer, schedules: list[Any]) -> list[np.ndarray]:
+        start = time.perf_counter()
+        out = {"per_store": feat.per_store, "loop": feat.loop, "asm": feat.asm}[extractor](schedules)
+        secs = time.perf_counter() - start
+        if extractor == "per_store":
+            self.dataset.extract_secs += secs
+        elif extractor == "loop":
+            self.dataset.loop_secs += secs
+        else:
+            self.dataset.asm_secs += secs
+        return out
+
+    def _append(self, key: str, header: dict[str, Any], records: list[Record], keep: list[int],
+                found: dict[str, list[Any]], schedules: dict[int, Any]) -> None:
+        ds = self.dataset
+        if not keep:
+            return
+        if key not in ds.task_keys:
+            ds.task_keys.append(key)
+            ds.task_names[key] = records[0].task_name
+        space = self.space(key, header) if self.encoding else None
+        group = ds.task_keys.index(key)
+        for i in keep:
+            rec = records[i]
+            self._groups.append(group)
+            self._latency.append(rec.latency)
+            self._flops.append(rec.flops or float(header["flops"]))
+            ds.configs.append(rec.config)
+            ds.encoding.append(encode(space, rec.config) if space is not None else None)
+            if "per_store" in found:
+                ds.per_store.append(found["per_store"][i])
+            if "loop" in found:
+                ds.loop.append(found["loop"][i])
+            if "asm" in found:
+                ds.asm.append(found["asm"][i])
+            if self.keep_programs:  # with its features: tvm-xgb then skips re-extracting them every fold
+                feat = self.featurizers[key]
+                ds.programs.append(Program(feat.context, feat.candidates([schedules[i]])[0], key,
+                                           features=found["per_store"][i]))
+        ds.groups = np.asarray(self._groups, dtype=np.int64)
+        ds.latency = np.asarray(self._latency, dtype=np.float64)
+        ds.flops = np.asarray(self._flops, dtype=np.float64)
 
 
 def read_logs(paths: Sequence[str]) -> list[LogContents]:
@@ -401,6 +496,6 @@ def read_logs(paths: Sequence[str]) -> list[LogContents]:
 __all__ = [
     "ASM_WIDTH", "FeatureDataset", "INPUT_KINDS", "LOOP_WIDTH", "N_STORE_FEATURES", "POOLED_WIDTH", "Program",
     "TABULAR_KINDS", "TaskFeaturizer",
-    "build_dataset", "encode", "normalised_throughput", "pad_columns", "pool", "read_logs",
+    "build_dataset", "encode", "feature_key", "normalised_throughput", "pad_columns", "pool", "read_logs",
     "stack_per_store", "store_mask", "valid_trials",
 ]

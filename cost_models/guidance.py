@@ -7,21 +7,24 @@ measured data of the task, plus warm-start records from other tasks or earlier l
 
 Two feature sets (``features=``):
 
-- ``"tvm"``: features of the applied TVM program (``space.apply``, ~10 ms, then the model's own
-  input kind: loop features ~3 ms, MetaSchedule's ``PerStoreFeature`` ~10 ms, or an LLVM build for the
-  assembly features 0.4-1 s, per config here).
-  Transfers across tasks, so warm-start records of *other* tasks help; the only choice for ``mlp``
-  and ``tvm-xgb``.
-- ``"encoding"``: ``DecisionSpace.encode`` of the config (~20 us per config, no apply). Means
-  nothing across tasks, so only warm-start records of this task are used.
+- ``"tvm"``: features of the applied TVM program (``space.apply``, then the model's own input kind: the
+  loop features, MetaSchedule's ``PerStoreFeature``, or an LLVM build for the assembly features; README's
+  feature table gives what each costs). They transfer across tasks, so warm-start records of *other*
+  tasks help; the only choice for ``mlp`` and ``tvm-xgb``.
+- ``"encoding"``: ``DecisionSpace.encode`` of the config: no apply, about a thousand times cheaper per
+  config. It means nothing across tasks, so only warm-start records of this task are used.
 
 The default (``features=None``) is ``"tvm"`` when the model needs it or when the warm start holds
 records of other tasks (the only way they can help), else ``"encoding"``; see ``DEFAULT_FEATURES``.
-Features are cached per config, so re-scoring a population costs only the prediction. New configs are
-featurised by ``n_jobs`` threads: TVM releases the GIL while it replays a trace and runs the postprocessors,
-which are most of the cost (a Winograd conv here: 88 ms per config on one thread, 52 ms on two, 1.7x; a
-direct conv 27 -> 16 ms; features identical). The tuner measures between asks, not during them, so the
-threads do not share cores with a timing.
+
+The warm start goes through a :class:`~cost_models.feature_store.FeatureStore` (``feature_store=``, by
+default the user's cache directory): the first scorer that needs a record's features computes them, and
+the other scorers of the run (the tuner makes one per task) and later runs read them, so a warm start is
+featurised once, not once per task. Features of new configs are kept in memory per config, so re-scoring
+a population costs only the prediction. New configs are featurised by ``n_jobs`` threads: TVM releases
+the GIL while it replays a trace and runs the postprocessors, which are most of the cost, so two threads
+come close to halving it, with identical features. The tuner measures between asks, not during them, so
+the threads do not share cores with a timing.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import numpy as np
 
 from autosearch.records import Config, LogContents, MeasureResult, Record
 from autosearch.target import host_cores
+from cost_models.feature_store import FeatureStore, as_store
 from cost_models.features import (
     ASM_WIDTH,
     LOOP_WIDTH,
@@ -56,16 +60,13 @@ log = logging.getLogger(__name__)
 _VECTOR_WIDTH = {"loop": LOOP_WIDTH, "asm": ASM_WIDTH, "loop+asm": LOOP_WIDTH + ASM_WIDTH}  # one vector per config
 
 FEATURE_SETS = ("tvm", "encoding")
-# Measured on tests/data/small_dataset.jsonl (4 tiny-YOLOv2 conv tasks x 40 records; train a scorer on
-# 20 records of a task, rank the other 20; 4 tasks x 3 random splits, standard error ~0.02):
-#   pairwise accuracy, tvm vs encoding: xgb 0.64 vs 0.63, rf 0.64 vs 0.64, xgb-rank 0.68 vs 0.63;
-#   featurising cost per new config: 17 ms vs 0.02 ms (scoring 500 new configs: 8.2 s vs 0.01 s).
-# Within one task the program features buy a little ranking quality (most for xgb-rank) for a
-# ~1000x cost; a strategy scoring thousands of candidates per batch would then spend longer scoring
-# than measuring (~2 s per config here). So without cross-task warm-start data the default is the
-# encoding; pass features="tvm" when a strategy scores only a few hundred candidates per batch.
-# Annealing with its defaults (~12,000 configs scored per ask): 2-4 s per ask with the encoding,
-# 320 s with program features (mlp, 27 ms per config on the busy 2-core machine).
+# Without warm-start records of other tasks the default is the decision encoding. Program features rank a
+# task's own configs better (tests/cost_models/test_guidance.py trains xgb-rank on 20 records of a task and
+# ranks the other 20: the loop features beat the encoding there), but each candidate then costs an apply and an
+# extraction, about a thousand times the encoding, and annealing's default walk scores thousands of
+# candidates per ask: each ask would take minutes where measuring its batch takes seconds. Pass
+# features="tvm" when the strategy scores a few hundred candidates per batch (optuna's pool) or when a
+# measurement is slow (a remote device).
 DEFAULT_FEATURES = "encoding"
 # configs whose features are kept (LRU; measured configs are always kept): a per-store matrix is ~2 KB,
 # a Program holds a scheduled IRModule (tens of KB), so fewer of those
@@ -83,6 +84,9 @@ class ScorerStats:
     predict_secs: float = 0.0
     fits: int = 0
     fit_secs: float = 0.0
+    warm_featurised: int = 0  # warm-start records featurised by this scorer
+    warm_cached: int = 0  # warm-start records whose features came from the feature store
+    warm_secs: float = 0.0  # loading the warm start: reading, featurising and storing it
 
     @property
     def secs_per_config(self) -> float:
@@ -126,11 +130,14 @@ class ModelScorer:
     Untrained (fewer than ``min_records`` examples), ``score`` returns seeded random scores, as
     MetaSchedule's cost model does during its warm-up. ``n_jobs`` threads featurise new configs
     (``None``: one per core this process may use, at most 4: beyond that the Python part of the
-    features holds the GIL).
+    features holds the GIL). ``feature_store``: where the warm start's program features are read from
+    and added to: a :class:`FeatureStore` (share one between scorers), a cache directory, or ``None``
+    for the default directory (``feature_store.default_cache_dir``).
     """
 
     def __init__(self, model, space, task, *, seed: int = 0, warm_start: Sequence[Any] = (),
-                 features: str | None = None, min_records: int = 8, n_jobs: int | None = None) -> None:
+                 features: str | None = None, min_records: int = 8, n_jobs: int | None = None,
+                 feature_store: FeatureStore | str | os.PathLike | None = None) -> None:
         self.model = model
         self.space = space
         self.task = task
@@ -157,6 +164,7 @@ class ModelScorer:
         self.fitted = False
         self._rng = np.random.default_rng(seed)
         self._featurizer = TaskFeaturizer(task) if features == "tvm" else None
+        self._store = as_store(feature_store) if features == "tvm" else None
         self._cache: OrderedDict[Config, Any] = OrderedDict()
         self._measured: dict[Config, float] = {}  # this task's valid measurements: latency (s)
         self._items: dict[Config, Any] = {}  # their features
@@ -267,6 +275,7 @@ class ModelScorer:
             log.warning("warm start: skipping %d records of other tasks given without their log's task "
                         "headers (pass the log path or LogContents instead)", foreign)
         own_records = [r for r in loose if r.task_key == own and r.ok]
+        start = time.perf_counter()
         if self.features == "encoding":
             own_records += [r for c in contents for r in c.trials(own) if r.ok]
             skipped = sum(1 for c in contents for r in c.trials() if r.ok and r.task_key != own)
@@ -277,23 +286,24 @@ class ModelScorer:
                 item = encode(self.space, r.config)
                 if item is not None:
                     self._warm.append(_Example(item, self.task.flops, r.latency, own))
-            return
-        assert self._featurizer is not None
-        if own_records:
-            with_trace = [r for r in own_records if r.trace is not None]
-            schedules = [self._featurizer.schedule_from_trace(r.trace) for r in with_trace]
-            items = self._schedule_items(schedules)
-            self._warm.extend(_Example(it, self.task.flops, r.latency, own)
-                              for it, r in zip(items, with_trace))
-        if contents:
-            ds = build_dataset(contents, kinds=(self.input_kind,))
-            items = self._dataset_items(ds)
-            for i, item in enumerate(items):
-                key = ds.task_keys[ds.groups[i]]
-                self._warm.append(_Example(item, float(ds.flops[i]), float(ds.latency[i]), key))
+            self.stats.warm_featurised = len(own_records)
+        else:
+            logs = list(contents)
+            if own_records:  # bare records of this task: this task's header lets them share the code path
+                logs.insert(0, LogContents(path="<warm-start records>", tasks={own: self.task.to_json()},
+                                           records=own_records))
+            if logs:
+                ds = build_dataset(logs, kinds=(self.input_kind,), store=self._store)
+                for i, item in enumerate(self._dataset_items(ds)):
+                    key = ds.task_keys[ds.groups[i]]
+                    self._warm.append(_Example(item, float(ds.flops[i]), float(ds.latency[i]), key))
+                self.stats.warm_featurised, self.stats.warm_cached = ds.featurised, ds.cached
+        self.stats.warm_secs = time.perf_counter() - start
         if self._warm:
             n_tasks = len({e.task_key for e in self._warm})
-            log.info("warm start: %d records of %d tasks", len(self._warm), n_tasks)
+            log.info("warm start: %d records of %d tasks (%d featurised, %d from the feature cache, %.1f s)",
+                     len(self._warm), n_tasks, self.stats.warm_featurised, self.stats.warm_cached,
+                     self.stats.warm_secs)
 
     # ------------------------------------------------------------------ learning
     def _refit(self) -> None:

@@ -15,10 +15,10 @@ Loss: squared error on normalised throughput plus a RankNet pairwise logistic lo
 records of the same task (TenSet found ranking losses best for search; MetaSchedule's MLP uses
 LambdaRank). The squared-error term keeps scores comparable across tasks.
 
-Defaults (mini-batches of 64, L2 1e-2, 400 Adam steps) were picked on the committed 4-task dataset,
-leave-one-task-out over 4 seeds: pairwise accuracy 0.715 (worst task/seed 0.69), against 0.648
-(worst 0.49) with batch 256 and L2 1e-4. Few records per task make the network overfit easily; a
-study on a larger dataset should revisit them.
+Defaults (mini-batches of 64, L2 1e-2, 400 Adam steps) were picked leave-one-task-out on the committed
+4-task dataset (``tests/data/small_dataset.jsonl``): small batches and strong weight decay, because few
+records per task make the network overfit easily (large batches with weak decay ranked held-out tasks
+worse, and some of them no better than chance). A study on a larger dataset should revisit them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
 from threadpoolctl import threadpool_limits
 
 from cost_models._io import read_npz, write_npz
@@ -34,7 +35,7 @@ from cost_models.features import N_STORE_FEATURES, store_mask
 _LAYERS = ("W1", "b1", "W2", "b2", "W3", "b3", "W4", "b4")
 
 
-class SegmentSumMLP:
+class SegmentSumMLP(BaseEstimator):
     """Per-store encoder (2 x Dense+ReLU) -> masked sum over stores -> Dense+ReLU -> Dense -> score.
 
     Input: (records x stores x 164) with NaN rows as padding (``features.stack_per_store``).
@@ -62,11 +63,6 @@ class SegmentSumMLP:
         self.rank_weight = rank_weight
         self.grad_clip = grad_clip
         self.seed = seed
-
-    def get_params(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in (
-            "hidden", "n_steps", "batch_size", "learning_rate", "weight_decay", "rank_weight", "grad_clip",
-            "seed")}
 
     # ------------------------------------------------------------------ network
     def _init(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -133,8 +129,8 @@ class SegmentSumMLP:
 
     # ------------------------------------------------------------------ estimator API
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> SegmentSumMLP:
-        # One BLAS thread: the matrices are small, and a multi-threaded OpenBLAS on a busy 2-core
-        # machine made one fit 17x slower (14 s vs 0.8 s on 160 records).
+        # One BLAS thread: the matrices are small, and a multi-threaded OpenBLAS on a busy machine spends
+        # a fit waiting for cores that measurements hold (many times slower than one thread).
         with threadpool_limits(1):
             return self._fit(X, y, groups)
 

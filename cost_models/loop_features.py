@@ -24,12 +24,11 @@ features model the machine instead, for each leaf block of the scheduled (post-p
 Sizes are log2 ratios to the task's FLOPs, so a 1x1 convolution and a 3x3 one share a scale; the
 whole vector is ``sign(x) log2(1 + |x|)`` (tree models do not care; scaled regressors do).
 
-Measured on the 13-task YOLO dataset (``experiments/make_dataset.py``, 2,340 records, 2026-11-23,
-leave one task out, 3 seeds): XGBoost 0.724 -> 0.793 pairwise accuracy and 0.50 -> 0.72 top-1 against
-the same model on pooled ``PerStoreFeature``; random forest 0.708 -> 0.792. The instruction
-estimate alone, with no learning, orders the held-out pairs 0.758 right. Extraction: ~3 ms per
-schedule (pure Python over the TIR, index expressions compiled to tuples once), against ~10 ms for
-``PerStoreFeature`` (C++, with its candidate wrapping).
+What they buy over pooled ``PerStoreFeature`` for each model, held out, is in README (Results: cost
+models; ``experiments/results/compare_models*.md``); the instruction estimate alone, with no learning,
+already orders configs better than chance (``tests/cost_models/test_loop_features.py``). Extraction is pure
+Python over the TIR, with index expressions compiled to tuples once, and cheaper per schedule than
+``PerStoreFeature`` with its candidate wrapping.
 
 How each effect was found: reading the assembly of kernels the pooled model misranked (vinsertps
 chains from guarded padding loads, gathers from LLVM-vectorised strided loops, accumulators reloaded
@@ -42,8 +41,13 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from tvm.tirx import ForKind, IterVar
 
-_KIND = {0: "serial", 1: "parallel", 2: "vectorized", 3: "unrolled", 4: "thread"}
+from cost_models._scaling import signed_log
+
+# Bump when the features of a schedule change (a new effect, a changed estimate, renamed or reordered
+# names): cached features (cost_models.feature_store) of an older version are then recomputed.
+VERSION = 1
 LLVM_FULL_UNROLL = 8  # LLVM fully unrolls inner loops of a few constant steps even without TVM's pragma
 CACHE_LEVELS = ("reg", "l1", "l2", "l3")
 
@@ -81,7 +85,7 @@ class Machine:
 class Loop:
     var: int  # the loop variable's key (``var_key``)
     extent: int
-    kind: str
+    kind: ForKind
     unroll_max: int = 0  # pragma_auto_unroll_max_step on this loop (0 = none)
 
 
@@ -121,7 +125,8 @@ class Nest:
 
 # ------------------------------------------------------------------ expressions
 # Index expressions are compiled once into tuples of plain ints ("v", var) / ("c", value) / (op, a, b),
-# variables keyed by their object handle: evaluating them then costs no calls into TVM (7x faster).
+# variables keyed by their object handle: evaluating them then costs no calls into TVM (which dominated the
+# extraction time before).
 _ARITH = ("Add", "Sub", "Mul", "Min", "Max", "FloorDiv", "Div", "FloorMod", "Mod")
 
 
@@ -235,7 +240,7 @@ def _visit(stmt, loops: list[Loop], bindings: list, out: list[Nest]) -> None:
         return
     if t == "For":
         unroll = int(stmt.annotations.get("pragma_auto_unroll_max_step", 0)) if stmt.annotations else 0
-        loop = Loop(var_key(stmt.loop_var), int(stmt.extent), _KIND.get(int(stmt.kind), "serial"), unroll)
+        loop = Loop(var_key(stmt.loop_var), int(stmt.extent), ForKind(int(stmt.kind)), unroll)
         _visit(stmt.body, loops + [loop], bindings, out)
         return
     if t == "SeqStmt":
@@ -267,7 +272,7 @@ def _nest(block, store, loops, bindings) -> Nest:
             seen.add(key)
             accesses.append(acc)
     nest = Nest(block.name_hint, list(loops), bindings, accesses, counter[0], const_ops=counter[1])
-    nest.reduce_loops = _loops_changing(nest, {var for var, _, kind in bindings if kind == 2})
+    nest.reduce_loops = _loops_changing(nest, {var for var, _, kind in bindings if kind == IterVar.CommReduce})
     if nest.const_ops:
         nest.const_loops = _loops_changing(nest, const_vars)
     return nest
@@ -367,7 +372,7 @@ def analyse(nest: Nest, machine: Machine) -> dict[str, float]:
         feats[f"traffic_{name}"] = totals[0] if k == 0 else trips_outside[k - 1] * totals[k - 1]
 
     # ---- the vector loop and the unrolled body (the straight-line code LLVM schedules)
-    vec = [j for j, lp in enumerate(loops) if lp.kind == "vectorized"]
+    vec = [j for j, lp in enumerate(loops) if lp.kind == ForKind.VECTORIZED]
     vloop = loops[vec[-1]] if vec else None
     lanes = machine.lanes(nest.accesses[0].nbytes * 8)
     v = float(vloop.extent) if vloop else 1.0
@@ -375,7 +380,7 @@ def analyse(nest: Nest, machine: Machine) -> dict[str, float]:
     budget = max((lp.unroll_max for lp in loops), default=0)
     body_steps, first_unrolled = 1.0, n
     for j in range(n - 1, -1, -1):
-        if loops[j].kind == "vectorized":
+        if loops[j].kind == ForKind.VECTORIZED:
             first_unrolled = j
             continue
         if ext[j] == 1:
@@ -482,7 +487,7 @@ def analyse(nest: Nest, machine: Machine) -> dict[str, float]:
             feats[key] = 0.0
 
     # ---- parallelism
-    par = [j for j, lp in enumerate(loops) if lp.kind == "parallel"]
+    par = [j for j, lp in enumerate(loops) if lp.kind == ForKind.PARALLEL]
     p = float(np.prod(ext[par])) if par else 1.0
     feats["parallel"] = p
     feats["par_imbalance"] = math.ceil(p / cores) * cores / p if p >= 1 else float(cores)
@@ -550,10 +555,6 @@ def schedule_features(mod, flops: float, machine: Machine | None = None) -> dict
         feats[f"main_{key}"] = float(main[key])
     feats["n_nests"] = float(len(per))
     return feats
-
-
-def signed_log(x: np.ndarray) -> np.ndarray:
-    return np.sign(x) * np.log2(1.0 + np.abs(x))
 
 
 def loop_features(mod, flops: float, machine: Machine | None = None) -> np.ndarray:

@@ -14,10 +14,12 @@ them, so the refit is the same model and gives identical predictions.
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
 from autosearch.errors import UserError
 from cost_models._io import read_npz, write_npz
@@ -32,8 +34,10 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+@functools.cache
 def regressors() -> dict[str, type]:
-    """Every regressor class scikit-learn lists, by class name."""
+    """Every regressor class scikit-learn lists, by class name. Listed once per process: ``all_estimators``
+    imports every scikit-learn module to find them, and every model built by name asks."""
     from sklearn.utils import all_estimators
 
     return dict(all_estimators(type_filter="regressor"))
@@ -49,7 +53,7 @@ def _estimator_class(name: str) -> type:
     return known[name]
 
 
-class SklearnCostModel:
+class SklearnCostModel(BaseEstimator):
     """A scikit-learn regressor (by class name) behind a StandardScaler, as a cost model."""
 
     def __init__(self, *, estimator: str = "RandomForestRegressor", params: dict[str, Any] | None = None,
@@ -60,10 +64,6 @@ class SklearnCostModel:
         self.scale = scale
         self.seed = seed
         self._make()  # fail now, not at fit time, on an unknown name or a regressor that needs arguments
-
-    def get_params(self) -> dict[str, Any]:
-        return {"estimator": self.estimator, "params": self.params, "scale": self.scale, "seed": self.seed,
-                "input_kind": self.input_kind}
 
     def _make(self):
         from sklearn.pipeline import make_pipeline

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
 from cost_models._io import read_npz, write_npz
 
@@ -63,7 +64,7 @@ def _groups_of(X: np.ndarray) -> dict[str, list[int]]:
     return by_task
 
 
-class TVMXGBModel:
+class TVMXGBModel(BaseEstimator):
     """Wrapper that gives MetaSchedule's ``XGBModel`` the ``fit``/``predict`` shape of a CostModel."""
 
     input_kind = "program"
@@ -75,9 +76,6 @@ class TVMXGBModel:
         self.early_stopping_rounds = early_stopping_rounds
         self.n_jobs = n_jobs
         self.seed = seed
-
-    def get_params(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("max_depth", "eta", "early_stopping_rounds", "n_jobs", "seed")}
 
     def _make(self):
         from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig, XGBModel

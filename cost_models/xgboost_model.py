@@ -1,10 +1,12 @@
 """XGBoost cost models on a feature vector (loop features by default): regression (``xgb``) and pairwise
-ranking (``xgb-rank``).
+ranking (``xgb-rank``), through XGBoost's scikit-learn API (``XGBRegressor`` / ``XGBRanker``).
 
-Regression fits normalised throughput directly. Ranking (``rank:pairwise``, one query group per
-task) learns only the order within each task, which is all search needs, and stops the model from
-spending capacity on the per-task scale; the measurements in TVM_NOTES.md had it ahead of the others.
-The booster is saved in XGBoost's own UBJSON format inside the model's ``.npz`` (exact round trip).
+Regression fits normalised throughput directly. Ranking (``rank:pairwise``, one query group per task)
+learns only the order within each task, which is all search needs, and stops the model from spending
+capacity on the per-task scale: tasks differ in speed by orders of magnitude, and a regressor fitted
+across them spends its trees on that gap. Both are compared in ``compare-models`` (README, Results).
+The booster is saved in XGBoost's own UBJSON format inside the model's ``.npz`` (exact round trip,
+no pickle).
 """
 
 from __future__ import annotations
@@ -12,15 +14,20 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
 from cost_models._io import read_npz, write_npz
 
 OBJECTIVES = {"xgb": "reg:squarederror", "xgb-rank": "rank:pairwise"}
+RELEVANCE_LEVELS = 31  # graded relevance 0..31 from normalised throughput, for the ranking objective
+# sampled pairs per record for rank:pairwise (XGBoost's default is 1; more ranked better in compare-models):
+# one pair per record leaves most of a task's order unseen when a task has only tens of records
+PAIRS_PER_SAMPLE = 8
 
 
-class XGBCostModel:
+class XGBCostModel(BaseEstimator):
     """Gradient-boosted trees (XGBoost ``hist``), single-threaded by default so runs are reproducible
-    and leave the other core to measurements. ``input_kind`` names the feature set it is trained on
+    and leave the other cores to measurements. ``input_kind`` names the feature set it is trained on
     (``features.TABULAR_KINDS``), so a saved model knows what to be fed."""
 
     def __init__(
@@ -50,69 +57,63 @@ class XGBCostModel:
         self.n_jobs = n_jobs
         self.seed = seed
 
-    def get_params(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in (
-            "input_kind", "objective", "n_estimators", "max_depth", "learning_rate", "subsample", "colsample_bytree",
-            "min_child_weight", "reg_lambda", "n_jobs", "seed")}
-
     @property
     def is_ranker(self) -> bool:
         return self.objective.startswith("rank:")
 
-    def _booster_params(self) -> dict[str, Any]:
-        params = {
-            "objective": self.objective, "max_depth": self.max_depth, "eta": self.learning_rate,
-            "subsample": self.subsample, "colsample_bytree": self.colsample_bytree,
-            "min_child_weight": self.min_child_weight, "lambda": self.reg_lambda, "nthread": self.n_jobs,
-            "seed": self.seed, "tree_method": "hist", "verbosity": 0,
-        }
-        if self.is_ranker:
-            # 8 sampled pairs per record (default 1): on the committed dataset, leave-one-task-out, 1 / 8 / 32
-            # pairs gave pairwise accuracy 0.68 / 0.72 / 0.72 and top-1 0.39 / 0.57 / 0.53 (2 seeds)
-            params.update(lambdarank_pair_method="mean", lambdarank_num_pair_per_sample=8)
-        return params
-
-    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> XGBCostModel:
+    def _estimator(self):
+        """A fresh ``XGBRanker`` or ``XGBRegressor`` with this model's parameters."""
         import xgboost as xgb
 
+        params: dict[str, Any] = dict(
+            objective=self.objective, n_estimators=self.n_estimators, max_depth=self.max_depth,
+            learning_rate=self.learning_rate, subsample=self.subsample, colsample_bytree=self.colsample_bytree,
+            min_child_weight=self.min_child_weight, reg_lambda=self.reg_lambda, n_jobs=self.n_jobs,
+            random_state=self.seed, tree_method="hist", verbosity=0,
+        )
+        if self.is_ranker:
+            return xgb.XGBRanker(**params, lambdarank_pair_method="mean",
+                                 lambdarank_num_pair_per_sample=PAIRS_PER_SAMPLE)
+        return xgb.XGBRegressor(**params)
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> XGBCostModel:
         X = np.asarray(X, dtype=np.float32)
         y = np.asarray(y, dtype=np.float32)
+        estimator = self._estimator()
         if self.is_ranker:
             groups = np.zeros(len(y), dtype=np.int64) if groups is None else np.asarray(groups)
             order = np.argsort(groups, kind="stable")  # XGBoost wants each query's rows contiguous
-            # graded relevance 0..31 from normalised throughput; it ranked better than raw or log2 labels
-            # (0.72 vs 0.69 pairwise accuracy, top-5 0.84 vs 0.68, leave-one-task-out)
-            relevance = np.clip(np.round(y * 31), 0, 31)
-            dtrain = xgb.DMatrix(X[order], label=relevance[order], qid=groups[order])
+            # graded relevance rather than raw throughput (it ranked better in compare-models): levels make
+            # near-equal configs, within measurement noise of each other, ties instead of pairs to learn
+            relevance = np.clip(np.round(y * RELEVANCE_LEVELS), 0, RELEVANCE_LEVELS)
+            estimator.fit(X[order], relevance[order], qid=groups[order])
         else:
-            dtrain = xgb.DMatrix(X, label=y)
-        self.booster_ = xgb.train(self._booster_params(), dtrain, num_boost_round=self.n_estimators)
+            estimator.fit(X, y)
+        self.estimator_ = estimator
         self.n_features_in_ = X.shape[1]
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        import xgboost as xgb
-
-        if not hasattr(self, "booster_"):
+        if not hasattr(self, "estimator_"):
             raise RuntimeError("fit the model before predict")
-        return self.booster_.predict(xgb.DMatrix(np.asarray(X, dtype=np.float32))).astype(np.float64)
+        return np.asarray(self.estimator_.predict(np.asarray(X, dtype=np.float32)), dtype=np.float64)
 
     def save(self, path: str) -> None:
         """An ``.npz`` with the parameters (JSON) and the booster in XGBoost's UBJSON format."""
         arrays = {}
-        if hasattr(self, "booster_"):
-            arrays["booster"] = np.frombuffer(bytes(self.booster_.save_raw(raw_format="ubj")), dtype=np.uint8)
+        if hasattr(self, "estimator_"):
+            raw = self.estimator_.get_booster().save_raw(raw_format="ubj")
+            arrays["booster"] = np.frombuffer(bytes(raw), dtype=np.uint8)
         write_npz(path, {"family": "xgboost", "params": self.get_params(),
                          "n_features_in": getattr(self, "n_features_in_", None)}, arrays)
 
 
 def load_from(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> XGBCostModel:
-    import xgboost as xgb
-
     model = XGBCostModel(**{"input_kind": "pooled", **header["params"]})  # saved before the option: pooled
     if "booster" in arrays:
-        model.booster_ = xgb.Booster(params={"nthread": model.n_jobs})
-        model.booster_.load_model(bytearray(arrays["booster"].tobytes()))
+        estimator = model._estimator()
+        estimator.load_model(bytearray(arrays["booster"].tobytes()))
+        model.estimator_ = estimator
         model.n_features_in_ = header["n_features_in"]
     return model
 

@@ -190,10 +190,7 @@ def trials_to_reach(rows: list[dict], randoms: list[dict], budget: int) -> str:
 
 
 def write_report(runs: list[dict], budgets: list[int], methods: list[str], out: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from autosearch.plots import figure, save
 
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     top = max(budgets)
@@ -213,7 +210,7 @@ def write_report(runs: list[dict], budgets: list[int], methods: list[str], out: 
     with open(os.path.join(RESULTS, f"{out}.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")
     sys.stdout.write("\n".join(lines) + "\n")
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), dpi=110, squeeze=False)
+    fig, axes = figure(1, len(tasks), size=(5 * len(tasks), 4))
     for ax, t in zip(axes[0], tasks):
         for m in methods:
             rows = [r for r in runs if r["task"] == t and r["method"] == m]
@@ -225,10 +222,8 @@ def write_report(runs: list[dict], budgets: list[int], methods: list[str], out: 
         ax.set_title(t)
         ax.set_xlabel("trials")
         ax.set_ylabel("best GFLOPS (in-run, median of seeds)")
-        ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(RESULTS, f"{out}.png"))
+    save(fig, os.path.join(RESULTS, f"{out}.png"))
 
 
 if __name__ == "__main__":

@@ -87,10 +87,7 @@ def main() -> int:
 
 
 def write_report(rows: list[dict], args, out: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from autosearch.plots import figure, save
 
     lines = [f"{args.model}, {args.strategy}, {args.budget} trials per layer and layout, seed {args.seed}, "
              "best config re-timed in a fresh process", "",
@@ -102,7 +99,8 @@ def write_report(rows: list[dict], args, out: str) -> None:
     with open(out + ".md", "w") as fh:
         fh.write("\n".join(lines) + "\n")
     sys.stdout.write("\n".join(lines) + "\n")
-    fig, ax = plt.subplots(figsize=(9, 4), dpi=110)
+    fig, axes = figure(size=(9, 4), grid="y")
+    ax = axes[0, 0]
     xs = range(len(rows))
     ax.bar([x - 0.2 for x in xs], [r["gflops_NCHW"] for r in rows], 0.4, label="NCHW")
     ax.bar([x + 0.2 for x in xs], [r["gflops_NHWC"] for r in rows], 0.4, label="NHWC")
@@ -110,9 +108,7 @@ def write_report(rows: list[dict], args, out: str) -> None:
     ax.set_ylabel(f"GFLOPS after {args.budget} trials (re-timed)")
     ax.set_title(f"{args.model}: conv2d layers tuned in both layouts")
     ax.legend()
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out + ".png")
+    save(fig, out + ".png")
 
 
 if __name__ == "__main__":

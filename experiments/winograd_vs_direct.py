@@ -102,12 +102,9 @@ def main() -> int:
 
 
 def plot(rows: list[dict], path: str, args) -> None:
-    import matplotlib
+    from autosearch.plots import figure, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows), 3.2), squeeze=False)
+    fig, axes = figure(1, len(rows), size=(3.2 * len(rows), 3.2))
     for ax, r in zip(axes[0], rows):
         for label, color in (("direct", "tab:blue"), ("winograd", "tab:orange")):
             best, ys = float("inf"), []
@@ -118,12 +115,10 @@ def plot(rows: list[dict], path: str, args) -> None:
         ax.set_title(r["layer"], fontsize=9)
         ax.set_xlabel("trials")
         ax.set_yscale("log")
-        ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("best latency so far (ms)")
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"{args.model}: winograd vs direct, {args.strategy}, {args.trials} trials each", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save(fig, path)
 
 
 if __name__ == "__main__":

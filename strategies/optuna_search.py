@@ -4,7 +4,7 @@ Each trial first suggests ``sketch``, then, for every decision of that sketch, `
 with the decision's legal choices (tile tuples as strings such as ``"1x2x13x4"``: Optuna's categorical
 choices must be None/bool/int/float/str). Categoricals, not an ordinal encoding: an encoding repaired
 to legal tiles maps many parameter values to one tile, so the sampler would learn from values it never
-measured (TVM_NOTES: TPE over a repaired log2 encoding did no better than random).
+measured, and the model it builds describes parameters rather than the tiles that were timed.
 
 Driven by ``study.ask()`` / ``study.tell()``, maximising throughput ``1 / median latency`` (1/s, so no
 FLOPs are needed; the order is that of GFLOPS). Failed measurements are told as ``TrialState.FAIL``, not
@@ -24,8 +24,8 @@ Gaussian process; needs PyTorch, which autosearch does not install).
 With ``storage`` (e.g. ``sqlite:///study.db``) the study is stored and reloaded (``load_if_exists``),
 one study per task, named by the ``task_id`` the tuning loop passes (task name + key), so
 optuna-dashboard shows the search; configs already in a reloaded study are never asked again (trials
-a crashed run left RUNNING stay so: with constant liar they count as bad). On SQLite every parameter and attribute is a
-committed write, about 0.3 s per trial on this VM: small next to building and timing a kernel.
+a crashed run left RUNNING stay so: with constant liar they count as bad). On SQLite every parameter and
+attribute is a committed write: a fraction of a second per trial, small next to building and timing a kernel.
 A resumed run (``resume``) adds the logged trials to the study as finished trials (``add_trials``,
 with the same distributions as suggested ones), so the sampler models them from the first ask.
 

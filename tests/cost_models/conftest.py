@@ -16,6 +16,17 @@ DATASET = os.path.join(TESTS, "data", "small_dataset.jsonl")
 HELD_OUT = 2  # task index held out by the contract tests (conv2d 128->256 at 26x26)
 
 
+@pytest.fixture(autouse=True)
+def feature_cache(tmp_path_factory, monkeypatch) -> str:
+    """Each test's own feature cache directory: scorers and compare_models default to the user's cache,
+    which tests must neither read (a stale entry would hide a bug) nor fill."""
+    from cost_models.feature_store import CACHE_ENV
+
+    path = str(tmp_path_factory.mktemp("feature-cache"))
+    monkeypatch.setenv(CACHE_ENV, path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def dataset_path() -> str:
     return DATASET
@@ -55,6 +66,7 @@ def task_spaces(contents):
 
 
 @pytest.fixture(scope="session")
-def held_out_task(dataset, task_spaces):
-    """The HELD_OUT task and its DecisionSpace."""
-    return task_spaces[dataset.task_keys[HELD_OUT]]
+def held_out_task(contents, task_spaces):
+    """The HELD_OUT task (in order of first valid trial, as ``dataset.task_keys``) and its DecisionSpace."""
+    keys = list(dict.fromkeys(r.task_key for r in contents.trials() if r.ok))
+    return task_spaces[keys[HELD_OUT]]

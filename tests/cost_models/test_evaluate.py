@@ -40,6 +40,13 @@ def test_compare_models_table_and_png(tmp_path, dataset_path):
     with open(png, "rb") as fh:
         assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
     assert report.png == png
+    assert report.cached_records == 0
+
+    # comparing again on the same logs reads every record's features from the cache (AUTOSEARCH_CACHE)
+    again = compare_models([dataset_path], ["rf"], seed=0)
+    assert again.cached_records == 160 and "from the feature cache" in again.caption()
+    assert "ms per record" not in again.caption()  # nothing was replayed: no per-record cost to report
+    np.testing.assert_array_equal(again.result("rf").y_pred, rf.y_pred)
 
 
 @pytest.mark.parametrize("spec", ["xgb@encoding", "rf@pooled", "xgb-rank@pooled+loop", "gbr@loop"])

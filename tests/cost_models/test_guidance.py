@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -158,3 +160,54 @@ def test_scoring_more_configs_than_the_cache_holds(held_out_task, task_records, 
     configs = list(dict.fromkeys(space.sample(rng) for _ in range(64)))
     scores = scorer.score(configs)
     assert len(scores) == len(configs) and scorer.fitted
+
+
+def test_warm_start_is_featurised_once_per_run_and_across_runs(contents, task_spaces, held_out_task, tmp_path):
+    """The tuner makes one scorer per task, each with the same warm start: only the first featurises it."""
+    from cost_models.feature_store import FeatureStore
+
+    task, space = held_out_task
+    own = task.workload_key
+    others = LogContents(path=contents.path, tasks={k: v for k, v in contents.tasks.items() if k != own},
+                         records=[r for r in contents.records if r.task_key != own])
+    records = [r for r in contents.trials(own) if r.ok]
+    run = FeatureStore(tmp_path)
+    first = make_scorer("xgb-rank", space, task, seed=0, warm_start=[others], feature_store=run)
+    assert first.stats.warm_featurised == 120 and first.stats.warm_cached == 0
+
+    # another task of the same run, warm-started on every record: only the 40 not featurised yet are
+    other_key, (other_task, other_space) = next((k, v) for k, v in task_spaces.items() if k != own)
+    second = make_scorer("xgb-rank", other_space, other_task, seed=0, warm_start=[contents], feature_store=run)
+    assert second.stats.warm_featurised == 40 and second.stats.warm_cached == 120
+
+    # the next run (a new store on the same directory) featurises none, and its features are the same
+    again = make_scorer("xgb-rank", space, task, seed=0, warm_start=[others], feature_store=str(tmp_path))
+    assert again.stats.warm_featurised == 0 and again.stats.warm_cached == 120
+    configs = [r.config for r in records]
+    np.testing.assert_array_equal(again.score(configs), first.score(configs))
+
+
+def test_scorer_defaults_to_the_user_feature_cache(contents, held_out_task, feature_cache):
+    """Without a feature_store the scorer uses the cache directory (AUTOSEARCH_CACHE, set per test here)."""
+    task, space = held_out_task
+    own = task.workload_key
+    others = LogContents(path=contents.path, tasks={k: v for k, v in contents.tasks.items() if k != own},
+                         records=[r for r in contents.records if r.task_key != own])
+    make_scorer("xgb", space, task, seed=0, warm_start=[others])
+    assert os.listdir(os.path.join(feature_cache, "features", "loop"))
+    assert make_scorer("xgb", space, task, seed=0, warm_start=[others]).stats.warm_featurised == 0
+
+
+def test_make_scorer_finds_the_scorer_through_the_registry(held_out_task):
+    """The core names no scorer module: the package of each registry entry makes the scorer."""
+    from autosearch.cost_model import cost_model_names
+    from cost_models.learned import SegmentSumMLP
+    from cost_models.sklearn_model import SklearnCostModel
+    from cost_models.xgboost_model import XGBCostModel
+
+    task, space = held_out_task
+    for name, cls in (("xgb-rank", XGBCostModel), ("sklearn:KNeighborsRegressor", SklearnCostModel),
+                      ("mlp", SegmentSumMLP)):
+        scorer = make_scorer(name, space, task, seed=0)
+        assert isinstance(scorer, ModelScorer) and type(scorer.model) is cls
+    assert "sklearn:" not in cost_model_names() and "sklearn:<Regressor>" in cost_model_names()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tvm.tirx import ForKind
 
 from cost_models.evaluate import pairwise_accuracy
 from cost_models.loop_features import (
@@ -73,8 +74,8 @@ def test_vectorised_matmul_reads_as_expected():
     found = {n.name: n for n in nests(mod["main"])}
     assert set(found) == {"C_init", "C_update"}
     update = found["C_update"]
-    assert [(lp.extent, lp.kind) for lp in update.loops] == [(64, "parallel"), (4, "serial"), (64, "serial"),
-                                                          (16, "vectorized")]
+    assert [(lp.extent, lp.kind) for lp in update.loops] == [
+        (64, ForKind.PARALLEL), (4, ForKind.SERIAL), (64, ForKind.SERIAL), (16, ForKind.VECTORIZED)]
     assert update.reduce_loops == {2}
     assert [a.name for a in update.accesses] == ["C", "A", "B"]
     x = analyse(update, AVX512)
