@@ -168,6 +168,31 @@ def _resume_lowering(resume, option: str, asked: str | None, default: str) -> st
     return asked or default
 
 
+def _guidance(spec: str | None, target, *, seed: int) -> tuple[str | None, str]:
+    """(the cost model the tuner gets, one line saying what guides the run). ``auto``: the pre-trained model
+    autosearch ships, where it fits the target, else none; a directory: a model train-model wrote, checked
+    against the target (one-line error if it is corrupt or made for another target or feature version)."""
+    from autosearch.cost_model import PRETRAINED, make_cost_model
+
+    if spec in (None, "", "none"):
+        return None, "none"
+    if spec == "auto":
+        from cost_models.pretrained import shipped_for
+
+        directory, why = shipped_for(target)
+        if directory is None:
+            return None, f"none ({why})"
+        spec = PRETRAINED
+    if spec == PRETRAINED or os.path.isdir(spec):
+        from cost_models.pretrained import SHIPPED_DIR, describe, load_model_dir
+
+        directory = SHIPPED_DIR if spec == PRETRAINED else spec
+        manifest = load_model_dir(directory, target, seed=seed).manifest
+        return spec, f"{'the shipped model' if spec == PRETRAINED else directory}, {describe(manifest)}"
+    make_cost_model(spec, seed=seed)  # fail fast on an unknown name
+    return spec, f"{spec}, trained online on this run's measurements"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from autosearch.records import read_log
     from autosearch.strategy import STRATEGIES, parse_options
@@ -189,11 +214,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if (args.sampler or args.optuna_storage) and args.strategy != "optuna":
         raise UserError("--sampler / --optuna-storage apply to --strategy optuna only")
     options = parse_options(args.strategy, options)
-    cost_model = None if args.cost_model in (None, "", "none") else args.cost_model
-    if cost_model:
-        from autosearch.cost_model import make_cost_model
-
-        make_cost_model(cost_model, seed=args.seed)  # fail fast on an unknown name
 
     console = _console()
     defaults = []
@@ -217,6 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if target.kind.name != "llvm" and args.runner == "local":
         raise UserError(f"target kind {target.kind.name!r} cannot be measured by the local runner on this "
                         "machine; use --runner ray with a device of that kind")
+    cost_model, guidance = _guidance(args.cost_model, target, seed=args.seed)
     resume = read_log(log_path) if args.resume else None
     winograd, layout = args.winograd or "auto", args.layout or DEFAULT_LAYOUT
     fast_math = args.fast_math or DEFAULT_FAST_MATH
@@ -236,10 +257,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         warm = [read_records(args.warm_start)]  # LogContents: the scorer featurises its task headers too
     console.print(f"model {model.name}: {len(tasks)} of {len(model.tasks)} tasks, strategy [bold]{args.strategy}"
-                  f"[/bold]{' + cost model ' + cost_model if cost_model else ''}, conv2d {model.layout}, "
-                  f"budget {args.trials} trials, "
+                  f"[/bold], conv2d {model.layout}, budget {args.trials} trials, "
                   f"runner {args.runner}, target {dict(target.export()).get('mcpu', target.kind.name)} "
-                  f"x{dict(target.export()).get('num-cores', '?')} — log {log_path}")
+                  f"x{dict(target.export()).get('num-cores', '?')} — log {log_path}\ncost model: {guidance}")
+    tuning_log.write_run({"strategy": args.strategy, "options": options, "cost_model": args.cost_model,
+                          "guided_by": guidance, "trials": args.trials, "batch": args.batch, "seed": args.seed,
+                          "resumed": bool(args.resume), "autosearch": __version__})
     from autosearch.progress import TuningProgress
     from autosearch.tuner import Tuner
 
@@ -398,6 +421,44 @@ def cmd_compare_models(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- train-model
+def cmd_train_model(args: argparse.Namespace) -> int:
+    from cost_models.pretrained import MANIFEST, describe, train_model
+
+    for path in args.log:
+        if not os.path.exists(path):
+            raise UserError(f"log not found: {path}")
+    if os.path.exists(os.path.join(args.out, MANIFEST)) and not args.force:
+        raise UserError(f"{args.out} already holds a cost model; choose another --out or pass --force")
+    if args.folds < 2:
+        raise UserError("--folds must be at least 2")
+    console = _console()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as bar:
+        ids: dict[str, int] = {}
+
+        def on_featurise(done: int, total: int) -> None:
+            if "records" not in ids:
+                ids["records"] = bar.add_task("featurising records", total=total)
+            bar.update(ids["records"], completed=done)
+
+        report = train_model(args.log, args.out, seed=args.seed, folds=args.folds,
+                             exclude=tuple(args.exclude_task or ()), on_progress=on_featurise)
+    from rich.table import Table
+
+    table = Table(title=f"held-out accuracy ({len(report.folds)} folds by task)")
+    for col in ("fold", "tasks", "pairwise", "top-1"):
+        table.add_column(col, justify="right")
+    for i, fold in enumerate(report.folds):
+        table.add_row(str(i), str(fold["tasks"]), f"{fold['pairwise']:.3f}", f"{fold['top1']:.3f}")
+    console.print(table)
+    console.print(f"wrote {args.out}: {describe(report.manifest)}, in {report.secs:.0f} s\n"
+                  f"use it: python -m autosearch run --cost-model {args.out} ...")
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m autosearch",
@@ -437,9 +498,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", help="task indices (0,3 or 0-4) or name fragments (conv); default all")
     p.add_argument("--trials", type=int, help=f"total measurement budget over all tasks (default {DEFAULT_TRIALS})")
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="configs measured per round")
-    p.add_argument("--cost-model", default="none",
-                   help="xgb, xgb-rank, rf, gbr, mlp, tvm-xgb, sklearn:<Regressor> or none; a tabular model may "
-                        "name its features: xgb@pooled (TVM's per-store features), default loop features")
+    p.add_argument("--cost-model", default="auto",
+                   help="auto (default): the pre-trained model autosearch ships, refit on this run's measurements, "
+                        "where it fits the target (x86-64 CPUs), else none; none: unguided; a directory written by "
+                        "train-model; or a model trained online: xgb, xgb-rank, rf, gbr, mlp, tvm-xgb, "
+                        "sklearn:<Regressor>, with its features as model@features (xgb@pooled: TVM's per-store "
+                        "features; default loop features)")
     p.add_argument("--warm-start", help="pre-train the cost model on a tuning log or a TVM database directory")
     p.add_argument("--runner", default="local", help="local (default) or ray")
     p.add_argument("--ray-address", help="join an existing Ray cluster (auto or HOST:PORT); default: embedded")
@@ -498,6 +562,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-records", type=int, default=10,
                    help="hold out only tasks with at least this many valid records (all tasks train)")
     p.set_defaults(func=cmd_compare_models)
+
+    p = sub.add_parser("train-model", help="pre-train a cost model on measured records, for run --cost-model DIR")
+    p.add_argument("--log", action="append", required=True, help="tuning log or TVM database dir (repeatable)")
+    p.add_argument("--out", required=True, help="directory to write (model.ubj + manifest.json)")
+    p.add_argument("--folds", type=int, default=5, help="folds by task for the held-out accuracy")
+    p.add_argument("--exclude-task", action="append", metavar="WORKLOAD_KEY",
+                   help="leave this task's records out (repeatable), e.g. to test the model on it")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="replace a model already in --out")
+    p.set_defaults(func=cmd_train_model)
     return parser
 
 

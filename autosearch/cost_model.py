@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -22,6 +23,7 @@ from autosearch.errors import UserError
 from autosearch.records import Config, MeasureResult
 
 SKLEARN_PREFIX = "sklearn:"  # sklearn:<EstimatorName>, e.g. sklearn:KNeighborsRegressor
+PRETRAINED = "pretrained"
 # The registry: name -> "module:factory"; the factory is called as factory(name, seed=...) -> CostModel.
 # The SKLEARN_PREFIX entry takes every "sklearn:<EstimatorName>".
 COST_MODELS: dict[str, str] = {
@@ -32,6 +34,9 @@ COST_MODELS: dict[str, str] = {
     "mlp": "cost_models.learned:create",
     "tvm-xgb": "cost_models.tvm_xgb:create",
     SKLEARN_PREFIX: "cost_models.sklearn_model:create",
+    # pre-trained and refit online: "pretrained" is the model autosearch ships; a directory that
+    # train-model wrote is taken by the same factory (``--cost-model DIR``)
+    PRETRAINED: "cost_models.pretrained:create",
 }
 # What the top-level package of a registry entry exposes to turn one of its models into a task's
 # ConfigScorer: scorer(model, space, task, *, seed, warm_start, **options). A package, not each family
@@ -76,12 +81,13 @@ def _resolve(spec: str):
 
 def cost_model_names() -> list[str]:
     return sorted(k for k in COST_MODELS if k != SKLEARN_PREFIX) + [f"{SKLEARN_PREFIX}<Regressor>",
-                                                                     "<model>@<features>"]
+                                                                     "<model>@<features>", "<directory>"]
 
 
 def _entry(base: str) -> str:
-    """The registry entry ("module:factory") of a model name without its feature set."""
-    key = SKLEARN_PREFIX if base.startswith(SKLEARN_PREFIX) else base
+    """The registry entry ("module:factory") of a model name without its feature set (a directory: a model
+    that train-model wrote)."""
+    key = SKLEARN_PREFIX if base.startswith(SKLEARN_PREFIX) else PRETRAINED if os.path.isdir(base) else base
     if key not in COST_MODELS:
         raise UserError(f"unknown cost model {base!r}; valid cost models: {', '.join(cost_model_names())}, none")
     return COST_MODELS[key]

@@ -232,6 +232,7 @@ class LogContents:
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # task key -> task header (TuningTask JSON)
     records: list[Record] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)  # "file:line: reason"
+    runs: list[dict[str, Any]] = field(default_factory=list)  # one header per run or resume: what guided it
     truncated_tail: bool = False
 
     def trials(self, task_key: str | None = None) -> list[Record]:
@@ -299,6 +300,8 @@ def read_log(path: str, *, strict_missing: bool = True) -> LogContents:
                 raise ValueError("not a tuning-log object")
             if obj["kind"] == "task":
                 out.tasks[obj["task"]["workload_key"]] = obj["task"]
+            elif obj["kind"] == "run":
+                out.runs.append(obj["run"])
             elif obj["kind"] in ("trial", "baseline", "retime"):
                 out.records.append(Record.from_json(obj))
             else:
@@ -333,6 +336,10 @@ class TuningLog:
                 fh.seek(-1, os.SEEK_END)
                 if fh.read(1) != b"\n":
                     self._fh.write(b"\n")
+
+    def write_run(self, run_json: dict[str, Any]) -> None:
+        """A run's header (strategy, options, the cost model that guides it), once per run or resume."""
+        self._write([{"v": LOG_FORMAT_VERSION, "kind": "run", "run": {**run_json, "started": time.time()}}])
 
     def write_task(self, task_json: dict[str, Any]) -> None:
         self._write([{"v": LOG_FORMAT_VERSION, "kind": "task", "task": task_json}])

@@ -150,7 +150,8 @@ class ModelScorer:
             features = "encoding"
         if features is None:
             other_tasks = any(r.task_key != task.workload_key for c in contents for r in c.trials() if r.ok)
-            needs_program = model_kind in ("per_store", "program")
+            # a pre-trained model learnt on program features of other tasks: it needs them from the start
+            needs_program = model_kind in ("per_store", "program") or getattr(model, "pretrained", False)
             features = "tvm" if needs_program or other_tasks else DEFAULT_FEATURES
         if features not in FEATURE_SETS:
             raise ValueError(f"features must be one of {FEATURE_SETS}, not {features!r}")
@@ -161,7 +162,7 @@ class ModelScorer:
         self.features = features
         self.input_kind = "encoding" if features == "encoding" else model_kind
         self.stats = ScorerStats()
-        self.fitted = False
+        self.fitted = bool(getattr(model, "pretrained", False))  # ranks before any fit of its own
         self._rng = np.random.default_rng(seed)
         self._featurizer = TaskFeaturizer(task) if features == "tvm" else None
         self._store = as_store(feature_store) if features == "tvm" else None

@@ -30,8 +30,9 @@ A resumed run (``resume``) adds the logged trials to the study as finished trial
 with the same distributions as suggested ones), so the sampler models them from the first ask.
 
 With a cost model, a share ``model_share`` of every batch (once ``n_startup_trials`` configs were
-measured ok) is picked by the model from ``pool_size`` candidates (mutations of the best measured
-configs and random configs), greedily by score and at least two decisions apart; those are enqueued
+measured ok, or from the first batch when the scorer already ranks: pre-trained or warm-started) is
+picked by the model from ``pool_size`` candidates (mutations of the best measured configs and random
+configs), greedily by score and at least two decisions apart; those are enqueued
 (``study.enqueue_trial``) and asked, so they are ordinary trials with real results. The rest of the
 batch is Optuna's own suggestions, unranked. No trial is ever told a predicted value: a study holds
 measurements only.
@@ -245,7 +246,7 @@ class OptunaSearch:
         out: list[Config] = []
         if n <= 0:
             return out
-        if self.cost_model is not None and self._n_ok() >= self.n_startup_trials:
+        if self.cost_model is not None and (self._n_ok() >= self.n_startup_trials or self._model_ready()):
             for config in self._model_picks(round(self.model_share * n)):
                 taken = self._ask_enqueued(config, source="cost_model")
                 if taken is not None:
@@ -297,6 +298,11 @@ class OptunaSearch:
         self.study.add_trials(trials)
 
     # ------------------------------------------------------------------ helpers
+    def _model_ready(self) -> bool:
+        """A scorer that ranks before this task's first measurement (pre-trained, or warm-started on other
+        tasks): its picks need no start-up trials."""
+        return bool(getattr(self.cost_model, "fitted", False))
+
     def _n_ok(self) -> int:
         return sum(v is not None for v in self._known.values())
 

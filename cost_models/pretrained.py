@@ -1,0 +1,298 @@
+"""A cost model trained beforehand on measured records: shipped with autosearch, or trained by a user.
+
+Why: a cost model trained from zero in every run (MetaSchedule's XGBoost does this) guesses for the first
+hundreds of trials, which is most of a short tune. Pre-trained on other tasks' measurements, it ranks a new
+task's configs from its first batch (TenSet, TLP). Here it is XGBoost ranking on the loop features, which
+transfer across tasks and cost a few milliseconds per config.
+
+Online, the model never forgets what it was pre-trained on: each refit grows a few trees on the run's own
+measurements of the task *on top of* the pre-trained booster (XGBoost's continued training, ``xgb_model=``),
+starting again from the pre-trained booster every time, so the task's own data corrects the prior without
+replacing it.
+
+A model directory (``train-model --out DIR`` writes one, ``--cost-model DIR`` reads one; the shipped one is
+``cost_models/pretrained_model/``) holds:
+
+- ``model.ubj``: the booster in XGBoost's own UBJSON format (no pickle);
+- ``manifest.json``: what the booster expects and where it came from: its objective and input features with
+  their version, the target facts the features were computed for, the logs it was trained on (file name,
+  SHA-256, records, tasks), its held-out accuracy, and the library versions.
+
+A directory whose features or version differ from this autosearch's, or that was trained for another kind of
+CPU, is refused with one line: its scores would be noise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autosearch.errors import UserError
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+BOOSTER = "model.ubj"
+FORMAT = 1
+SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained_model")
+FEATURES = "loop"  # cheap (no build) and transferable across tasks; see cost_models.features
+ONLINE_ROUNDS = 30  # trees grown on a task's own measurements at each refit, on top of the pre-trained ones
+MIN_OWN_RECORDS = 8  # the task's own records before the first refit (fewer: the pre-trained booster alone)
+
+
+# ---------------------------------------------------------------------------------------------- target facts
+def target_facts(target) -> dict[str, Any]:
+    """What the loop features assume of the target (``loop_features.Machine``) and its ISA: a model trained
+    on one kind of CPU ranks another's configs by the wrong machine."""
+    from cost_models.loop_features import Machine
+
+    machine = Machine.from_target(target)
+    cfg = dict(target.export())
+    triple = str(cfg.get("mtriple", "") or "")
+    if not triple and str(target.kind.name) == "llvm":
+        import tvm
+
+        triple = str(tvm.target.codegen.llvm_get_system_triple())
+    return {"kind": str(target.kind.name), "arch": triple.split("-")[0], "vector_bits": machine.vector_bits,
+            "vector_registers": machine.vector_registers, "mcpu": str(cfg.get("mcpu", "") or "")}
+
+
+def fits(facts: dict[str, Any], trained: dict[str, Any]) -> str:
+    """Why a model trained for ``trained`` does not fit a target with ``facts`` ('' when it fits): another
+    target kind or ISA. The CPU model and its vector width may differ: the loop features are computed with the
+    target's own machine facts, so what the model learnt (how schedules use a CPU's vector unit, registers and
+    caches) carries over, if less well than to the CPU it was measured on."""
+    for key in ("kind", "arch"):
+        if facts.get(key) != trained.get(key):
+            return f"trained for {key} {trained.get(key)!r}, the target has {facts.get(key)!r}"
+    return ""
+
+
+def feature_version() -> int:
+    from cost_models import loop_features
+
+    return int(loop_features.VERSION)
+
+
+# ---------------------------------------------------------------------------------------------- the model
+@dataclass
+class PretrainedModel:
+    """A pre-trained booster plus what the run's own measurements add (``fit`` = continued training).
+
+    Follows the CostModel protocol; ``pretrained`` tells a scorer that it ranks before any fit.
+    """
+
+    booster: Any  # xgboost.Booster, as loaded
+    manifest: dict[str, Any]
+    directory: str
+    seed: int = 0
+    online_rounds: int = ONLINE_ROUNDS
+    pretrained: bool = True
+    input_kind: str = FEATURES
+
+    def __post_init__(self) -> None:
+        self.refit_ = None  # the booster after the last fit (pre-trained trees + the task's own)
+
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> PretrainedModel:
+        """Grow ``online_rounds`` trees on these examples on top of the pre-trained booster (not on the last
+        refit: each refit starts from what was shipped, plus all the task's records so far)."""
+        import xgboost as xgb
+
+        from cost_models.xgboost_model import RELEVANCE_LEVELS
+
+        X = np.asarray(X, dtype=np.float32)
+        groups = np.zeros(len(X), dtype=np.int64) if groups is None else np.asarray(groups)
+        order = np.argsort(groups, kind="stable")
+        relevance = np.clip(np.round(np.asarray(y)[order] * RELEVANCE_LEVELS), 0, RELEVANCE_LEVELS)
+        data = xgb.DMatrix(X[order], label=relevance, qid=groups[order])
+        params = dict(self.manifest["params"], seed=self.seed, nthread=1, verbosity=0)
+        self.refit_ = xgb.train(params, data, num_boost_round=self.online_rounds, xgb_model=self.booster)
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        import xgboost as xgb
+
+        booster = self.refit_ if self.refit_ is not None else self.booster
+        return np.asarray(booster.predict(xgb.DMatrix(np.asarray(X, dtype=np.float32))), dtype=np.float64)
+
+    def save(self, path: str) -> None:
+        """A model directory at ``path`` with the pre-trained booster (online trees are the run's own)."""
+        write_model_dir(path, self.booster, self.manifest)
+
+
+def write_model_dir(path: str, booster, manifest: dict[str, Any]) -> None:
+    os.makedirs(path, exist_ok=True)
+    tmp = os.path.join(path, "tmp-" + BOOSTER)  # the extension tells XGBoost the format
+    booster.save_model(tmp)
+    os.replace(tmp, os.path.join(path, BOOSTER))
+    with open(os.path.join(path, MANIFEST + ".tmp"), "w") as fh:
+        json.dump(manifest, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    os.replace(os.path.join(path, MANIFEST + ".tmp"), os.path.join(path, MANIFEST))
+
+
+def read_manifest(path: str) -> dict[str, Any]:
+    """The manifest of a model directory, checked for what this autosearch can use; one-line errors."""
+    if not os.path.isdir(path):
+        raise UserError(f"cost model directory not found: {path}")
+    try:
+        with open(os.path.join(path, MANIFEST)) as fh:
+            manifest = json.load(fh)
+    except FileNotFoundError as exc:
+        raise UserError(f"{path} is not a cost model directory: no {MANIFEST} (train-model writes one)") from exc
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}/{MANIFEST} is corrupt: {type(exc).__name__}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise UserError(f"{path}: cost model format {manifest.get('format') if isinstance(manifest, dict) else '?'}"
+                        f" is not {FORMAT}; train it again with train-model")
+    if manifest.get("features") != FEATURES or manifest.get("feature_version") != feature_version():
+        raise UserError(f"{path} was trained on features {manifest.get('features')!r} version "
+                        f"{manifest.get('feature_version')}; this autosearch computes {FEATURES!r} version "
+                        f"{feature_version()}: train it again with train-model")
+    return manifest
+
+
+def load_model_dir(path: str, target=None, *, seed: int = 0) -> PretrainedModel:
+    """Load a model directory for ``target`` (checked against the manifest when given)."""
+    import xgboost as xgb
+
+    manifest = read_manifest(path)
+    if target is not None:
+        why = fits(target_facts(target), manifest.get("target", {}))
+        if why:
+            raise UserError(f"cost model {path} does not fit this target: {why}")
+    booster = xgb.Booster()
+    try:
+        booster.load_model(os.path.join(path, BOOSTER))
+    except (xgb.core.XGBoostError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{path}/{BOOSTER} cannot be loaded: {first[:160]}") from exc
+    if booster.num_features() != manifest.get("feature_width"):
+        raise UserError(f"{path}: the booster takes {booster.num_features()} features, the manifest says "
+                        f"{manifest.get('feature_width')}")
+    return PretrainedModel(booster=booster, manifest=manifest, directory=path, seed=seed)
+
+
+def shipped_for(target) -> tuple[str | None, str]:
+    """(the shipped model's directory, '') if it fits ``target``, else (None, why not): ``--cost-model auto``
+    then runs unguided and says why."""
+    if str(target.kind.name) != "llvm":
+        return None, f"the shipped model is for CPUs, the target is {target.kind.name}"
+    why = fits(target_facts(target), read_manifest(SHIPPED_DIR).get("target", {}))
+    return (None, f"the shipped model does not fit this target: {why}") if why else (SHIPPED_DIR, "")
+
+
+def describe(manifest: dict[str, Any]) -> str:
+    """One line for a run's header: what the model is and how well it ranked held-out tasks."""
+    held = manifest.get("held_out", {})
+    return (f"{manifest.get('family')} on {manifest.get('features')} features, pre-trained on "
+            f"{manifest.get('records')} records of {manifest.get('tasks')} tasks (held-out pairwise "
+            f"{held.get('pairwise', float('nan')):.2f}, top-1 {held.get('top1', float('nan')):.2f})")
+
+
+def create(name: str, *, seed: int = 0) -> PretrainedModel:
+    """Registry factory: ``pretrained`` (the shipped model) or a directory that ``train-model`` wrote."""
+    return load_model_dir(SHIPPED_DIR if name == "pretrained" else name, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------------- training
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass
+class TrainReport:
+    manifest: dict[str, Any]
+    folds: list[dict[str, float]]  # per held-out fold: pairwise accuracy, top-1, tasks
+    secs: float
+
+
+def train_model(logs: list[str], out_dir: str, *, seed: int = 0, folds: int = 5, n_estimators: int = 300,
+                exclude: tuple[str, ...] = (), on_progress=None) -> TrainReport:
+    """Train the XGBoost ranker on the loop features of every valid record of ``logs`` (but the tasks whose
+    workload keys are in ``exclude``: kept out to test the model on) and write a model directory to
+    ``out_dir``. Held-out accuracy: ``folds`` folds by task (each task's records all in one fold), each fold
+    predicted by a model trained on the others; then the model is trained on everything."""
+    from autosearch import __version__
+    from autosearch.target import parse_target
+    from cost_models.evaluate import pairwise_accuracy, top_k_score
+    from cost_models.features import build_dataset, read_logs
+    from cost_models.xgboost_model import XGBCostModel
+
+    start = time.perf_counter()
+    contents = read_logs(logs)
+    if exclude:
+        for c in contents:
+            c.records = [r for r in c.records if r.task_key not in exclude]
+    dataset = build_dataset(contents, kinds=(FEATURES,), on_progress=on_progress)
+    if len(dataset) < 2 or len(dataset.task_keys) < 2:
+        raise UserError(f"train-model needs valid records of at least 2 tasks; the logs hold {len(dataset)} "
+                        f"record(s) of {len(dataset.task_keys)} task(s)")
+    X, y, groups = dataset.X(FEATURES), dataset.y, dataset.groups
+    model = XGBCostModel(objective="rank:pairwise", input_kind=FEATURES, seed=seed, n_estimators=n_estimators)
+    rng = np.random.default_rng(seed)
+    tasks = rng.permutation(len(dataset.task_keys))
+    fold_of = {int(t): i % max(2, min(folds, len(tasks))) for i, t in enumerate(tasks)}
+    task_fold = np.asarray([fold_of[int(g)] for g in groups])
+    results = []
+    for fold in sorted(set(fold_of.values())):
+        test = task_fold == fold
+        model.fit(X[~test], y[~test], groups[~test])
+        pred = model.predict(X[test])
+        top1 = [top_k_score(y[test][groups[test] == g], pred[groups[test] == g], 1) for g in np.unique(groups[test])]
+        results.append({"pairwise": pairwise_accuracy(y[test], pred, groups[test]), "top1": float(np.mean(top1)),
+                        "tasks": int(len(np.unique(groups[test])))})
+    model.fit(X, y, groups)
+    booster = model.estimator_.get_booster()
+    facts = None
+    for c in contents:  # the target the records were measured on, from the logs' task headers
+        for header in c.tasks.values():
+            facts = target_facts(parse_target(json.dumps(header["target"]))) if header.get("target") else facts
+            break
+        if facts:
+            break
+    weights = np.asarray([r["tasks"] for r in results], dtype=np.float64)
+    manifest = {
+        "format": FORMAT,
+        "family": "xgb-rank",
+        "params": {k: v for k, v in model.estimator_.get_xgb_params().items()
+                   if v is not None and k not in ("n_jobs", "nthread", "random_state", "seed", "verbosity")},
+        "features": FEATURES,
+        "feature_version": feature_version(),
+        "feature_width": int(X.shape[1]),
+        "target": facts or {},
+        "trained_on": [{"log": os.path.basename(p), "sha256": _sha256(p), "records": int(
+            sum(1 for r in c.trials() if r.ok)), "tasks": len(c.tasks)} for p, c in zip(logs, contents)],
+        "records": len(dataset),
+        "tasks": len(dataset.task_keys),
+        "task_keys": list(dataset.task_keys),  # what it has seen: evaluate it on other tasks
+        "excluded": sorted(exclude),
+        "held_out": {"folds": len(results), "by": "task",
+                     "pairwise": float(np.average([r["pairwise"] for r in results], weights=weights)),
+                     "top1": float(np.average([r["top1"] for r in results], weights=weights))},
+        "versions": {"autosearch": __version__, "xgboost": _version("xgboost"), "tvm": _version("tvm")},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    write_model_dir(out_dir, booster, manifest)
+    return TrainReport(manifest=manifest, folds=results, secs=time.perf_counter() - start)
+
+
+def _version(package: str) -> str:
+    import importlib
+
+    return str(getattr(importlib.import_module(package), "__version__", ""))
+
+
+__all__ = ["FEATURES", "PretrainedModel", "SHIPPED_DIR", "TrainReport", "create", "describe", "fits",
+           "load_model_dir", "read_manifest", "shipped_for", "target_facts", "train_model"]

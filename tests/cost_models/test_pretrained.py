@@ -1,0 +1,143 @@
+"""The pre-trained cost model: the shipped one, train-model, and ``run --cost-model auto|none|DIR``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli, small_conv_onnx
+from tests.cost_models.conftest import DATASET, HELD_OUT
+
+
+@pytest.fixture(scope="module")
+def trained_dir(tmp_path_factory) -> str:
+    """A model trained by ``train-model`` on the committed dataset, its held-out task left out."""
+    from autosearch.records import read_log
+
+    held_out = list(read_log(DATASET).tasks)[HELD_OUT]
+    out = str(tmp_path_factory.mktemp("model") / "m")
+    proc = run_cli("train-model", "--log", DATASET, "--out", out, "--folds", "3", "--exclude-task", held_out,
+                   env={"AUTOSEARCH_CACHE": str(tmp_path_factory.mktemp("cache"))})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "held-out accuracy" in proc.stdout and "run --cost-model" in proc.stdout
+    return out
+
+
+def _held_out_ranking(model, contents, key: str) -> float:
+    """Pairwise accuracy of ``model`` on one task's records of the dataset (no fitting)."""
+    from autosearch.task import TuningTask
+    from cost_models.evaluate import pairwise_accuracy
+    from cost_models.features import TaskFeaturizer
+
+    task = TuningTask.from_json(contents.tasks[key])
+    featurizer = TaskFeaturizer(task)
+    records = [r for r in contents.trials(key) if r.ok and r.trace is not None]
+    X = np.stack(featurizer.loop([featurizer.schedule_from_trace(r.trace) for r in records]))
+    throughput = np.asarray([1.0 / r.latency for r in records])
+    return pairwise_accuracy(throughput, model.predict(X))
+
+
+def test_shipped_model_loads_its_manifest_is_checked_and_it_ranks_an_unseen_task(contents, target):
+    from cost_models.loop_features import WIDTH
+    from cost_models.pretrained import SHIPPED_DIR, feature_version, load_model_dir, shipped_for
+
+    directory, why = shipped_for(target)
+    assert directory == SHIPPED_DIR and not why  # x86-64 CPUs are what it is for
+    model = load_model_dir(SHIPPED_DIR, target)
+    manifest = model.manifest
+    assert manifest["features"] == "loop" and manifest["feature_version"] == feature_version()
+    assert manifest["feature_width"] == WIDTH == model.booster.num_features()
+    assert manifest["target"]["arch"] == "x86_64" and manifest["records"] >= 1000 and manifest["tasks"] >= 10
+    assert all(len(t["sha256"]) == 64 and t["records"] > 0 for t in manifest["trained_on"])
+    assert 0.5 < manifest["held_out"]["pairwise"] <= 1.0
+    key = list(contents.tasks)[HELD_OUT]
+    assert key in manifest["excluded"] and key not in manifest["task_keys"]  # really unseen
+    assert _held_out_ranking(model, contents, key) > 0.6  # chance is 0.5
+
+
+def test_train_model_round_trip_ranks_the_task_it_never_saw(trained_dir, contents, target):
+    from cost_models.pretrained import load_model_dir
+
+    model = load_model_dir(trained_dir, target)
+    key = list(contents.tasks)[HELD_OUT]
+    assert model.manifest["tasks"] == len(contents.tasks) - 1 and key in model.manifest["excluded"]
+    assert _held_out_ranking(model, contents, key) > 0.55
+
+
+def test_online_refit_grows_trees_on_top_of_the_pretrained_ones(trained_dir, contents):
+    from autosearch.cost_model import make_scorer
+    from autosearch.space import DecisionSpace
+    from autosearch.task import TuningTask
+
+    key = list(contents.tasks)[HELD_OUT]
+    task = TuningTask.from_json(contents.tasks[key])
+    space = DecisionSpace(task.mod, task.target)
+    scorer = make_scorer(trained_dir, space, task, seed=0)
+    assert scorer.fitted and scorer.features == "tvm"  # ranks before its first measurement
+    base_rounds = scorer.model.booster.num_boosted_rounds()
+    records = [r for r in contents.trials(key) if r.ok][:12]
+    before = scorer.score([r.config for r in records])
+    scorer.update([r.config for r in records], [r.result for r in records])
+    refit = scorer.model.refit_
+    assert refit is not None and refit.num_boosted_rounds() == base_rounds + scorer.model.online_rounds
+    assert scorer.model.booster.num_boosted_rounds() == base_rounds  # the pre-trained trees stay as shipped
+    assert not np.allclose(before, scorer.score([r.config for r in records]))
+
+
+def _run(tmp_path, *extra: str):
+    model = str(tmp_path / "model.onnx")
+    if not os.path.exists(model):
+        small_conv_onnx(model)
+    log = str(tmp_path / f"run{len(list(tmp_path.glob('*.jsonl')))}.jsonl")
+    proc = run_cli("run", "--strategy", "optuna", "--model", model, "--trials", "12", "--batch", "6",
+                   "--layout", "NCHW", "--log", log, *extra)
+    return proc, log
+
+
+@pytest.mark.parametrize("choice", ["auto", "none", "trained"])
+def test_auto_none_and_a_trained_directory_all_tune_and_the_log_says_which(tmp_path, trained_dir, choice):
+    from autosearch.records import read_log
+
+    spec = trained_dir if choice == "trained" else choice
+    proc, log = _run(tmp_path, *(["--cost-model", spec] if choice != "auto" else []))  # auto is the default
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    contents = read_log(log)
+    [header] = contents.runs
+    guided = header["guided_by"]
+    assert {"auto": "the shipped model", "none": "none", "trained": trained_dir}[choice] in guided
+    assert f"cost model: {guided}" in proc.stdout
+    assert sum(r.ok for r in contents.trials()) >= 10
+
+
+def test_bad_model_directories_are_one_line_errors(tmp_path, trained_dir):
+    corrupt = str(tmp_path / "corrupt")
+    shutil.copytree(trained_dir, corrupt)
+    with open(os.path.join(corrupt, "manifest.json"), "w") as fh:
+        fh.write("{not json")
+    other_features = str(tmp_path / "features")
+    shutil.copytree(trained_dir, other_features)
+    other_target = str(tmp_path / "target")
+    shutil.copytree(trained_dir, other_target)
+    for path, change in ((other_features, {"feature_version": -1}), (other_target, {"target": {"kind": "llvm",
+                                                                                                "arch": "aarch64"}})):
+        with open(os.path.join(path, "manifest.json")) as fh:
+            manifest = json.load(fh)
+        manifest.update(change)
+        with open(os.path.join(path, "manifest.json"), "w") as fh:
+            json.dump(manifest, fh)
+    broken_booster = str(tmp_path / "booster")
+    shutil.copytree(trained_dir, broken_booster)
+    with open(os.path.join(broken_booster, "model.ubj"), "wb") as fh:
+        fh.write(b"\x00garbage")
+    for path, needle in ((corrupt, "corrupt"), (other_features, "train it again"), (other_target, "aarch64"),
+                         (broken_booster, "cannot be loaded"), (str(tmp_path), "not a cost model directory")):
+        proc, _ = _run(tmp_path, "--cost-model", path)
+        assert proc.returncode == 2, (path, proc.stderr[-1000:])
+        assert needle in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    proc = run_cli("train-model", "--log", DATASET, "--out", trained_dir)  # never overwritten unasked
+    assert proc.returncode == 2 and "already holds a cost model" in proc.stderr
