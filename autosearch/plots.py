@@ -34,7 +34,7 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str, *, ylab
               log_scale: bool = False, errors: Sequence[float] | None = None) -> str:
     """A simple bar chart (e.g. end-to-end latency: untuned vs tuned vs ONNX Runtime)."""
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    colors = ["#b0b0b0", "#2a7ab9", "#e07b39", "#5aa05a"][: len(labels)]
+    colors = ["#b0b0b0", "#2a7ab9", "#e07b39", "#5aa05a", "#9467bd"][: len(labels)]
     bars = ax.bar(labels, values, yerr=errors, capsize=4, color=colors)
     for i, (bar, value) in enumerate(zip(bars, values)):
         top = bar.get_height() + (errors[i] if errors is not None else 0.0)  # above the error bar
