@@ -95,6 +95,7 @@ class Runtime:
     name: str
     kind: str
     path: str
+    precision: str = "f32"  # what it computes in: lower ones are checked with a looser tolerance
 
 
 def time_in_subprocess(runtime: Runtime, *, inputs_path: str, runs: int, threads: int, out_dir: str,

@@ -119,22 +119,20 @@ def _time_runtimes(args, console: Console, model, target, db, threads: int, ov_p
         tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
                               winograd=policy, layout=model.layout, fast_math=model.fast_math)
         turns = [Runtime("ONNX Runtime", "ort", onnx_path), Runtime("TVM tuned", "tvm", tuned.path)]
-        precisions = {"TVM untuned": "f32", "TVM tuned": "f32"}
         if ov_precision is not None:
             turns.append(Runtime("OpenVINO (fp32)", "ov", onnx_path))
-            precisions["OpenVINO (fp32)"] = "f32"
             if ov_precision != "f32":  # not comparable with the others: shown beside the fp32 row
-                name = f"OpenVINO (default precision: {ov_precision})"
-                turns.append(Runtime(name, "ov-default", onnx_path))
-                precisions[name] = ov_precision
+                turns.append(Runtime(f"OpenVINO (default precision: {ov_precision})", "ov-default", onnx_path,
+                                     precision=ov_precision))
         console.print(f"timing in fresh processes, {threads} threads each ...")
         t_ort, t_tuned, *t_openvino = time_taking_turns(turns, rounds=args.rounds, runs=args.runs,
                                                         inputs_path=inputs, threads=threads, out_dir=work)
-        t_untuned = time_in_subprocess(Runtime("TVM untuned", "tvm", untuned.path), inputs_path=inputs,
-                                       runs=args.untuned_runs, threads=threads, out_dir=work)
+        untuned_runtime = Runtime("TVM untuned", "tvm", untuned.path)
+        t_untuned = time_in_subprocess(untuned_runtime, inputs_path=inputs, runs=args.untuned_runs, threads=threads,
+                                       out_dir=work)
         timings = [t_untuned, t_tuned, t_ort, *t_openvino]
-        checks = {t.name: _check(t, t_ort, precisions[t.name]) for t in timings
-                  if t is not t_ort and t.ok and t_ort.ok}
+        precision = {r.name: r.precision for r in (untuned_runtime, *turns)}
+        checks = {t.name: _check(t, t_ort, precision[t.name]) for t in timings if t is not t_ort and t.ok and t_ort.ok}
     return _Timed(timings=timings, checks=checks, tuned=tuned)
 
 
@@ -203,7 +201,7 @@ def end_to_end_report(args, console: Console) -> dict:
 
     plot = args.plot or "report.png"
     ok = [t for t in timings if t.ok]
-    plot_bars([t.name.replace(" (", "\n(") for t in ok], [t.stats()["median"] for t in ok], plot,
+    plot_bars([_plot_label(t.name) for t in ok], [t.stats()["median"] for t in ok], plot,
               ylabel="median latency (ms, log scale)", log_scale=True, errors=[t.stats()["std"] for t in ok],
               title=f"{model.name}, {threads} threads")
     console.print(f"plot: {plot}")
@@ -226,6 +224,11 @@ def end_to_end_report(args, console: Console) -> dict:
                                        f"{u / b:.1f}x" if u and b else "-"] for t, u, b in per_task
                                       if u is not None or b is not None]))
     return figures
+
+
+def _plot_label(name: str) -> str:
+    """A runtime's name on two short lines, so that five bars' labels do not overlap."""
+    return name.replace(" (default precision: ", " (default: ").replace(" (", "\n(")
 
 
 def _markdown_table(header: list[str], rows: list[list[str]]) -> str:

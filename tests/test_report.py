@@ -57,7 +57,8 @@ def test_report_times_openvino_and_leaves_no_temporary_files(model, tmp_path, mo
     assert "DIFFERS" not in text and "not installed" not in text
     table = open(md).read()
     assert all(f"| {name} |" in table for name in openvino)
-    assert [label.replace("\n", " ") for label in plotted[0]] == list(figures["runtimes"])
+    assert len(plotted[0]) == len(figures["runtimes"]) and sum("OpenVINO" in label for label in plotted[0]) == len(
+        openvino)
     assert os.path.getsize(png) > 0
     assert set(os.listdir(tmp)) <= {ORT_SESSION_FILE}  # compiled models, inputs and outputs removed
 
