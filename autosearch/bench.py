@@ -1,4 +1,7 @@
-"""Time one runtime in this (fresh) process: ``python -m autosearch.bench {tvm,ort} PATH ...``.
+"""Time one runtime in this (fresh) process: ``python -m autosearch.bench {tvm,ort,ov,ov-default} PATH ...``.
+
+``ov`` is OpenVINO told to infer in fp32 (comparable with the others); ``ov-default`` is OpenVINO in
+its default precision (bf16 on CPUs with AMX or AVX512-BF16).
 
 Prints one JSON line ``{"runs_ms": [...]}`` and saves the outputs for the correctness check.
 """
@@ -48,9 +51,27 @@ def _ort(path: str, inputs: dict[str, np.ndarray], runs: int, threads: int) -> t
     return times, outs
 
 
+def _openvino(path: str, inputs: dict[str, np.ndarray], runs: int, threads: int,
+              fp32: bool) -> tuple[list[float], list[np.ndarray]]:
+    import openvino
+
+    config: dict[str, object] = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"}
+    if fp32:
+        config["INFERENCE_PRECISION_HINT"] = "f32"
+    request = openvino.Core().compile_model(path, "CPU", config).create_infer_request()
+    feed = dict(inputs)  # by input name, as in the ONNX file
+    result = request.infer(feed)  # warm-up
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = request.infer(feed)
+        times.append((time.perf_counter() - start) * 1e3)
+    return times, [np.array(v, copy=True) for v in result.values()]  # the request reuses its buffers
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m autosearch.bench")
-    p.add_argument("kind", choices=["tvm", "ort"])
+    p.add_argument("kind", choices=["tvm", "ort", "ov", "ov-default"])
     p.add_argument("path")
     p.add_argument("--inputs", required=True)
     p.add_argument("--runs", type=int, default=10)
@@ -61,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         inputs = {k: data[k] for k in data.files}
     if args.kind == "tvm":
         times, outs = _tvm(args.path, inputs, args.runs)
-    else:
+    elif args.kind == "ort":
         times, outs = _ort(args.path, inputs, args.runs, args.threads)
+    else:
+        times, outs = _openvino(args.path, inputs, args.runs, args.threads, fp32=args.kind == "ov")
     np.savez(args.output, **{f"out{i}": o for i, o in enumerate(outs)})
     sys.stdout.write(json.dumps({"runs_ms": times}) + "\n")
     return 0

@@ -1,6 +1,7 @@
 """Command line: argument parsing and printing only; the one place that names plug-ins.
 
-Every bad input ends as one line on stderr and exit code 2 (``UserError``), never a traceback.
+Every bad input ends as one line on stderr and exit code 2 (``UserError``), never a traceback (with ``-v``,
+the traceback of the internal error behind it, if any, comes first). Internal errors keep their traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 
 from autosearch import __version__
 from autosearch.errors import UserError
@@ -370,11 +372,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UserError(f"--runs must be positive, not {args.runs}")
     if args.rounds <= 0:
         raise UserError(f"--rounds must be positive, not {args.rounds}")
+    end_to_end_report(report_options(args), _console())
+    return 0
+
+
+def report_options(args: argparse.Namespace) -> argparse.Namespace:
+    """``report``'s arguments with the lowering to compile with (as given, else as the database was tuned)."""
     args.winograd_policy = database_winograd(args)
     args.layout_of_db = database_option(args, "layout")
     args.fast_math_of_db = database_option(args, "fast_math")
-    end_to_end_report(args, _console())
-    return 0
+    return args
 
 
 # ---------------------------------------------------------------------------------------------- compare-models
@@ -465,7 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
                      description="Autotune YOLO kernels on Apache TVM: pluggable strategies and cost models, "
                                  "Ray measurement, MetaSchedule tuning logs.")
     parser.add_argument("--version", action="version", version=f"autosearch {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log details to stderr, and the traceback behind an error that wraps one (e.g. TVM's)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     def model_args(p, default=None):
@@ -537,14 +545,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="shared library to write, e.g. model.so")
     p.set_defaults(func=cmd_compile)
 
-    p = sub.add_parser("report", help="end-to-end latency: TVM untuned vs tuned vs ONNX Runtime")
+    p = sub.add_parser("report", help="end-to-end latency: TVM untuned vs tuned vs ONNX Runtime vs OpenVINO")
     model_args(p, DEFAULT_MODEL)
     p.add_argument("--db", required=True, help="MetaSchedule JSONDatabase directory")
     p.add_argument("--log", help="tuning log, for per-task untuned latencies")
     p.add_argument("--runs", type=int, default=20, help="timed forward passes per runtime")
     p.add_argument("--rounds", type=int, default=3,
-                   help="tuned TVM and ONNX Runtime take turns in this many fresh processes each (--runs in all), "
-                        "so a slow spell of a shared machine hits both")
+                   help="tuned TVM, ONNX Runtime and OpenVINO take turns in this many fresh processes each (--runs "
+                        "in all), so a slow spell of a shared machine hits them alike")
     p.add_argument("--untuned-runs", type=int, default=3, help="runs of untuned TVM (seconds each)")
     p.add_argument("--threads", type=int, help="threads for every runtime (default: target cores)")
     p.add_argument("--markdown", help="also write the tables as Markdown")
@@ -586,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
+        if args.verbose and exc.__cause__ is not None:  # e.g. TVM failing to compile: where it failed
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
         sys.stderr.write(f"error: {exc}\n")
         return 2
     except KeyboardInterrupt:

@@ -2,16 +2,16 @@
 
 TVM's thread pool pins the main thread to a core when it starts, and anything started after it
 inherits that: ONNX Runtime in the same process ran 2.3x slower here. So every runtime (TVM untuned,
-TVM tuned, ONNX Runtime) is timed in its own process (``python -m autosearch.bench``).
+TVM tuned, ONNX Runtime, OpenVINO) is timed in its own process (``python -m autosearch.bench``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,42 +86,64 @@ class Timing:
                 "min": float(a.min()), "std": float(a.std())}
 
 
-def time_in_subprocess(kind: str, path: str, *, inputs_path: str, runs: int, threads: int,
+@dataclass(frozen=True)
+class Runtime:
+    """One runtime to time: the name shown in the report, how ``autosearch.bench`` runs it (``kind``:
+    tvm, ort, ov = OpenVINO in fp32, ov-default = OpenVINO in its default precision) and the model file
+    (a compiled TVM library or the ONNX file)."""
+
+    name: str
+    kind: str
+    path: str
+    precision: str = "f32"  # what it computes in: lower ones are checked with a looser tolerance
+
+
+def time_in_subprocess(runtime: Runtime, *, inputs_path: str, runs: int, threads: int, out_dir: str,
                        timeout: float = 3600) -> Timing:
-    """Time a compiled TVM library or an ONNX file in a fresh process with ``threads`` threads."""
-    out_dir = tempfile.mkdtemp(prefix="autosearch-bench-")
-    output_path = os.path.join(out_dir, f"{kind}.npz")
+    """Time a runtime in a fresh process with ``threads`` threads; its outputs are saved in ``out_dir``
+    (one file per runtime name) for the correctness check."""
+    output_path = os.path.join(out_dir, re.sub(r"[^A-Za-z0-9]+", "-", runtime.name).strip("-") + ".npz")
     env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    cmd = [sys.executable, "-m", "autosearch.bench", kind, path, "--inputs", inputs_path, "--runs", str(runs),
-           "--threads", str(threads), "--output", output_path]
+    cmd = [sys.executable, "-m", "autosearch.bench", runtime.kind, runtime.path, "--inputs", inputs_path,
+           "--runs", str(runs), "--threads", str(threads), "--output", output_path]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return Timing(kind, [], error=f"timed out after {timeout:.0f} s")
+        return Timing(runtime.name, [], error=f"timed out after {timeout:.0f} s")
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        return Timing(kind, [], error=lines[-1] if lines else f"exit code {proc.returncode}")
+        return Timing(runtime.name, [], error=lines[-1] if lines else f"exit code {proc.returncode}")
     data: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return Timing(kind, data["runs_ms"], output_path=output_path)
+    return Timing(runtime.name, data["runs_ms"], output_path=output_path)
 
 
-def time_taking_turns(jobs: list[tuple[str, str]], *, rounds: int, runs: int, inputs_path: str,
-                      threads: int) -> list[Timing]:
-    """Time several runtimes (``(kind, path)`` each) in ``rounds`` fresh processes apiece, taking turns
-    (A B A B ...), ``runs`` forward passes in all per runtime. On a shared machine a slow spell then
-    hits every runtime alike instead of the one that happened to be running (seen here: ONNX Runtime
-    at 55 ms in one window and 82 ms in another)."""
+def time_taking_turns(runtimes: list[Runtime], *, rounds: int, runs: int, inputs_path: str, threads: int,
+                      out_dir: str) -> list[Timing]:
+    """Time several runtimes in ``rounds`` fresh processes apiece, taking turns (A B C A B C ...),
+    ``runs`` forward passes in all per runtime. On a shared machine a slow spell then hits every
+    runtime alike instead of the one that happened to be running (seen here: ONNX Runtime at 55 ms in
+    one window and 82 ms in another)."""
     rounds = max(1, min(rounds, runs))
-    out = [Timing(kind, []) for kind, _ in jobs]
+    out = [Timing(r.name, []) for r in runtimes]
     for n in (runs // rounds + (1 if i < runs % rounds else 0) for i in range(rounds)):
-        for timing, (kind, path) in zip(out, jobs):
+        for timing, runtime in zip(out, runtimes):
             if timing.error:
                 continue
-            t = time_in_subprocess(kind, path, inputs_path=inputs_path, runs=n, threads=threads)
+            t = time_in_subprocess(runtime, inputs_path=inputs_path, runs=n, threads=threads, out_dir=out_dir)
             timing.runs.extend(t.runs)
             timing.error = t.error
             timing.output_path = timing.output_path or t.output_path
     return out
+
+
+def openvino_default_precision() -> str | None:
+    """The precision OpenVINO's CPU plugin infers in when not told (``f32``; ``bf16`` on CPUs with AMX
+    or AVX512-BF16, ``f16`` on some ARM CPUs), or None when OpenVINO is not installed."""
+    try:
+        import openvino
+    except ImportError:
+        return None
+    return openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
 
 
 def save_inputs(shapes: dict[str, tuple[int, ...]], path: str, *, seed: int = 0) -> None:

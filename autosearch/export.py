@@ -73,9 +73,11 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
     """
     if top_k <= 0:
         raise UserError(f"--top-k must be positive, not {top_k}")
-    existing = [f for f in (WORKLOAD_FILE, RECORD_FILE) if os.path.exists(os.path.join(out_dir, f))]
+    # the lowering file too: left from an earlier export, it would tell compile how another log was tuned
+    existing = [f for f in (WORKLOAD_FILE, RECORD_FILE, LOWERING_FILE) if os.path.exists(os.path.join(out_dir, f))]
     if existing and not force:
-        raise UserError(f"{out_dir} already holds a database ({', '.join(existing)}); choose another --out")
+        raise UserError(f"{out_dir} already holds a database ({', '.join(existing)}); choose another --out or "
+                        "replace it with --force")
     try:
         os.makedirs(out_dir, exist_ok=True)
         probe = os.path.join(out_dir, ".autosearch-write-test")
@@ -171,14 +173,40 @@ def lowering_of(contents: LogContents) -> dict:
 
 
 def database_lowering(path: str) -> dict:
-    """The lowering options a database written by :func:`export_database` was tuned with ({} if unknown,
-    e.g. a database written by ``ms.tune_tir``)."""
-    try:
-        with open(os.path.join(path, LOWERING_FILE)) as fh:
-            value = json.load(fh)
-    except (OSError, ValueError):
+    """The lowering options a database written by :func:`export_database` was tuned with ({} when the
+    directory has no lowering file, e.g. a database written by ``ms.tune_tir``). A lowering file that cannot
+    be read is an error: compiling with the default lowering instead would leave every task untuned without
+    a word (another lowering gives other workload keys)."""
+    file = os.path.join(path, LOWERING_FILE)
+    if not os.path.exists(file):
         return {}
-    return value if isinstance(value, dict) else {}
+    try:
+        with open(file) as fh:
+            value = json.load(fh)
+    except OSError as exc:
+        raise UserError(f"cannot read {file}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise UserError(f"{file} is corrupt ({exc}): export the database again") from exc
+    problem = _lowering_problem(value)
+    if problem:
+        raise UserError(f"{file} is corrupt ({problem}): export the database again")
+    return value
+
+
+def _lowering_problem(value) -> str:
+    """What is wrong with a lowering file's contents ("" when nothing is)."""
+    from autosearch.lowering import FAST_MATH_MODES, LAYOUTS
+    from autosearch.winograd import ALGORITHMS, MODES
+
+    if not isinstance(value, dict):
+        return "not a JSON object"
+    for option, valid in (("winograd", MODES), ("layout", LAYOUTS), ("fast_math", FAST_MATH_MODES)):
+        if option in value and value[option] not in valid:
+            return f"{option} {value[option]!r} is none of {', '.join(valid)}"
+    choices = value.get("choices", {})
+    if not isinstance(choices, dict) or not all(isinstance(k, str) and a in ALGORITHMS for k, a in choices.items()):
+        return f"choices must map layers to {' or '.join(ALGORITHMS)}"
+    return ""
 
 
 def load_database(path: str):

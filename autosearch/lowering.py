@@ -11,7 +11,9 @@ keys (structural hashes) do not match. Both go through :func:`lowering_passes`:
 2. with ``fast_math="on"``, TVM's ``FastMathTransform`` (softmax, exp) and a sigmoid on TVM's ``fast_exp``
    (:func:`fast_sigmoid`): the approximations vectorise, libm's ``expf`` does not;
 3. TVM's library dispatch and legalisation for the target (LegalizeOps, AnnotateTIROpPattern,
-   FoldConstant, FuseOps, FuseTIR), as ``ms.relax_integration`` does;
+   FoldConstant, FuseOps, FuseTIR), as ``ms.relax_integration`` does, without the default schedules TVM's
+   GPU pipelines end with (dlight's ``ApplyDefaultSchedule``): tasks must reach MetaSchedule unscheduled.
+   The tuned build gives them, after the database, to the kernels the database lacks (:func:`apply_database`);
 4. winograd for the wide 3x3 stride-1 convolutions (:mod:`autosearch.winograd`, ``winograd="auto"``; CPU
    targets only, NCHW convolutions only), legalised in place of TVM's direct conv2d;
 5. ``AttachAttrLayoutFreeBuffers``: the model's weights are constants, so a schedule may choose their
@@ -20,7 +22,8 @@ keys (structural hashes) do not match. Both go through :func:`lowering_passes`:
    folded at compile time and the model's interface does not change.
 
 :func:`build_tuned` is ``ms.relax_integration.compile_relax`` with the prepacking steps TVM's recipe
-adds after applying the database (``SplitLayoutRewritePreproc``, ``FoldConstant``).
+adds after applying the database (``SplitLayoutRewritePreproc``, ``FoldConstant``) and, for GPU targets, the
+default schedules; then the target's own dataflow-lowering and finalisation passes.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ FAST_MATH_MODES = ("on", "off")
 DEFAULT_FAST_MATH = "on"  # ONNX Runtime, the baseline, computes sigmoid and softmax with approximations too
 # the lowering options' values for logs and databases written before the option existed
 OLD_LOWERING = {"winograd": "auto", "layout": "NCHW", "fast_math": "off"}
+DEFAULT_SCHEDULE = "ApplyDefaultSchedule"  # dlight's pass, the last of TVM's GPU legalisation (none on CPU)
 
 
 def check_layout(layout: str, *, modes: tuple[str, ...] = LAYOUTS) -> str:
@@ -111,7 +115,7 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
 
     policy = winograd_policy(winograd)
     fast = check_fast_math(fast_math) == "on"
-    legalize = list(relax.pipeline.legalize_passes(target))
+    legalize = [p for p in relax.pipeline.legalize_passes(target) if p.info.name != DEFAULT_SCHEDULE]
     custom = {"relax.sigmoid": _legalize_fast_sigmoid} if fast else {}
     if policy.mode != "off" and target.kind.name == "llvm":
         from autosearch.winograd import legalize_map
@@ -136,30 +140,44 @@ def lower(relax_mod, target, *, winograd="auto", layout="NCHW", fast_math=DEFAUL
         return tvm.transform.Sequential(passes)(relax_mod)
 
 
-def _lower_and_finalize(target) -> list[Any]:
-    """TVM's dataflow-lowering and finalisation passes for the target (0.27's CPU backend does not
-    export its ``dataflow_lower_passes``: take them from its pipeline module, as ``compile_relax`` falls
-    back to the same list)."""
+def default_schedules(target) -> list[Any]:
+    """TVM's default schedules (dlight) for the kernels a database did not schedule: GPU targets only (a
+    kernel without thread bindings does not build for a GPU); on CPU targets TVM has none."""
     from tvm import relax
 
-    try:
-        return list(relax.pipeline.dataflow_lower_passes(target)) + list(relax.pipeline.finalize_passes(target))
-    except (AttributeError, ValueError):
-        from tvm.relax.backend.cpu_generic import pipeline as cpu
+    return [p for p in relax.pipeline.legalize_passes(target) if p.info.name == DEFAULT_SCHEDULE]
 
-        return list(cpu.dataflow_lower_passes(target)) + list(cpu.finalize_passes(target))
+
+def _lower_and_finalize(target) -> list[Any]:
+    """TVM's dataflow-lowering and finalisation passes for the target, from its backend's pipeline module:
+    0.27's ``relax.pipeline`` dispatches to backend packages that do not export them (``cpu_generic``,
+    ``cuda``), and another backend's passes would build wrongly (the CPU's lack CUDA graphs)."""
+    import importlib
+
+    from autosearch.errors import UserError
+
+    kind = target.kind.name
+    backend = {"llvm": "cpu_generic", "cuda": "cuda", "rocm": "rocm"}.get(kind)
+    if backend is None and "gpu" in target.keys:
+        backend = "gpu_generic"  # as relax.pipeline does for the other GPU kinds (metal, vulkan, ...)
+    if backend is None:
+        raise UserError(f"cannot build for target kind {kind!r}: TVM has a Relax pipeline for llvm and GPU targets")
+    pipeline = importlib.import_module(f"tvm.relax.backend.{backend}.pipeline")
+    return [*pipeline.dataflow_lower_passes(target), *pipeline.finalize_passes(target)]
 
 
 def apply_database(lowered, target, database):
     """The lowered model with the database's schedules in place and their weight prepacking folded into
-    the constants (no ``*_weight_prepack`` call is left to run at inference time)."""
+    the constants (no ``*_weight_prepack`` call is left to run at inference time); on GPU targets, the
+    kernels the database lacks get TVM's default schedules."""
     import tvm
     from tvm import relax
 
     with target, database, tvm.transform.PassContext(opt_level=3):
         mod = relax.transform.MetaScheduleApplyDatabase()(lowered)
         mod = relax.transform.SplitLayoutRewritePreproc()(mod)
-        return relax.transform.FoldConstant()(mod)
+        mod = relax.transform.FoldConstant()(mod)
+        return tvm.transform.Sequential(default_schedules(target))(mod)
 
 
 def build_tuned(relax_mod, target, database, *, winograd="auto", layout="NCHW",
@@ -179,6 +197,6 @@ def build_tuned(relax_mod, target, database, *, winograd="auto", layout="NCHW",
         return relax.build(tuned, target=target, relax_pipeline=pipeline)
 
 
-__all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "FAST_MATH_MODES", "LAYOUTS", "LAYOUT_MODES", "OLD_LOWERING",
-           "apply_database", "build_tuned",
-           "check_fast_math", "check_layout", "fast_sigmoid", "lower", "lowering_passes"]
+__all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "DEFAULT_SCHEDULE", "FAST_MATH_MODES", "LAYOUTS", "LAYOUT_MODES",
+           "OLD_LOWERING", "apply_database", "build_tuned", "check_fast_math", "check_layout", "default_schedules",
+           "fast_sigmoid", "lower", "lowering_passes"]

@@ -64,7 +64,7 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str, *, ylab
     """A simple bar chart (e.g. end-to-end latency: untuned vs tuned vs ONNX Runtime)."""
     fig, axes = figure(size=(7.0, 4.5), grid="y")
     ax = axes[0, 0]
-    colors = ["#b0b0b0", "#2a7ab9", "#e07b39", "#5aa05a"][: len(labels)]
+    colors = ["#b0b0b0", "#2a7ab9", "#e07b39", "#5aa05a", "#9467bd"][: len(labels)]
     bars = ax.bar(labels, values, yerr=errors, capsize=4, color=colors)
     for i, (bar, value) in enumerate(zip(bars, values)):
         top = bar.get_height() + (errors[i] if errors is not None else 0.0)  # above the error bar

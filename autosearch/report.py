@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.table import Table
@@ -55,58 +56,124 @@ def _stats_row(name: str, t, speedup_vs: float | None) -> list[str]:
             f"{st['std']:.2f}", f"{speedup_vs / st['median']:.1f}x" if speedup_vs else "1.0x", str(len(t.runs))]
 
 
-def end_to_end_report(args, console: Console) -> dict:
-    """Untuned TVM, tuned TVM and ONNX Runtime on the same threads, each timed in its own process;
-    outputs checked against ONNX Runtime; per-task table; Markdown and PNG. Returns the figures."""
+TOLERANCE = 1e-3  # max relative error vs ONNX Runtime of an fp32 runtime
+LOW_PRECISION_TOLERANCE = 5e-2  # bf16 keeps 8 bits of mantissa (f16: 11): OpenVINO in its default precision
+OPENVINO_MISSING = ("OpenVINO is not installed: no OpenVINO rows (pip install openvino, or the project's "
+                    "[openvino] extra)")
+
+
+@dataclass
+class Check:
+    """A runtime's outputs against ONNX Runtime's: max relative error and the tolerance it is held to."""
+
+    error: float
+    tolerance: float
+    note: str = ""  # why the tolerance is looser than fp32's
+
+    @property
+    def matches(self) -> bool:
+        return self.error <= self.tolerance
+
+    def line(self, name: str, *, markup: bool) -> str:
+        verdict = "matches" if self.matches else "DIFFERS"
+        if markup:
+            verdict = f"[green]{verdict}[/green]" if self.matches else f"[red]{verdict}[/red]"
+        return (f"{name} output vs ONNX Runtime: max relative error {self.error:.2e} {verdict}"
+                + (f" ({self.note})" if self.note else ""))
+
+
+def _check(timing, ort, precision: str) -> Check:
+    from autosearch.deploy import max_relative_error
+
+    error = max_relative_error(timing.output_path, ort.output_path)
+    if precision == "f32":
+        return Check(error, TOLERANCE)
+    return Check(error, LOW_PRECISION_TOLERANCE, f"{precision} inference: tolerance {LOW_PRECISION_TOLERANCE:.0e}")
+
+
+@dataclass
+class _Timed:
+    timings: list  # Timing: TVM untuned, TVM tuned, ONNX Runtime, then OpenVINO's rows
+    checks: dict[str, Check]
+    tuned: object  # CompiledModel
+
+
+def _time_runtimes(args, console: Console, model, target, db, threads: int, ov_precision: str | None) -> _Timed:
+    """Compile untuned and tuned TVM into a temporary directory, time every runtime in fresh processes
+    and check their outputs against ONNX Runtime's; the directory is removed before returning."""
     import os
     import tempfile
 
     import onnx
 
-    from autosearch.deploy import compile_model, max_relative_error, save_inputs, time_in_subprocess, time_taking_turns
+    from autosearch.deploy import Runtime, compile_model, save_inputs, time_in_subprocess, time_taking_turns
+
+    policy = args.winograd_policy
+    with tempfile.TemporaryDirectory(prefix="autosearch-report-") as work:
+        onnx_path = os.path.join(work, "model.onnx")
+        onnx.save(model.onnx_model, onnx_path)
+        inputs = os.path.join(work, "inputs.npz")
+        save_inputs(model.input_shapes, inputs)
+        console.print(f"compiling {model.name} untuned and tuned ...")
+        untuned = compile_model(model.relax_mod, target, model.tasks, None, os.path.join(work, "untuned.so"))
+        tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
+                              winograd=policy, layout=model.layout, fast_math=model.fast_math)
+        turns = [Runtime("ONNX Runtime", "ort", onnx_path), Runtime("TVM tuned", "tvm", tuned.path)]
+        if ov_precision is not None:
+            turns.append(Runtime("OpenVINO (fp32)", "ov", onnx_path))
+            if ov_precision != "f32":  # not comparable with the others: shown beside the fp32 row
+                turns.append(Runtime(f"OpenVINO (default precision: {ov_precision})", "ov-default", onnx_path,
+                                     precision=ov_precision))
+        console.print(f"timing in fresh processes, {threads} threads each ...")
+        t_ort, t_tuned, *t_openvino = time_taking_turns(turns, rounds=args.rounds, runs=args.runs,
+                                                        inputs_path=inputs, threads=threads, out_dir=work)
+        untuned_runtime = Runtime("TVM untuned", "tvm", untuned.path)
+        t_untuned = time_in_subprocess(untuned_runtime, inputs_path=inputs, runs=args.untuned_runs, threads=threads,
+                                       out_dir=work)
+        timings = [t_untuned, t_tuned, t_ort, *t_openvino]
+        precision = {r.name: r.precision for r in (untuned_runtime, *turns)}
+        checks = {t.name: _check(t, t_ort, precision[t.name]) for t in timings if t is not t_ort and t.ok and t_ort.ok}
+    return _Timed(timings=timings, checks=checks, tuned=tuned)
+
+
+def end_to_end_report(args, console: Console) -> dict:
+    """Untuned TVM, tuned TVM, ONNX Runtime and OpenVINO (when installed) on the same threads, each timed
+    in its own process; outputs checked against ONNX Runtime; per-task table; Markdown and PNG. Returns
+    the figures."""
+    from autosearch.deploy import openvino_default_precision
+    from autosearch.errors import UserError
     from autosearch.export import load_database, read_database
     from autosearch.importer import import_model
     from autosearch.records import read_log
     from autosearch.target import parse_target, target_num_cores
 
     target = parse_target(args.target)
+    if target.kind.name != "llvm":
+        raise UserError(f"report times every runtime on this machine's CPU: --target must be a CPU (llvm) "
+                        f"target, not {target.kind.name}")
     db = load_database(args.db)
     threads = args.threads or target_num_cores(target)
     policy = args.winograd_policy
     model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode,
                          layout=args.layout_of_db, fast_math=args.fast_math_of_db)
-    work = tempfile.mkdtemp(prefix="autosearch-report-")
-    onnx_path = os.path.join(work, "model.onnx")
-    onnx.save(model.onnx_model, onnx_path)
-    inputs = os.path.join(work, "inputs.npz")
-    save_inputs(model.input_shapes, inputs)
-    console.print(f"compiling {model.name} untuned and tuned ...")
-    untuned = compile_model(model.relax_mod, target, model.tasks, None, os.path.join(work, "untuned.so"))
-    tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
-                          winograd=policy, layout=model.layout, fast_math=model.fast_math)
-    console.print(f"timing in fresh processes, {threads} threads each ...")
-    t_ort, t_tuned = time_taking_turns([("ort", onnx_path), ("tvm", tuned.path)], rounds=args.rounds,
-                                       runs=args.runs, inputs_path=inputs, threads=threads)
-    t_untuned = time_in_subprocess("tvm", untuned.path, inputs_path=inputs, runs=args.untuned_runs, threads=threads)
-    t_ort.name, t_tuned.name, t_untuned.name = "ONNX Runtime", "TVM tuned", "TVM untuned"
+    ov_precision = openvino_default_precision()
+    if ov_precision is None:
+        console.print(OPENVINO_MISSING, markup=False)  # "[openvino]" is no style
+    timed = _time_runtimes(args, console, model, target, db, threads, ov_precision)
+    timings, checks, tuned = timed.timings, timed.checks, timed.tuned
+    t_untuned = timings[0]
     base = t_untuned.stats()["median"] if t_untuned.ok else None
 
     table = Table(title=f"{model.name}: end-to-end latency (ms), {threads} threads, "
                         f"{len(tuned.tuned_tasks)}/{tuned.task_count} tasks tuned")
     for col in ("runtime", "mean", "median", "max", "min", "std", "speedup vs untuned", "runs"):
         table.add_column(col, justify="left" if col == "runtime" else "right")
-    rows = [_stats_row(t.name, t, base) for t in (t_untuned, t_tuned, t_ort)]
+    rows = [_stats_row(t.name, t, base) for t in timings]
     for row in rows:
         table.add_row(*row)
     console.print(table)
-    checks = {}
-    if t_ort.ok:
-        for t in (t_untuned, t_tuned):
-            if t.ok:
-                checks[t.name] = max_relative_error(t.output_path, t_ort.output_path)
-    for name, err in checks.items():
-        verdict = "[green]matches[/green]" if err <= 1e-3 else "[red]DIFFERS[/red]"
-        console.print(f"{name} output vs ONNX Runtime: max relative error {err:.2e} {verdict}")
+    for name, check in checks.items():
+        console.print(check.line(name, markup=True))
     if tuned.missing_tasks:
         console.print(f"tasks without a tuned record (TVM default code): {len(tuned.missing_tasks)}")
 
@@ -133,28 +200,35 @@ def end_to_end_report(args, console: Console) -> dict:
     console.print(task_table)
 
     plot = args.plot or "report.png"
-    labels = [t.name for t in (t_untuned, t_tuned, t_ort) if t.ok]
-    values = [t.stats()["median"] for t in (t_untuned, t_tuned, t_ort) if t.ok]
-    errors = [t.stats()["std"] for t in (t_untuned, t_tuned, t_ort) if t.ok]
-    plot_bars(labels, values, plot, ylabel="median latency (ms, log scale)", log_scale=True, errors=errors,
+    ok = [t for t in timings if t.ok]
+    plot_bars([_plot_label(t.name) for t in ok], [t.stats()["median"] for t in ok], plot,
+              ylabel="median latency (ms, log scale)", log_scale=True, errors=[t.stats()["std"] for t in ok],
               title=f"{model.name}, {threads} threads")
     console.print(f"plot: {plot}")
     figures = {"model": model.name, "threads": threads,
-               "runtimes": {t.name: t.stats() if t.ok else {"error": t.error} for t in (t_untuned, t_tuned, t_ort)},
-               "max_rel_error_vs_ort": checks, "tuned_tasks": len(tuned.tuned_tasks), "tasks": tuned.task_count}
+               "runtimes": {t.name: t.stats() if t.ok else {"error": t.error} for t in timings},
+               "max_rel_error_vs_ort": {name: c.error for name, c in checks.items()},
+               "openvino_default_precision": ov_precision,
+               "tuned_tasks": len(tuned.tuned_tasks), "tasks": tuned.task_count}
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(_markdown_table(["runtime", "mean", "median", "max", "min", "std", "speedup vs untuned",
                                       "runs"], rows))
-            for name, err in checks.items():
-                fh.write(f"\n{name} output vs ONNX Runtime: max relative error {err:.2e}"
-                         f" ({'matches' if err <= 1e-3 else 'DIFFERS'})\n")
+            for name, check in checks.items():
+                fh.write(f"\n{check.line(name, markup=False)}\n")
+            if ov_precision is None:
+                fh.write(f"\n{OPENVINO_MISSING}\n")
             fh.write(f"\n{len(tuned.tuned_tasks)}/{tuned.task_count} tasks tuned, {threads} threads\n\n")
             fh.write(_markdown_table(["#", "task", "w", "untuned ms", "tuned ms", "speedup"],
                                      [[str(t.index), t.name, str(t.weight), _ms(u or 0), _ms(b or 0),
                                        f"{u / b:.1f}x" if u and b else "-"] for t, u, b in per_task
                                       if u is not None or b is not None]))
     return figures
+
+
+def _plot_label(name: str) -> str:
+    """A runtime's name on two short lines, so that five bars' labels do not overlap."""
+    return name.replace(" (default precision: ", " (default: ").replace(" (", "\n(")
 
 
 def _markdown_table(header: list[str], rows: list[list[str]]) -> str:

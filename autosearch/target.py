@@ -14,6 +14,9 @@ from typing import Any
 from autosearch.errors import UserError
 
 SHORT_NAMES = ("llvm", "cuda")
+# the per-block limits MetaSchedule's GPU rules read, which TVM's bare "cuda" kind lacks: those of every NVIDIA
+# GPU since Fermi (a real GPU's are detected when there is one)
+CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152}
 
 
 def host_cores() -> int:
@@ -33,6 +36,16 @@ def host_target(num_cores: int | None = None):
     cfg["kind"] = "llvm"
     cfg["num-cores"] = int(num_cores or host_cores())
     return tvm.target.Target(cfg)
+
+
+def cuda_target():
+    """This machine's GPU as TVM detects it (arch and limits); without one (compiling for another machine),
+    TVM's ``cuda`` kind with :data:`CUDA_LIMITS`, without which MetaSchedule cannot build a GPU design space."""
+    import tvm
+
+    if tvm.cuda(0).exist:
+        return tvm.target.Target.from_device("cuda")
+    return tvm.target.Target({"kind": "cuda", **CUDA_LIMITS})
 
 
 def _from_legacy_string(spec: str) -> dict[str, Any]:
@@ -88,7 +101,7 @@ def parse_target(spec: str | None):
                 cfg = {**{k: host[k] for k in ("mtriple", "mcpu") if host.get(k)}, **cfg}
             return tvm.target.Target(cfg)
         if spec == "cuda":
-            return tvm.target.Target({"kind": "cuda"})
+            return cuda_target()
         if " " in spec or spec.startswith("llvm"):
             return tvm.target.Target(_from_legacy_string(spec))
         return tvm.target.Target(spec)  # a TVM tag

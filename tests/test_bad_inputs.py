@@ -112,3 +112,35 @@ def test_usage_errors_are_one_line(files):
     _assert_one_line_error(proc, "--strategy")
     proc = run_cli("run", "--strategy", "random", "--trials", "many")
     _assert_one_line_error(proc, "invalid int value")
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("{not json", "is corrupt"),  # e.g. a half-written file
+    ('{"winograd": "auto", "layout": "NCWH", "fast_math": "on"}', "layout 'NCWH' is none of NCHW, NHWC"),
+    ('["auto"]', "not a JSON object"),
+])
+def test_corrupt_lowering_file_is_refused_not_read_as_unknown(files, tmp_path, content, needle):
+    # read as {}, compile would lower with the defaults: other workload keys, every task silently untuned
+    db = tmp_path / "db"
+    shutil.copytree(TVM_DB, db)
+    (db / "autosearch_lowering.json").write_text(content)
+    proc = run_cli("compile", "--model", files["model"], "--db", str(db), "--out", str(tmp_path / "m.so"))
+    _assert_one_line_error(proc, needle)
+    assert "autosearch_lowering.json" in proc.stderr and not os.path.exists(tmp_path / "m.so")
+
+
+def test_report_refuses_a_gpu_target(files):
+    # every runtime is timed on this machine's CPU: a CUDA build would be compared with nothing
+    proc = run_cli("report", "--model", files["model"], "--db", TVM_DB, "--target", "cuda")
+    lines = [ln for ln in proc.stderr.splitlines() if "Unable to detect CUDA version" not in ln]  # TVM's C++ log
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-1500:]
+    assert "must be a CPU (llvm) target, not cuda" in lines[0]
+
+
+def test_verbose_shows_the_traceback_behind_a_one_line_error():
+    bad = '{"kind": "nokind"}'
+    _assert_one_line_error(run_cli("tasks", "--target", bad), "malformed --target")
+    proc = run_cli("-v", "tasks", "--target", bad)
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr and 'Target kind "nokind" is not defined' in proc.stderr  # TVM's own error
+    assert proc.stderr.splitlines()[-1].startswith("error: malformed --target")

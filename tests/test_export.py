@@ -139,3 +139,60 @@ def test_a_task_no_faster_than_untuned_is_left_to_tvm(tmp_path):
                           + [slow_baseline])
     summary = export_database(patched, str(tmp_path / "db"))
     assert summary.records == 0 and summary.slower_than_untuned == [best.task_name]
+
+
+def test_export_force_leaves_no_stale_lowering_file(tmp_path, tuned):
+    db = tmp_path / "db"
+    shutil.copytree(tuned["db"], db)
+    lowering = db / "autosearch_lowering.json"
+    assert lowering.exists()  # the tuned log records how it was lowered
+    # a log from before the lowering options: no lowering file of its own, compile must not read the old one
+    dataset = os.path.join(ROOT, "tests", "data", "small_dataset.jsonl")
+    proc = run_cli("export", "--log", dataset, "--out", str(db), "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert not lowering.exists() and (db / "database_workload.json").exists()
+    # a directory holding only a lowering file is someone's database too: --force to replace it
+    lowering.write_text('{"winograd": "off", "layout": "NCHW", "fast_math": "on"}\n')
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        (db / name).unlink()
+    proc = run_cli("export", "--log", dataset, "--out", str(db))
+    assert proc.returncode == 2 and "autosearch_lowering.json" in proc.stderr and "--force" in proc.stderr
+
+
+def test_cuda_tasks_reach_metaschedule_unscheduled_and_the_tuned_build_schedules_the_rest(tmp_path):
+    """TVM's CUDA legalisation ends with dlight's default schedules: the tasks must not (MetaSchedule tunes
+    unscheduled functions, and TVM's own databases key them so); the tuned build keeps the database's schedule
+    and gives the kernels it lacks dlight's, without which they do not build for a GPU."""
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir import dlight as dl
+    from tvm.s_tir import meta_schedule as ms
+    from workloads.importer import import_model
+
+    from autosearch.lowering import apply_database, lower
+    from autosearch.target import parse_target
+
+    target = parse_target("cuda")  # no GPU needed: nothing here runs on one
+    path = str(tmp_path / "small.onnx")
+    small_conv_onnx(path)
+    model = import_model(path, target)
+    assert model.tasks and not any("tirx.is_scheduled" in t.mod["main"].attrs for t in model.tasks)
+    conv = next(t for t in model.tasks if "conv" in t.name)
+    # a record with a GPU schedule other than the default one (dlight's fallback rule: a MetaSchedule design space
+    # for CUDA imports TVM's tensor intrinsics, a minute)
+    sch = dl.gpu.Fallback().apply(conv.mod["main"], target, False)
+    db = ms.database.MemoryDatabase()
+    db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(conv.mod), [1e-4], target,
+                                                     ms.arg_info.ArgInfo.from_prim_func(conv.mod["main"])))
+    lowered = lower(model.relax_mod, target, layout=model.layout, fast_math=model.fast_math)
+
+    def kernels(mod):
+        return {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+    tuned, untuned = (kernels(apply_database(lowered, target, d)) for d in (db, ms.database.MemoryDatabase()))
+    assert tuned.keys() == untuned.keys() and len(tuned) == len(model.tasks)
+    for f in (*tuned.values(), *untuned.values()):
+        assert "threadIdx" in f.script()  # every kernel bound to GPU threads: by the database or by dlight
+    [name] = [n for n in tuned if "conv" in n]
+    assert tvm_ffi.structural_equal(tuned[name].body, sch.mod["main"].body)  # the database's schedule
+    assert not tvm_ffi.structural_equal(tuned[name].body, untuned[name].body)  # not dlight's

@@ -1,0 +1,78 @@
+"""``report`` on a small model: TVM untuned and tuned, ONNX Runtime and OpenVINO, each timed in fresh processes
+taking turns, outputs checked against ONNX Runtime; no temporary files left behind; without OpenVINO, one line."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+from rich.console import Console
+
+from autosearch import report
+from autosearch.cli import build_parser, report_options
+from autosearch.deploy import openvino_default_precision
+from tests.conftest import ROOT, run_cli, small_conv_onnx
+
+TVM_DB = os.path.join(ROOT, "tests", "data", "tvm_tune_tir_db")
+ORT_SESSION_FILE = ".ses"  # ONNX Runtime's telemetry session file, written in TMPDIR when it is imported
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("report") / "small.onnx")
+    small_conv_onnx(path)
+    return path
+
+
+def test_report_times_openvino_and_leaves_no_temporary_files(model, tmp_path, monkeypatch):
+    precision = openvino_default_precision()
+    assert precision is not None  # the test extra installs OpenVINO
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the timing processes
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))  # this one
+    plotted: list[list[str]] = []
+    plot_bars = report.plot_bars
+    monkeypatch.setattr(report, "plot_bars", lambda labels, *a, **k: plotted.append(list(labels)) or plot_bars(
+        labels, *a, **k))
+    md, png = str(tmp_path / "report.md"), str(tmp_path / "report.png")
+    args = build_parser().parse_args(["report", "--model", model, "--db", TVM_DB, "--runs", "4", "--rounds", "2",
+                                      "--untuned-runs", "1", "--markdown", md, "--plot", png])
+    console = Console(record=True, width=200)
+    figures = report.end_to_end_report(report_options(args), console)
+    text = console.export_text()
+
+    openvino = ["OpenVINO (fp32)"]
+    if precision != "f32":  # bf16 on CPUs with AMX or AVX512-BF16: shown beside the fp32 row, held to its own tolerance
+        openvino.append(f"OpenVINO (default precision: {precision})")
+        assert figures["max_rel_error_vs_ort"][openvino[1]] <= report.LOW_PRECISION_TOLERANCE
+        assert f"({precision} inference: tolerance" in text
+    assert figures["openvino_default_precision"] == precision
+    assert figures["max_rel_error_vs_ort"]["OpenVINO (fp32)"] <= report.TOLERANCE
+    assert list(figures["runtimes"]) == ["TVM untuned", "TVM tuned", "ONNX Runtime", *openvino]
+    assert all(figures["runtimes"][name]["median"] > 0 for name in figures["runtimes"])
+    for name in openvino:
+        assert f"{name} output vs ONNX Runtime: max relative error" in text
+    assert "DIFFERS" not in text and "not installed" not in text
+    table = open(md).read()
+    assert all(f"| {name} |" in table for name in openvino)
+    assert len(plotted[0]) == len(figures["runtimes"]) and sum("OpenVINO" in label for label in plotted[0]) == len(
+        openvino)
+    assert os.path.getsize(png) > 0
+    assert set(os.listdir(tmp)) <= {ORT_SESSION_FILE}  # compiled models, inputs and outputs removed
+
+
+def test_report_without_openvino_says_so_in_one_line_and_completes(model, tmp_path):
+    hidden = tmp_path / "hide" / "openvino"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text('raise ImportError("hidden by the test")\n')
+    path = os.pathsep.join(p for p in (str(hidden.parent), os.environ.get("PYTHONPATH")) if p)
+    md = str(tmp_path / "report.md")
+    proc = run_cli("report", "--model", model, "--db", TVM_DB, "--runs", "2", "--rounds", "1", "--untuned-runs", "1",
+                   "--markdown", md, "--plot", str(tmp_path / "report.png"), env={"PYTHONPATH": path})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [ln for ln in proc.stdout.splitlines() if "OpenVINO" in ln] == [report.OPENVINO_MISSING]
+    assert "TVM tuned output vs ONNX Runtime" in proc.stdout and "DIFFERS" not in proc.stdout
+    table = open(md).read()
+    assert "| ONNX Runtime |" in table and "| OpenVINO" not in table and report.OPENVINO_MISSING in table
