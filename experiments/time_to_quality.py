@@ -1,0 +1,393 @@
+"""Time to a fast model: end-to-end latency against tuning minutes, autosearch vs MetaSchedule vs the peers.
+
+Each method tunes a whole model once, for ``--minutes`` of wall time, uninterrupted; afterwards the script
+rebuilds what the method had found at every checkpoint (``--every`` minutes) and times all those builds, ONNX
+Runtime and OpenVINO side by side, taking turns in fresh processes, so a slow spell of the shared machine hits
+every line of the plot alike and the ratios come from one timing session:
+
+- autosearch methods run ``python -m autosearch run`` (``default``: run's defaults; ``none``: ``--cost-model
+  none``; more with ``--method NAME=ARGS``). A checkpoint's build is ``export`` of the log's prefix whose records
+  had finished by then, then ``compile``: what a user who stopped the run at that minute would have got (less
+  the finalists' re-timing, which needs the end of the run).
+- ``metaschedule``: TVM's own ``ms.tune_tasks`` (evolutionary search + XGBoost, the gradient task scheduler) on
+  the tasks of the model as TVM lowers it by itself (direct NCHW convolutions, exact math; weights prepacked as
+  in TVM's CPU recipe), with the same evaluator and threads and our fast builder (TVM's default builder imports
+  its CUDA intrinsics in every worker and times out on this size of machine). Its database's record file grows
+  as it tunes; the parent notes its length every few seconds, and a checkpoint's build is the database cut
+  there.
+
+Resumable: tuning state, builds and timing rounds are kept in ``experiments/results/ttq-MODEL/state.json``; a
+killed autosearch tuning continues with ``run --resume`` for the minutes it still owes, a killed MetaSchedule
+tuning starts again (it cannot resume). Tables and the PNG: ``experiments/results/time_to_quality-MODEL.*``.
+
+    python experiments/time_to_quality.py --model tiny-yolov2 --minutes 30 --every 3
+    python experiments/time_to_quality.py --model yolov8n --methods default,none,metaschedule
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "experiments", "results")
+sys.path.insert(0, ROOT)
+
+METHODS = {"default": [], "none": ["--cost-model", "none"]}  # autosearch run's extra arguments
+PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO fp32"}  # autosearch.bench kinds -> names
+MS_LOWERING = {"winograd": "off", "layout": "NCHW", "fast_math": "off"}  # TVM's own lowering of the model
+POLL_SECS = 2.0
+
+
+# ---------------------------------------------------------------------------------------------- state
+class State:
+    """The experiment's progress, written atomically after every step so a killed run loses one step at most."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.data: dict = {}
+        if os.path.exists(path):
+            with open(path) as fh:
+                self.data = json.load(fh)
+
+    def method(self, name: str) -> dict:
+        return self.data.setdefault("methods", {}).setdefault(name, {})
+
+    def save(self) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(self.data, fh, indent=1)
+        os.replace(tmp, self.path)
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "autosearch", *args], cwd=ROOT, text=True, capture_output=True)
+    if check and proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-3000:])
+        raise SystemExit(f"autosearch {' '.join(args)} failed with exit code {proc.returncode}")
+    return proc
+
+
+def _wait_until(proc: subprocess.Popen, deadline: float, on_poll=None) -> bool:
+    """Wait for ``proc`` until ``deadline`` (perf_counter); True if it ended by itself."""
+    while time.perf_counter() < deadline:
+        if proc.poll() is not None:
+            return True
+        if on_poll is not None:
+            on_poll()
+        time.sleep(POLL_SECS)
+    return proc.poll() is not None
+
+
+# ---------------------------------------------------------------------------------------------- autosearch
+def tune_autosearch(state: State, name: str, extra: list[str], args, work: str) -> None:
+    """``run`` until the method has had ``--minutes`` of tuning wall time (several sittings add up)."""
+    st = state.method(name)
+    log = os.path.join(work, f"{name}.jsonl")
+    segments = st.setdefault("segments", [])
+    owed = args.minutes * 60 - sum(end - start for start, end in segments)
+    if st.get("finished") or owed <= 5:
+        return
+    trials = st.setdefault("trials", int(math.ceil(args.minutes * args.trials_per_minute)))
+    cmd = [sys.executable, "-m", "autosearch", "run", "--strategy", "optuna", "--model", args.model,
+           "--trials", str(trials), "--log", log, *extra]
+    if os.path.exists(log):
+        cmd.append("--resume")
+    print(f"[{name}] tuning {owed / 60:.1f} min more: {shlex.join(cmd[2:])}", flush=True)
+    with open(os.path.join(work, f"{name}.out"), "a") as out:
+        wall_start, start = time.time(), time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        segments.append([wall_start, wall_start])
+        ended = _wait_until(proc, start + owed)
+        if not ended:  # SIGTERM is Ctrl-C for run: the log keeps every finished batch
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        segments[-1][1] = wall_start + (time.perf_counter() - start)
+    if ended and proc.returncode == 0:
+        st["finished"] = True  # the budget of trials ran out before the minutes did
+    state.save()
+
+
+def tuning_secs(segments: list[list[float]], wall: float) -> float:
+    """Tuning seconds spent up to wall-clock time ``wall`` (epoch seconds), over all sittings."""
+    return sum(max(0.0, min(end, wall) - start) for start, end in segments)
+
+
+def autosearch_snapshot(work: str, name: str, segments, minute: float, out_dir: str) -> bool:
+    """The log's prefix finished within ``minute`` minutes of tuning, exported as a database in ``out_dir``."""
+    log = os.path.join(work, f"{name}.jsonl")
+    cut = minute * 60
+    lines = []
+    trials = 0
+    with open(log) as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            finished = rec.get("finished")
+            if finished is not None and tuning_secs(segments, float(finished)) > cut:
+                break
+            trials += rec.get("kind") == "trial"
+            lines.append(line)
+    if not trials:
+        return False
+    prefix = os.path.join(out_dir + ".jsonl")
+    with open(prefix, "w") as fh:
+        fh.writelines(lines)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    cli("export", "--log", prefix, "--out", out_dir)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- MetaSchedule
+def metaschedule_child(model: str, work_dir: str, trials: int, seed: int) -> None:
+    """Runs in its own process: ``ms.tune_tasks`` over the model's tasks as TVM lowers it by itself."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from autosearch.importer import import_model
+    from autosearch.target import parse_target, target_num_cores
+    from experiments.metaschedule import builder_and_runner
+
+    target = parse_target(None)
+    imported = import_model(model, target, **MS_LOWERING)
+    os.makedirs(work_dir, exist_ok=True)
+    with open(os.path.join(work_dir, "autosearch_lowering.json"), "w") as fh:
+        json.dump(MS_LOWERING, fh)
+    builder, runner = builder_and_runner(target)
+    contexts = [ms.TuneContext(mod=t.mod, target=target, space_generator="post-order-apply",
+                               search_strategy="evolutionary", task_name=t.name, rand_state=seed + i,
+                               num_threads=target_num_cores(target)).clone()
+                for i, t in enumerate(imported.tasks)]
+    ms.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in imported.tasks], work_dir=work_dir,
+                  max_trials_global=trials, num_trials_per_iter=16, builder=builder, runner=runner,
+                  database=ms.database.JSONDatabase(work_dir=work_dir))
+
+
+def tune_metaschedule(state: State, args, work: str) -> None:
+    st = state.method("metaschedule")
+    if st.get("timeline") and st.get("complete"):
+        return
+    ms_dir = os.path.join(work, "metaschedule")
+    shutil.rmtree(ms_dir, ignore_errors=True)  # MetaSchedule cannot resume: a killed tuning starts again
+    trials = int(math.ceil(args.minutes * args.trials_per_minute * 4))  # time, not trials, ends it
+    cmd = [sys.executable, os.path.abspath(__file__), "--metaschedule-child", "--model", args.model,
+           "--work-dir", ms_dir, "--trials", str(trials), "--seed", str(args.seed)]
+    print(f"[metaschedule] tuning {args.minutes} min", flush=True)
+    records = os.path.join(ms_dir, "database_tuning_record.json")
+    timeline: list[list[float]] = []
+    start = time.perf_counter()
+
+    def poll() -> None:
+        if os.path.exists(records):
+            with open(records, "rb") as fh:
+                n = sum(1 for line in fh if line.endswith(b"\n"))
+            if not timeline or timeline[-1][1] != n:
+                timeline.append([time.perf_counter() - start, n])
+
+    with open(os.path.join(work, "metaschedule.out"), "w") as out:
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=env)
+        ended = _wait_until(proc, start + args.minutes * 60, poll)
+        poll()
+        if not ended:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    st.update(timeline=timeline, complete=True, returncode=proc.returncode)
+    state.save()
+
+
+def metaschedule_snapshot(work: str, timeline, minute: float, out_dir: str) -> bool:
+    n = max((count for secs, count in timeline if secs <= minute * 60), default=0)
+    if not n:
+        return False
+    ms_dir = os.path.join(work, "metaschedule")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.makedirs(out_dir)
+    shutil.copy(os.path.join(ms_dir, "database_workload.json"), out_dir)
+    shutil.copy(os.path.join(ms_dir, "autosearch_lowering.json"), out_dir)
+    with open(os.path.join(ms_dir, "database_tuning_record.json")) as src, \
+            open(os.path.join(out_dir, "database_tuning_record.json"), "w") as dst:
+        for i, line in enumerate(src):
+            if i >= n:
+                break
+            dst.write(line)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- builds, timing
+def build_checkpoints(state: State, args, work: str) -> None:
+    minutes = [args.every * (i + 1) for i in range(int(args.minutes // args.every))]
+    for name in args.methods:
+        st = state.method(name)
+        builds = st.setdefault("builds", {})
+        for minute in minutes:
+            key = f"{minute:g}"
+            if key in builds:
+                continue
+            out_dir = os.path.join(work, "db", f"{name}-{key}")
+            os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+            if name == "metaschedule":
+                have = metaschedule_snapshot(work, st["timeline"], minute, out_dir)
+            else:
+                have = autosearch_snapshot(work, name, st["segments"], minute, out_dir)
+            if not have:
+                builds[key] = None
+                continue
+            lib = os.path.join(work, "lib", f"{name}-{key}.so")
+            os.makedirs(os.path.dirname(lib), exist_ok=True)
+            print(f"[{name}] compiling the {key}-minute database", flush=True)
+            cli("compile", "--model", args.model, "--db", out_dir, "--out", lib)
+            builds[key] = lib
+            state.save()
+
+
+def time_everything(state: State, args, work: str) -> None:
+    """Every build and the peers, taking turns in fresh processes, ``--rounds`` rounds (resumable by round)."""
+    from autosearch.deploy import Runtime, openvino_default_precision, save_inputs, time_in_subprocess
+    from autosearch.importer import load_onnx, resolve_input_shapes
+
+    _, proto = load_onnx(args.model)
+    onnx_path, inputs = os.path.join(work, "model.onnx"), os.path.join(work, "inputs.npz")
+    if not os.path.exists(onnx_path):
+        import onnx
+
+        onnx.save(proto, onnx_path)
+        save_inputs(resolve_input_shapes(proto, {}), inputs)
+    runtimes = [Runtime(f"{m}@{k}", "tvm", lib) for m in args.methods
+                for k, lib in state.method(m).get("builds", {}).items() if lib]
+    peers = {k: v for k, v in PEERS.items() if k != "ov" or openvino_default_precision() is not None}
+    runtimes += [Runtime(kind, kind, onnx_path) for kind in peers]
+    timing = state.data.setdefault("timing", {})
+    runs_per_round = max(1, args.runs // args.rounds)
+    out_dir = os.path.join(work, "outputs")
+    os.makedirs(out_dir, exist_ok=True)
+    for r in range(args.rounds):
+        for runtime in runtimes:
+            entry = timing.setdefault(runtime.name, {"runs": [], "rounds": 0})
+            if entry["rounds"] > r:
+                continue
+            t = time_in_subprocess(runtime, inputs_path=inputs, runs=runs_per_round, threads=args.threads,
+                                   out_dir=out_dir)
+            entry["runs"].extend(t.runs)
+            entry["rounds"] = r + 1
+            entry["error"] = t.error
+            state.save()
+        print(f"timing round {r + 1}/{args.rounds} done", flush=True)
+
+
+def write_results(state: State, args) -> None:
+    import numpy as np
+
+    timing = state.data.get("timing", {})
+    median = {k: float(np.median(v["runs"])) for k, v in timing.items() if v.get("runs")}
+    minutes = sorted({float(k) for m in args.methods for k in state.method(m).get("builds", {})})
+    stem = os.path.join(RESULTS, f"time_to_quality-{args.model}")
+    curves = {m: [(t, median.get(f"{m}@{t:g}")) for t in minutes] for m in args.methods}
+    peers = {name: median[kind] for kind, name in PEERS.items() if kind in median}
+    header = ["method"] + [f"{t:g} min" for t in minutes]
+    rows = [[m] + [f"{v:.1f}" if v else "-" for _, v in curves[m]] for m in args.methods]
+    rows += [[p] + [f"{v:.1f}"] * len(minutes) for p, v in peers.items()]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    cpu = state.data.get("cpu", "")
+    caption = (f"\nEnd-to-end median latency (ms) of {args.model} after t minutes of tuning, {args.threads} threads, "
+               f"all builds and peers timed taking turns in fresh processes ({args.rounds} rounds); {cpu}.\n")
+    with open(stem + ".md", "w") as fh:
+        fh.write("\n".join(lines) + "\n" + caption)
+    with open(stem + ".json", "w") as fh:
+        json.dump({"model": args.model, "cpu": cpu, "threads": args.threads, "medians_ms": median,
+                   "minutes": minutes, "state": state.data}, fh, indent=1)
+    plot_curves({m: [(t, v) for t, v in c if v] for m, c in curves.items()}, peers, stem + ".png",
+                title=f"{args.model}: time to a fast model ({cpu})")
+    print("\n".join(lines) + caption + f"plot: {stem}.png")
+
+
+def plot_curves(curves: dict[str, list[tuple[float, float]]], peers: dict[str, float], path: str, *,
+                title: str) -> str:
+    """End-to-end latency against tuning minutes, one line per method; the peers as horizontal lines."""
+    from autosearch.plots import figure, save
+
+    fig, axes = figure(size=(8.0, 5.0))
+    ax = axes[0, 0]
+    for label, points in curves.items():
+        if points:
+            ax.plot(*zip(*points), marker="o", label=label)
+    for i, (name, ms) in enumerate(peers.items()):
+        ax.axhline(ms, linestyle="--", color=f"C{len(curves) + i}", label=name)
+    ax.set_xlabel("tuning wall time (min)")
+    ax.set_ylabel("end-to-end latency (ms, median)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    return save(fig, path)
+
+
+def cpu_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return ""
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    return f"{fields.get('Model name', '').strip()}, {os.cpu_count()} vCPU"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="tiny-yolov2")
+    p.add_argument("--minutes", type=float, default=30)
+    p.add_argument("--every", type=float, default=3, help="checkpoint interval (minutes)")
+    p.add_argument("--methods", default="default,none,metaschedule")
+    p.add_argument("--method", action="append", default=[], metavar="NAME=ARGS",
+                   help="another autosearch method: NAME and run's extra arguments")
+    p.add_argument("--trials-per-minute", type=float, default=40.0,
+                   help="autosearch's --trials = minutes x this (the run stops at the minutes anyway)")
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--runs", type=int, default=15, help="timed forward passes per build, over all rounds")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--metaschedule-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--work-dir", help=argparse.SUPPRESS)
+    p.add_argument("--trials", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.metaschedule_child:
+        metaschedule_child(args.model, args.work_dir, args.trials, args.seed)
+        return 0
+    methods = dict(METHODS)
+    for spec in args.method:
+        name, _, extra = spec.partition("=")
+        methods[name] = shlex.split(extra)
+    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in args.methods if m != "metaschedule" and m not in methods]
+    if unknown:
+        p.error(f"unknown method(s) {', '.join(unknown)}; define them with --method NAME=ARGS")
+    work = os.path.join(RESULTS, f"ttq-{args.model}")
+    os.makedirs(work, exist_ok=True)
+    state = State(os.path.join(work, "state.json"))
+    state.data.setdefault("cpu", cpu_name())
+    state.save()
+    for name in args.methods:  # one tuning at a time: two on 2 cores spoil both
+        if name == "metaschedule":
+            tune_metaschedule(state, args, work)
+        else:
+            tune_autosearch(state, name, methods[name], args, work)
+    build_checkpoints(state, args, work)
+    time_everything(state, args, work)
+    write_results(state, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
