@@ -206,6 +206,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--trials must be a positive number, not {args.trials}")
     if args.batch <= 0:
         raise UserError(f"--batch must be a positive number, not {args.batch}")
+    if args.finalist_rounds < 0:
+        raise UserError(f"--finalist-rounds must be 0 or more, not {args.finalist_rounds}")
     if args.resume and not args.log:
         raise UserError("--resume needs --log PATH (the log to continue)")
     options = _parse_kv(args.option)
@@ -274,7 +276,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         with TuningProgress(console, budget=args.trials) as progress:
             tuner = Tuner(tasks=tasks, runner=runner, log=tuning_log, strategy=args.strategy, budget=args.trials,
                           batch=args.batch, seed=args.seed, strategy_options=options, cost_model=cost_model,
-                          warm_start=warm, early_stop=args.early_stop, resume=resume, on_event=progress.update)
+                          warm_start=warm, early_stop=args.early_stop, resume=resume, on_event=progress.update,
+                          finalist_rounds=args.finalist_rounds)
             summary = tuner.run()
     finally:
         runner.close()
@@ -522,6 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run recorded in --log")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--early-stop", type=int, help="stop a task after this many trials without improvement")
+    p.add_argument("--finalist-rounds", type=int, default=3, help="fresh processes re-timing the finalists (0: none)")
     p.add_argument("--sampler", help="Optuna sampler: tpe (default), random, cmaes, gp, nsga2, qmc")
     p.add_argument("--optuna-storage", help="Optuna storage URL, e.g. sqlite:///study.db (one study per task)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="strategy option (repeatable)")

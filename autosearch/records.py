@@ -21,6 +21,7 @@ from enum import Enum
 from typing import Any
 
 from autosearch.errors import UserError
+from autosearch.finalists import current_retimes, rank
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ class Record:
     requested: Config | None = None  # the config the strategy asked for, when TVM changed it
     strategy: str = ""
     trial: int = 0
+    round: int = 0  # re-timing round of a ``retime`` record (1, 2, ...); 0 otherwise and in older logs
     started: float = field(default_factory=time.time)
     finished: float = field(default_factory=time.time)
     host: str = field(default_factory=socket.gethostname)
@@ -191,6 +193,8 @@ class Record:
             out["strategy"] = self.strategy
         if self.trial:
             out["trial"] = self.trial
+        if self.round:
+            out["round"] = self.round
         return out
 
     @classmethod
@@ -216,6 +220,7 @@ class Record:
             trace=obj.get("trace"),
             strategy=obj.get("strategy", ""),
             trial=int(obj.get("trial", 0)),
+            round=int(obj.get("round", 0)),
             started=float(obj.get("started", 0.0)),
             finished=float(obj.get("finished", 0.0)),
             host=obj.get("host", ""),
@@ -249,22 +254,16 @@ class LogContents:
         return [r for r in self.records if r.kind == "retime" and r.task_key == task_key]
 
     def ranked(self, task_key: str) -> list[Record]:
-        """Valid trials of a task, best first. Finalists that were re-timed in a fresh process are
-        ranked first, by their re-timed median (noise-aware: a lucky in-run timing does not win);
-        the rest follow by in-run median. Each keeps its in-run result, which was measured under the
-        same conditions as the untuned baseline it is compared with. Failed or wrong-result records
-        never appear."""
-        retimed: dict[Config, Record] = {}
-        for r in self.retimes(task_key):
-            if r.config is not None:
-                retimed[r.config] = r
-        trials = [r for r in self.trials(task_key) if r.ok]
-        by_config = {r.config: r for r in trials if r.config is not None}
-        finalists = sorted((r for c, r in retimed.items() if r.ok and c in by_config), key=lambda r: r.latency)
-        first = [by_config[r.config] for r in finalists]
-        seen = {r.config for r in first}
-        rest = sorted((r for r in trials if r.config not in seen or r.config is None), key=lambda r: r.latency)
-        return first + rest
+        """Valid trials of a task, best first, as the tuner chose: the finalists re-timed in fresh
+        processes after the task's last trial first, by :func:`autosearch.finalists.rank` (median over
+        re-timing rounds; a lucky in-run timing does not win), then the rest by in-run median. Each
+        keeps its in-run result, which was measured under the same conditions as the untuned baseline
+        it is compared with. Failed or wrong-result records never appear, nor does a finalist that
+        failed a re-time."""
+        trials = {r.config: r for r in self.trials(task_key) if r.ok and r.config is not None}
+        retimes = current_retimes(r for r in self.records if r.task_key == task_key)
+        order = rank({c: r.latency for c, r in trials.items()}, ((r.config, r.result) for r in retimes))
+        return [trials[c] for c in order]
 
     def best(self, task_key: str) -> Record | None:
         """The best valid trial of a task (see :meth:`ranked`); never a failed or wrong-result one."""

@@ -36,7 +36,8 @@ def print_run_summary(console: Console, summary: TuneSummary, *, log_path: str, 
                       str(s.trials), str(s.failures), s.done)
     console.print(table)
     if any(s.finalist_results for s in summary.states):
-        console.print("best = fastest of the top finalists re-timed in a fresh process (CV over its repeats)")
+        console.print("best = the finalist with the lowest median over its re-timings in fresh processes; "
+                      "best ms and CV are from its tuning trial")
     if total_best > 0:
         console.print(f"tuned tasks, weighted: {total_base * 1e3:.1f} ms untuned -> {total_best * 1e3:.2f} ms "
                       f"({total_base / total_best:.1f}x)")

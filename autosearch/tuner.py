@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autosearch.finalists import contenders, failures, rank, rotated
 from autosearch.records import Config, LogContents, MeasureResult, Record, Status, TuningLog
 from autosearch.space import Applied, DecisionSpace
 from autosearch.strategy import Strategy, make_strategy
@@ -49,7 +50,9 @@ class TaskState:
     best_trial: int = 0
     history: list[tuple[int, float]] = field(default_factory=list)  # (task trial no., best GFLOPS so far)
     done: str = ""  # why the task stopped ("early stop", "exhausted", ...)
-    finalist_results: list[tuple[Config, MeasureResult]] = field(default_factory=list)  # re-timed at the end
+    # (config, result) of the re-times that count (finalists.current_retimes): the timings of the current
+    # finalists (this run's rounds, and an earlier run's if --resume added no trial) and every failure
+    finalist_results: list[tuple[Config, MeasureResult]] = field(default_factory=list)
     empty_rounds: int = 0
     resumed: int = 0  # trials loaded from the log by --resume
 
@@ -135,11 +138,14 @@ class Tuner:
         warm_start: Sequence[Any] = (),  # LogContents / log paths / Records for the cost model
         early_stop: int | None = None,
         finalists: int = 3,
+        finalist_rounds: int = 3,
         resume: LogContents | None = None,
         on_event: Callable[[TuneEvent], None] | None = None,
     ) -> None:
         if budget <= 0:
             raise ValueError("budget must be positive")
+        if finalist_rounds < 0:
+            raise ValueError("finalist_rounds must be 0 (no re-timing) or more")
         self.runner = runner
         self.log = log
         self.strategy_name = strategy
@@ -151,6 +157,7 @@ class Tuner:
         self.seed = seed
         self.early_stop = early_stop
         self.finalists = finalists
+        self.finalist_rounds = finalist_rounds  # fresh measuring processes that re-time every task's finalists
         self.on_event = on_event or (lambda event: None)
         self.states = [TaskState(task=t) for t in tasks]
         self._headers_logged: set[str] = set()
@@ -172,11 +179,15 @@ class Tuner:
                 continue
             if rec.kind == "baseline":
                 state.baseline = rec.result
-            elif rec.kind == "trial" and rec.config is not None and rec.config not in state.measured:
-                state.record(rec.config, rec.result)
-                if rec.requested is not None:
-                    state.asked[rec.requested] = rec.config
-                self._trial_counter = max(self._trial_counter, rec.trial)
+            elif rec.kind == "retime" and rec.config is not None:
+                state.finalist_results.append((rec.config, rec.result))
+            elif rec.kind == "trial":
+                state.finalist_results = failures(state.finalist_results)  # timings count after the last trial
+                if rec.config is not None and rec.config not in state.measured:
+                    state.record(rec.config, rec.result)
+                    if rec.requested is not None:
+                        state.asked[rec.requested] = rec.config
+                    self._trial_counter = max(self._trial_counter, rec.trial)
         for state in self.states:
             state.resumed = state.trials
             if state.trials:
@@ -294,7 +305,7 @@ class Tuner:
                     self.timing["setup"] += time.perf_counter() - t0
                 n = min(self._batch_for(state), self.budget - self.trials_done)
                 self._round(state, n)
-            if self.finalists > 1:
+            if self.finalists > 1 and self.finalist_rounds > 0:
                 self._finalize()
         except KeyboardInterrupt:
             interrupted = True
@@ -363,38 +374,65 @@ class Tuner:
         self.on_event(TuneEvent(state, self.trials_done, self.budget, results, self._elapsed()))
 
     def _finalize(self) -> None:
-        """Noise-aware best: re-time each task's finalists in a fresh measuring process.
+        """Noise-aware best: re-time each task's finalists in ``finalist_rounds`` fresh measuring processes.
 
-        In-run timings are noisy (the same kernel measured 119 and 203 ms in two runs here). The top
-        ``finalists`` configs are measured again, one after another, in a new process; the fastest
-        re-time wins, so a runner-up that is really faster replaces a lucky best. Logged as ``retime``.
+        In-run timings are noisy, and so is one fresh process: a kernel can run much faster in one process
+        than in every other. Each round replaces the measuring process once (a process start costs
+        seconds) and measures the top ``finalists`` configs of every task that can still be chosen
+        (:func:`autosearch.finalists.contenders`), each task's in an order rotated from round to round.
+        The choice is :func:`autosearch.finalists.rank` on the rounds so far (median over rounds; a
+        finalist that fails any round is out), the rule ``LogContents.ranked`` applies to the log, so
+        ``export`` writes the kernel chosen here. Every re-time is logged as ``retime`` with its round.
+        The reported latency stays the in-run one, measured like the baseline.
         """
-        refresh = getattr(self.runner, "refresh", None)
+        finalists: list[tuple[TaskState, list[Config]]] = []
         for state in self.states:
-            if state.space is None:
-                continue
-            top = sorted(((c, r) for c, r in state.measured.items() if r.ok), key=lambda cr: cr[1].median)
-            top = top[: self.finalists]
-            if len(top) < 2:
-                continue
+            if state.trials > state.resumed:  # tuned further: timings from before --resume were of other finalists
+                state.finalist_results = failures(state.finalist_results)
+            failed = {c for c, _ in failures(state.finalist_results)}  # in an earlier run's re-times: stay out
+            top = sorted((c for c, r in state.measured.items() if r.ok and c not in failed),
+                         key=lambda c: state.measured[c].median)
+            if state.space is not None and len(top) > 1:  # set up in this run: the runner has its reference
+                finalists.append((state, top[: self.finalists]))
+        refresh = getattr(self.runner, "refresh", None)
+        for round_no in range(1, self.finalist_rounds + 1):
+            todo = []
+            for state, top in finalists:
+                alive = contenders(state.finalist_results, top, self.finalist_rounds - round_no + 1)
+                if len(alive) > 1:  # else settled: no further round can change its choice
+                    todo.append((state, [c for c in rotated(top, round_no - 1) if c in alive]))
+            if not todo:
+                break
             if refresh is not None:
                 refresh()
-            applied = [state.space.apply(c) for c, _ in top]
-            results = self._measure(state.task, applied)
-            task = state.task
-            self.log.append([
-                Record(kind="retime", task_key=task.workload_key, task_name=task.name,
-                       target=target_to_json(task.target), config=a.config, result=r, flops=task.flops,
-                       strategy=self.strategy_name)
-                for a, r in zip(applied, results)
-            ])
-            retimed = [(a.config, r) for a, r in zip(applied, results) if r.ok and a.config in state.measured]
-            if retimed:
-                config, _ = min(retimed, key=lambda cr: cr[1].median)
-                state.finalist_results = retimed
-                # the re-time chooses; the reported latency stays the in-run one, measured like the baseline
-                state.best = state.measured[config]
-            self.on_event(TuneEvent(state, self.trials_done, self.budget, results, self._elapsed(), "retime"))
+            for state, configs in todo:
+                self._retime(state, configs, round_no)
+        for state in self.states:
+            if state.finalist_results:  # this run's rounds, or an earlier run's re-times that still stand
+                self._choose(state)
+
+    def _retime(self, state: TaskState, configs: list[Config], round_no: int) -> None:
+        """One round of one task: measure its finalists, log the re-times, choose on the rounds so far."""
+        assert state.space is not None
+        task = state.task
+        results = self._measure(task, [state.space.apply(c) for c in configs])
+        target_json = target_to_json(task.target)
+        self.log.append([
+            Record(kind="retime", task_key=task.workload_key, task_name=task.name, target=target_json, config=c,
+                   result=r, flops=task.flops, strategy=self.strategy_name, round=round_no,
+                   started=time.time() - r.build_secs - r.run_secs)
+            for c, r in zip(configs, results)
+        ])
+        state.finalist_results.extend(zip(configs, results))
+        self._choose(state)
+        self.on_event(TuneEvent(state, self.trials_done, self.budget, results, self._elapsed(), "retime"))
+
+    @staticmethod
+    def _choose(state: TaskState) -> None:
+        """Best = first of :func:`autosearch.finalists.rank` on the re-times so far; a finalist that failed
+        one is never best (with no valid config left, there is no best)."""
+        ranked = rank({c: r.median for c, r in state.measured.items() if r.ok}, state.finalist_results)
+        state.best = state.measured[ranked[0]] if ranked else None
 
     def _tick(self, step: str, since: float) -> float:
         now = time.perf_counter()

@@ -1,0 +1,118 @@
+"""Choosing a task's best kernel from its finalists re-timed in fresh measuring processes.
+
+At the end of a run each task's top configs (by in-run median) are re-timed in rounds: each round is
+one fresh measuring process that times the finalists of every task, each task's in an order rotated
+from round to round, so a slow spell or the first-in-a-process position hits every finalist alike.
+
+The rule: a finalist's score is the **median over rounds of its per-round median**; the lowest score
+wins, the in-run median breaks a tie. Why this one:
+
+- Fresh processes disagree about one kernel by far more than its repeats within one process do (a
+  kernel can run markedly faster in one process than in every other), so the process is the unit of
+  evidence, and the median over processes ignores one lucky or one slow process per finalist. The minimum over
+  rounds would be that lucky process again; the mean is moved by it.
+- A median, unlike a rank-sum, weighs how much faster a finalist is and needs no equal number of
+  rounds per finalist (a run interrupted in mid-round, evidence kept from before a ``--resume``).
+- The in-run timing is not part of the score: the finalists were selected *because* it was low, so
+  it is biased towards luck (the winner's curse) and is exactly the evidence being double-checked.
+
+A finalist that failed any re-time (crash, timeout, wrong result, build error) is out: it is not
+ranked at all, so it can be neither the best nor exported. With one round the rule is the old one,
+the fastest re-time wins.
+
+Cost: a round rebuilds its finalists (the runner's ``measure`` builds), and builds dominate a round.
+So a round measures only the :func:`contenders`, the finalists that can still be chosen whatever the
+rounds left measure; a task with one contender left is settled and needs no further round. With
+three rounds that skips the third round of a task whose two rounds so far put one finalist ahead of
+the others in both, and the third round of any finalist behind another in both.
+
+Which re-times count: the timings logged after the task's last trial, and every failure. A later
+trial (a ``--resume`` that tuned the task further) may change the finalists, so earlier timings say
+nothing about them, but a kernel that failed once stays out; re-times of the same finalists from an
+earlier run of the same log are further rounds.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from autosearch.records import MeasureResult, Record
+
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
+
+
+def rotated(items: Sequence[T], round_index: int) -> list[T]:
+    """``items`` starting at position ``round_index`` (mod its length): round r measures finalist r first."""
+    if not items:
+        return []
+    k = round_index % len(items)
+    return [*items[k:], *items[:k]]
+
+
+def current_retimes(records: Iterable[Record]) -> list[Record]:
+    """The ``retime`` records of one task that count, in log order: the failed ones, and the ok ones
+    that follow the task's last ``trial`` record."""
+    out: list[Record] = []
+    for rec in records:
+        if rec.kind == "trial":
+            out = [r for r in out if not r.ok]
+        elif rec.kind == "retime":
+            out.append(rec)
+    return out
+
+
+def failures(retimes: Iterable[tuple[K, MeasureResult]]) -> list[tuple[K, MeasureResult]]:
+    """What a new trial of the task leaves of its re-times (see :func:`current_retimes`)."""
+    return [(c, r) for c, r in retimes if not r.ok]
+
+
+def rank(in_run: Mapping[K, float], retimes: Iterable[tuple[K, MeasureResult]]) -> list[K]:
+    """Configs best first: the re-timed finalists by their score (see the module docstring), then the
+    rest by in-run median (seconds).
+
+    ``in_run`` maps every valid trial's config to its in-run median; ``retimes`` are the (config, result)
+    pairs of the re-times that count, one per finalist and round. A config with a failed re-time is left
+    out; a re-time of a config not in ``in_run`` is ignored.
+    """
+    rounds: dict[K, list[float]] = {}
+    failed: set[K] = set()
+    for config, result in retimes:
+        if config not in in_run:
+            continue
+        if result.ok:
+            rounds.setdefault(config, []).append(result.median)
+        else:
+            failed.add(config)
+    score = {c: statistics.median(medians) for c, medians in rounds.items() if c not in failed}
+    finalists = sorted(score, key=lambda c: (score[c], in_run[c]))
+    rest = sorted((c for c in in_run if c not in score and c not in failed and math.isfinite(in_run[c])),
+                  key=lambda c: in_run[c])
+    return finalists + rest
+
+
+def contenders(retimes: Iterable[tuple[K, MeasureResult]], finalists: Sequence[K], rounds_left: int) -> list[K]:
+    """The ``finalists`` (in their order) that :func:`rank` can still put first after ``rounds_left``
+    further rounds, whatever those measure: one whose lowest possible final score is above another's
+    highest possible one cannot win, nor can one that failed a re-time. Fewer than two: the task is
+    settled. (The bounds: the median with every future round at -inf, and at +inf.)"""
+    values: dict[K, list[float]] = {c: [] for c in finalists}
+    failed: set[K] = set()
+    for config, result in retimes:
+        if config in values:
+            if result.ok:
+                values[config].append(result.median)
+            else:
+                failed.add(config)
+    alive = [c for c in finalists if c not in failed and (values[c] or rounds_left > 0)]
+
+    def bound(c: K, future: float) -> float:
+        return statistics.median(values[c] + [future] * rounds_left)
+
+    lowest = {c: bound(c, -math.inf) for c in alive}
+    highest = {c: bound(c, math.inf) for c in alive}
+    return [c for c in alive if all(lowest[c] <= highest[x] for x in alive if x != c)]
