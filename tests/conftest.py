@@ -54,6 +54,21 @@ def wide_conv_onnx(path: str | None = None, *, channels: int = 128, hw: int = 16
     return _model(graph, path)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_feature_cache(tmp_path_factory):
+    """The suite's own feature cache (every ``run`` a test starts inherits it): tests must neither read the
+    user's cache (a stale entry would hide a bug) nor fill it."""
+    from cost_models.feature_store import CACHE_ENV
+
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("feature-cache"))
+    yield
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
+
+
 @pytest.fixture(scope="session")
 def target():
     from autosearch.target import parse_target
@@ -88,8 +103,9 @@ def tune_and_export(work, make_onnx, *, trials: int, batch: int, options: tuple[
     model = str(work / "model.onnx")
     make_onnx(model)
     log = str(work / "run.jsonl")
+    pinned = () if "--layout" in options else ("--layout", "NCHW")  # one layout unless the test is about layouts
     proc = run_cli("run", "--strategy", "random", "--model", model, "--trials", str(trials), "--batch", str(batch),
-                   "--log", log, *options)
+                   "--log", log, *pinned, *options)
     assert proc.returncode == 0, proc.stderr[-2000:]
     db = str(work / "db")
     proc = run_cli("export", "--log", log, "--out", db)

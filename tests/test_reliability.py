@@ -34,8 +34,8 @@ def _trials_in(path: str) -> int:
 @pytest.mark.parametrize("sig, extra_batches", [(signal.SIGINT, 0), (signal.SIGTERM, 1), (signal.SIGKILL, 2)])
 def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, sig, extra_batches):
     log = str(tmp_path / "run.jsonl")
-    args = ["run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--trials", str(BUDGET),
-            "--batch", "4", "--log", log, "--seed", "3"]
+    args = ["run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
+            "--trials", str(BUDGET), "--batch", "4", "--log", log, "--seed", "3"]
     proc = subprocess.Popen([sys.executable, "-m", "autosearch", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
@@ -69,8 +69,8 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, s
 def test_sigint_with_the_ray_runner_then_resume(tmp_path, model_path):
     """The same guarantee with the embedded Ray device pool: stop cleanly, resume, nothing lost or repeated."""
     log = str(tmp_path / "ray.jsonl")
-    args = ["run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--trials", "12",
-            "--batch", "4", "--log", log, "--seed", "5", "--runner", "ray"]
+    args = ["run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
+            "--trials", "12", "--batch", "4", "--log", log, "--seed", "5", "--runner", "ray"]
     proc = subprocess.Popen([sys.executable, "-m", "autosearch", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
