@@ -41,6 +41,16 @@ def print_run_summary(console: Console, summary: TuneSummary, *, log_path: str, 
     if total_best > 0:
         console.print(f"tuned tasks, weighted: {total_base * 1e3:.1f} ms untuned -> {total_best * 1e3:.2f} ms "
                       f"({total_base / total_best:.1f}x)")
+    t = summary.timing
+    if t:
+        g = summary.guidance()
+        guided = (f"; cost model {g['featurise_secs'] + g['fit_secs'] + g['predict_secs']:.0f} s of it "
+                  f"(featurising {g['featurised']:.0f} configs {g['featurise_secs']:.0f} s, {g['fits']:.0f} fits "
+                  f"{g['fit_secs']:.0f} s)") if g["featurised"] or g["fits"] else ""
+        console.print(f"wall time {summary.elapsed:.0f} s: measuring {t.get('measure', 0):.0f} s, search "
+                      f"{t.get('ask', 0) + t.get('tell', 0):.0f} s{guided}, applying schedules "
+                      f"{t.get('apply', 0):.0f} s, task set-up {t.get('setup', 0):.0f} s, finalists "
+                      f"{t.get('finalists', 0):.0f} s")
     curves = {f"#{s.task.index} {s.task.name[:30]}": s.history for s in summary.states if s.history}
     if curves:
         plot_tuning_curves(curves, png_path, title=title)

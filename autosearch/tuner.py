@@ -118,6 +118,22 @@ class TuneSummary:
     trials: int
     elapsed: float
     interrupted: bool = False
+    timing: dict[str, float] = field(default_factory=dict)  # wall seconds per step of the loop (Tuner.timing)
+
+    def guidance(self) -> dict[str, float]:
+        """Where the cost models' time went, summed over tasks (seconds; counts): featurising configs (apply +
+        features), fitting, predicting. Part of the loop's ``ask`` (scoring) and ``tell`` (refit) steps."""
+        out = {"featurised": 0.0, "featurise_secs": 0.0, "fits": 0.0, "fit_secs": 0.0, "predict_secs": 0.0}
+        for s in self.states:
+            stats = getattr(s.scorer, "stats", None)
+            if stats is None:
+                continue
+            out["featurised"] += stats.featurised
+            out["featurise_secs"] += stats.featurise_secs
+            out["fits"] += stats.fits
+            out["fit_secs"] += stats.fit_secs
+            out["predict_secs"] += stats.predict_secs
+        return out
 
 
 class Tuner:
@@ -164,7 +180,8 @@ class Tuner:
         self._trial_counter = 0
         self._start = time.perf_counter()
         # wall seconds per step of the loop (benchmarks report the split; measure = build + run)
-        self.timing = {"ask": 0.0, "apply": 0.0, "measure": 0.0, "log": 0.0, "tell": 0.0, "setup": 0.0}
+        self.timing = {"ask": 0.0, "apply": 0.0, "measure": 0.0, "log": 0.0, "tell": 0.0, "setup": 0.0,
+                       "finalists": 0.0}
         if resume is not None:
             self._load(resume)
 
@@ -306,12 +323,14 @@ class Tuner:
                 n = min(self._batch_for(state), self.budget - self.trials_done)
                 self._round(state, n)
             if self.finalists > 1 and self.finalist_rounds > 0:
+                t0 = time.perf_counter()
                 self._finalize()
+                self.timing["finalists"] += time.perf_counter() - t0
         except KeyboardInterrupt:
             interrupted = True
             log.warning("interrupted: the log holds every batch measured so far; continue with --resume")
         summary = TuneSummary(states=self.states, trials=self.trials_done, elapsed=self._elapsed(),
-                              interrupted=interrupted)
+                              interrupted=interrupted, timing=dict(self.timing))
         return summary
 
     def _round(self, state: TaskState, n: int) -> None:
