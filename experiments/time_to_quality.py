@@ -303,17 +303,40 @@ def write_results(state: State, args) -> None:
     rows += [[p] + [f"{v:.1f}"] * len(minutes) for p, v in peers.items()]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
+    pace = trials_per_minute(state, args)
+    if pace:
+        lines += ["", "| method | trials | tuning min | trials per min | wall per trial vs none |",
+                  "|---|---|---|---|---|"]
+        for m, (trials, minutes) in pace.items():
+            ratio = (minutes / trials) / (pace["none"][1] / pace["none"][0]) if "none" in pace and trials else None
+            lines.append(f"| {m} | {trials} | {minutes:.1f} | {trials / minutes:.1f} | "
+                         f"{f'{ratio:.2f}x' if ratio else '-'} |")
     cpu = state.data.get("cpu", "")
     caption = (f"\nEnd-to-end median latency (ms) of {args.model} after t minutes of tuning, {args.threads} threads, "
                f"all builds and peers timed taking turns in fresh processes ({args.rounds} rounds); {cpu}.\n")
     with open(stem + ".md", "w") as fh:
         fh.write("\n".join(lines) + "\n" + caption)
     with open(stem + ".json", "w") as fh:
-        json.dump({"model": args.model, "cpu": cpu, "threads": args.threads, "medians_ms": median,
+        json.dump({"model": args.model, "cpu": cpu, "threads": args.threads, "medians_ms": median, "pace": pace,
                    "minutes": minutes, "state": state.data}, fh, indent=1)
     plot_curves({m: [(t, v) for t, v in c if v] for m, c in curves.items()}, peers, stem + ".png",
                 title=f"{args.model}: time to a fast model ({cpu})")
     print("\n".join(lines) + caption + f"plot: {stem}.png")
+
+
+def trials_per_minute(state: State, args) -> dict[str, tuple[int, float]]:
+    """Per autosearch method: (trials measured, tuning minutes) over its whole tuning."""
+    out = {}
+    work = os.path.join(RESULTS, f"ttq-{args.model}")
+    for m in args.methods:
+        segments = state.method(m).get("segments")
+        log = os.path.join(work, f"{m}.jsonl")
+        if m == "metaschedule" or not segments or not os.path.exists(log):
+            continue
+        with open(log) as fh:
+            trials = sum(1 for line in fh if '"kind": "trial"' in line or '"kind":"trial"' in line)
+        out[m] = (trials, tuning_secs(segments, math.inf) / 60)
+    return out
 
 
 def plot_curves(curves: dict[str, list[tuple[float, float]]], peers: dict[str, float], path: str, *,
