@@ -170,22 +170,27 @@ def _resume_lowering(resume, option: str, asked: str | None, default: str) -> st
     return asked or default
 
 
-def _guidance(spec: str | None, target, *, seed: int) -> tuple[str | None, str]:
+def _guidance(spec: str | None, target, strategy: str, *, seed: int) -> tuple[str | None, str]:
     """(the cost model the tuner gets, one line saying what guides the run). ``auto``: the pre-trained model
-    autosearch ships, where it fits the target, else none; a directory: a model train-model wrote, checked
-    against the target (one-line error if it is corrupt or made for another target or feature version)."""
-    from autosearch.cost_model import PRETRAINED, make_cost_model
+    autosearch ships, where it fits the target and the strategy's guidance is cheap (``guided_by_default``),
+    else none; a directory: a model train-model wrote, checked against the target (one-line error if it is
+    corrupt or made for another target or feature version)."""
+    from autosearch.cost_model import COST_MODELS, PRETRAINED, make_cost_model
+    from autosearch.strategy import guided_by_default
 
     if spec in (None, "", "none"):
         return None, "none"
     if spec == "auto":
         from cost_models.pretrained import shipped_for
 
+        if not guided_by_default(strategy):
+            return None, f"none (auto guides optuna; name a model, e.g. --cost-model pretrained, to guide {strategy})"
+
         directory, why = shipped_for(target)
         if directory is None:
             return None, f"none ({why})"
         spec = PRETRAINED
-    if spec == PRETRAINED or os.path.isdir(spec):
+    if spec == PRETRAINED or (spec not in COST_MODELS and os.path.isdir(spec)):  # registry names first
         from cost_models.pretrained import SHIPPED_DIR, describe, load_model_dir
 
         directory = SHIPPED_DIR if spec == PRETRAINED else spec
@@ -241,7 +246,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if target.kind.name != "llvm" and args.runner == "local":
         raise UserError(f"target kind {target.kind.name!r} cannot be measured by the local runner on this "
                         "machine; use --runner ray with a device of that kind")
-    cost_model, guidance = _guidance(args.cost_model, target, seed=args.seed)
+    cost_model, guidance = _guidance(args.cost_model, target, args.strategy, seed=args.seed)
     resume = read_log(log_path) if args.resume else None
     winograd, layout = args.winograd or "auto", args.layout or DEFAULT_LAYOUT
     fast_math = args.fast_math or DEFAULT_FAST_MATH
@@ -395,6 +400,9 @@ def cmd_compare_models(args: argparse.Namespace) -> int:
     if not models:
         raise UserError("--models: give at least one cost model")
     for name in models:  # unknown names and feature sets fail here, listing the valid ones
+        if name == "pretrained" or os.path.isdir(name):
+            raise UserError(f"compare-models trains each model without the held-out task; {name!r} is pre-trained "
+                            "(it may have seen it): its held-out accuracy is in its manifest (train-model)")
         make_cost_model(name, seed=args.seed)
     for path in args.log:
         if not os.path.exists(path):

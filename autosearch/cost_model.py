@@ -87,7 +87,9 @@ def cost_model_names() -> list[str]:
 def _entry(base: str) -> str:
     """The registry entry ("module:factory") of a model name without its feature set (a directory: a model
     that train-model wrote)."""
-    key = SKLEARN_PREFIX if base.startswith(SKLEARN_PREFIX) else PRETRAINED if os.path.isdir(base) else base
+    key = SKLEARN_PREFIX if base.startswith(SKLEARN_PREFIX) else base
+    if key not in COST_MODELS and os.path.isdir(base):  # registry names first: a folder named "xgb" is not one
+        key = PRETRAINED
     if key not in COST_MODELS:
         raise UserError(f"unknown cost model {base!r}; valid cost models: {', '.join(cost_model_names())}, none")
     return COST_MODELS[key]

@@ -161,7 +161,8 @@ def lowering_of(contents: LogContents) -> dict:
             for key, h in headers.items())
         chosen = choose_layout(layout_totals_)
         if chosen is None:
-            return {}
+            raise UserError(f"{contents.path}: no layout's model is measured yet (every --layout auto task needs an "
+                            "untuned or tuned latency): continue the run with --resume")
         out.update(layout=chosen, layout_totals=layout_totals_)
         headers = {k: h for k, h in headers.items() if chosen in task_layouts(h.get("lowering") or {})}
     totals = layer_totals((h.get("lowering") or {}, int(h.get("weight", 1)),

@@ -269,5 +269,7 @@ def import_model(model: str, target, *, input_shape: str | None = None, seed: in
     if not tasks:
         raise UserError(f"model {name!r} gave no tuning tasks for target {target}")
     log.info("model %s: %d tasks, %.3f GFLOP", name, len(tasks), sum(t.flops * t.weight for t in tasks) / 1e9)
+    if layout == "auto" and target.kind.name != "llvm":  # NHWC is a CPU lowering: the model keeps its NCHW
+        layout = "NCHW"
     return ImportedModel(name=name, onnx_model=proto, input_shapes=shapes, relax_mod=relax_mod, tasks=tasks,
                          winograd=winograd, layout=layout, fast_math=fast_math)

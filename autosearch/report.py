@@ -21,13 +21,21 @@ def print_run_summary(console: Console, summary: TuneSummary, *, log_path: str, 
     table = Table(title=f"{title}: {summary.trials} trials in {summary.elapsed / 60:.1f} min")
     for col in ("#", "task", "w", "untuned ms", "best ms", "CV", "GFLOPS", "speedup", "trials", "failed", "note"):
         table.add_column(col, justify="left" if col in ("task", "note") else "right")
+    from autosearch.alternatives import choose_layout, layout_totals, model_latency, task_layouts
+
+    def untuned(s) -> float:
+        return s.baseline.median if s.baseline is not None and s.baseline.ok else math.nan
+
+    layouts = layout_totals((s.task.lowering, s.task.weight, model_latency(s.best_latency, untuned(s)))
+                            for s in summary.states)
+    leader = choose_layout(layouts)  # --layout auto: the summed tasks are the faster model's (what export keeps)
     total_base = total_best = 0.0
     for s in summary.states:
         if not s.trials and s.baseline is None:
             continue
-        base = s.baseline.median if s.baseline is not None and s.baseline.ok else math.nan
-        best = s.best_latency
-        if math.isfinite(base) and math.isfinite(best):
+        base, best = untuned(s), s.best_latency
+        in_model = leader is None or "layouts" not in s.task.lowering or leader in task_layouts(s.task.lowering)
+        if math.isfinite(base) and math.isfinite(best) and in_model:
             total_base += base * s.task.weight
             total_best += best * s.task.weight
         table.add_row(str(s.task.index), s.task.name[:48], str(s.task.weight), _ms(base), _ms(best),
@@ -39,8 +47,12 @@ def print_run_summary(console: Console, summary: TuneSummary, *, log_path: str, 
         console.print("best = the finalist with the lowest median over its re-timings in fresh processes; "
                       "best ms and CV are from its tuning trial")
     if total_best > 0:
-        console.print(f"tuned tasks, weighted: {total_base * 1e3:.1f} ms untuned -> {total_best * 1e3:.2f} ms "
-                      f"({total_base / total_best:.1f}x)")
+        scope = ""
+        if leader is not None:
+            estimates = ", ".join(f"{layout} {secs * 1e3:.1f} ms" for layout, secs in sorted(layouts.items()))
+            scope = f" of the {leader} model, the faster as tuned (estimated models: {estimates})"
+        console.print(f"tuned tasks{scope}, weighted: {total_base * 1e3:.1f} ms untuned -> {total_best * 1e3:.2f} ms "
+                      f"({total_base / total_best:.1f}x; a layer tuned both direct and as winograd counts both)")
     t = summary.timing
     if t:
         g = summary.guidance()

@@ -66,6 +66,13 @@ def _load(name: str):
         raise UserError(f"strategy {name!r} needs the package {missing!r}: pip install {missing}") from exc
 
 
+def guided_by_default(name: str) -> bool:
+    """Whether ``--cost-model auto`` guides this strategy: its module's ``AUTO_GUIDANCE`` says so where the
+    strategy's use of a model is cheap enough for every run (it scores a pool of candidates per batch); a
+    strategy that scores thousands per ask, or none, runs unguided unless a cost model is named."""
+    return bool(getattr(_load(name), "AUTO_GUIDANCE", False))
+
+
 def strategy_options(name: str) -> dict[str, Option]:
     """The options table of a strategy (docs and CLI parsing)."""
     return dict(getattr(_load(name), "OPTIONS", {}))

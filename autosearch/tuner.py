@@ -280,22 +280,28 @@ class Tuner:
         rivalry = self._rivalry()
         return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0))
 
+    def _layout_totals(self) -> dict[str, float]:
+        """With ``--layout auto``: each layout's model seconds as tuned so far ({} otherwise)."""
+        from autosearch.alternatives import layout_totals, model_latency
+
+        return layout_totals((s.task.lowering, s.task.weight, model_latency(
+            s.best_latency, s.baseline.median if s.baseline is not None and s.baseline.ok else None))
+            for s in self.states)
+
     def _rivalry(self) -> dict[int, float]:
         """Gain factors for alternatives the model runs only one of: a layer tuned both ways (direct and
         winograd), and with ``--layout auto`` the whole model in two layouts (:mod:`autosearch.alternatives`).
         The slower alternative's gain is scaled by ``(faster total / own total) ** 2`` (totals: weight x latency
         of the alternative's tasks): its own latency counts only once it overtakes, and that gets less likely
         the further behind it is. The leader keeps its gain; a task both layouts run is no layout's rival."""
-        from autosearch.alternatives import layout_totals, model_latency, task_layouts
+        from autosearch.alternatives import task_layouts
         from autosearch.winograd import layer_totals
 
         def behind(own: float, leader: float) -> float:
             return (leader / own) ** 2 if math.isfinite(own) and leader < own else 1.0
 
         totals = layer_totals((s.task.lowering, s.task.weight, s.best_latency) for s in self.states)
-        layouts = layout_totals((s.task.lowering, s.task.weight, model_latency(
-            s.best_latency, s.baseline.median if s.baseline is not None and s.baseline.ok else None))
-            for s in self.states)
+        layouts = self._layout_totals()
         out = {}
         for s in self.states:
             factor = 1.0
@@ -311,6 +317,12 @@ class Tuner:
 
     def run(self) -> TuneSummary:
         interrupted = False
+        # every task's header first: a log (or an early export of it) then holds every task, measured or not,
+        # so a model with unmeasured tasks is seen as unknown, not as cheaper (--layout auto compares two)
+        for state in self.states:
+            if state.task.workload_key not in self._headers_logged:
+                self.log.write_task(state.task.to_json())
+                self._headers_logged.add(state.task.workload_key)
         try:
             while self.trials_done < self.budget:
                 state = self._next_task()
@@ -404,8 +416,14 @@ class Tuner:
         ``export`` writes the kernel chosen here. Every re-time is logged as ``retime`` with its round.
         The reported latency stays the in-run one, measured like the baseline.
         """
+        from autosearch.alternatives import choose_layout, task_layouts
+
+        leader = choose_layout(self._layout_totals())  # --layout auto: the other layout's model is not exported
         finalists: list[tuple[TaskState, list[Config]]] = []
         for state in self.states:
+            if leader is not None and "layouts" in state.task.lowering and \
+                    leader not in task_layouts(state.task.lowering):
+                continue
             if state.trials > state.resumed:  # tuned further: timings from before --resume were of other finalists
                 state.finalist_results = failures(state.finalist_results)
             failed = {c for c, _ in failures(state.finalist_results)}  # in an earlier run's re-times: stay out

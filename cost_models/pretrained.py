@@ -44,7 +44,6 @@ FORMAT = 1
 SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained_model")
 FEATURES = "loop"  # cheap (no build) and transferable across tasks; see cost_models.features
 ONLINE_ROUNDS = 30  # trees grown on a task's own measurements at each refit, on top of the pre-trained ones
-MIN_OWN_RECORDS = 8  # the task's own records before the first refit (fewer: the pre-trained booster alone)
 
 
 # ---------------------------------------------------------------------------------------------- target facts
@@ -105,13 +104,10 @@ class PretrainedModel:
         refit: each refit starts from what was shipped, plus all the task's records so far)."""
         import xgboost as xgb
 
-        from cost_models.xgboost_model import RELEVANCE_LEVELS
+        from cost_models.xgboost_model import ranking_data
 
-        X = np.asarray(X, dtype=np.float32)
-        groups = np.zeros(len(X), dtype=np.int64) if groups is None else np.asarray(groups)
-        order = np.argsort(groups, kind="stable")
-        relevance = np.clip(np.round(np.asarray(y)[order] * RELEVANCE_LEVELS), 0, RELEVANCE_LEVELS)
-        data = xgb.DMatrix(X[order], label=relevance, qid=groups[order])
+        X, relevance, qid = ranking_data(X, y, groups)
+        data = xgb.DMatrix(X, label=relevance, qid=qid)
         params = dict(self.manifest["params"], seed=self.seed, nthread=1, verbosity=0)
         self.refit_ = xgb.train(params, data, num_boost_round=self.online_rounds, xgb_model=self.booster)
         return self
@@ -185,6 +181,8 @@ def shipped_for(target) -> tuple[str | None, str]:
     then runs unguided and says why."""
     if str(target.kind.name) != "llvm":
         return None, f"the shipped model is for CPUs, the target is {target.kind.name}"
+    if not os.path.exists(os.path.join(SHIPPED_DIR, MANIFEST)):
+        return None, "this installation has no shipped model"
     why = fits(target_facts(target), read_manifest(SHIPPED_DIR).get("target", {}))
     return (None, f"the shipped model does not fit this target: {why}") if why else (SHIPPED_DIR, "")
 
@@ -273,7 +271,8 @@ def train_model(logs: list[str], out_dir: str, *, seed: int = 0, folds: int = 5,
         "feature_width": int(X.shape[1]),
         "target": facts or {},
         "trained_on": [{"log": os.path.basename(p), "sha256": _sha256(p), "records": int(
-            sum(1 for r in c.trials() if r.ok)), "tasks": len(c.tasks)} for p, c in zip(logs, contents)],
+            sum(1 for r in c.trials() if r.ok)), "tasks": len({r.task_key for r in c.trials()})}
+            for p, c in zip(logs, contents)],
         "records": len(dataset),
         "tasks": len(dataset.task_keys),
         "task_keys": list(dataset.task_keys),  # what it has seen: evaluate it on other tasks

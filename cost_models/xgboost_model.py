@@ -25,6 +25,17 @@ RELEVANCE_LEVELS = 31  # graded relevance 0..31 from normalised throughput, for 
 PAIRS_PER_SAMPLE = 8
 
 
+def ranking_data(X: np.ndarray, y: np.ndarray, groups: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(X, relevance, query ids) for XGBoost's ranking objectives: rows sorted so each query (task) is
+    contiguous, as XGBoost wants; graded relevance 0..RELEVANCE_LEVELS rather than raw normalised throughput
+    (it ranked better in compare-models): levels make near-equal configs, within measurement noise of each
+    other, ties instead of pairs to learn."""
+    groups = np.zeros(len(y), dtype=np.int64) if groups is None else np.asarray(groups)
+    order = np.argsort(groups, kind="stable")
+    relevance = np.clip(np.round(np.asarray(y, dtype=np.float32) * RELEVANCE_LEVELS), 0, RELEVANCE_LEVELS)
+    return np.asarray(X, dtype=np.float32)[order], relevance[order], groups[order]
+
+
 class XGBCostModel(BaseEstimator):
     """Gradient-boosted trees (XGBoost ``hist``), single-threaded by default so runs are reproducible
     and leave the other cores to measurements. ``input_kind`` names the feature set it is trained on
@@ -81,12 +92,8 @@ class XGBCostModel(BaseEstimator):
         y = np.asarray(y, dtype=np.float32)
         estimator = self._estimator()
         if self.is_ranker:
-            groups = np.zeros(len(y), dtype=np.int64) if groups is None else np.asarray(groups)
-            order = np.argsort(groups, kind="stable")  # XGBoost wants each query's rows contiguous
-            # graded relevance rather than raw throughput (it ranked better in compare-models): levels make
-            # near-equal configs, within measurement noise of each other, ties instead of pairs to learn
-            relevance = np.clip(np.round(y * RELEVANCE_LEVELS), 0, RELEVANCE_LEVELS)
-            estimator.fit(X[order], relevance[order], qid=groups[order])
+            X, relevance, qid = ranking_data(X, y, groups)
+            estimator.fit(X, relevance, qid=qid)
         else:
             estimator.fit(X, y)
         self.estimator_ = estimator

@@ -39,7 +39,6 @@ import time
 
 import numpy as np
 
-from autosearch.lowering import DEFAULT_LAYOUT
 from autosearch.records import Config, Record, TuningLog, read_log
 from autosearch.space import DecisionSpace
 
@@ -163,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = []
     for spec_model, spec in zip(models, specs):
         name, _, layout = spec_model.partition(":")
-        tasks += select_tasks(import_model(name, target, layout=layout.upper() or DEFAULT_LAYOUT).tasks, spec)
+        tasks += select_tasks(import_model(name, target, layout=layout.upper() or "NCHW").tasks, spec)
     log.info("tasks: %s", ", ".join(f"{t.index}:{t.name} ({t.gflop:.3f} GFLOP)" for t in tasks))
     logged: dict[str, list[Record]] = {}
     if args.resume and os.path.exists(args.out):
@@ -174,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, task in enumerate(tasks):
             if sum(r.kind == "trial" for r in logged.get(task.workload_key, ())) >= args.per_task:
                 continue
-            # one generator per task, so a resumed call proposes as an uninterrupted one would have
+            # one generator per task, seeded by what the task has logged: a resumed task draws a fresh stream
             rng = np.random.default_rng([args.seed, i, len(logged.get(task.workload_key, ()))])
             total += measure_task(task, runner, tuning_log, per_task=args.per_task,
                                   random_fraction=args.random_fraction, batch=args.batch, rng=rng,

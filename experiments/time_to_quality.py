@@ -148,7 +148,10 @@ def autosearch_snapshot(work: str, name: str, segments, minute: float, out_dir: 
     with open(prefix, "w") as fh:
         fh.writelines(lines)
     shutil.rmtree(out_dir, ignore_errors=True)
-    cli("export", "--log", prefix, "--out", out_dir)
+    proc = cli("export", "--log", prefix, "--out", out_dir, check=False)
+    if proc.returncode != 0:  # e.g. --layout auto before both layouts' models were measured
+        print(f"[{name}] no build at {minute:g} min: {proc.stderr.strip().splitlines()[-1]}", flush=True)
+        return False
     return True
 
 

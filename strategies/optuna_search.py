@@ -370,3 +370,5 @@ class OptunaSearch:
 
 
 STRATEGY = OptunaSearch
+# --cost-model auto guides it: the model ranks a pool of ``pool_size`` candidates per batch, a second or two
+AUTO_GUIDANCE = True

@@ -88,3 +88,4 @@ class RandomSearch:
 
 
 STRATEGY = RandomSearch
+AUTO_GUIDANCE = False  # random search asks no model: a scorer would only cost time

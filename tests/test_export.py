@@ -167,8 +167,8 @@ def test_cuda_tasks_reach_metaschedule_unscheduled_and_the_tuned_build_schedules
     import tvm_ffi
     from tvm.s_tir import dlight as dl
     from tvm.s_tir import meta_schedule as ms
-    from workloads.importer import import_model
 
+    from autosearch.importer import import_model
     from autosearch.lowering import apply_database, lower
     from autosearch.target import parse_target
 
