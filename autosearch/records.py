@@ -6,6 +6,7 @@ flight and ``--resume`` can continue without repeating or dropping a measurement
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import math
@@ -275,18 +276,18 @@ class LogContents:
 
 
 def read_log(path: str, *, strict_missing: bool = True) -> LogContents:
-    """Read a tuning log. A truncated last line (a crash mid-write) is tolerated silently; any other
-    corrupt line is reported as ``file:line`` in ``.corrupt`` and skipped."""
+    """Read a tuning log (gzipped if its name ends in ``.gz``). A truncated last line (a crash mid-write) is
+    tolerated silently; any other corrupt line is reported as ``file:line`` in ``.corrupt`` and skipped."""
     out = LogContents(path=path)
     if not os.path.exists(path):
         if strict_missing:
             raise UserError(f"log not found: {path}")
         return out
     try:
-        with open(path, "rb") as fh:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as fh:  # a shipped dataset is gzipped
             data = fh.read()
-    except OSError as exc:
-        raise UserError(f"cannot read log {path}: {exc.strerror}") from exc
+    except (OSError, EOFError) as exc:
+        raise UserError(f"cannot read log {path}: {getattr(exc, 'strerror', None) or exc}") from exc
     lines = data.split(b"\n")
     ends_clean = data.endswith(b"\n") or not data
     for lineno, raw in enumerate(lines, start=1):

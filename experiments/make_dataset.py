@@ -22,8 +22,16 @@ several models (the compare-models dataset of the README, ~45 minutes on 2 cores
         --model yolov8n --tasks 1,6,8,12,16,37,40 --per-task 180 \\
         --out experiments/results/dataset-yolo.jsonl --max-minutes 80
 
-and its second part (three more Winograd kernels, two more direct ones; 11 minutes), read together with
-the first (``compare-models --log dataset-yolo.jsonl --log dataset-yolo-2.jsonl``):
+The training set of the shipped pre-trained cost model (13 YOLOv8n NHWC conv tasks and tiny-YOLOv2's 15 conv
+tasks, direct and Winograd, 64 configs each; gzipped and committed; then ``train-model --log
+experiments/results/dataset-pretrain.jsonl.gz --out cost_models/pretrained_model``):
+
+    python experiments/make_dataset.py --model yolov8n:NHWC --tasks 0,1,2,4,5,7,10,12,17,19,27,29,31 \\
+        --model tiny-yolov2 --tasks 14,13,12,11,10,9,8,7,6,5,4,3,2,1,0 --per-task 64 --seed 3 \\
+        --out experiments/results/dataset-pretrain.jsonl --resume --max-minutes 45
+
+and the second part of the compare-models dataset (three more Winograd kernels, two more direct ones; 11
+minutes), read together with the first (``compare-models --log dataset-yolo.jsonl --log dataset-yolo-2.jsonl``):
 
     python experiments/make_dataset.py --model yolov8n --tasks 5,24,27,43,45 --per-task 180 \\
         --out experiments/results/dataset-yolo-2.jsonl --seed 1 --max-minutes 35
