@@ -264,7 +264,9 @@ class LogContents:
         trials = {r.config: r for r in self.trials(task_key) if r.ok and r.config is not None}
         retimes = current_retimes(r for r in self.records if r.task_key == task_key)
         order = rank({c: r.latency for c, r in trials.items()}, ((r.config, r.result) for r in retimes))
-        return [trials[c] for c in order]
+        # records with no config (read from a TVM database) were never re-timed: they rank by their own timing
+        bare = sorted((r for r in self.trials(task_key) if r.ok and r.config is None), key=lambda r: r.latency)
+        return [trials[c] for c in order] + bare
 
     def best(self, task_key: str) -> Record | None:
         """The best valid trial of a task (see :meth:`ranked`); never a failed or wrong-result one."""

@@ -104,6 +104,8 @@ def tune_and_export(work, make_onnx, *, trials: int, batch: int, options: tuple[
     make_onnx(model)
     log = str(work / "run.jsonl")
     pinned = () if "--layout" in options else ("--layout", "NCHW")  # one layout unless the test is about layouts
+    if "--finalist-rounds" not in options:  # one re-timing round: the rounds are test_finalists' subject
+        pinned += ("--finalist-rounds", "1")
     proc = run_cli("run", "--strategy", "random", "--model", model, "--trials", str(trials), "--batch", str(batch),
                    "--log", log, *pinned, *options)
     assert proc.returncode == 0, proc.stderr[-2000:]

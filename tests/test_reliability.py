@@ -35,6 +35,7 @@ def _trials_in(path: str) -> int:
 def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, sig, extra_batches):
     log = str(tmp_path / "run.jsonl")
     args = ["run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
+            "--finalist-rounds", "1",
             "--trials", str(BUDGET), "--batch", "4", "--log", log, "--seed", "3"]
     proc = subprocess.Popen([sys.executable, "-m", "autosearch", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -70,6 +71,7 @@ def test_sigint_with_the_ray_runner_then_resume(tmp_path, model_path):
     """The same guarantee with the embedded Ray device pool: stop cleanly, resume, nothing lost or repeated."""
     log = str(tmp_path / "ray.jsonl")
     args = ["run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
+            "--finalist-rounds", "1",
             "--trials", "12", "--batch", "4", "--log", log, "--seed", "5", "--runner", "ray"]
     proc = subprocess.Popen([sys.executable, "-m", "autosearch", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

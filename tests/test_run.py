@@ -25,6 +25,7 @@ def _trial_configs(contents, key=None):
 def test_each_strategy_tunes_real_kernels(tmp_path, model_path, strategy):
     log = str(tmp_path / "run.jsonl")
     proc = run_cli("run", "--strategy", strategy, "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
+                   "--finalist-rounds", "1",
                    "--trials", "16", "--batch", "8", "--log", log, "--seed", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     contents = read_log(log)
@@ -44,13 +45,16 @@ def test_each_strategy_tunes_real_kernels(tmp_path, model_path, strategy):
 def test_resume_finishes_the_budget_without_repeating_a_measurement(tmp_path, model_path):
     log = str(tmp_path / "run.jsonl")
     first = run_cli("run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
+                    "--finalist-rounds", "1",
                     "--trials", "8", "--batch", "4", "--log", log)
     assert first.returncode == 0, first.stderr[-2000:]
     before = _trial_configs(read_log(log))
     refused = run_cli("run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
+                      "--finalist-rounds", "1",
                       "--trials", "16", "--log", log)
     assert refused.returncode == 2 and "--resume" in refused.stderr
     again = run_cli("run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
+                    "--finalist-rounds", "1",
                     "--trials", "16", "--batch", "4", "--log", log, "--resume")
     assert again.returncode == 0, again.stderr[-2000:]
     contents = read_log(log)

@@ -107,16 +107,19 @@ def test_untuned_tvm_matches_onnxruntime_on_tiny_yolov2(models, target):
 
 
 def test_cli_tasks_json_lists_fields():
-    proc = run_cli("tasks", "--model", "tiny-yolov2", "--json", "--winograd", "off")
+    proc = run_cli("tasks", "--model", "tiny-yolov2", "--json", "--winograd", "off", "--layout", "NCHW")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert len(rows) == 16
     assert set(rows[0]) == {"index", "name", "weight", "flops", "workload_key", "args", "lowering"}
     assert rows[0]["args"][0] == [[1, 1024, 13, 13], "float32"]
-    # the default also lists the winograd alternative of the six candidate layers, marked as such
+    # the default (--winograd auto, --layout auto) also lists the winograd alternative of the six candidate
+    # layers and the NHWC model's tasks, each marked with the layouts whose model runs it
     rows = json.loads(run_cli("tasks", "--model", "tiny-yolov2", "--json").stdout)
-    assert len(rows) == 22
     assert sum(r["lowering"].get("algorithm") == "winograd" for r in rows) == 6
+    assert all(r["lowering"]["layout"] == "auto" for r in rows)
+    nchw = [r for r in rows if "NCHW" in r["lowering"]["layouts"]]
+    assert len(nchw) == 22 and any("NCHW" not in r["lowering"]["layouts"] for r in rows)
 
 
 def test_cli_tasks_table_for_a_user_onnx_file(tmp_path):
