@@ -253,13 +253,9 @@ def train_model(logs: list[str], out_dir: str, *, seed: int = 0, folds: int = 5,
                         "tasks": int(len(np.unique(groups[test])))})
     model.fit(X, y, groups)
     booster = model.estimator_.get_booster()
-    facts = None
-    for c in contents:  # the target the records were measured on, from the logs' task headers
-        for header in c.tasks.values():
-            facts = target_facts(parse_target(json.dumps(header["target"]))) if header.get("target") else facts
-            break
-        if facts:
-            break
+    # the target the records were measured on, from the logs' task headers
+    header = next((h for c in contents for h in c.tasks.values() if h.get("target")), None)
+    facts = target_facts(parse_target(json.dumps(header["target"]))) if header else {}
     weights = np.asarray([r["tasks"] for r in results], dtype=np.float64)
     manifest = {
         "format": FORMAT,
@@ -269,7 +265,7 @@ def train_model(logs: list[str], out_dir: str, *, seed: int = 0, folds: int = 5,
         "features": FEATURES,
         "feature_version": feature_version(),
         "feature_width": int(X.shape[1]),
-        "target": facts or {},
+        "target": facts,
         "trained_on": [{"log": os.path.basename(p), "sha256": _sha256(p), "records": int(
             sum(1 for r in c.trials() if r.ok)), "tasks": len({r.task_key for r in c.trials()})}
             for p, c in zip(logs, contents)],
