@@ -68,12 +68,14 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     total = model.flops
     table = Table(title=f"{model.name}: {len(model.tasks)} tuning tasks for {target.kind.name} "
                         f"({_target_summary(target)}, conv2d {model.layout}, fast math {model.fast_math})")
-    for col in ("#", "task", "weight", "GFLOP", "input", "weight/2nd arg", "share"):
+    auto = model.layout == "auto"  # two models listed: each task says whose it is; shares are of one model
+    for col in ("#", "task", "weight", "GFLOP", "input", "weight/2nd arg", "share") + (("layouts",) if auto else ()):
         table.add_column(col, justify="right" if col in ("#", "weight", "GFLOP", "share") else "left")
     for t in model.tasks:
         shapes = ["x".join(map(str, s)) for s, _ in t.args]
         table.add_row(str(t.index), t.name, str(t.weight), f"{t.gflop:.4f}", shapes[0] if shapes else "",
-                      shapes[1] if len(shapes) > 2 else "", f"{100 * t.flops * t.weight / total:.1f}%")
+                      shapes[1] if len(shapes) > 2 else "", f"{100 * t.flops * t.weight / total:.1f}%",
+                      *(("+".join(t.lowering.get("layouts", ())),) if auto else ()))
     console = _console()
     console.print(table)
     alternatives = (f", {model.alternatives} of them the winograd alternative of a layer (--winograd auto tunes "
