@@ -336,9 +336,13 @@ def trials_per_minute(state: State, args) -> dict[str, tuple[int, float]]:
         log = os.path.join(work, f"{m}.jsonl")
         if m == "metaschedule" or not segments or not os.path.exists(log):
             continue
+        trials, last = 0, 0.0  # until the last trial finished: a run may end its trials before its minutes
         with open(log) as fh:
-            trials = sum(1 for line in fh if '"kind": "trial"' in line or '"kind":"trial"' in line)
-        out[m] = (trials, tuning_secs(segments, math.inf) / 60)
+            for line in fh:
+                if '"kind":"trial"' in line:
+                    trials += 1
+                    last = max(last, float(json.loads(line).get("finished", 0.0)))
+        out[m] = (trials, tuning_secs(segments, last) / 60)
     return out
 
 
