@@ -7,6 +7,7 @@ the traceback of the internal error behind it, if any, comes first). Internal er
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -38,6 +39,23 @@ def _console(stderr: bool = False):
     if not console.is_terminal:  # logs and CI: wide enough that tables are not squashed
         console = Console(stderr=stderr, highlight=False, width=max(console.width, 140))
     return console
+
+
+@contextlib.contextmanager
+def _progress_bars(console):
+    """Transient progress bars, one per label: yields ``update(label, done, total)``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True) as bar:
+        ids: dict[str, int] = {}
+
+        def update(label: str, done: int, total: int) -> None:
+            if label not in ids:
+                ids[label] = bar.add_task(label, total=total)
+            bar.update(ids[label], completed=done)
+
+        yield update
 
 
 def _target_summary(target) -> str:
@@ -415,24 +433,11 @@ def cmd_compare_models(args: argparse.Namespace) -> int:
         raise UserError("--min-records must be positive")
     png = args.plot or "compare-models.png"
     console = _console()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=console, transient=True) as bar:
-        ids: dict[str, int] = {}
-
-        def on_fold(model: str, done: int, total: int) -> None:
-            if model not in ids:
-                ids[model] = bar.add_task(f"{model}: held-out tasks", total=total)
-            bar.update(ids[model], completed=done)
-
-        def on_featurise(done: int, total: int) -> None:
-            if "records" not in ids:
-                ids["records"] = bar.add_task("featurising records", total=total)
-            bar.update(ids["records"], completed=done)
-
+    with _progress_bars(console) as update:
         report = compare_models(args.log, models, seed=args.seed, out_png=png, min_records=args.min_records,
-                                on_fold=on_fold, on_featurise=on_featurise)
+                                on_fold=lambda model, done, total: update(f"{model}: held-out tasks", done, total),
+                                on_featurise=lambda done, total: update("featurising records", done, total))
     console.print(report.table)
     if args.markdown:
         with open(args.markdown, "w") as fh:
@@ -453,19 +458,11 @@ def cmd_train_model(args: argparse.Namespace) -> int:
     if args.folds < 2:
         raise UserError("--folds must be at least 2")
     console = _console()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=console, transient=True) as bar:
-        ids: dict[str, int] = {}
-
-        def on_featurise(done: int, total: int) -> None:
-            if "records" not in ids:
-                ids["records"] = bar.add_task("featurising records", total=total)
-            bar.update(ids["records"], completed=done)
-
+    with _progress_bars(console) as update:
         report = train_model(args.log, args.out, seed=args.seed, folds=args.folds,
-                             exclude=tuple(args.exclude_task or ()), on_progress=on_featurise)
+                             exclude=tuple(args.exclude_task or ()),
+                             on_progress=lambda done, total: update("featurising records", done, total))
     from rich.table import Table
 
     table = Table(title=f"held-out accuracy ({len(report.folds)} folds by task)")
