@@ -36,24 +36,27 @@ def model_latency(best: float | None, untuned: float | None) -> float | None:
     return min(known) if known else None
 
 
-def layout_totals(entries: Iterable[tuple[dict, int, float | None]]) -> dict[str, float]:
-    """Per concrete layout of a ``--layout auto`` task set: the model's estimated latency (seconds), ``inf``
-    while one of its tasks has no latency. ``entries``: (lowering record, weight, latency or None) per task;
-    tasks of a fixed layout are left out ({} when there is no auto task)."""
-    direct: dict[str, float] = {}
-    alternatives: dict[str, list[tuple[dict, int, float | None]]] = {}
+def model_total(entries: Iterable[tuple[dict, int, float | None]]) -> float:
+    """One model's estimated latency (seconds): weight x latency summed over its tasks, a layer tuned both
+    direct and as Winograd counted by its faster algorithm; ``inf`` while one of its tasks has no latency.
+    ``entries``: (lowering record, weight, latency or None) per task the model runs."""
+    total = 0.0
+    both_ways = []
     for lowering, weight, latency in entries:
-        if "layouts" not in lowering:
-            continue
-        for layout in lowering["layouts"]:
-            direct.setdefault(layout, 0.0)
-            if "layer" in lowering:  # a layer tuned both ways: counted below by its faster algorithm
-                alternatives.setdefault(layout, []).append((lowering, weight, latency))
-            else:
-                direct[layout] += latency * weight if latency is not None else math.inf
-    for layout, items in alternatives.items():
-        direct[layout] += sum(min(by_algorithm.values()) for by_algorithm in layer_totals(items).values())
-    return direct
+        if "layer" in lowering:  # counted below by its faster algorithm
+            both_ways.append((lowering, weight, latency))
+        else:
+            total += latency * weight if latency is not None else math.inf
+    return total + sum(min(by_algorithm.values()) for by_algorithm in layer_totals(both_ways).values())
+
+
+def layout_totals(entries: Iterable[tuple[dict, int, float | None]]) -> dict[str, float]:
+    """Per concrete layout of a ``--layout auto`` task set: the model's estimated latency (seconds, see
+    :func:`model_total`). ``entries``: (lowering record, weight, latency or None) per task; tasks of a fixed
+    layout are left out ({} when there is no auto task)."""
+    auto = [e for e in entries if "layouts" in e[0]]
+    layouts = dict.fromkeys(layout for lowering, _, _ in auto for layout in lowering["layouts"])
+    return {layout: model_total(e for e in auto if layout in e[0]["layouts"]) for layout in layouts}
 
 
 def choose_layout(totals: dict[str, float]) -> str | None:
@@ -64,4 +67,4 @@ def choose_layout(totals: dict[str, float]) -> str | None:
     return min(finite, key=lambda layout: (finite[layout], LAYOUTS.index(layout) if layout in LAYOUTS else 99))
 
 
-__all__ = ["AUTO", "choose_layout", "layout_totals", "model_latency", "task_layouts"]
+__all__ = ["AUTO", "choose_layout", "layout_totals", "model_latency", "model_total", "task_layouts"]

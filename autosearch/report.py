@@ -21,13 +21,12 @@ def print_run_summary(console: Console, summary: TuneSummary, *, log_path: str, 
     table = Table(title=f"{title}: {summary.trials} trials in {summary.elapsed / 60:.1f} min")
     for col in ("#", "task", "w", "untuned ms", "best ms", "CV", "GFLOPS", "speedup", "trials", "failed", "note"):
         table.add_column(col, justify="left" if col in ("task", "note") else "right")
-    from autosearch.alternatives import choose_layout, layout_totals, model_latency, task_layouts
+    from autosearch.alternatives import choose_layout, layout_totals, task_layouts
 
     def untuned(s) -> float:
         return s.baseline.median if s.baseline is not None and s.baseline.ok else math.nan
 
-    layouts = layout_totals((s.task.lowering, s.task.weight, model_latency(s.best_latency, untuned(s)))
-                            for s in summary.states)
+    layouts = layout_totals((s.task.lowering, s.task.weight, s.model_seconds) for s in summary.states)
     leader = choose_layout(layouts)  # --layout auto: the summed tasks are the faster model's (what export keeps)
     total_base = total_best = 0.0
     for s in summary.states:

@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 ALPHA = 0.2  # Ansor's weight of the backward (observed) gradient against the forward (optimistic) one
 MIN_FIRST_PASS = 2
+# Tasks whose weight x latency is below this share of the model's estimated latency keep their in-run best:
+# a noise-misjudged choice there moves the model by a fraction of that share, while re-timing them in
+# fresh processes (many small copies, pools and transposes) costs as much as re-timing the convolutions.
+FINALIST_MIN_SHARE = 0.01
 MAX_EMPTY_ROUNDS = 3
 
 
@@ -59,6 +63,15 @@ class TaskState:
     @property
     def best_latency(self) -> float:
         return self.best.median if self.best is not None else math.inf
+
+    @property
+    def model_seconds(self) -> float | None:
+        """What this task costs its model (:func:`autosearch.alternatives.model_latency`): the faster of its
+        best valid measurement and the untuned kernel; None while neither is known."""
+        from autosearch.alternatives import model_latency
+
+        untuned = self.baseline.median if self.baseline is not None and self.baseline.ok else None
+        return model_latency(self.best_latency, untuned)
 
     @property
     def best_gflops(self) -> float:
@@ -282,11 +295,9 @@ class Tuner:
 
     def _layout_totals(self) -> dict[str, float]:
         """With ``--layout auto``: each layout's model seconds as tuned so far ({} otherwise)."""
-        from autosearch.alternatives import layout_totals, model_latency
+        from autosearch.alternatives import layout_totals
 
-        return layout_totals((s.task.lowering, s.task.weight, model_latency(
-            s.best_latency, s.baseline.median if s.baseline is not None and s.baseline.ok else None))
-            for s in self.states)
+        return layout_totals((s.task.lowering, s.task.weight, s.model_seconds) for s in self.states)
 
     def _rivalry(self) -> dict[int, float]:
         """Gain factors for alternatives the model runs only one of: a layer tuned both ways (direct and
@@ -414,16 +425,20 @@ class Tuner:
         The choice is :func:`autosearch.finalists.rank` on the rounds so far (median over rounds; a
         finalist that fails any round is out), the rule ``LogContents.ranked`` applies to the log, so
         ``export`` writes the kernel chosen here. Every re-time is logged as ``retime`` with its round.
+        Only the model that is exported is re-timed (the leading layout), and of it only the tasks with at
+        least :data:`FINALIST_MIN_SHARE` of its estimated latency.
         The reported latency stays the in-run one, measured like the baseline.
         """
-        from autosearch.alternatives import choose_layout, task_layouts
+        from autosearch.alternatives import choose_layout, model_total, task_layouts
 
         leader = choose_layout(self._layout_totals())  # --layout auto: the other layout's model is not exported
+        in_model = [s for s in self.states if leader is None or "layouts" not in s.task.lowering
+                    or leader in task_layouts(s.task.lowering)]
+        total = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in in_model)
         finalists: list[tuple[TaskState, list[Config]]] = []
-        for state in self.states:
-            if leader is not None and "layouts" in state.task.lowering and \
-                    leader not in task_layouts(state.task.lowering):
-                continue
+        for state in in_model:
+            if math.isfinite(total) and state.task.weight * (state.model_seconds or 0.0) < FINALIST_MIN_SHARE * total:
+                continue  # too small a part of the model for a misjudged finalist to matter
             if state.trials > state.resumed:  # tuned further: timings from before --resume were of other finalists
                 state.finalist_results = failures(state.finalist_results)
             failed = {c for c, _ in failures(state.finalist_results)}  # in an earlier run's re-times: stay out

@@ -61,6 +61,11 @@ from autosearch.strategy import Option
 
 log = logging.getLogger(__name__)
 
+# Candidates the model ranks per config it picks, up to ``pool_size``: a task's first batches pick one or
+# two configs, and ranking a full pool for them (every candidate applied and featurised) cost more than
+# measuring them did.
+CANDIDATES_PER_PICK = 16
+
 SAMPLERS: tuple[str, ...] = ("tpe", "random", "qmc", "cmaes", "nsga2", "gp")
 
 OPTIONS: dict[str, Option] = {
@@ -75,7 +80,7 @@ OPTIONS: dict[str, Option] = {
     ),
     "storage": Option("Optuna storage URL, e.g. sqlite:///study.db (empty: in memory)", "", str),
     "model_share": Option("with a cost model: share of each batch picked by the model", 0.5, float),
-    "pool_size": Option("with a cost model: candidates the model ranks per batch", 128, int),
+    "pool_size": Option("with a cost model: candidates the model ranks per batch, at most 16 per pick", 128, int),
     "max_retries": Option("repeated suggestions in a row before a neighbour is enqueued instead", 10, int),
 }
 
@@ -349,9 +354,10 @@ class OptunaSearch:
             return []
         assert self.cost_model is not None
         ok = sorted((c for c, v in self._known.items() if v is not None), key=lambda c: -self._known[c])[:8]
+        size = min(self.pool_size, CANDIDATES_PER_PICK * n)
         pool: dict[Config, None] = {}
-        for i in range(self.pool_size * 4):
-            if len(pool) >= self.pool_size:
+        for i in range(size * 4):
+            if len(pool) >= size:
                 break
             if i % 2 == 0 and ok:
                 candidate = ok[(i // 2) % len(ok)]

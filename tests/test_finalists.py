@@ -248,3 +248,35 @@ def test_finalist_rounds_flag_rejects_a_negative_count(tmp_path):
                    "--log", str(tmp_path / "x.jsonl"), timeout=120)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "--finalist-rounds" in lines[0], proc.stderr
+
+
+def test_only_tasks_worth_it_are_re_timed_and_without_a_rebuild(tmp_path, small_model, monkeypatch):
+    """Finalists are re-timed only for tasks with at least ``FINALIST_MIN_SHARE`` of the model's estimated
+    latency; the others keep their in-run best (and export it)."""
+    import autosearch.tuner as tuner_module
+    from autosearch.measure.base import EvaluatorConfig
+    from autosearch.measure.local import LocalRunner
+    from autosearch.tuner import Tuner
+
+    monkeypatch.setattr(tuner_module, "FINALIST_MIN_SHARE", 0.5)  # the conv is most of this model, the pool not
+    tasks = small_model.tasks
+    runner = LocalRunner(target=tasks[0].target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5))
+    path = str(tmp_path / "run.jsonl")
+    try:
+        with TuningLog(path) as log:
+            summary = Tuner(tasks=tasks, runner=runner, log=log, strategy="random", budget=24, batch=4, seed=0,
+                            finalist_rounds=2).run()
+    finally:
+        runner.close()
+    share = {s.task.workload_key: s.task.weight * s.model_seconds for s in summary.states}
+    total = sum(share.values())
+    contents = read_log(path)
+    retimed = {key for key in share if contents.retimes(key)}
+    assert retimed == {key for key, seconds in share.items() if seconds >= 0.5 * total}
+    assert len(retimed) == 1 and len(share) == 2
+    [key] = retimed
+    assert all(r.result.build_secs == 0.0 for r in contents.retimes(key)), "finalists load their kept builds"
+    assert all(r.result.build_secs > 0.0 for r in contents.trials(key) if r.ok)
+    for s in summary.states:  # the task not re-timed keeps its fastest in-run measurement
+        if s.task.workload_key not in retimed:
+            assert s.best is not None and s.best.median == min(r.median for r in s.measured.values() if r.ok)

@@ -137,7 +137,19 @@ class KernelRunner:
         self._references[task_key] = outputs
         buf = io.BytesIO()
         np.savez(buf, **{f"a{i}": a for i, a in enumerate(outputs)})
-        timing = self._time(module, [tvm.runtime.tensor(a, self._dev()) for a in inputs], evaluator)
+        dev = self._dev()
+        arrays = [tvm.runtime.tensor(a, dev) for a in inputs]
+        slow_after = evaluator.get("slow_after")
+        if slow_after:
+            # the first call paid for loading and thread-pool start-up: a second, warm one says whether it is slow
+            start = time.perf_counter()
+            module["main"](*arrays)
+            dev.sync()
+            once = time.perf_counter() - start
+            if once > slow_after:
+                return {"reference": buf.getvalue(), "latencies": [once], "median": once,
+                        "note": "timed once: slow untuned kernel"}
+        timing = self._time(module, arrays, evaluator)
         return {"reference": buf.getvalue(), **timing}
 
     def run(self, task_key: str, artifact: bytes, args, seed: int, evaluator: dict) -> dict[str, Any]:

@@ -7,9 +7,12 @@ imports TVM (without it TVM 0.27 used one thread here).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import queue
+import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -35,11 +38,20 @@ class Built:
 
 
 class BuildPool:
-    """Warm build processes (TVM imported once), one build each at a time, with a per-build timeout."""
+    """Warm build processes (TVM imported once), one build each at a time, with a per-build timeout.
 
-    def __init__(self, *, target, workers: int, timeout: float) -> None:
+    Built kernels are kept (least recently used first out, up to ``keep_bytes``) by the module they were
+    built from: re-timing a run's finalists in fresh measuring processes then loads them instead of building
+    them again, which made builds most of the re-timing. A failed build is not kept.
+    """
+
+    def __init__(self, *, target, workers: int, timeout: float, keep_bytes: int = 256 << 20) -> None:
         self.target = target_to_json(target)
         self.timeout = timeout
+        self.keep_bytes = keep_bytes
+        self._kept: OrderedDict[str, bytes] = OrderedDict()
+        self._kept_bytes = 0
+        self._lock = threading.Lock()
         self._idle: queue.Queue[Worker] = queue.Queue()
         self._workers = [Worker(name=f"build{i}", env={"TVM_NUM_THREADS": "1"}) for i in range(max(1, workers))]
         for w in self._workers:
@@ -51,15 +63,29 @@ class BuildPool:
         list(self._pool.map(lambda w: w.call("ping", timeout=STARTUP_TIMEOUT), self._workers))
 
     def _build_one(self, mod_json: str) -> Built:
+        key = hashlib.sha256(mod_json.encode()).hexdigest()
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return Built(self._kept[key], 0.0)
         worker = self._idle.get()
         try:
             reply = worker.call("build", mod_json, self.target, timeout=self.timeout)
         finally:
             self._idle.put(worker)
-        if reply.kind == "ok":
-            artifact, secs = reply.value
-            return Built(artifact, secs)
-        return Built(None, reply.seconds, build_failure(reply, worker=worker.ident))
+        if reply.kind != "ok":
+            return Built(None, reply.seconds, build_failure(reply, worker=worker.ident))
+        artifact, secs = reply.value
+        self._keep(key, artifact)
+        return Built(artifact, secs)
+
+    def _keep(self, key: str, artifact: bytes) -> None:
+        with self._lock:
+            if key not in self._kept:
+                self._kept[key] = artifact
+                self._kept_bytes += len(artifact)
+            while self._kept_bytes > self.keep_bytes and self._kept:
+                self._kept_bytes -= len(self._kept.popitem(last=False)[1])
 
     def build(self, mod_jsons: list[str]) -> list[Built]:
         return list(self._pool.map(self._build_one, mod_jsons))
@@ -107,7 +133,7 @@ class LocalRunner(RunnerBase):
         key = task.workload_key
         worker = self.device.ident
         reply = self.device.reference(key, built.artifact, task.args, self.seed,
-                                      self.policy.baseline_evaluator.to_json(), timeout=REFERENCE_TIMEOUT)
+                                      self.policy.reference_evaluator(), timeout=REFERENCE_TIMEOUT)
         result = self.policy.baseline_result(key, reply, build_secs=built.build_secs, worker=worker)
         if result.ok:
             self._references[key] = reply.value["reference"]

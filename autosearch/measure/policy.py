@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 REFERENCE_TIMEOUT = 600.0
 # Seconds a candidate's check and timing may take at most, however slow the baseline.
 MAX_RUN_TIMEOUT = 300.0
+# Seconds: an untuned kernel whose second (warm) call takes longer is timed by that call alone. Its
+# latency only scales the "vs untuned" figures and the timeouts; three more repeats of a kernel of a
+# tenth of a second or more made the untuned reference runs most of a run's task set-up.
+BASELINE_ONCE_AFTER = 0.1
 
 
 def failure_from_reply(reply: Reply, *, timeout_status: Status, error_status: Status, **kw: Any) -> MeasureResult:
@@ -60,6 +64,11 @@ class MeasurePolicy:
         """Candidates are checked against the reference that ``prepare`` computes with the baseline."""
         if task.workload_key not in self._baseline_secs:
             raise RuntimeError(f"prepare() the task {task.name} before measuring it")
+
+    def reference_evaluator(self) -> dict[str, Any]:
+        """The evaluator of a reference run, as the worker reads it: :attr:`baseline_evaluator` with
+        ``slow_after`` = :data:`BASELINE_ONCE_AFTER`, so a slow untuned kernel is timed by one warm call."""
+        return {**self.baseline_evaluator.to_json(), "slow_after": BASELINE_ONCE_AFTER}
 
     def baseline_secs(self, task_key: str) -> float | None:
         return self._baseline_secs.get(task_key)

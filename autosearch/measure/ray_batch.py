@@ -199,7 +199,7 @@ class RayBatch:
         pool, task, key = self.pool, self.task, self.task.workload_key
         if self.reference:
             return device.handle.reference.remote(key, job.artifact, task.args, pool.seed,
-                                                  self.policy.baseline_evaluator.to_json(), self.run_timeout)
+                                                  self.policy.reference_evaluator(), self.run_timeout)
         return device.handle.run.remote(key, [pool.references[key]], job.artifact, task.args, pool.seed,
                                         self.policy.run_evaluator(key), self.run_timeout)
 

@@ -185,3 +185,20 @@ def test_cost_model_picks_a_share_of_each_batch_with_real_results(conv_space, sy
         assert (trial.state == TrialState.COMPLETE) == result.ok
         if result.ok:
             assert trial.value == pytest.approx(1.0 / result.median)
+
+
+def test_model_ranks_a_pool_in_proportion_to_its_picks(conv_space, synthetic) -> None:
+    """A batch that lets the model pick one config ranks CANDIDATES_PER_PICK candidates, not a full pool:
+    every candidate is applied and featurised, which cost more than measuring a small batch."""
+    from strategies.optuna_search import CANDIDATES_PER_PICK
+
+    scorer = EncodingRidgeScorer(conv_space)
+    sizes: list[int] = []
+    score = scorer.score
+    scorer.score = lambda configs: (sizes.append(len(configs)), score(configs))[1]
+    strategy = OptunaSearch(conv_space, seed=0, cost_model=scorer, model_share=0.5, n_startup_trials=4,
+                            pool_size=128)
+    run_strategy(strategy, ReplayRunner(conv_space, synthetic), 12, 2, cost_model=scorer)  # 1 pick a batch
+    run_strategy(strategy, ReplayRunner(conv_space, synthetic), 32, 16, cost_model=scorer)  # 8 picks a batch
+    assert sizes and all(s <= CANDIDATES_PER_PICK * 8 for s in sizes)
+    assert min(sizes) <= CANDIDATES_PER_PICK < max(sizes)
