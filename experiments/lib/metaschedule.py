@@ -146,7 +146,8 @@ def _droplet_settings(run: MetaScheduleRun, *, evaluator: EvaluatorConfig, build
     def post_opt(*args, **kwargs):
         clock.check()
         run.search_records = len(clock.times)  # what the evolutionary search wrote; Droplet's best comes after
-        return original_post_opt(*args, **{**kwargs, "trials": trials})
+        # Droplet counts from 1 and stops when its count reaches ``trials``: trials + 1 measures ``trials`` configs
+        return original_post_opt(*args, **{**kwargs, "trials": trials + 1})
 
     space_cls.run, space_cls.save_log, ms.builder.LocalBuilder, ms_tune.PostOpt = run, save_log, builder, post_opt
     try:

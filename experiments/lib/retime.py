@@ -43,11 +43,9 @@ def round_robin(groups: Mapping[K, Sequence[T]], round_index: int) -> list[tuple
     return out
 
 
-def retime(task, target, traces: Sequence, *, evaluator=None, rounds: int = 1, runner=None) -> list[list]:
-    """Time each schedule (TVM trace JSON) of ``task`` once per round, every round in a fresh measuring process;
-    returns ``MeasureResult`` per round, per trace (failures included: a schedule that cannot be rebuilt fails as
-    ``invalid_config``)."""
-    from autosearch.measure.local import LocalRunner
+def measure_traces(runner, task, traces: Sequence) -> list:
+    """Time each schedule (TVM trace JSON) of ``task`` once, in the order given, on ``runner`` (whose reference for
+    the task is prepared); a trace that no longer applies fails as ``invalid_config``, unbuilt."""
     from autosearch.records import MeasureResult, Status
 
     mods: list[Any] = []
@@ -56,22 +54,39 @@ def retime(task, target, traces: Sequence, *, evaluator=None, rounds: int = 1, r
             mods.append(schedule(task, trace))
         except Exception as exc:  # TVM raises ScheduleError / TVMError: this schedule is not measurable
             mods.append(MeasureResult.failed(Status.INVALID_CONFIG, f"{type(exc).__name__}: {exc}"[:300]))
-    own = runner is None
-    runner = runner or LocalRunner(target=target, evaluator=evaluator)
+    buildable = [i for i, m in enumerate(mods) if not isinstance(m, MeasureResult)]
+    measured = dict(zip(buildable, runner.measure(task, [mods[i] for i in buildable])))
+    return [measured.get(i, mods[i]) for i in range(len(mods))]
+
+
+def prepared_runner(task, *, evaluator=None):
+    """A LocalRunner for ``task`` with its reference output and baseline measured (``RuntimeError`` if the
+    unscheduled kernel itself fails)."""
+    from autosearch.measure.local import LocalRunner
+
+    runner = LocalRunner(target=task.target, evaluator=evaluator)
+    base = runner.prepare(task)
+    if not base.ok:
+        runner.close()
+        raise RuntimeError(f"the unscheduled {task.name} failed to build or run: {base.error}")
+    return runner
+
+
+def retime(task, target, traces: Sequence, *, evaluator=None, rounds: int = 1) -> list[list]:
+    """Time each schedule (TVM trace JSON) of ``task`` once per round, every round in a fresh measuring process;
+    returns ``MeasureResult`` per round, per trace (failures included)."""
+    import dataclasses
+
+    task = dataclasses.replace(task, target=target)
+    runner = prepared_runner(task, evaluator=evaluator)
     out = []
     try:
-        base = runner.prepare(task)
-        if not base.ok:
-            raise RuntimeError(f"the unscheduled {task.name} failed to build or run: {base.error}")
-        buildable = [i for i, m in enumerate(mods) if not isinstance(m, MeasureResult)]
         for r in range(rounds):
-            if r > 0 or not own:
+            if r > 0:
                 runner.refresh()
-            measured = dict(zip(buildable, runner.measure(task, [mods[i] for i in buildable])))
-            out.append([measured.get(i, mods[i]) for i in range(len(mods))])
+            out.append(measure_traces(runner, task, traces))
     finally:
-        if own:
-            runner.close()
+        runner.close()
     return out
 
 
