@@ -112,10 +112,10 @@ class _RecordClock:
 
 
 @contextlib.contextmanager
-def _droplet_settings(run: MetaScheduleRun, *, evaluator: EvaluatorConfig, builder_timeout: float,
+def _droplet_settings(out: MetaScheduleRun, *, evaluator: EvaluatorConfig, builder_timeout: float,
                       trials: int, start: float, clock: _RecordClock) -> Iterator[None]:
     """While tuning: Droplet builds with our fast builder, times with our evaluator, stops after ``trials`` and
-    reports every batch to ``run.droplet`` (see the module docstring). Restored afterwards."""
+    reports every batch to ``out.droplet`` (see the module docstring). Restored afterwards."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule import tune as ms_tune
     from tvm.s_tir.meta_schedule.post_optimization import space as droplet_space
@@ -127,29 +127,30 @@ def _droplet_settings(run: MetaScheduleRun, *, evaluator: EvaluatorConfig, build
     original_run, original_save, original_builder, original_post_opt = saved
     kept: list[tuple[Any, list[float]]] = []
 
-    def run(self, json_file_list, final_log, **_ignored):
+    def measure_batch(self, json_file_list, final_log, **_ignored):
         kept.clear()
         results = original_run(self, json_file_list, final_log, timeout=builder_timeout, number=evaluator.number,
                                repeat=evaluator.repeat, min_repeat_ms=evaluator.min_repeat_ms,
                                cpu_cache=evaluator.cache_flush)
-        run.droplet.append(DropletBatch(len(json_file_list), list(kept), time.perf_counter() - start))
+        out.droplet.append(DropletBatch(len(json_file_list), list(kept), time.perf_counter() - start))
         return results
 
-    def save_log(self, path, record, results):
+    def keep(self, path, record, results):
         kept.append((to_plain_json(record.trace.as_json(remove_postproc=False)), [float(s) for s in results]))
         return original_save(self, path, record, results)
 
-    def builder(*args, **kwargs):
+    def fast_builder(*args, **kwargs):
         kwargs.setdefault("f_build", fast_build)
         return original_builder(*args, **kwargs)
 
     def post_opt(*args, **kwargs):
         clock.check()
-        run.search_records = len(clock.times)  # what the evolutionary search wrote; Droplet's best comes after
+        out.search_records = len(clock.times)  # what the evolutionary search wrote; Droplet's best comes after
         # Droplet counts from 1 and stops when its count reaches ``trials``: trials + 1 measures ``trials`` configs
         return original_post_opt(*args, **{**kwargs, "trials": trials + 1})
 
-    space_cls.run, space_cls.save_log, ms.builder.LocalBuilder, ms_tune.PostOpt = run, save_log, builder, post_opt
+    space_cls.run, space_cls.save_log, ms.builder.LocalBuilder, ms_tune.PostOpt = (measure_batch, keep,
+                                                                                    fast_builder, post_opt)
     try:
         yield
     finally:
