@@ -53,7 +53,8 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--retry-failed", action="store_true", help="run again the runs that failed before")
     p.add_argument("--no-retime", action="store_true", help="tune only; re-time later (another sitting)")
     p.add_argument("--ray-address", help="spread the tasks over a Ray cluster: one task per node at a time, on "
-                   "nodes that advertise this machine's device key (see README, --runner ray)")
+                   "nodes that advertise this machine's device key (see README, --runner ray); 'local': a "
+                   "private one-node cluster here")
     p.add_argument("--aggregate", action="store_true", help="write tables and plots from the results directory")
     p.add_argument("--readme", action="store_true", help="with --aggregate: rewrite README's study block")
     p.add_argument("--out", help="with --aggregate: output stem (default: experiments/results/NAME)")

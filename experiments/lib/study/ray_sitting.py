@@ -76,9 +76,11 @@ def task_on_node(config_text: str, name: str, spec: str, slug: str, files: dict[
 
 
 def sit_on_ray(config, store, address: str, tasks, *, retry_failed: bool = False) -> Iterator[str]:
-    """Submit every task to the cluster, write back each task's files as it ends; yields one line per task."""
+    """Submit every task to the cluster at ``address`` (``local``: a private one-node cluster on this machine, to
+    try it out), write back each task's files as it ends; yields one line per task."""
     import ray
 
+    from autosearch.errors import UserError
     from autosearch.measure.ray_cluster import connect, disconnect, first_line
     from autosearch.measure.ray_device import device_key
     from autosearch.target import parse_target
@@ -86,8 +88,12 @@ def sit_on_ray(config, store, address: str, tasks, *, retry_failed: bool = False
     key = device_key(parse_target(None))
     with open(config.path) as fh:
         config_text = fh.read()
-    connected = connect(address, key=key, num_devices=None, init_kwargs={})
+    connected = connect(None if address == "local" else address, key=key, num_devices=None, init_kwargs={})
     try:
+        nodes = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get(key, 0) >= 1]
+        if not nodes:
+            raise UserError(f"no node of the cluster at {address} advertises the resource {key!r}: start its "
+                            f"machines with ray start ... --resources '{{\"{key}\": 1}}'")
         remote = ray.remote(task_on_node).options(num_cpus=0, resources={key: 1}, max_retries=0,
                                                   runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
         refs = {remote.remote(config_text, config.name, str(spec), spec.slug, task_files(store.root, spec.slug),

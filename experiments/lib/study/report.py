@@ -213,8 +213,8 @@ def _trials(value: float, cap: int) -> str:
 def summary_table(config: StudyConfig, rows: dict[str, dict[str, Any]]) -> str:
     top = config.max_budget
     header = (["method"] + [f"x {config.reference} @{b} (wins)" for b in config.budgets]
-              + [f">= {GOAL_RATIO}x @{top}", f"reached its @{top} best", "trials to it (median)",
-                 "in <= 1/3 of its wall"])
+              + [f">= {GOAL_RATIO}x @{top}", "reached the target", "trials to it (median)",
+                 f"in <= 1/3 of {config.reference}'s wall"])
     table = []
     for name, row in rows.items():
         cells = [name]
@@ -248,12 +248,15 @@ def task_table(config: StudyConfig, task: TaskData) -> str:
 def caption(config: StudyConfig, progress: dict[str, Any], *, date: str) -> str:
     partial = progress["runs_done"] < progress["runs_total"]
     machines = "; ".join(progress["machines"]) or "no runs yet"
-    return (f"{len(config.tasks)} conv tasks x {len(config.methods)} methods x {len(config.seeds)} seeds, "
+    smoke = "" if config.readme else ("*A functional check (readme = false): these numbers test the machinery and "
+                                       "mean nothing; never quote them.* ")
+    return (f"{smoke}{len(config.tasks)} conv tasks x {len(config.methods)} methods x {len(config.seeds)} seed(s), "
             f"budgets {'/'.join(map(str, config.budgets))} trials read off one run of {config.max_budget} per "
             f"(method, task, seed), batch {config.batch}; every run's best at each budget re-timed in "
             f"{config.retime_rounds} fresh-process rounds, methods interleaved. Ratios: median re-timed GFLOPS over "
-            f"{config.reference}'s, geometric mean over tasks (win rate: share of tasks above it). Target: "
-            f"{config.reference}'s in-run best at {config.max_budget} trials. "
+            f"{config.reference}'s, geometric mean over tasks (wins: share of tasks above it). Target: "
+            f"{config.reference}'s in-run best at {config.max_budget} trials; its wall: to its "
+            f"{config.max_budget}th trial. "
             f"{'**Partial**: ' if partial else ''}{progress['runs_done']} of {progress['runs_total']} runs, "
             f"{progress['tasks_retimed']} of {len(config.tasks)} tasks re-timed. Machine: {machines}. {date}; "
             f"`python experiments/study.py {os.path.relpath(config.path, ROOT)} --aggregate`.")
