@@ -99,7 +99,8 @@ def run(config: StudyConfig, store: Store, args) -> int:
     from experiments.lib.study.runs import extract_tasks, launch_child, sit
 
     tasks = _selected(config, args)
-    write_text(os.path.join(store.root, "config.toml"), open(config.path).read())  # the last configuration used
+    with open(config.path) as fh:
+        write_text(os.path.join(store.root, "config.toml"), fh.read())  # the last configuration used, for the record
     if args.ray_address:
         from experiments.lib.study.ray_sitting import sit_on_ray
 
