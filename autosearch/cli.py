@@ -190,7 +190,7 @@ def _resume_lowering(resume, option: str, asked: str | None, default: str) -> st
     return asked or default
 
 
-def _guidance(spec: str | None, target, strategy: str, *, seed: int) -> tuple[str | None, str]:
+def resolve_guidance(spec: str | None, target, strategy: str, *, seed: int) -> tuple[str | None, str]:
     """(the cost model the tuner gets, one line saying what guides the run). ``auto``: the pre-trained model
     autosearch ships, where it fits the target and the strategy's guidance is cheap (``guided_by_default``),
     else none; a directory: a model train-model wrote, checked against the target (one-line error if it is
@@ -266,7 +266,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if target.kind.name != "llvm" and args.runner == "local":
         raise UserError(f"target kind {target.kind.name!r} cannot be measured by the local runner on this "
                         "machine; use --runner ray with a device of that kind")
-    cost_model, guidance = _guidance(args.cost_model, target, args.strategy, seed=args.seed)
+    cost_model, guidance = resolve_guidance(args.cost_model, target, args.strategy, seed=args.seed)
     resume = read_log(log_path) if args.resume else None
     winograd, layout = args.winograd or "auto", args.layout or DEFAULT_LAYOUT
     fast_math = args.fast_math or DEFAULT_FAST_MATH

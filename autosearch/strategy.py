@@ -22,6 +22,7 @@ STRATEGIES: dict[str, str] = {
     "random": "strategies.random_search",
     "annealing": "strategies.annealing",
     "optuna": "strategies.optuna_search",
+    "coordinate_descent": "strategies.coordinate_descent",
 }
 
 

@@ -14,7 +14,6 @@ Writes experiments/results/bench_pipeline.json and .md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -29,10 +28,10 @@ from autosearch.measure.local import LocalRunner  # noqa: E402
 from autosearch.records import TuningLog  # noqa: E402
 from autosearch.target import parse_target  # noqa: E402
 from autosearch.tuner import Tuner  # noqa: E402
-from experiments.metaschedule import tune_tir  # noqa: E402
-from experiments.task_spec import pick_task  # noqa: E402
-
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+from experiments.lib.io import results_path, write_json, write_text  # noqa: E402
+from experiments.lib.metaschedule import tune_tir  # noqa: E402
+from experiments.lib.tables import markdown_table  # noqa: E402
+from experiments.lib.tasks import TaskSpec, pick_task  # noqa: E402
 
 
 def bench_autosearch(task, target, trials: int, batch: int, evaluator: EvaluatorConfig, strategy: str) -> dict:
@@ -92,7 +91,8 @@ def main() -> int:
     p.add_argument("--skip-default-builder", action="store_true")
     args = p.parse_args()
     target = parse_target(None)
-    task = pick_task(import_model(args.model, target).tasks, args.task)
+    spec = TaskSpec.parse(f"{args.model}:{args.task}")
+    task = pick_task(import_model(spec.model, target, layout=spec.layout).tasks, spec.which, layout=spec.layout)
     evaluator = EvaluatorConfig()
     rows = [bench_autosearch(task, target, args.trials, args.batch, evaluator, "random")]
     rows.append(bench_metaschedule(task, target, args.trials, args.batch, evaluator, fast=True))
@@ -102,23 +102,19 @@ def main() -> int:
     out = {"task": {"model": args.model, "index": task.index, "name": task.name, "gflop": task.gflop},
            "target": str(target), "evaluator": evaluator.to_json(), "rows": rows,
            "ratios": {r["tool"]: ours["trials_per_min"] / r["trials_per_min"] for r in rows[1:]}}
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "bench_pipeline.json"), "w") as fh:
-        json.dump(out, fh, indent=1)
+    write_json(results_path("bench_pipeline.json"), out)
+    table = [[r["tool"], r["trials"], f"{r['wall_secs']:.1f}", f"{r['trials_per_min']:.1f}", f"{r['best_gflops']:.1f}",
+              r.get("failed_trials", 0)] for r in rows]
     lines = [f"Task {task.index} of {args.model} ({task.name}, {task.gflop:.3f} GFLOP), {args.trials} trials, "
              f"batch {args.batch}, target {target}", "",
-             "| tool | trials | wall s | trials/min | best GFLOPS | failed |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['tool']} | {r['trials']} | {r['wall_secs']:.1f} | {r['trials_per_min']:.1f} | "
-                     f"{r['best_gflops']:.1f} | {r.get('failed_trials', 0)} |")
+             markdown_table(["tool", "trials", "wall s", "trials/min", "best GFLOPS", "failed"], table)]
     split = ours["per_trial_secs"]
     lines += ["", "autosearch per-trial split (s): " + ", ".join(f"{k} {v:.3f}" for k, v in split.items())
               + f"; framework overhead {100 * ours['overhead_share']:.1f}% of the loop; task set-up "
               f"(space, strategy, untuned baseline) {ours['setup_secs']:.1f} s once",
               "", "throughput ratios (autosearch / MetaSchedule): "
               + ", ".join(f"{k}: {v:.2f}x" for k, v in out["ratios"].items())]
-    with open(os.path.join(RESULTS, "bench_pipeline.md"), "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    write_text(results_path("bench_pipeline.md"), "\n".join(lines) + "\n")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 

@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 import numpy as np
 
-from autosearch.cost_model import make_cost_model
-from cost_models.evaluate import pairwise_accuracy, task_metrics
-from cost_models.features import build_dataset, read_logs
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from autosearch.cost_model import make_cost_model  # noqa: E402
+from cost_models.evaluate import pairwise_accuracy, task_metrics  # noqa: E402
+from cost_models.features import build_dataset, read_logs  # noqa: E402
+from experiments.lib.loo import task_splits  # noqa: E402
+from experiments.lib.stats import close_share, pairs_by_ratio, pairwise_accuracy_apart  # noqa: E402
 
 log = logging.getLogger("cost_model_limits")
 
@@ -32,26 +37,18 @@ RATIOS = (1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, np.inf)
 
 def held_out(X, y, groups, folds, model: str, seed: int, by_ratio: dict | None = None) -> dict[str, float]:
     """Mean held-out metrics over ``folds``, plus pairwise accuracy on pairs > 10% apart; ``by_ratio``
-    collects (pairs, right) per throughput-ratio bucket."""
+    collects (pairs, ordered right) per throughput-ratio bucket (a tied prediction counts half, as everywhere)."""
     rows = []
-    for g in folds:
-        train, test = groups != g, groups == g
+    for _, train, test in task_splits(groups, folds):
         pred = make_cost_model(model, seed=seed).fit(X[train], y[train], groups[train]).predict(X[test])
         if by_ratio is not None:
-            yt = y[test]
-            ratio = yt[:, None] / yt[None, :]
-            right = pred[:, None] > pred[None, :]
-            for lo, hi in zip(RATIOS[:-1], RATIOS[1:]):
-                sel = (ratio > lo) & (ratio <= hi)
-                pairs, ok = by_ratio.get((lo, hi), (0, 0))
-                by_ratio[(lo, hi)] = (pairs + int(sel.sum()), ok + int(right[sel].sum()))
+            for bucket, (pairs, ok) in pairs_by_ratio(y[test], pred, RATIOS).items():
+                before = by_ratio.get(bucket, (0, 0.0))
+                by_ratio[bucket] = (before[0] + pairs, before[1] + ok)
         metrics = task_metrics(y[test], pred, ranker=True)
         metrics.pop("rmse")  # scores, not throughputs, for a ranker
-        yt = y[test]
-        apart = yt[:, None] > 1.1 * yt[None, :]
-        order = np.sign(pred[:, None] - pred[None, :])
-        metrics["apart10"] = float(((order > 0)[apart].sum() + 0.5 * (order == 0)[apart].sum()) / apart.sum())
-        metrics["close_share"] = 1.0 - apart.sum() / max(1, (yt[:, None] > yt[None, :]).sum())
+        metrics["apart10"] = pairwise_accuracy_apart(y[test], pred, ratio=1.1)
+        metrics["close_share"] = close_share(y[test], ratio=1.1)
         rows.append(metrics)
     return {k: float(np.nanmean([r[k] for r in rows])) for k in rows[0]}
 

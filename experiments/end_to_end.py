@@ -13,24 +13,19 @@ layout's files are named ``e2e-MODEL-LAYOUT*``, so both layouts' results can sit
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "experiments", "results")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments.lib.cli import autosearch  # noqa: E402
+from experiments.lib.io import read_json, results_path, write_json  # noqa: E402
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "autosearch", *args], cwd=ROOT, text=True, capture_output=True)
-    sys.stdout.write(proc.stdout[-6000:])
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-3000:])
-        raise SystemExit(f"autosearch {' '.join(args)} failed with exit code {proc.returncode}")
-    return proc
+def cli(*args: str):
+    return autosearch(*args, echo=True)
 
 
 def main() -> int:
@@ -41,17 +36,13 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--resume", action="store_true", help="continue the logs of an interrupted run")
     args = p.parse_args()
-    os.makedirs(RESULTS, exist_ok=True)
-    summary_path = os.path.join(RESULTS, "end_to_end.json")
-    summary = {}
-    if os.path.exists(summary_path):  # one model at a time: keep the others' figures
-        with open(summary_path) as fh:
-            summary = json.load(fh)
+    summary_path = results_path("end_to_end.json")
+    summary = read_json(summary_path) if os.path.exists(summary_path) else {}  # one model at a time: keep the others
     for spec in args.models.split(","):
         model, trials, *rest = spec.split(":")
         layout = rest[0].upper() if rest else "NCHW"
         name = model if layout == "NCHW" else f"{model}-{layout.lower()}"
-        stem = os.path.join(RESULTS, f"e2e-{name}")
+        stem = results_path(f"e2e-{name}")
         log, db = stem + ".jsonl", stem + "-db"
         if not args.resume:
             for path in (log,):
@@ -67,8 +58,7 @@ def main() -> int:
             "--markdown", stem + "-report.md", "--plot", stem + "-report.png")
         summary[name] = {"trials": int(trials), "tuning_wall_secs": tune_secs, "strategy": args.strategy,
                          "layout": layout}
-        with open(summary_path, "w") as fh:
-            json.dump(summary, fh, indent=1)
+        write_json(summary_path, summary)
     return 0
 
 

@@ -23,8 +23,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from autosearch.importer import load_onnx, resolve_input_shapes  # noqa: E402
-
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+from experiments.lib.io import results_path, write_text  # noqa: E402
+from experiments.lib.tables import markdown_table  # noqa: E402
 
 
 def conv_layers(proto) -> dict[str, str]:
@@ -82,16 +82,13 @@ def main() -> int:
     for node, ms in by_node.items():
         if node in layers:
             by_layer[layers[node]].append(ms)
-    lines = [f"# ONNX Runtime {ort.__version__} profile of {name}, {args.threads} threads, {args.runs} runs",
-             "", "| operator | ms per pass |", "|---|---|"]
-    lines += [f"| {op} | {ms:.2f} |" for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1])]
-    lines += ["", "| conv layer (NCHW) | count | ms each (median) | ms total |", "|---|---|---|---|"]
-    for layer, times in sorted(by_layer.items(), key=lambda kv: -sum(kv[1])):
-        lines.append(f"| {layer} | {len(times)} | {float(np.median(times)):.3f} | {sum(times):.3f} |")
-    os.makedirs(RESULTS, exist_ok=True)
-    out = os.path.join(RESULTS, f"ort_profile-{name}.md")
-    with open(out, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    ops = [[op, f"{ms:.2f}"] for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1])]
+    convs = [[layer, len(times), f"{float(np.median(times)):.3f}", f"{sum(times):.3f}"]
+             for layer, times in sorted(by_layer.items(), key=lambda kv: -sum(kv[1]))]
+    lines = [f"# ONNX Runtime {ort.__version__} profile of {name}, {args.threads} threads, {args.runs} runs", "",
+             markdown_table(["operator", "ms per pass"], ops), "",
+             markdown_table(["conv layer (NCHW)", "count", "ms each (median)", "ms total"], convs)]
+    out = write_text(results_path(f"ort_profile-{name}.md"), "\n".join(lines) + "\n")
     sys.stdout.write("\n".join(lines) + f"\n\nwritten: {out}\n")
     return 0
 

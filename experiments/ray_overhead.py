@@ -13,7 +13,6 @@ Writes experiments/results/ray_overhead.json and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -28,9 +27,9 @@ from autosearch.measure.base import EvaluatorConfig  # noqa: E402
 from autosearch.measure.local import LocalRunner  # noqa: E402
 from autosearch.space import DecisionSpace  # noqa: E402
 from autosearch.target import parse_target  # noqa: E402
-from experiments.task_spec import pick_task  # noqa: E402
-
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+from experiments.lib.io import results_path, write_json  # noqa: E402
+from experiments.lib.tables import markdown_table  # noqa: E402
+from experiments.lib.tasks import pick_task  # noqa: E402
 
 
 def sample_mods(space: DecisionSpace, n: int, seed: int) -> list:
@@ -78,7 +77,10 @@ def main() -> int:
     if args.task is None:
         task = min((t for t in tasks if "conv2d" in t.name), key=lambda t: t.flops)
     else:
-        task = pick_task(tasks, args.task)
+        try:
+            task = pick_task(tasks, args.task)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from exc
     space = DecisionSpace(task.mod, target, seed=args.seed)
     mods = sample_mods(space, args.trials, args.seed)
     evaluator = EvaluatorConfig()
@@ -96,20 +98,16 @@ def main() -> int:
     out = {"task": {"model": args.model, "index": task.index, "name": task.name, "gflop": task.gflop},
            "target": str(target), "evaluator": evaluator.to_json(), "trials": args.trials,
            "batch": args.batch, "rows": rows}
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "ray_overhead.json"), "w") as fh:
-        json.dump(out, fh, indent=1)
+    write_json(results_path("ray_overhead.json"), out)
 
+    header = ["runner", "start-up s", "loop s", "trials/min", "build s", "run s", "ok", "best GFLOPS",
+              "latency vs local"]
+    table = [[r["runner"], f"{r['startup_secs']:.1f}", f"{r['wall_secs']:.1f}", f"{r['trials_per_min']:.1f}",
+              f"{r['build_secs']:.1f}", f"{r['run_secs']:.1f}", f"{r['ok']}/{r['trials']}", f"{r['best_gflops']:.1f}",
+              "-" if r["median_latency_ratio_vs_local"] is None else f"{r['median_latency_ratio_vs_local']:.2f}x"]
+             for r in rows]
     lines = [f"Task {task.index} of {args.model} ({task.name}, {task.gflop:.3f} GFLOP), {args.trials} random "
-             f"configs (the same for every runner), batch {args.batch}", "",
-             "| runner | start-up s | loop s | trials/min | build s | run s | ok | best GFLOPS "
-             "| latency vs local |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        ratio = r["median_latency_ratio_vs_local"]
-        lines.append(f"| {r['runner']} | {r['startup_secs']:.1f} | {r['wall_secs']:.1f} "
-                     f"| {r['trials_per_min']:.1f} | {r['build_secs']:.1f} | {r['run_secs']:.1f} "
-                     f"| {r['ok']}/{r['trials']} | {r['best_gflops']:.1f} "
-                     f"| {'-' if ratio is None else f'{ratio:.2f}x'} |")
+             f"configs (the same for every runner), batch {args.batch}", "", markdown_table(header, table)]
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 

@@ -14,38 +14,29 @@ Writes experiments/results/winograd_vs_direct-<model>.{json,md,png}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from autosearch.importer import import_model  # noqa: E402
 from autosearch.measure.base import EvaluatorConfig  # noqa: E402
-from autosearch.measure.local import LocalRunner  # noqa: E402
-from autosearch.records import TuningLog, read_log  # noqa: E402
 from autosearch.target import parse_target  # noqa: E402
-from autosearch.tuner import Tuner  # noqa: E402
-
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+from experiments.lib.io import results_path, write_json, write_text  # noqa: E402
+from experiments.lib.tables import markdown_table  # noqa: E402
+from experiments.lib.tuning import run_autosearch  # noqa: E402
 
 
 def tune(task, target, strategy: str, trials: int, batch: int, seed: int) -> dict:
-    log_path = os.path.join(tempfile.mkdtemp(prefix="wino-"), "log.jsonl")
-    runner = LocalRunner(target=target, evaluator=EvaluatorConfig(), seed=seed)
-    start = time.perf_counter()
-    with TuningLog(log_path) as log:
-        summary = Tuner(tasks=[task], runner=runner, log=log, strategy=strategy, budget=trials, batch=batch,
-                        seed=seed).run()
-    runner.close()
-    state = summary.states[0]
-    contents = read_log(log_path)
-    best = contents.best(task.workload_key)
-    return {"best_ms": best.latency * 1e3 if best else None, "baseline_ms": state.baseline.median * 1e3,
-            "trials": state.trials, "failures": state.failures, "wall_secs": time.perf_counter() - start,
-            "curve_ms": [r.latency * 1e3 if r.ok else None for r in contents.trials(task.workload_key)]}
+    """One task tuned alone: its best latency (ms, as the run chose it: finalists re-timed), its untuned latency
+    and the latency of every trial."""
+    run = run_autosearch(task, target, strategy, trials, batch, seed, evaluator=EvaluatorConfig(),
+                         finalist_rounds=3)
+    best, baseline = run.log.best(task.workload_key), run.log.baseline(task.workload_key)
+    return {"best_ms": best.latency * 1e3 if best else None,
+            "baseline_ms": baseline.latency * 1e3 if baseline and baseline.ok else None,
+            "trials": len(run.records), "failures": sum(not r.ok for r in run.records), "wall_secs": run.wall_secs,
+            "curve_ms": [r.latency * 1e3 if r.ok else None for r in run.records]}
 
 
 def main() -> int:
@@ -76,26 +67,25 @@ def main() -> int:
             sys.stdout.write(f"{row['layer']} {label}: best {row[label]['best_ms']:.3f} ms\n")
             sys.stdout.flush()
         rows.append(row)
-    os.makedirs(RESULTS, exist_ok=True)
-    stem = os.path.join(RESULTS, f"winograd_vs_direct-{args.model}")
-    with open(stem + ".json", "w") as fh:
-        json.dump({"model": args.model, "trials": args.trials, "strategy": args.strategy, "target": str(target),
-                   "rows": rows}, fh, indent=1)
-    lines = [f"{args.model}: each layer tuned {args.trials} trials per algorithm ({args.strategy}, seed {args.seed}); "
-             "latency of the best config; GFLOPS as direct-convolution FLOPs / latency", "",
-             "| layer | direct GFLOP | winograd GFLOP (TVM count) | FLOP ratio | direct ms | winograd ms | speedup | "
-             "direct-equiv. GFLOPS (direct / winograd) |", "|---|---|---|---|---|---|---|---|"]
+    stem = results_path(f"winograd_vs_direct-{args.model}")
+    write_json(stem + ".json", {"model": args.model, "trials": args.trials, "strategy": args.strategy,
+                                "target": str(target), "rows": rows})
+    header = ["layer", "direct GFLOP", "winograd GFLOP (TVM count)", "FLOP ratio", "direct ms", "winograd ms",
+              "speedup", "direct-equiv. GFLOPS (direct / winograd)"]
+    table = []
     for r in rows:
         d, w = r["direct"]["best_ms"], r["winograd"]["best_ms"]
-        lines.append(f"| {r['layer']} | {r['direct_gflop']:.3f} | {r['winograd_gflop']:.3f} | {r['flop_ratio']:.2f} | "
-                     f"{d:.3f} | {w:.3f} | {d / w:.2f}x | "
-                     f"{r['direct_gflop'] / d * 1e3:.0f} / {r['direct_gflop'] / w * 1e3:.0f} |")
+        table.append([r["layer"], f"{r['direct_gflop']:.3f}", f"{r['winograd_gflop']:.3f}", f"{r['flop_ratio']:.2f}",
+                      f"{d:.3f}", f"{w:.3f}", f"{d / w:.2f}x",
+                      f"{r['direct_gflop'] / d * 1e3:.0f} / {r['direct_gflop'] / w * 1e3:.0f}"])
+    lines = [f"{args.model}: each layer tuned {args.trials} trials per algorithm ({args.strategy}, seed {args.seed}); "
+             "latency of the best config; GFLOPS as direct-convolution FLOPs / latency", "",
+             markdown_table(header, table)]
     total_d = sum(r["direct"]["best_ms"] for r in rows)
     total_w = sum(r["winograd"]["best_ms"] for r in rows)
     lines += ["", f"sum over these layers: direct {total_d:.2f} ms, winograd {total_w:.2f} ms "
                   f"({total_d / total_w:.2f}x)"]
-    with open(stem + ".md", "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    write_text(stem + ".md", "\n".join(lines) + "\n")
     sys.stdout.write("\n".join(lines) + "\n")
     plot(rows, stem + ".png", args)
     return 0

@@ -1,4 +1,4 @@
-"""Search strategies for autosearch: ``random``, ``annealing``, ``optuna``.
+"""Search strategies for autosearch: ``random``, ``annealing``, ``optuna``, ``coordinate_descent``.
 
 One module per strategy, each with ``STRATEGY`` (the class) and ``OPTIONS`` (its options table); the
 core finds them by name (:data:`autosearch.strategy.STRATEGIES`). The classes are re-exported lazily,
@@ -14,9 +14,10 @@ _EXPORTS = {
     "RandomSearch": "strategies.random_search",
     "SimulatedAnnealing": "strategies.annealing",
     "OptunaSearch": "strategies.optuna_search",
+    "CoordinateDescent": "strategies.coordinate_descent",
 }
 
-__all__ = ["OptunaSearch", "RandomSearch", "SimulatedAnnealing"]
+__all__ = ["CoordinateDescent", "OptunaSearch", "RandomSearch", "SimulatedAnnealing"]
 
 
 def __getattr__(name: str) -> Any:

@@ -18,8 +18,9 @@ sketch's decisions jointly, constant liar for batches) is the one that models th
 The others model only the intersection of the parameters of all trials, which is just ``sketch``: their
 decisions come from their independent sampler, i.e. uniformly at random. ``random``; ``qmc`` (a
 scrambled Sobol sequence over ``sketch``); ``cmaes`` (CMA-ES cannot model categoricals at all, so in
-practice random); ``nsga2`` (genetic; ``n_startup_trials`` is its population size); ``gp`` (Optuna's
-Gaussian process; needs PyTorch, which autosearch does not install).
+practice random, and the ``cmaes`` package it needs for numeric parameters is never imported); ``nsga2``
+(genetic; ``n_startup_trials`` is its population size); ``gp`` (Optuna's Gaussian process over the sketch;
+needs PyTorch, which autosearch does not install; ~0.5 s per trial for its fit).
 
 With ``storage`` (e.g. ``sqlite:///study.db``) the study is stored and reloaded (``load_if_exists``),
 one study per task, named by the ``task_id`` the tuning loop passes (task name + key), so

@@ -51,6 +51,8 @@ VARIANTS = [
     Variant("optuna", {"sampler": "qmc"}),
     Variant("optuna", {"sampler": "nsga2"}),
     Variant("optuna", {"sampler": "cmaes"}),
+    Variant("coordinate_descent", {}, learns=True),
+    Variant("coordinate_descent", {}, model=True, learns=True),
 ]
 
 
@@ -188,7 +190,7 @@ def _best_of(name: str, space, synthetic, seed: int, budget: int = 64, scorer=No
     return best_latency(history) / synthetic.latency(synthetic.optimum())
 
 
-@pytest.mark.parametrize("name", ["annealing", "optuna"])
+@pytest.mark.parametrize("name", ["annealing", "optuna", "coordinate_descent"])
 def test_beats_random_search_on_the_synthetic_space(name: str, conv_space) -> None:
     """Best of 64 (as a multiple of the known optimum), median over 3 seeds, each seed its own synthetic
     landscape: better than random search's.

@@ -202,3 +202,20 @@ def test_model_ranks_a_pool_in_proportion_to_its_picks(conv_space, synthetic) ->
     run_strategy(strategy, ReplayRunner(conv_space, synthetic), 32, 16, cost_model=scorer)  # 8 picks a batch
     assert sizes and all(s <= CANDIDATES_PER_PICK * 8 for s in sizes)
     assert min(sizes) <= CANDIDATES_PER_PICK < max(sizes)
+
+
+@pytest.mark.parametrize("sampler", ["gp", "cmaes"])
+def test_gp_and_cmaes_samplers_search_through_the_strategy(sampler: str, conv_space, synthetic, capfd) -> None:
+    """``--sampler gp`` / ``cmaes`` (as the study runs them): Optuna's sampler of that name drives the study, 16
+    trials without repeats, quietly. CMA-ES models no categorical parameter, so it never needs the ``cmaes``
+    package (not installed here); GP needs torch."""
+    if sampler == "gp" and importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed: the gp sampler is a UserError (tested above)")
+    strategy = OptunaSearch(conv_space, seed=0, sampler=sampler, n_startup_trials=4)
+    history = run_strategy(strategy, ReplayRunner(conv_space, synthetic), 16, 4)
+    assert len({c for c, _ in history}) == 16
+    expected = {"gp": optuna.samplers.GPSampler, "cmaes": optuna.samplers.CmaEsSampler}[sampler]
+    assert isinstance(strategy.study.sampler, expected)
+    assert len(strategy.study.get_trials(states=(TrialState.COMPLETE, TrialState.FAIL))) == 16
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""

@@ -1,0 +1,16 @@
+"""The experiment helpers every script in ``experiments/`` uses, each written once.
+
+- :mod:`.io`: where results go (``experiments/results/``), atomic JSON / text writes.
+- :mod:`.tables`: Markdown tables and number formatting.
+- :mod:`.stats`: medians, bootstrap intervals, trials-to-target, pairwise order on pairs far apart.
+- :mod:`.tasks`: naming a conv task stably (``MODEL[:LAYOUT]:LAYER[@KxK][/ALGORITHM]``) and finding it.
+- :mod:`.tuning`: one autosearch tuning run of one task, and what its records say at a budget.
+- :mod:`.retime`: re-timing schedules in fresh measuring processes, interleaved across methods.
+- :mod:`.loo`: leave-one-task-out splits (cost models) and warm-start logs without the task under test.
+- :mod:`.metaschedule`: TVM's own tuner (``ms.tune_tir``, with or without Droplet post-optimisation) on the
+  same design space and evaluator, with the time every trial finished.
+- :mod:`.machine`: the fingerprint of the machine a result was measured on.
+- :mod:`.plots`: figures shared by several experiments (performance profiles, best-so-far curves).
+- :mod:`.cli`: running ``python -m autosearch`` as a user would.
+- :mod:`.study`: the strategy study (``experiments/study.py``).
+"""

@@ -1,0 +1,45 @@
+"""Which machine a result was measured on: a fingerprint stored with every result, compared before mixing."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from typing import Any
+
+IDENTITY = ("cpu_model", "cores", "mcpu", "num_cores")  # what must agree for timings to be compared
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; the platform's processor string elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fingerprint(target) -> dict[str, Any]:
+    """CPU model, logical cores, the LLVM target (its ``mcpu`` and ``num-cores``), host and versions."""
+    import tvm
+
+    from autosearch import __version__
+    from autosearch.target import target_num_cores, target_to_json
+
+    spec = target_to_json(target)
+    return {"cpu_model": cpu_model(), "cores": os.cpu_count() or 1, "mcpu": spec.get("mcpu", ""),
+            "num_cores": target_num_cores(target), "target": spec, "host": socket.gethostname(),
+            "tvm": tvm.__version__, "autosearch": __version__}
+
+
+def identity(info: dict[str, Any]) -> tuple:
+    return tuple(info.get(k) for k in IDENTITY)
+
+
+def describe(info: dict[str, Any]) -> str:
+    """``AMD EPYC ..., 2 cores, llvm -mcpu=znver4 (2 threads)``."""
+    return (f"{info.get('cpu_model', '?')}, {info.get('cores', '?')} cores, LLVM mcpu={info.get('mcpu') or '?'} "
+            f"({info.get('num_cores', '?')} threads)")

@@ -1,0 +1,103 @@
+"""Re-timing schedules in fresh measuring processes, so no method is credited with a lucky in-run timing.
+
+A tuning run's best is selected *because* its in-run timing was low, so that timing is biased (the winner's
+curse), and fresh processes disagree about one kernel far more than repeats within a process do. So the
+schedules a comparison is about are timed again, each round in a fresh measuring process, and a schedule's
+score is the median over rounds of its per-round median (:mod:`autosearch.finalists`' rule). When several
+methods are compared, :func:`round_robin` interleaves their schedules within a round and rotates which method
+goes first from round to round, so a slow spell of the machine hits every method alike.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+K = TypeVar("K")
+T = TypeVar("T")
+
+
+def schedule(task, trace) -> Any:
+    """The scheduled module of ``task`` a TVM trace (JSON, postprocessors included) describes."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    sch = Schedule(task.mod)
+    Trace.apply_json_to_schedule(trace, sch)
+    return sch.mod
+
+
+def round_robin(groups: Mapping[K, Sequence[T]], round_index: int) -> list[tuple[K, T]]:
+    """The items of every group, interleaved: one of each group in turn (groups in their order rotated by
+    ``round_index``, so each round another group goes first), until every group is used up."""
+    keys = list(groups)
+    if keys:
+        k = round_index % len(keys)
+        keys = keys[k:] + keys[:k]
+    out: list[tuple[K, T]] = []
+    depth = max((len(groups[key]) for key in keys), default=0)
+    for i in range(depth):
+        out += [(key, groups[key][i]) for key in keys if i < len(groups[key])]
+    return out
+
+
+def measure_traces(runner, task, traces: Sequence) -> list:
+    """Time each schedule (TVM trace JSON) of ``task`` once, in the order given, on ``runner`` (whose reference for
+    the task is prepared); a trace that no longer applies fails as ``invalid_config``, unbuilt."""
+    from autosearch.records import MeasureResult, Status
+
+    mods: list[Any] = []
+    for trace in traces:
+        try:
+            mods.append(schedule(task, trace))
+        except Exception as exc:  # TVM raises ScheduleError / TVMError: this schedule is not measurable
+            mods.append(MeasureResult.failed(Status.INVALID_CONFIG, f"{type(exc).__name__}: {exc}"[:300]))
+    buildable = [i for i, m in enumerate(mods) if not isinstance(m, MeasureResult)]
+    measured = dict(zip(buildable, runner.measure(task, [mods[i] for i in buildable])))
+    return [measured.get(i, mods[i]) for i in range(len(mods))]
+
+
+def prepared_runner(task, *, evaluator=None):
+    """A LocalRunner for ``task`` with its reference output and baseline measured (``RuntimeError`` if the
+    unscheduled kernel itself fails)."""
+    from autosearch.measure.local import LocalRunner
+
+    runner = LocalRunner(target=task.target, evaluator=evaluator)
+    base = runner.prepare(task)
+    if not base.ok:
+        runner.close()
+        raise RuntimeError(f"the unscheduled {task.name} failed to build or run: {base.error}")
+    return runner
+
+
+def retime(task, target, traces: Sequence, *, evaluator=None, rounds: int = 1) -> list[list]:
+    """Time each schedule (TVM trace JSON) of ``task`` once per round, every round in a fresh measuring process;
+    returns ``MeasureResult`` per round, per trace (failures included)."""
+    import dataclasses
+
+    task = dataclasses.replace(task, target=target)
+    runner = prepared_runner(task, evaluator=evaluator)
+    out = []
+    try:
+        for r in range(rounds):
+            if r > 0:
+                runner.refresh()
+            out.append(measure_traces(runner, task, traces))
+    finally:
+        runner.close()
+    return out
+
+
+def score(results: Sequence) -> float:
+    """Seconds: the median over rounds of each round's median; ``inf`` if any round failed (never the best)."""
+    if not results or any(not r.ok for r in results):
+        return math.inf
+    return statistics.median(r.median for r in results)
+
+
+def retime_secs(task, target, traces: Sequence, *, evaluator=None, rounds: int = 1) -> list[float]:
+    """:func:`retime`, scored: seconds per trace (``inf`` for a schedule that failed a round)."""
+    per_round = retime(task, target, traces, evaluator=evaluator, rounds=rounds)
+    return [score([r[i] for r in per_round]) for i in range(len(traces))]

@@ -1,0 +1,101 @@
+"""The statistics experiments report, each defined once.
+
+- :func:`bootstrap_ci`: a percentile bootstrap interval of the median (or another statistic) of a few runs.
+- :func:`pairwise_accuracy_apart` / :func:`close_share`: how well an order agrees with measured throughputs on
+  the pairs that differ by more than a ratio (``ratio=1.1``: "pairs more than 10% apart", the pairs that a
+  re-measurement orders the same way; closer pairs are mostly noise). One tie rule: a tie in the order being
+  judged counts half, as :func:`cost_models.evaluate.pairwise_accuracy` counts it.
+- :func:`trials_to_reach`, :func:`median_trials`: the first trial whose result reaches a target, and the median
+  over runs where "never" counts as more than any number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+NEVER = math.inf  # trials (or seconds) to a target that a run never reached
+
+
+def median(values: Sequence[float]) -> float:
+    """Median of the finite values; NaN when there are none."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.median(finite)) if finite else math.nan
+
+
+def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, resamples: int = 2000, seed: int = 0,
+                 statistic: Callable[[np.ndarray], float] = np.median) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic`` over ``values`` (NaNs dropped): ``(lo, hi)``, NaN when
+    empty. With three runs the interval is no finer than their range; it is reported to show the spread, not
+    to claim significance."""
+    data = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+    if data.size == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, data.size, size=(resamples, data.size))
+    stats = np.apply_along_axis(statistic, 1, data[picks])
+    tail = (1.0 - level) / 2.0
+    return float(np.quantile(stats, tail)), float(np.quantile(stats, 1.0 - tail))
+
+
+def _apart(truth: np.ndarray, ratio: float) -> np.ndarray:
+    """Pairs (i, j) with ``truth[i] > ratio * truth[j]``: i is measured faster by more than the ratio."""
+    return truth[:, None] > ratio * truth[None, :]
+
+
+def _agreeing(order: np.ndarray, pairs: np.ndarray) -> float:
+    """How many of the (i faster than j) ``pairs`` ``order`` puts the same way round, a tie counting half."""
+    sign = np.sign(order[:, None] - order[None, :])[pairs]
+    return float((sign > 0).sum() + 0.5 * (sign == 0).sum())
+
+
+def pairwise_accuracy_apart(truth: Sequence[float], order: Sequence[float], *, ratio: float = 1.1) -> float:
+    """Share of the pairs whose ``truth`` (throughput, higher = faster) differs by more than ``ratio`` that
+    ``order`` (a prediction or a re-measurement, higher = faster) puts the same way round; ties in ``order`` count
+    half. NaN when no pair is that far apart."""
+    t = np.asarray(truth, dtype=np.float64)
+    apart = _apart(t, ratio)
+    return _agreeing(np.asarray(order, dtype=np.float64), apart) / apart.sum() if apart.any() else math.nan
+
+
+def pairs_by_ratio(truth: Sequence[float], order: Sequence[float],
+                   edges: Sequence[float]) -> dict[tuple[float, float], tuple[int, float]]:
+    """For each bucket (lo, hi] of consecutive ``edges``: the pairs whose ``truth`` ratio (faster / slower) falls in
+    it, and how many of them ``order`` puts the same way round (ties half, as in :func:`pairwise_accuracy_apart`)."""
+    t = np.asarray(truth, dtype=np.float64)
+    o = np.asarray(order, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = t[:, None] / t[None, :]
+    out = {}
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        sel = (ratio > lo) & (ratio <= hi)
+        out[(lo, hi)] = (int(sel.sum()), _agreeing(o, sel))
+    return out
+
+
+def close_share(truth: Sequence[float], *, ratio: float = 1.1) -> float:
+    """Share of the pairs with different ``truth`` that are within ``ratio`` of each other (NaN without pairs)."""
+    t = np.asarray(truth, dtype=np.float64)
+    differ = (t[:, None] > t[None, :]).sum()
+    return float(1.0 - _apart(t, ratio).sum() / differ) if differ else math.nan
+
+
+def trials_to_reach(latencies: Sequence[float], target: float) -> float:
+    """1-based index of the first latency (seconds; ``inf`` for a failed trial) at or below ``target``;
+    :data:`NEVER` if none is."""
+    return next((i + 1.0 for i, lat in enumerate(latencies) if lat <= target), NEVER)
+
+
+def median_trials(values: Sequence[float]) -> float:
+    """The median of trials (or seconds) to a target over runs, :data:`NEVER` counting as more than any number:
+    the upper middle of an even count, so half the runs reached the target by then (never a mean with NEVER)."""
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else math.nan
+
+
+def share(flags: Sequence[bool | None]) -> float:
+    """Share of True among the flags that are not None (NaN without any)."""
+    known = [f for f in flags if f is not None]
+    return sum(known) / len(known) if known else math.nan
