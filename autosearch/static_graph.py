@@ -49,7 +49,11 @@ def make_static(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> o
     """
     if not has_runtime_shapes(proto):
         return proto
-    import onnxsim
+    try:
+        import onnxsim
+    except ImportError as exc:
+        raise UserError("this model computes tensor shapes at run time; folding them needs onnxsim "
+                        "(pip install 'onnxsim>=0.8.1', Python 3.11 or newer)") from exc
 
     with _stderr_to_log():  # onnxsim's C++ core reports each node it cannot fold yet on fd 2
         try:
