@@ -58,6 +58,7 @@ BUILTIN_MODELS: dict[str, str] = {
     "tiny-yolov2": "workloads.tiny_yolov2:build",
     "yolov3-tiny": "workloads.yolov3_tiny:build",
     "yolov8n": "workloads.yolov8n:build",
+    "yolo11n": "workloads.yolo11n:build",
 }
 
 
