@@ -51,7 +51,7 @@ def _c3k2(b: GraphBuilder, x: str, c1: int, c2: int, n: int, c3k: bool, e: float
     return c2f(b, x, c1, c2, n, lambda y, c: bottleneck(b, y, c, c, True), e)
 
 
-def _attention(b: GraphBuilder, x: str, dim: int, heads: int) -> str:
+def attention(b: GraphBuilder, x: str, dim: int, heads: int) -> str:
     """``Attention(dim, num_heads=heads, attn_ratio=0.5)`` on a P5 x P5 map, op for op as exported."""
     head_dim = dim // heads
     key_dim = head_dim // 2
@@ -71,7 +71,7 @@ def _c2psa(b: GraphBuilder, x: str, c1: int, n: int = 1) -> str:
     c = c1 // 2
     a, y = b.split(conv(b, x, c1, 2 * c), [c, c])
     for _ in range(n):
-        y = b.add(y, _attention(b, y, c, max(c // 64, 1)))
+        y = b.add(y, attention(b, y, c, max(c // 64, 1)))
         y = b.add(y, conv(b, conv(b, y, c, 2 * c), 2 * c, c, act=False))
     return conv(b, b.concat([a, y]), 2 * c, c1)
 
