@@ -269,10 +269,16 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
     return [TuningTask(**{**t.__dict__, "index": i}) for i, t in enumerate(tasks)]
 
 
-def _dynamic_shape_message(name: str, proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> str:
+def _dynamic_shape_message(name: str, proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
+                           exc: Exception) -> str | None:
+    """A one-line error when lowering failed on a tensor whose shape stays unknown for static inputs (TVM
+    fails in several ways there: an assertion in legalisation, a symbolic shape in a task); None when the
+    graph has no such tensor and the failure is not that assertion (an internal error, traceback kept)."""
     from autosearch.static_graph import first_dynamic_node, format_shapes
 
     node = first_dynamic_node(proto)
+    if node is None and "ShapeExpr" not in str(exc):
+        return None
     where = f": {node.op_type} node {node.name!r} sizes its output from data" if node is not None else ""
     return (f"model {name!r} has tensor shapes that stay dynamic with input shape {format_shapes(shapes)}{where}; "
             "TVM tunes static shapes only")
@@ -294,10 +300,13 @@ def import_model(model: str, target, *, input_shape: str | None = None, seed: in
     relax_mod = to_relax(proto, shapes)
     try:
         tasks = extract_tasks(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
-    except AssertionError as exc:  # TVM's legalisation asserts on tensors with data-dependent shapes
-        if "ShapeExpr" not in str(exc):
+    except UserError:
+        raise
+    except Exception as exc:  # TVM on data-dependent shapes: AssertionError, TypeError, ...
+        message = _dynamic_shape_message(name, proto, shapes, exc)
+        if message is None:
             raise
-        raise UserError(_dynamic_shape_message(name, proto, shapes)) from exc
+        raise UserError(message) from exc
     if not tasks:
         raise UserError(f"model {name!r} gave no tuning tasks for target {target}")
     log.info("model %s: %d tasks, %.3f GFLOP", name, len(tasks), sum(t.flops * t.weight for t in tasks) / 1e9)

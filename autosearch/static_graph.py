@@ -74,7 +74,7 @@ def first_dynamic_node(proto: onnx.ModelProto) -> onnx.NodeProto | None:
     where a graph still sizes tensors from data at run time (``NonZero``, a ``Reshape`` to a computed shape)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
-    except Exception:  # noqa: BLE001 - inference is a diagnosis here, not a requirement
+    except Exception:  # inference is a diagnosis here, not a requirement
         return None
     static = {t.name for t in inferred.graph.initializer}
     for info in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):

@@ -183,3 +183,20 @@ def test_an_op_tvm_cannot_import_is_named_with_its_node(tmp_path, target, kind):
     proc = run_cli("tasks", "--model", path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: ONNX op not supported by TVM's Relax importer: Celu (node 'user_op')"
+
+
+def test_a_shape_that_depends_on_data_is_named_in_one_line(tmp_path):
+    """NonZero's output size depends on the values: nothing folds it, and TVM cannot tune it."""
+    weight = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["images", "w"], ["c"], pads=[1] * 4, name="conv"),
+         helper.make_node("NonZero", ["c"], ["nz"], name="where_positive"),
+         helper.make_node("Cast", ["nz"], ["y"], to=TensorProto.FLOAT, name="cast")],
+        "nonzero", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, None])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    proc = run_cli("tasks", "--model", _save(tmp_path, model, "nonzero"), "--winograd", "off", "--layout", "NCHW")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "NonZero node 'where_positive' sizes its output from data" in proc.stderr
