@@ -488,8 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def model_args(p, default=None):
         p.add_argument("--model", default=default,
-                       help="built-in model (tiny-yolov2, yolov3-tiny, yolov8n) or a path to an .onnx file")
-        p.add_argument("--input-shape", help="override dynamic input shapes, e.g. images:1,3,640,640")
+                       help="built-in model (tiny-yolov2, yolov3-tiny, yolov8n, yolo11n) or a path to an .onnx file")
+        p.add_argument("--input-shape", help="input shapes, e.g. images:1,3,640,640: fixes dynamic axes (batch, "
+                                             "height, width); the model's shape arithmetic is folded for it")
         p.add_argument("--target", help="llvm (host CPU, all cores; default), cuda, a TVM tag, or a JSON target dict")
         p.add_argument("--winograd", choices=["auto", "off"],
                        help="auto (default): wide 3x3 stride-1 convolutions are tuned both direct and as Winograd "

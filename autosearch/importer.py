@@ -27,7 +27,7 @@ class ImportedModel:
     """A model ready for tuning: the Relax module TVM compiles and the tasks it is made of."""
 
     name: str
-    onnx_model: onnx.ModelProto
+    onnx_model: onnx.ModelProto  # the graph TVM imported: inputs fixed, shape arithmetic folded (static_graph)
     input_shapes: dict[str, tuple[int, ...]]
     relax_mod: Any  # before legalisation: what compile_relax wants, so database keys match
     tasks: list[TuningTask]
@@ -58,6 +58,7 @@ BUILTIN_MODELS: dict[str, str] = {
     "tiny-yolov2": "workloads.tiny_yolov2:build",
     "yolov3-tiny": "workloads.yolov3_tiny:build",
     "yolov8n": "workloads.yolov8n:build",
+    "yolo11n": "workloads.yolo11n:build",
 }
 
 
@@ -155,13 +156,29 @@ def _fmt_dims(dims) -> str:
 
 
 def check_supported_ops(proto: onnx.ModelProto) -> None:
-    """Name the ONNX ops TVM's Relax importer lacks, before it fails deep inside."""
+    """Name the ONNX ops TVM's Relax importer lacks, each with its first node, before it fails deep inside."""
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     supported = _get_convert_map()
-    missing = sorted({n.op_type for n in proto.graph.node if n.op_type not in supported})
-    if missing:
-        raise UserError(f"ONNX op(s) not supported by TVM's Relax importer: {', '.join(missing)}")
+    first: dict[str, str] = {}
+    for i, node in enumerate(proto.graph.node):
+        if node.op_type not in supported:
+            first.setdefault(node.op_type, node.name or f"#{i}")
+    if first:
+        ops = ", ".join(f"{op} (node {name!r})" for op, name in first.items())
+        raise UserError(f"ONNX op{'s' if len(first) > 1 else ''} not supported by TVM's Relax importer: {ops}")
+
+
+def make_static(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """``proto`` with its inputs fixed to ``shapes`` and its run-time shape arithmetic folded
+    (:mod:`autosearch.static_graph`); an op TVM lacks is named before any folding error."""
+    from autosearch.static_graph import make_static as fold
+
+    try:
+        return fold(proto, shapes)
+    except UserError:
+        check_supported_ops(proto)  # onnxsim stumbles on ops it cannot run: name the op, not the stumble
+        raise
 
 
 def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
@@ -252,6 +269,21 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
     return [TuningTask(**{**t.__dict__, "index": i}) for i, t in enumerate(tasks)]
 
 
+def _dynamic_shape_message(name: str, proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
+                           exc: Exception) -> str | None:
+    """A one-line error when lowering failed on a tensor whose shape stays unknown for static inputs (TVM
+    fails in several ways there: an assertion in legalisation, a symbolic shape in a task); None when the
+    graph has no such tensor and the failure is not that assertion (an internal error, traceback kept)."""
+    from autosearch.static_graph import first_dynamic_node, format_shapes
+
+    node = first_dynamic_node(proto)
+    if node is None and "ShapeExpr" not in str(exc):
+        return None
+    where = f": {node.op_type} node {node.name!r} sizes its output from data" if node is not None else ""
+    return (f"model {name!r} has tensor shapes that stay dynamic with input shape {format_shapes(shapes)}{where}; "
+            "TVM tunes static shapes only")
+
+
 def import_model(model: str, target, *, input_shape: str | None = None, seed: int = 0,
                  winograd: str = "auto", layout: str = "NCHW",
                  fast_math: str = DEFAULT_FAST_MATH) -> ImportedModel:
@@ -264,8 +296,17 @@ def import_model(model: str, target, *, input_shape: str | None = None, seed: in
     check_fast_math(fast_math)
     name, proto = load_onnx(model, seed=seed)
     shapes = resolve_input_shapes(proto, parse_input_shapes(input_shape))
+    proto = make_static(proto, shapes)
     relax_mod = to_relax(proto, shapes)
-    tasks = extract_tasks(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
+    try:
+        tasks = extract_tasks(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
+    except UserError:
+        raise
+    except Exception as exc:  # TVM on data-dependent shapes: AssertionError, TypeError, ...
+        message = _dynamic_shape_message(name, proto, shapes, exc)
+        if message is None:
+            raise
+        raise UserError(message) from exc
     if not tasks:
         raise UserError(f"model {name!r} gave no tuning tasks for target {target}")
     log.info("model %s: %d tasks, %.3f GFLOP", name, len(tasks), sum(t.flops * t.weight for t in tasks) / 1e9)

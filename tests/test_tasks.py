@@ -16,7 +16,8 @@ def models(target):
     from autosearch.importer import import_model
 
     # direct convolutions: the graph as ONNX states it (winograd lowering has its own tests)
-    return {name: import_model(name, target, winograd="off") for name in ("tiny-yolov2", "yolov3-tiny", "yolov8n")}
+    return {name: import_model(name, target, winograd="off")
+            for name in ("tiny-yolov2", "yolov3-tiny", "yolov8n", "yolo11n")}
 
 
 def test_tiny_yolov2_has_its_nine_conv_tasks(models):
@@ -28,7 +29,7 @@ def test_tiny_yolov2_has_its_nine_conv_tasks(models):
     assert tasks[0].args[1][0] == (1024, 1024, 3, 3)
 
 
-@pytest.mark.parametrize("name", ["tiny-yolov2", "yolov3-tiny", "yolov8n"])
+@pytest.mark.parametrize("name", ["tiny-yolov2", "yolov3-tiny", "yolov8n", "yolo11n"])
 def test_task_flops_match_an_independent_count_of_the_onnx_graph(models, name):
     from workloads.onnx_flops import count_flops
 
@@ -43,6 +44,29 @@ def test_yolov8n_conv_task_count(models):
     tasks = models["yolov8n"].tasks
     assert sum(t.weight for t in tasks if "conv2d" in t.name) == 64
     assert 8.6e9 < models["yolov8n"].flops < 8.9e9
+
+
+def test_yolo11n_conv_and_attention_tasks(models):
+    """88 conv layers in 62 distinct tasks; C2PSA's attention gives two batch matmuls and a softmax over the 400
+    tokens of the 20x20 map, and each has a MetaSchedule design space with open decisions, like a conv."""
+    from autosearch.space import DecisionSpace
+
+    tasks = models["yolo11n"].tasks
+    assert sum(t.weight for t in tasks if "conv2d" in t.name) == 88
+    assert 6.5e9 < models["yolo11n"].flops < 6.7e9
+    attention = {
+        "matmul": [((1, 2, 400, 32), "float32"), ((1, 2, 32, 400), "float32"), ((1, 2, 400, 400), "float32")],
+        "matmul_v": [((1, 2, 64, 400), "float32"), ((1, 2, 400, 400), "float32"), ((1, 2, 64, 400), "float32")],
+        "softmax": [((1, 2, 400, 400), "float32")] * 2,
+    }
+    for kind, args in attention.items():
+        task = next(t for t in tasks if kind.split("_")[0] in t.name and list(t.args) == args)
+        assert task.flops > 0
+        space = DecisionSpace(task.mod, task.target)
+        assert space.sketches and all(len(s.decisions) > 0 for s in space.sketches)
+        assert space.log10_size() > 3
+        applied = space.apply(space.sample(np.random.default_rng(0)))
+        assert applied.ok, applied.error
 
 
 def test_task_records_carry_args_and_workload_key(models):
@@ -165,7 +189,7 @@ def _bad_input_cases(tmp_path):
         (["--model", str(tmp_path / "missing.onnx")], "not found"),
         (["--model", str(not_onnx)], "cannot read"),
         (["--model", str(unsupported)], "MyCustomOp"),
-        (["--model", "yolov99"], "tiny-yolov2, yolov3-tiny, yolov8n"),
+        (["--model", "yolov99"], "tiny-yolov2, yolo11n, yolov3-tiny, yolov8n"),
         (["--target", "{not json"], "malformed --target"),
         (["--target", '{"kind": "nosuchkind"}'], "malformed --target"),
         (["--model", str(static), "--input-shape", "x:1,3,64,64"], "does not fit"),

@@ -82,6 +82,13 @@ class GraphBuilder:
         self._initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
+    def scalar(self, prefix: str, value: float) -> str:
+        """A rank-0 float32 initializer, as torch exports a Python float operand (``x * 0.5``);
+        :meth:`constant` stores at least one dimension."""
+        name = self._fresh(prefix)
+        self._initializers.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
+        return name
+
     def node(self, op_type: str, inputs: Sequence[str], *, n_outputs: int = 1, **attrs: object) -> list[str]:
         """Append one node with fresh output names and return those names."""
         node_name = self._fresh(op_type)
@@ -111,16 +118,19 @@ class GraphBuilder:
         *,
         gain: float = LEAKY_GAIN,
         weight: np.ndarray | None = None,
+        group: int = 1,
     ) -> str:
         """2-D convolution with square kernel ``k``, stride ``s`` and symmetric padding ``p``.
 
         ``p`` defaults to ``k // 2`` ("same" for odd kernels).  Random weights use std
         ``gain / sqrt(fan_in)``; a fixed ``weight`` (e.g. the DFL projection) can be passed instead.
-        Biases are small so they shift activations without dominating them.
+        Biases are small so they shift activations without dominating them. ``group``: grouped
+        convolution (``group == c_in == c_out``: depthwise), weights (c_out, c_in / group, k, k).
         """
         pad = k // 2 if p is None else p
         if weight is None:
-            weight = self.normal((c_out, c_in, k, k), gain / math.sqrt(c_in * k * k))
+            fan_in = c_in // group * k * k
+            weight = self.normal((c_out, c_in // group, k, k), gain / math.sqrt(fan_in))
         inputs = [x, self.constant("conv_weight", weight.astype(np.float32))]
         if bias:
             inputs.append(self.constant("conv_bias", self.normal((c_out,), 0.1)))
@@ -128,7 +138,7 @@ class GraphBuilder:
             "Conv",
             inputs,
             dilations=[1, 1],
-            group=1,
+            group=group,
             kernel_shape=[k, k],
             pads=[pad, pad, pad, pad],
             strides=[s, s],
@@ -214,6 +224,15 @@ class GraphBuilder:
     def transpose(self, x: str, perm: Sequence[int]) -> str:
         """Permute axes."""
         return self._op("Transpose", [x], perm=list(perm))
+
+    def slice(self, x: str, start: int, end: int, axis: int) -> str:
+        """``x[start:end]`` along ``axis`` (constant bounds, as a simplified export has them)."""
+        bounds = [self.constant("slice_bounds", np.asarray([v], dtype=np.int64)) for v in (start, end, axis)]
+        return self._op("Slice", [x, *bounds])
+
+    def matmul(self, a: str, b: str) -> str:
+        """Batched matrix product over the last two axes (``torch.matmul``, ``@``)."""
+        return self._op("MatMul", [a, b])
 
     def softmax(self, x: str, axis: int) -> str:
         """Softmax over a single axis (opset >= 13 semantics)."""

@@ -1,7 +1,7 @@
 """Tests of the built-in YOLO workloads: validity, runnability, FLOPs and architecture fidelity.
 
-Expected numbers are derived from the published architectures (Darknet cfgs, Ultralytics yolov8.yaml)
-and written out here by hand, independently of the builder code.
+Expected numbers are derived from the published architectures (Darknet cfgs, Ultralytics yolov8.yaml and
+yolo11.yaml with its modules) and written out here by hand, independently of the builder code.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ EXPECTED_IO = {
         {"output_13": (1, 255, 13, 13), "output_26": (1, 255, 26, 26)},
     ),
     "yolov8n": (("images", (1, 3, 640, 640)), {"output0": (1, 84, 8400)}),
+    "yolo11n": (("images", (1, 3, 640, 640)), {"output0": (1, 84, 8400)}),
 }
-EXPECTED_CONVS = {"tiny-yolov2": 9, "yolov3-tiny": 13, "yolov8n": 64}
+EXPECTED_CONVS = {"tiny-yolov2": 9, "yolov3-tiny": 13, "yolov8n": 64, "yolo11n": 88}
 MODEL_NAMES = sorted(EXPECTED_IO)
 
 
@@ -54,8 +55,8 @@ def _conv_flops(layers: list[tuple[int, int, int, int]]) -> int:
 
 
 def test_registry_names_and_unknown_model() -> None:
-    assert set(BUILTIN_MODELS) == {"tiny-yolov2", "yolov3-tiny", "yolov8n"}
-    with pytest.raises(UserError, match="tiny-yolov2, yolov3-tiny, yolov8n"):
+    assert set(BUILTIN_MODELS) == {"tiny-yolov2", "yolo11n", "yolov3-tiny", "yolov8n"}
+    with pytest.raises(UserError, match="tiny-yolov2, yolo11n, yolov3-tiny, yolov8n"):
         build_model("yolov99")
 
 
@@ -88,8 +89,9 @@ def test_onnxruntime_runs_with_expected_outputs(name: str) -> None:
         assert result.std() > 1e-3 and np.abs(result).max() < 1e4
 
 
-def test_yolov8n_outputs_are_not_saturated() -> None:
-    session = ort.InferenceSession(_model("yolov8n").SerializeToString(), providers=["CPUExecutionProvider"])
+@pytest.mark.parametrize("name", ["yolov8n", "yolo11n"])
+def test_ultralytics_outputs_are_not_saturated(name: str) -> None:
+    session = ort.InferenceSession(_model(name).SerializeToString(), providers=["CPUExecutionProvider"])
     image = np.random.default_rng(7).random((1, 3, 640, 640), dtype=np.float32)
     (out,) = session.run(None, {"images": image})
     scores, wh = out[0, 4:], out[0, 2:4]
@@ -170,6 +172,78 @@ def test_yolov8n_parameter_count_matches_fused_ultralytics_model() -> None:
     assert params == 3_151_904
     dfl = next(t for t in model.graph.initializer if tuple(t.dims) == (1, 16, 1, 1))
     np.testing.assert_array_equal(numpy_helper.to_array(dfl).ravel(), np.arange(16, dtype=np.float32))
+
+
+def test_yolo11n_flops() -> None:
+    # Ultralytics reports 6.5 GFLOPs for the fused yolo11n at 640 (convs and the attention's two matmuls)
+    assert 6.4e9 <= count_flops(_model("yolo11n")) <= 6.6e9
+
+
+def _c3k2(c1: int, c2: int, e: float, c3k: bool) -> list[tuple[int, ...]]:
+    """Conv weights of ``C3k2(c1, c2, n=1, c3k, e)`` in export order, from ultralytics/nn/modules/block.py."""
+    c = int(c2 * e)
+    if c3k:  # C3k(c, c): cv1, cv2 (c -> c/2), two 3x3 bottlenecks at c/2, cv3
+        h = c // 2
+        inner = [(h, c, 1, 1), (h, c, 1, 1), *[(h, h, 3, 3)] * 4, (c, c, 1, 1)]
+    else:  # Bottleneck(c, c, e=0.5): 3x3 c -> c/2, 3x3 c/2 -> c
+        inner = [(c // 2, c, 3, 3), (c, c // 2, 3, 3)]
+    return [(2 * c, c1, 1, 1), *inner, (c2, 3 * c, 1, 1)]
+
+
+def test_yolo11n_matches_ultralytics_conv_shapes() -> None:
+    """yolo11.yaml at scale n: widths x 0.25 (64 -> 16 ... 1024 -> 256), repeats x 0.5 (2 -> 1)."""
+    shapes = _conv_weight_shapes(_model("yolo11n"))
+    backbone = [
+        (16, 3, 3, 3), (32, 16, 3, 3),  # 0, 1 Conv stride 2
+        *_c3k2(32, 64, 0.25, False), (64, 64, 3, 3),  # 2 C3k2, 3 Conv
+        *_c3k2(64, 128, 0.25, False), (128, 128, 3, 3),  # 4 C3k2 (P3), 5 Conv
+        *_c3k2(128, 128, 0.5, True), (256, 128, 3, 3),  # 6 C3k2 (P4), 7 Conv
+        *_c3k2(256, 256, 0.5, True),  # 8
+        (128, 256, 1, 1), (256, 512, 1, 1),  # 9 SPPF
+        # 10 C2PSA(256): cv1; PSABlock(128, 2 heads): qkv (128 + 2 x 2 heads x 32), pe (depthwise), proj, ffn; cv2
+        (256, 256, 1, 1), (256, 128, 1, 1), (128, 1, 3, 3), (128, 128, 1, 1), (256, 128, 1, 1), (128, 256, 1, 1),
+        (256, 256, 1, 1),
+    ]  # fmt: skip
+    neck = [
+        *_c3k2(384, 128, 0.5, False),  # 13 on cat(up(P5) 256, P4 128)
+        *_c3k2(256, 64, 0.5, False),  # 16 on cat(up 128, P3 128)
+        (64, 64, 3, 3), *_c3k2(192, 128, 0.5, False),  # 17 Conv, 19
+        (128, 128, 3, 3), *_c3k2(384, 256, 0.5, True),  # 20 Conv, 22
+    ]
+    assert shapes[: len(backbone)] == backbone
+    assert shapes[len(backbone): len(backbone) + len(neck)] == neck
+    detect = []
+    for ch in (64, 128, 256):  # box branch (c2 = 64); class branch (c3 = 80) with depthwise 3x3 convs
+        detect += [(64, ch, 3, 3), (64, 64, 3, 3), (64, 64, 1, 1)]
+        detect += [(ch, 1, 3, 3), (80, ch, 1, 1), (80, 1, 3, 3), (80, 80, 1, 1), (80, 80, 1, 1)]
+    assert shapes[len(backbone) + len(neck):] == [*detect, (1, 16, 1, 1)]  # DFL projection last
+    groups = [next((a.i for a in n.attribute if a.name == "group"), 1)
+              for n in _model("yolo11n").graph.node if n.op_type == "Conv"]
+    assert [g for g in groups if g > 1] == [128, 64, 80, 128, 80, 256, 80]  # C2PSA pe, then Detect's DWConvs
+
+
+def test_yolo11n_parameter_count_matches_fused_ultralytics_model() -> None:
+    # `YOLO("yolo11n.yaml").fuse().info()` (Ultralytics 8.4): "100 layers, 2,616,248 parameters, 6.5 GFLOPs"
+    model = _model("yolo11n")
+    conv_inputs = {i for n in model.graph.node if n.op_type == "Conv" for i in n.input[1:]}
+    assert sum(int(np.prod(t.dims)) for t in model.graph.initializer if t.name in conv_inputs) == 2_616_248
+
+
+def test_yolo11n_attention_is_exported_op_for_op() -> None:
+    """C2PSA's Attention (Ultralytics' forward, traced): qkv reshaped to (1, heads, 2 x 32 + 64, 400), split,
+    (q * 32^-0.5)^T @ k, softmax over keys, v @ attn^T; the only MatMuls and the second Softmax."""
+    model = _model("yolo11n")
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("MatMul") == 2 and ops.count("Softmax") == 2
+    reshape = next(n for n in model.graph.node if n.op_type == "Reshape" and inits[n.input[1]].tolist() ==
+                   [1, 2, 128, 400])
+    split = next(n for n in model.graph.node if n.op_type == "Split" and n.input[0] == reshape.output[0])
+    assert inits[split.input[1]].tolist() == [32, 32, 64]
+    scale = next(n for n in model.graph.node if n.op_type == "Mul" and n.input[0] == split.output[0])
+    assert inits[scale.input[1]].shape == () and inits[scale.input[1]] == pytest.approx(32**-0.5)
+    softmax = [n for n in model.graph.node if n.op_type == "Softmax"]
+    assert [a.i for n in softmax for a in n.attribute] == [-1, 1]  # attention over keys; then DFL's bins
 
 
 def test_count_flops_handles_matmul_gemm_and_grouped_conv() -> None:

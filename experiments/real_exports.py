@@ -1,0 +1,196 @@
+"""Real Ultralytics exports import and give the built-in models' conv workloads.
+
+YOLOv8n and YOLO11n are built by Ultralytics from their yaml (random weights, nothing downloaded) and
+exported to ONNX at 640 in the three kinds users make: ``simplify=False`` (shapes computed at run time),
+``dynamic=True`` (symbolic batch / height / width, shapes computed at run time) and ``simplify=True``
+(onnxslim's static graph). Each is imported by autosearch (``--input-shape`` fixes the dynamic one) and its
+conv tasks are compared with the built-in model's by workload key (TVM's structural hash: the same key is the
+same kernel, so records and databases carry over). Also shown: whether TVM imports the export without
+autosearch's folding, and that the folded graph computes what the export does (ONNX Runtime, one input).
+
+Ultralytics needs torchvision, and PyPI's torchvision for this torch is a CUDA build whose C++ ops do not
+load beside the CPU torch. So the exports run in a separate virtualenv, never the project's:
+
+    python3 -m venv /work/ultra-venv
+    /work/ultra-venv/bin/pip install torch==2.13.0
+    /work/ultra-venv/bin/pip install --no-deps ultralytics "torchvision==0.28.*"
+    /work/ultra-venv/bin/pip install numpy pillow pyyaml matplotlib opencv-python-headless polars psutil \\
+        requests ultralytics-thop onnx onnxslim
+    python experiments/real_exports.py --ultralytics-python /work/ultra-venv/bin/python
+
+torchvision registers fake kernels for its ``nms`` / ``qnms`` ops at import and fails when its C++ library
+did not define them; the export script defines their schemas first (an export never calls them).
+Exports are kept in ``--work`` (re-used on a second run). Writes experiments/results/real_exports.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from autosearch.errors import UserError  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+MODELS = ("yolov8n", "yolo11n")  # Ultralytics' yaml names are the built-in names
+KINDS = {"unsimplified": {"simplify": False}, "dynamic": {"simplify": False, "dynamic": True},
+         "simplified": {"simplify": True}}
+IMAGE_SHAPE = "images:1,3,640,640"
+
+EXPORT_SCRIPT = """
+import json, shutil, sys, torch
+lib = torch.library.Library("torchvision", "DEF")  # torchvision's CUDA-built ops cannot load here
+lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+import ultralytics
+from ultralytics import YOLO
+name, out, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+torch.manual_seed(0)
+path = YOLO(name + ".yaml").export(format="onnx", imgsz=640, opset=17, **options)
+shutil.move(path, out)
+print(json.dumps({"ultralytics": ultralytics.__version__, "torch": torch.__version__}))
+"""
+
+
+def export(python: str, name: str, kind: str, path: str) -> dict:
+    """One Ultralytics export in the other virtualenv (kept: a second run re-uses it)."""
+    versions_path = path + ".versions.json"
+    if os.path.exists(path) and os.path.exists(versions_path):
+        with open(versions_path) as f:
+            return json.load(f)
+    env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_AUTOINSTALL": "0"}
+    proc = subprocess.run([python, "-c", EXPORT_SCRIPT, name, path, json.dumps(KINDS[kind])], capture_output=True,
+                          text=True, cwd=os.path.dirname(path), env=env, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"export of {name} ({kind}) failed:\n{proc.stderr[-3000:]}")
+    versions = json.loads(proc.stdout.strip().splitlines()[-1])
+    with open(versions_path, "w") as f:
+        json.dump(versions, f)
+    return versions
+
+
+def import_without_folding(path: str, target) -> str:
+    """What TVM makes of the export as it is: "ok", or the last line of its error."""
+    import onnx
+
+    from autosearch.importer import extract_tasks, resolve_input_shapes, to_relax
+
+    proto = onnx.load(path)
+    try:
+        mod = to_relax(proto, resolve_input_shapes(proto, {"": (1, 3, 640, 640)}))
+        extract_tasks(mod, target, winograd="off", layout="NCHW")
+    except (AssertionError, UserError) as exc:
+        lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+        return f"fails: {lines[-1][:90] if lines else type(exc).__name__}"
+    return "ok"
+
+
+def same_output(original_path: str, folded) -> float:
+    """Max |difference| between ONNX Runtime on the export and on the folded graph, relative to the output."""
+    import onnxruntime as ort
+
+    x = np.random.default_rng(0).random((1, 3, 640, 640), dtype=np.float32)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # not its notes on the export's unused initializers
+    outs = [ort.InferenceSession(m, options, providers=["CPUExecutionProvider"]).run(None, {"images": x})[0]
+            for m in (original_path, folded.SerializeToString())]
+    return float(np.abs(outs[0] - outs[1]).max() / np.abs(outs[0]).max())
+
+
+def conv_tasks(model) -> dict[str, int]:
+    return {t.workload_key: t.weight for t in model.tasks if "conv2d" in t.name}
+
+
+def main() -> int:
+    import onnx
+
+    from autosearch.importer import import_model
+    from autosearch.target import parse_target
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ultralytics-python", default="/work/ultra-venv/bin/python",
+                   help="python of a virtualenv with ultralytics (see the module docstring)")
+    p.add_argument("--work", default=os.path.join(os.path.expanduser("~"), ".cache", "autosearch", "real_exports"))
+    args = p.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    target = parse_target(None)
+    rows, versions = [], {}
+    for name in MODELS:
+        builtin = import_model(name, target, winograd="off", layout="NCHW")
+        builtin_convs, builtin_keys = conv_tasks(builtin), {t.workload_key for t in builtin.tasks}
+        rows.append({"model": name, "kind": "built-in", "tasks": len(builtin.tasks), "conv_tasks": len(builtin_convs),
+                     "conv_layers": sum(builtin_convs.values()), "gflop": builtin.flops / 1e9})
+        for kind in KINDS:
+            path = os.path.join(args.work, f"{name}-{kind}.onnx")
+            versions = export(args.ultralytics_python, name, kind, path)
+            proto = onnx.load(path)
+            start = time.perf_counter()
+            imported = import_model(path, target, input_shape=IMAGE_SHAPE if kind == "dynamic" else None,
+                                    winograd="off", layout="NCHW")
+            seconds = time.perf_counter() - start
+            convs = conv_tasks(imported)
+            rows.append({
+                "model": name, "kind": kind, "nodes": len(proto.graph.node),
+                "shape_ops": sum(n.op_type in ("Shape", "Size") for n in proto.graph.node),
+                "input": "x".join(d.dim_param or str(d.dim_value)
+                                  for d in proto.graph.input[0].type.tensor_type.shape.dim),
+                "without_folding": import_without_folding(path, target),
+                "import_s": seconds, "tasks": len(imported.tasks), "conv_tasks": len(convs),
+                "conv_layers": sum(convs.values()), "gflop": imported.flops / 1e9,
+                "same_conv_workloads": convs == builtin_convs,
+                "tasks_shared_with_builtin": sum(t.workload_key in builtin_keys for t in imported.tasks),
+                "folded_vs_export_rel_diff": same_output(path, imported.onnx_model),
+            })
+            print(json.dumps(rows[-1]), flush=True)
+    write(rows, versions)
+    return 0
+
+
+def write(rows: list[dict], versions: dict) -> None:
+    import onnxsim
+    import tvm
+
+    meta = {**versions, "tvm": tvm.__version__, "onnxsim": onnxsim.__version__.lstrip("v")}
+    with open(os.path.join(RESULTS, "real_exports.json"), "w") as f:
+        json.dump({"versions": meta, "rows": rows}, f, indent=1)
+    lines = [
+        "# Real Ultralytics exports vs the built-in models",
+        "",
+        f"`python experiments/real_exports.py`; Ultralytics {meta.get('ultralytics')} (torch {meta.get('torch')}), "
+        f"random weights from the yaml, 640x640, opset 17; TVM {meta['tvm']}, onnxsim {meta['onnxsim']}; "
+        "tasks as `tasks --winograd off --layout NCHW` lists them.",
+        "",
+        "| model | export | input | nodes | Shape ops | TVM without folding | autosearch | tasks | conv tasks "
+        "(layers) | GFLOP | same conv workloads as built-in | tasks shared with built-in | folded vs export |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["kind"] == "built-in":
+            lines.append(f"| {r['model']} | built-in | 1x3x640x640 | | | | | {r['tasks']} | {r['conv_tasks']} "
+                         f"({r['conv_layers']}) | {r['gflop']:.3f} | | | |")
+            continue
+        lines.append(
+            f"| {r['model']} | {r['kind']} | {r['input']} | {r['nodes']} | {r['shape_ops']} | {r['without_folding']} "
+            f"| imports in {r['import_s']:.1f} s | {r['tasks']} | {r['conv_tasks']} ({r['conv_layers']}) | "
+            f"{r['gflop']:.3f} | {'yes' if r['same_conv_workloads'] else 'NO'} | "
+            f"{r['tasks_shared_with_builtin']}/{r['tasks']} | {r['folded_vs_export_rel_diff']:.1e} |")
+    lines += [
+        "",
+        "The dynamic export is imported with `--input-shape images:1,3,640,640`. 'folded vs export': max |difference|"
+        " of ONNX Runtime's outputs on the export and on the graph autosearch folded, relative to the output's"
+        " largest value, one random input. Tasks not shared with the built-in are the Detect head's decoding, which"
+        " TVM fuses by the exporter's op order.",
+    ]
+    with open(os.path.join(RESULTS, "real_exports.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
