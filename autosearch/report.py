@@ -98,10 +98,11 @@ def _memory_rows(timings, compiled: dict) -> list[list[str]]:
         estimate = getattr(compiled.get(t.name), "memory", None)
         if estimate is None:
             continue
-        above = (lambda n: n - t.baseline_bytes if n and t.baseline_bytes else None)
+        load, run = (n - t.baseline_bytes if n and t.baseline_bytes else None
+                     for n in (t.load_peak_bytes, t.run_peak_bytes))
         rows.append([t.name, mib(estimate.weight_bytes), mib(estimate.planned_bytes), mib(estimate.unplanned_bytes),
-                     mib(estimate.scratch_bytes), mib(estimate.peak_bytes()), mib(t.model_peak_bytes),
-                     mib(above(t.load_peak_bytes)), mib(above(t.run_peak_bytes))])
+                     mib(estimate.scratch_bytes), mib(estimate.peak_bytes()), mib(t.model_peak_bytes), mib(load),
+                     mib(run)])
     return rows
 
 
@@ -171,8 +172,14 @@ def _time_runtimes(args, console: Console, model, target, db, threads: int, ov_p
 
     import onnx
 
-    from autosearch.deploy import (Runtime, add_baselines, compile_model, save_inputs, time_in_subprocess,
-                                   time_taking_turns)
+    from autosearch.deploy import (
+        Runtime,
+        add_baselines,
+        compile_model,
+        save_inputs,
+        time_in_subprocess,
+        time_taking_turns,
+    )
 
     policy = args.winograd_policy
     with tempfile.TemporaryDirectory(prefix="autosearch-report-") as work:
