@@ -116,3 +116,27 @@ def test_memory_budget_needs_the_model(tuned):
                    "--memory-budget", "100")
     assert proc.returncode == 2 and proc.stderr.strip() == "error: --memory-budget needs --model: the model the log "\
                                                            "was tuned on"
+
+
+def test_memory_experiment_measures_its_variants_and_resumes(tuned, tmp_path):
+    """experiments/memory.py's smoke path: two variants measured and tabulated; a rerun measures nothing again."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    cmd = [sys.executable, os.path.join(ROOT, "experiments", "memory.py"), "--model", tuned["model"], "--log",
+           tuned["log"], "--results", str(tmp_path), "--only", "tuned,ort-no-arena", "--runs", "1", "--rounds", "1"]
+    first = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "[tuned]" in first.stdout and "[ort-no-arena]" in first.stdout
+    results = json.load(open(tmp_path / "memory-model.json"))["variants"]
+    assert set(results) == {"tuned", "ort-no-arena"}
+    for r in results.values():
+        assert r["model_peak_bytes"] == r["peak_bytes"] - r["baseline_bytes"] > 0 and r["median_ms"] > 0
+    assert results["tuned"]["estimate"]["weight_bytes"] > 0
+    rows = [ln for ln in (tmp_path / "memory-model.md").read_text().splitlines() if ln.startswith("| ")]
+    assert len(rows) == 3 and rows[1].startswith("| tuned (NCHW")  # the header and two rows
+    assert (tmp_path / "memory-model.png").stat().st_size > 0
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert again.returncode == 0 and "[tuned]" not in again.stdout, again.stderr[-2000:]
