@@ -46,6 +46,7 @@ from experiments.time_to_quality import RESULTS, State, cpu_name  # noqa: E402
 PEERS = {"ort": ("ONNX Runtime", "ort"), "ort-no-arena": ("ONNX Runtime, arena off", "ort-no-arena"),
          "openvino": ("OpenVINO fp32", "ov")}  # variant -> (label, autosearch.bench kind)
 MIB = 2**20
+ESTIMATE_COLUMNS = ("peak_bytes", "weight_bytes", "planned_bytes", "unplanned_bytes", "scratch_bytes")  # in the table
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,20 @@ class Measurer:
         total.baseline_bytes = self.baseline(kind)
         return {"median_ms": total.stats()["median"], "runs_ms": total.runs, "peak_bytes": total.peak_bytes,
                 "load_peak_bytes": total.load_peak_bytes, "run_peak_bytes": total.run_peak_bytes,
-                "baseline_bytes": total.baseline_bytes, "model_peak_bytes": total.model_peak_bytes}
+                "baseline_bytes": total.baseline_bytes, "model_peak_bytes": total.model_peak_bytes,
+                "max_rel_error_vs_ort": self.error_vs_ort(t.output_path)}
+
+    def error_vs_ort(self, output_path: str) -> float:
+        """Largest relative error of a variant's outputs against ONNX Runtime's (computed once, kept)."""
+        from autosearch.deploy import Runtime, max_relative_error, time_in_subprocess
+
+        reference = os.path.join(self.work, "reference.npz")
+        if not os.path.exists(reference):
+            t = time_in_subprocess(Runtime("reference", "ort", self.onnx_path), inputs_path=self.inputs, runs=1,
+                                   threads=self.args.threads, out_dir=self.work)
+            if not t.ok:
+                raise SystemExit(f"ONNX Runtime could not run the model: {t.error}")
+        return max_relative_error(output_path, reference)
 
     def build_and_measure(self, setup: Setup, variant: Variant) -> dict:
         lib = os.path.join(self.work, "lib", re.sub(r"[^A-Za-z0-9]+", "-", variant.key) + ".so")
@@ -232,7 +246,7 @@ def write_variants(results: dict, args, stem: str, cpu: str) -> None:
     from autosearch.plots import figure, save
 
     header = ["variant", "median ms", "peak MiB", "loading", "runs", "predicted peak", "weights",
-              "activations planned", "unplanned", "kernel scratch"]
+              "activations planned", "unplanned", "kernel scratch", "error vs ORT"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in results.values():
         if "error" in r:
@@ -240,11 +254,11 @@ def write_variants(results: dict, args, stem: str, cpu: str) -> None:
             continue
         e = r.get("estimate") or {}
         above = [None if n is None else n - r["baseline_bytes"] for n in (r["load_peak_bytes"], r["run_peak_bytes"])]
-        lines.append("| " + " | ".join([r["label"], f"{r['median_ms']:.2f}", _mib(r["model_peak_bytes"]),
-                                        *map(_mib, above), *(_mib(e.get(k)) for k in (
-                                            "peak_bytes", "weight_bytes", "planned_bytes", "unplanned_bytes",
-                                            "scratch_bytes"))]) + " |")
-    caption = (f"\n{args.model}: latency (median of {args.runs} runs in {args.rounds} fresh processes, "
+        computed = [e.get(k) for k in ESTIMATE_COLUMNS]
+        cells = [r["label"], f"{r['median_ms']:.2f}", *map(_mib, [r["model_peak_bytes"], *above, *computed]),
+                 f"{r.get('max_rel_error_vs_ort', math.nan):.1e}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    caption = (f"\n{args.name}: latency (median of {args.runs} runs in {args.rounds} fresh processes, "
                f"{args.threads} threads) and peak resident memory (MiB) over loading and running, above a process "
                "that imported the same runtime and loaded no model (loading / runs: the two phases' peaks); TVM's "
                f"predicted peak and its parts computed from the module before the build (autosearch.memory); {cpu}.\n")
@@ -263,7 +277,7 @@ def write_variants(results: dict, args, stem: str, cpu: str) -> None:
         ax.annotate(r["label"], (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7)
     ax.set_xlabel("peak memory (MiB above the runtime imported)")
     ax.set_ylabel("latency (ms, median)")
-    ax.set_title(f"{args.model}: latency vs peak memory of the tuned variants and the peers", fontsize=10)
+    ax.set_title(f"{args.name}: latency vs peak memory of the tuned variants and the peers", fontsize=10)
     save(fig, stem + ".png")
     print("\n".join(lines) + caption + f"plot: {stem}.png")
 
@@ -272,15 +286,16 @@ def write_front(front: list[dict], args, stem: str, cpu: str) -> None:
     from autosearch.plots import figure, save
 
     header = ["budget MiB", "layout", "Winograd layers", "predicted peak", "measured peak", "error",
-              "predicted ms", "measured ms"]
+              "predicted ms", "measured ms", "output vs ORT"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for p in front:
         measured = p.get("model_peak_bytes")
         error = f"{100 * (p['predicted_bytes'] - measured) / measured:+.1f}%" if measured else "-"
         lines.append("| " + " | ".join([_mib(p["budget_bytes"]), p["layout"], str(len(p["winograd_layers"])),
                                         _mib(p["predicted_bytes"]), _mib(measured), error,
-                                        f"{p['predicted_ms']:.2f}", f"{p.get('median_ms', math.nan):.2f}"]) + " |")
-    caption = (f"\n{args.model}: export --memory-budget at {len(front)} budgets; predicted peak (autosearch.memory) "
+                                        f"{p['predicted_ms']:.2f}", f"{p.get('median_ms', math.nan):.2f}",
+                                        f"{p.get('max_rel_error_vs_ort', math.nan):.1e}"]) + " |")
+    caption = (f"\n{args.name}: export --memory-budget at {len(front)} budgets; predicted peak (autosearch.memory) "
                "vs measured peak over loading and running (MiB above TVM imported), predicted latency (sum of the "
                f"tuned tasks) vs measured median ({args.runs} runs in {args.rounds} fresh processes, {args.threads} "
                f"threads); {cpu}.\n")
@@ -299,7 +314,7 @@ def write_front(front: list[dict], args, stem: str, cpu: str) -> None:
         ax.axvline(p["budget_bytes"] / MIB, color="grey", alpha=0.3, linewidth=0.8)
     ax.set_xlabel("peak memory (MiB above TVM imported); grey: the budgets")
     ax.set_ylabel("latency (ms)")
-    ax.set_title(f"{args.model}: export --memory-budget, the latency / memory front", fontsize=10)
+    ax.set_title(f"{args.name}: export --memory-budget, the latency / memory front", fontsize=10)
     ax.legend()
     save(fig, stem + ".png")
     print("\n".join(lines) + caption + f"plot: {stem}.png")
@@ -320,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--points", type=int, default=5, help="budgets on the front")
     p.add_argument("--results", default=RESULTS, help="where to write (default experiments/results)")
     args = p.parse_args(argv)
-    name = os.path.splitext(os.path.basename(args.model))[0]
+    name = args.name = os.path.splitext(os.path.basename(args.model))[0]
     work = os.path.join(args.results, f"memory-{name}")
     os.makedirs(work, exist_ok=True)
     state = State(os.path.join(work, "state.json"))
