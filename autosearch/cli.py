@@ -328,7 +328,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if contents.corrupt:
         _console(stderr=True).print(f"warning: skipped {len(contents.corrupt)} corrupt line(s), first: "
                                     f"{contents.corrupt[0]}")
-    summary = export_database(contents, args.out, top_k=args.top_k, force=args.force)
+    budget, lowering = _memory_budget(args, contents) if args.memory_budget is not None else (None, None)
+    summary = export_database(contents, args.out, top_k=args.top_k, force=args.force, lowering=lowering)
     console = _console()
     console.print(f"wrote {summary.records} record(s) for {summary.tasks} task(s) to {args.out} "
                   f"(MetaSchedule JSONDatabase)")
@@ -336,15 +337,35 @@ def cmd_export(args: argparse.Namespace) -> int:
         console.print(f"no valid record, not exported: {', '.join(summary.skipped_tasks)}")
     if summary.slower_than_untuned:
         console.print(f"not faster than untuned, left to TVM's default code: {', '.join(summary.slower_than_untuned)}")
-    if summary.layout_totals:
+    if summary.layout_totals and budget is None:
         totals = ", ".join(f"{layout} {secs * 1e3:.1f} ms" for layout, secs in sorted(summary.layout_totals.items()))
         console.print(f"layout: {summary.layout}, the faster model as tuned ({totals}; sums of the tasks' best "
                       f"latencies); {summary.other_layout} task(s) of the other layout not exported")
-    if summary.choices:
+    if summary.choices and budget is None:
         wino = sorted(k for k, a in summary.choices.items() if a == "winograd")
         console.print(f"layers tuned both ways: {len(wino)} of {len(summary.choices)} faster as winograd"
                       + (f" ({', '.join(wino)})" if wino else "") + "; compile uses the faster")
+    if budget is not None:
+        from autosearch.memory import mib
+
+        wino = sorted(k for k, a in budget.choices.items() if a == "winograd")
+        console.print(f"memory budget {mib(budget.budget_bytes)} MiB: layout {budget.layout}, {len(wino)} of "
+                      f"{len(budget.choices)} layers as winograd" + (f" ({', '.join(wino)})" if wino else "")
+                      + f"; predicted peak {mib(budget.predicted.peak_bytes())} MiB, predicted latency "
+                        f"{budget.predicted_secs * 1e3:.2f} ms (sum of the tuned tasks)", markup=False)
     return 0
+
+
+def _memory_budget(args: argparse.Namespace, contents):
+    """export --memory-budget: (the choice, the lowering record to write)."""
+    from autosearch.budget import budget_choice, import_tuned_model
+    from autosearch.target import parse_target
+
+    if not args.model:
+        raise UserError("--memory-budget needs --model: the model the log was tuned on")
+    target = parse_target(args.target)
+    model = import_tuned_model(contents, args.model, target, input_shape=args.input_shape)
+    return budget_choice(contents, model.relax_mod, target, args.memory_budget)
 
 
 # ---------------------------------------------------------------------------------------------- compile
@@ -389,6 +410,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
                   f"{compiled.path}")
     if compiled.missing_tasks:
         console.print(f"not in the database (TVM default code): {', '.join(compiled.missing_tasks)}")
+    if compiled.memory is not None:
+        from autosearch.memory import mib
+
+        m = compiled.memory
+        console.print(f"predicted peak memory {mib(m.peak_bytes())} MiB (weights {mib(m.weight_bytes)}, activations "
+                      f"{mib(m.planned_bytes)} planned, kernel scratch {mib(m.scratch_bytes)}; autosearch.memory)")
     return 0
 
 
@@ -549,6 +576,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory for database_workload.json / database_tuning_record.json")
     p.add_argument("--top-k", type=int, default=1, help="records kept per task (best first)")
     p.add_argument("--force", action="store_true", help="replace a database already in --out")
+    p.add_argument("--memory-budget", type=float, metavar="MIB",
+                   help="the fastest choice (per layer Winograd or direct; the layout, if tuned both ways) whose "
+                        "predicted peak memory fits MIB MiB (2^20 bytes; weights, activations, kernel scratch, as "
+                        "TVM loads and runs the model); needs --model")
+    p.add_argument("--model", help="with --memory-budget: the model the log was tuned on (built-in name or .onnx)")
+    p.add_argument("--input-shape", help="with --memory-budget: the input shapes it was tuned with")
+    p.add_argument("--target", help="with --memory-budget: the target it was tuned for (default: this CPU)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("compile", help="build the whole model with a tuning database applied")

@@ -2,7 +2,14 @@
 
 TVM's thread pool pins the main thread to a core when it starts, and anything started after it
 inherits that: ONNX Runtime in the same process ran 2.3x slower here. So every runtime (TVM untuned,
-TVM tuned, ONNX Runtime, OpenVINO) is timed in its own process (``python -m autosearch.bench``).
+TVM tuned, ONNX Runtime, OpenVINO) is timed in its own process (``python -m autosearch.bench``), which
+also reports its peak resident memory.
+
+Peak memory is reported above a **baseline**: the peak of a fresh process that imports the same runtime's
+libraries and loads the same inputs but no model (:func:`baseline_peak`). The interpreter and the runtime's
+shared libraries cost the same whatever the model (importing TVM alone maps a few hundred MiB of library),
+and differ between runtimes, so each runtime is measured against its own; what is left is what the model
+costs: weights, activations, the kernels' code and the runtime's per-model structures.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import numpy as np
 
 from autosearch.errors import UserError
 from autosearch.lowering import DEFAULT_FAST_MATH
+from autosearch.memory import MemoryEstimate
 
 
 @dataclass
@@ -26,6 +34,7 @@ class CompiledModel:
     path: str
     tuned_tasks: list[str] = field(default_factory=list)
     missing_tasks: list[str] = field(default_factory=list)  # tasks the database has no record for
+    memory: MemoryEstimate | None = None  # computed from the module before the build (CPU targets)
 
     @property
     def task_count(self) -> int:
@@ -34,11 +43,16 @@ class CompiledModel:
 
 
 def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto",
-                  layout="NCHW", fast_math=DEFAULT_FAST_MATH) -> CompiledModel:
+                  layout="NCHW", fast_math=DEFAULT_FAST_MATH, plan_memory: bool = True,
+                  prepack: bool = True) -> CompiledModel:
     """Build the whole model with the database applied (MetaSchedule's apply-database pass, weights
     prepacked as the schedules want them, lowered with ``layout`` and ``fast_math``); tasks missing from
-    the database keep TVM's default code. Without a database: TVM's default build (the untuned baseline)."""
-    from autosearch.lowering import winograd_policy
+    the database keep TVM's default code. Without a database: TVM's default build (the untuned baseline).
+    ``plan_memory=False`` builds without Relax's static memory planning, ``prepack=False`` leaves the weight
+    layout rewrites inside the kernels (:mod:`autosearch.lowering`). On CPU targets the result carries the
+    model's computed memory (:mod:`autosearch.memory`)."""
+    from autosearch.lowering import build_module, tuned_module, untuned_module, winograd_policy
+    from autosearch.memory import estimate_memory
     from autosearch.tvm_compat import import_tensor_intrinsics
 
     import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
@@ -48,13 +62,13 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
         (out.tuned_tasks if db is not None and db.has_workload(task.mod) else out.missing_tasks).append(task.name)
     try:
         if db is None:
-            import tvm
-
-            ex = tvm.compile(relax_mod, target=target)
+            mod = untuned_module(relax_mod, target)  # what tvm.compile's default pipeline builds
         else:
-            from autosearch.lowering import build_tuned
-
-            ex = build_tuned(relax_mod, target, db, winograd=winograd, layout=layout, fast_math=fast_math)
+            mod = tuned_module(relax_mod, target, db, winograd=winograd, layout=layout, fast_math=fast_math,
+                               prepack=prepack)
+        if target.kind.name == "llvm":
+            out.memory = estimate_memory(mod, target)
+        ex = build_module(mod, target, plan_memory=plan_memory)
     except Exception as exc:
         lines = [ln for ln in str(exc).splitlines() if ln.strip()]
         raise UserError(f"TVM could not compile the model: {lines[-1][:300] if lines else type(exc).__name__}") from exc
@@ -69,16 +83,32 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
 
 @dataclass
 class Timing:
-    """End-to-end latency of one runtime (milliseconds)."""
+    """End-to-end latency of one runtime (milliseconds) and its processes' peak resident memory (bytes)."""
 
     name: str
     runs: list[float]
     output_path: str = ""
     error: str = ""
+    peak_bytes: int = 0  # the largest peak of its processes, over loading the model and all runs
+    load_peak_bytes: int = 0  # ... over loading it (and reading the inputs)
+    run_peak_bytes: int | None = None  # ... over the runs only (None: the system cannot reset the peak)
+    baseline_bytes: int = 0  # the peak of a process that imports the runtime and loads no model
 
     @property
     def ok(self) -> bool:
         return bool(self.runs) and not self.error
+
+    @property
+    def model_peak_bytes(self) -> int | None:
+        """The peak the model adds: its processes' peak above the runtime's baseline (None until both are known)."""
+        return self.peak_bytes - self.baseline_bytes if self.peak_bytes and self.baseline_bytes else None
+
+    def merge_peaks(self, other: Timing) -> None:
+        """Keep the larger peaks of another process of the same runtime."""
+        self.peak_bytes = max(self.peak_bytes, other.peak_bytes)
+        self.load_peak_bytes = max(self.load_peak_bytes, other.load_peak_bytes)
+        if other.run_peak_bytes is not None:
+            self.run_peak_bytes = max(self.run_peak_bytes or 0, other.run_peak_bytes)
 
     def stats(self) -> dict[str, float]:
         a = np.asarray(self.runs)
@@ -98,23 +128,51 @@ class Runtime:
     precision: str = "f32"  # what it computes in: lower ones are checked with a looser tolerance
 
 
+def _bench(args: list[str], *, threads: int, timeout: float) -> tuple[dict[str, Any] | None, str]:
+    """Run ``python -m autosearch.bench ARGS`` with ``threads`` threads: (its JSON line, "") or (None, error)."""
+    env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+    cmd = [sys.executable, "-m", "autosearch.bench", *args, "--threads", str(threads)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f} s"
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        return None, lines[-1] if lines else f"exit code {proc.returncode}"
+    return json.loads(proc.stdout.strip().splitlines()[-1]), ""
+
+
 def time_in_subprocess(runtime: Runtime, *, inputs_path: str, runs: int, threads: int, out_dir: str,
                        timeout: float = 3600) -> Timing:
     """Time a runtime in a fresh process with ``threads`` threads; its outputs are saved in ``out_dir``
     (one file per runtime name) for the correctness check."""
     output_path = os.path.join(out_dir, re.sub(r"[^A-Za-z0-9]+", "-", runtime.name).strip("-") + ".npz")
-    env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    cmd = [sys.executable, "-m", "autosearch.bench", runtime.kind, runtime.path, "--inputs", inputs_path,
-           "--runs", str(runs), "--threads", str(threads), "--output", output_path]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return Timing(runtime.name, [], error=f"timed out after {timeout:.0f} s")
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        return Timing(runtime.name, [], error=lines[-1] if lines else f"exit code {proc.returncode}")
-    data: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return Timing(runtime.name, data["runs_ms"], output_path=output_path)
+    data, error = _bench([runtime.kind, runtime.path, "--inputs", inputs_path, "--runs", str(runs),
+                          "--output", output_path], threads=threads, timeout=timeout)
+    if data is None:
+        return Timing(runtime.name, [], error=error)
+    return Timing(runtime.name, data["runs_ms"], output_path=output_path, peak_bytes=data["peak_bytes"],
+                  load_peak_bytes=data["load_peak_bytes"], run_peak_bytes=data["run_peak_bytes"])
+
+
+def baseline_peak(kind: str, *, inputs_path: str, threads: int, timeout: float = 600) -> int:
+    """The peak resident memory (bytes) of a fresh process that imports runtime ``kind``'s libraries and reads
+    the inputs, as ``autosearch.bench`` does before it loads a model, and loads none (see the module
+    docstring); 0 if it fails."""
+    data, _ = _bench([kind, "--baseline", "--inputs", inputs_path], threads=threads, timeout=timeout)
+    return int(data["peak_bytes"]) if data is not None else 0
+
+
+def add_baselines(timings: list[Timing], runtimes: list[Runtime], *, inputs_path: str, threads: int) -> None:
+    """Set each timing's baseline: one baseline process per runtime library (kinds that share one share it)."""
+    from autosearch.bench import library_of
+
+    peaks: dict[str, int] = {}
+    for timing, runtime in zip(timings, runtimes):
+        library = library_of(runtime.kind)
+        if library not in peaks:
+            peaks[library] = baseline_peak(runtime.kind, inputs_path=inputs_path, threads=threads)
+        timing.baseline_bytes = peaks[library]
 
 
 def time_taking_turns(runtimes: list[Runtime], *, rounds: int, runs: int, inputs_path: str, threads: int,
@@ -133,6 +191,7 @@ def time_taking_turns(runtimes: list[Runtime], *, rounds: int, runs: int, inputs
             timing.runs.extend(t.runs)
             timing.error = t.error
             timing.output_path = timing.output_path or t.output_path
+            timing.merge_peaks(t)
     return out
 
 

@@ -64,13 +64,54 @@ def tuning_record(task: TuningTask, rec: Record, workload):
     )
 
 
-def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, force: bool = False) -> ExportSummary:
-    """Write the best ``top_k`` valid records of every task in the log as a TVM JSONDatabase.
+SLOWER = "slower than untuned"
+
+
+def exported_records(contents: LogContents, key: str) -> tuple[list[Record], str]:
+    """The records of a task that export may write, best first, and why there are none ("" if there are).
 
     Only ``ok`` records (checked against the reference, with a latency) are exported: a failed,
     crashed or wrong-result kernel can never become the schedule TVM compiles. A task whose best
-    record is not faster than its untuned baseline is left out, so TVM keeps its default code there.
+    record is not faster than its untuned baseline is left out (:data:`SLOWER`), so TVM keeps its default
+    code there.
     """
+    valid = [r for r in contents.ranked(key) if r.trace is not None]
+    baseline = contents.baseline(key)
+    if valid and baseline is not None and baseline.ok and valid[0].latency >= baseline.latency:
+        return [], SLOWER
+    return valid, "" if valid else "no valid record"
+
+
+def _commit(db, contents: LogContents, key: str, records: list[Record]) -> int:
+    """Commit a task's workload and ``records`` to a MetaSchedule database; returns how many."""
+    task = TuningTask.from_json(contents.tasks[key])
+    workload = db.commit_workload(task.mod)
+    if str(workload.as_json()[0]) != key:
+        log.warning("task %s: TVM's hash %s differs from the logged key %s (other TVM version?)",
+                    task.name, workload.as_json()[0], key)
+    for rec in records:
+        db.commit_tuning_record(tuning_record(task, rec, workload))
+    return len(records)
+
+
+def memory_database(contents: LogContents):
+    """Every task's best exportable record, both layouts and both algorithms of every layer, in a MetaSchedule
+    database held in memory: what each of the models the log can compile would be built with."""
+    from tvm.s_tir.meta_schedule.database import MemoryDatabase
+
+    db = MemoryDatabase()
+    for key in contents.tasks:
+        valid, _ = exported_records(contents, key)
+        if valid:
+            _commit(db, contents, key, valid[:1])
+    return db
+
+
+def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, force: bool = False,
+                    lowering: dict | None = None) -> ExportSummary:
+    """Write the best ``top_k`` valid records of every task of the model compiled (:func:`exported_records`) as a
+    TVM JSONDatabase, with how it is lowered: ``lowering``, when given (``export --memory-budget`` chooses it:
+    :mod:`autosearch.budget`), else :func:`lowering_of` the log (the faster layout and algorithms)."""
     if top_k <= 0:
         raise UserError(f"--top-k must be positive, not {top_k}")
     # the lowering file too: left from an earlier export, it would tell compile how another log was tuned
@@ -91,28 +132,19 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
             os.unlink(os.path.join(out_dir, f))
     db = _database(out_dir, create=True)
     summary = ExportSummary(out_dir=out_dir)
-    lowering = lowering_of(contents)
+    lowering = lowering_of(contents) if lowering is None else lowering
     for key, header in contents.tasks.items():
         if not _in_model(header, lowering):  # the other layout of a --layout auto log: not compiled
             summary.other_layout += 1
             continue
-        valid = [r for r in contents.ranked(key) if r.trace is not None]
-        baseline = contents.baseline(key)
-        if valid and baseline is not None and baseline.ok and valid[0].latency >= baseline.latency:
-            # tiny element-wise / pooling kernels: parallelising can only lose; TVM's default code stays
+        valid, why = exported_records(contents, key)
+        if why == SLOWER:  # tiny element-wise / pooling kernels: parallelising can only lose; TVM's default stays
             summary.slower_than_untuned.append(header["name"])
             continue
         if not valid:
             summary.skipped_tasks.append(header["name"])
             continue
-        task = TuningTask.from_json(header)
-        workload = db.commit_workload(task.mod)
-        if str(workload.as_json()[0]) != key:
-            log.warning("task %s: TVM's hash %s differs from the logged key %s (other TVM version?)",
-                        header["name"], workload.as_json()[0], key)
-        for rec in valid[:top_k]:
-            db.commit_tuning_record(tuning_record(task, rec, workload))
-            summary.records += 1
+        summary.records += _commit(db, contents, key, valid[:top_k])
         summary.tasks += 1
     if lowering:
         with open(os.path.join(out_dir, LOWERING_FILE), "w") as fh:

@@ -148,10 +148,10 @@ def default_schedules(target) -> list[Any]:
     return [p for p in relax.pipeline.legalize_passes(target) if p.info.name == DEFAULT_SCHEDULE]
 
 
-def _lower_and_finalize(target) -> list[Any]:
-    """TVM's dataflow-lowering and finalisation passes for the target, from its backend's pipeline module:
-    0.27's ``relax.pipeline`` dispatches to backend packages that do not export them (``cpu_generic``,
-    ``cuda``), and another backend's passes would build wrongly (the CPU's lack CUDA graphs)."""
+def _backend_pipeline(target):
+    """The target's backend pipeline module (``tvm.relax.backend.<backend>.pipeline``): 0.27's ``relax.pipeline``
+    dispatches to backend packages that do not export their dataflow-lowering and finalisation passes
+    (``cpu_generic``, ``cuda``), and another backend's passes would build wrongly (the CPU's lack CUDA graphs)."""
     import importlib
 
     from autosearch.errors import UserError
@@ -162,41 +162,85 @@ def _lower_and_finalize(target) -> list[Any]:
         backend = "gpu_generic"  # as relax.pipeline does for the other GPU kinds (metal, vulkan, ...)
     if backend is None:
         raise UserError(f"cannot build for target kind {kind!r}: TVM has a Relax pipeline for llvm and GPU targets")
-    pipeline = importlib.import_module(f"tvm.relax.backend.{backend}.pipeline")
-    return [*pipeline.dataflow_lower_passes(target), *pipeline.finalize_passes(target)]
+    return importlib.import_module(f"tvm.relax.backend.{backend}.pipeline")
 
 
-def apply_database(lowered, target, database):
+PLAN_MEMORY = "StaticPlanBlockMemory"  # Relax's static memory planning, the first of the finalisation passes
+
+
+def _lower_and_finalize(target, *, plan_memory: bool = True) -> list[Any]:
+    """The target's dataflow-lowering and finalisation passes; ``plan_memory=False`` leaves out Relax's static
+    memory planning (every intermediate tensor then gets its own allocation at run time, from the VM's pool)."""
+    pipeline = _backend_pipeline(target)
+    finalize = [p for p in pipeline.finalize_passes(target) if plan_memory or p.info.name != PLAN_MEMORY]
+    return [*pipeline.dataflow_lower_passes(target), *finalize]
+
+
+def planning_passes(target) -> list[Any]:
+    """The passes of the build up to and including Relax's static memory planning: after them the module's
+    allocations are what the VM will allocate (``relax.analysis.estimate_memory_usage`` reads them)."""
+    from tvm import relax
+
+    return [*_backend_pipeline(target).dataflow_lower_passes(target), relax.transform.StaticPlanBlockMemory()]
+
+
+def apply_database(lowered, target, database, *, prepack: bool = True):
     """The lowered model with the database's schedules in place and their weight prepacking folded into
     the constants (no ``*_weight_prepack`` call is left to run at inference time); on GPU targets, the
-    kernels the database lacks get TVM's default schedules."""
+    kernels the database lacks get TVM's default schedules. ``prepack=False``: the layout rewrite a schedule
+    asks for stays inside its kernel, run on every call (the weights keep the model's layout)."""
     import tvm
     from tvm import relax
 
     with target, database, tvm.transform.PassContext(opt_level=3):
         mod = relax.transform.MetaScheduleApplyDatabase()(lowered)
-        mod = relax.transform.SplitLayoutRewritePreproc()(mod)
-        mod = relax.transform.FoldConstant()(mod)
+        if prepack:
+            mod = relax.transform.SplitLayoutRewritePreproc()(mod)
+            mod = relax.transform.FoldConstant()(mod)
         return tvm.transform.Sequential(default_schedules(target))(mod)
+
+
+def untuned_module(relax_mod, target):
+    """The model as TVM's default build lowers it (``tvm.compile``'s library dispatch and legalisation), ready for
+    :func:`build_module`: the untuned baseline."""
+    import tvm
+    from tvm import relax
+
+    with target, tvm.transform.PassContext(opt_level=3):
+        passes = [*relax.pipeline.library_dispatch_passes(target), *relax.pipeline.legalize_passes(target)]
+        return tvm.transform.Sequential(passes)(relax_mod)
+
+
+def tuned_module(relax_mod, target, database, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH,
+                 prepack: bool = True):
+    """The model lowered as for its tasks with the database applied (tasks it lacks stay unscheduled), ready for
+    :func:`build_module`."""
+    lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
+    return apply_database(lowered, target, database, prepack=prepack)
+
+
+def build_module(mod, target, *, plan_memory: bool = True):
+    """Build a legalised Relax module (:func:`tuned_module`, :func:`untuned_module`) with the target's own
+    dataflow-lowering and finalisation passes."""
+    import tvm
+    from tvm import relax
+
+    @tvm.transform.module_pass(opt_level=3)
+    def pipeline(mod, _ctx):
+        return tvm.transform.Sequential(_lower_and_finalize(target, plan_memory=plan_memory))(mod)
+
+    with target, tvm.transform.PassContext(opt_level=3):
+        return relax.build(mod, target=target, relax_pipeline=pipeline)
 
 
 def build_tuned(relax_mod, target, database, *, winograd="auto", layout="NCHW",
                 fast_math=DEFAULT_FAST_MATH):
     """Compile a Relax model with a MetaSchedule database applied (tasks it lacks stay unscheduled)."""
-    import tvm
-    from tvm import relax
-
-    lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
-    tuned = apply_database(lowered, target, database)
-
-    @tvm.transform.module_pass(opt_level=3)
-    def pipeline(mod, _ctx):
-        return tvm.transform.Sequential(_lower_and_finalize(target))(mod)
-
-    with target, tvm.transform.PassContext(opt_level=3):
-        return relax.build(tuned, target=target, relax_pipeline=pipeline)
+    return build_module(tuned_module(relax_mod, target, database, winograd=winograd, layout=layout,
+                                     fast_math=fast_math), target)
 
 
 __all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "DEFAULT_SCHEDULE", "FAST_MATH_MODES", "LAYOUTS", "LAYOUT_MODES",
-           "OLD_LOWERING", "apply_database", "build_tuned", "check_fast_math", "check_layout", "default_schedules",
-           "fast_sigmoid", "lower", "lowering_passes"]
+           "OLD_LOWERING", "PLAN_MEMORY", "apply_database", "build_module", "build_tuned", "check_fast_math",
+           "check_layout", "default_schedules", "fast_sigmoid", "lower", "lowering_passes", "planning_passes",
+           "tuned_module", "untuned_module"]

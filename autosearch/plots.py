@@ -7,7 +7,9 @@ figures share one size unit, grid, layout and resolution. Drawing on the axes st
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 DPI = 110  # dots per inch of every PNG
@@ -59,19 +61,31 @@ def plot_tuning_curves(curves: dict[str, Sequence[tuple[int, float]]], path: str
     return save(fig, path)
 
 
-def plot_bars(labels: Sequence[str], values: Sequence[float], path: str, *, ylabel: str, title: str,
-              log_scale: bool = False, errors: Sequence[float] | None = None) -> str:
-    """A simple bar chart (e.g. end-to-end latency: untuned vs tuned vs ONNX Runtime)."""
-    fig, axes = figure(size=(7.0, 4.5), grid="y")
-    ax = axes[0, 0]
+@dataclass(frozen=True)
+class Bars:
+    """One panel of :func:`plot_bars`: a value per label (NaN: no bar), with optional error bars."""
+
+    values: Sequence[float]
+    ylabel: str
+    log_scale: bool = False
+    errors: Sequence[float] | None = None
+
+
+def plot_bars(labels: Sequence[str], panels: Sequence[Bars], path: str, *, title: str) -> str:
+    """Bar charts side by side over the same labels (e.g. end-to-end latency and peak memory: untuned vs tuned
+    vs ONNX Runtime); returns the path written."""
+    fig, axes = figure(1, len(panels), size=(7.0 * len(panels), 4.5), grid="y")
     colors = ["#b0b0b0", "#2a7ab9", "#e07b39", "#5aa05a", "#9467bd"][: len(labels)]
-    bars = ax.bar(labels, values, yerr=errors, capsize=4, color=colors)
-    for i, (bar, value) in enumerate(zip(bars, values)):
-        top = bar.get_height() + (errors[i] if errors is not None else 0.0)  # above the error bar
-        ax.annotate(f"{value:.3g}", (bar.get_x() + bar.get_width() / 2, top), xytext=(0, 3),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=9)
-    if log_scale:
-        ax.set_yscale("log")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    for ax, panel in zip(axes[0], panels):
+        bars = ax.bar(labels, panel.values, yerr=panel.errors, capsize=4, color=colors)
+        for i, (bar, value) in enumerate(zip(bars, panel.values)):
+            if not math.isfinite(value):
+                continue
+            top = bar.get_height() + (panel.errors[i] if panel.errors is not None else 0.0)  # above the error bar
+            ax.annotate(f"{value:.3g}", (bar.get_x() + bar.get_width() / 2, top), xytext=(0, 3),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=9)
+        if panel.log_scale:
+            ax.set_yscale("log")
+        ax.set_ylabel(panel.ylabel)
+    fig.suptitle(title)
     return save(fig, path)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from autosearch.plots import plot_bars, plot_tuning_curves
+from autosearch.memory import MIB, mib
+from autosearch.plots import Bars, plot_bars, plot_tuning_curves
 from autosearch.tuner import TuneSummary
 
 
@@ -70,12 +71,53 @@ def print_run_summary(console: Console, summary: TuneSummary, *, log_path: str, 
         console.print(f"log: {log_path}")
 
 
+RUNTIME_COLUMNS = ("runtime", "mean", "median", "max", "min", "std", "speedup vs untuned", "runs", "peak MiB")
+
+
 def _stats_row(name: str, t, speedup_vs: float | None) -> list[str]:
     if not t.ok:
-        return [name, "-", "-", "-", "-", "-", "-", t.error[:60]]
+        return [name, "-", "-", "-", "-", "-", "-", t.error[:60], "-"]
     st = t.stats()
     return [name, f"{st['mean']:.2f}", f"{st['median']:.2f}", f"{st['max']:.2f}", f"{st['min']:.2f}",
-            f"{st['std']:.2f}", f"{speedup_vs / st['median']:.1f}x" if speedup_vs else "1.0x", str(len(t.runs))]
+            f"{st['std']:.2f}", f"{speedup_vs / st['median']:.1f}x" if speedup_vs else "1.0x", str(len(t.runs)),
+            mib(t.model_peak_bytes)]
+
+
+PEAK_NOTE = ("peak MiB: the process's peak resident memory over loading the model and the runs, above a process "
+             "that imported the same runtime and loaded no model")
+MEMORY_COLUMNS = ("TVM", "weights", "activations planned", "unplanned", "kernel scratch", "predicted peak",
+                  "measured peak", "measured: loading", "measured: runs")
+
+
+def _memory_rows(timings, compiled: dict) -> list[list[str]]:
+    """Per TVM build: its computed memory (:mod:`autosearch.memory`) beside the measured peaks, all in MiB above
+    the baseline."""
+    rows = []
+    for t in timings:
+        estimate = getattr(compiled.get(t.name), "memory", None)
+        if estimate is None:
+            continue
+        load, run = (n - t.baseline_bytes if n and t.baseline_bytes else None
+                     for n in (t.load_peak_bytes, t.run_peak_bytes))
+        rows.append([t.name, mib(estimate.weight_bytes), mib(estimate.planned_bytes), mib(estimate.unplanned_bytes),
+                     mib(estimate.scratch_bytes), mib(estimate.peak_bytes()), mib(t.model_peak_bytes), mib(load),
+                     mib(run)])
+    return rows
+
+
+def _budget_line(lowering: dict, tuned) -> str:
+    """What ``export --memory-budget`` chose and what it cost, predicted and measured ("" without a budget)."""
+    budget = lowering.get("memory_budget")
+    if not budget:
+        return ""
+    wino = sorted(k for k, a in (lowering.get("choices") or {}).items() if a == "winograd")
+    measured = f"measured {mib(tuned.model_peak_bytes)} MiB" if tuned.model_peak_bytes else "not measured"
+    latency = f", measured median {tuned.stats()['median']:.2f} ms" if tuned.ok else ""
+    return (f"memory budget {mib(budget['budget_bytes'])} MiB: layout {lowering.get('layout')}, "
+            f"{len(wino)} of {len(lowering.get('choices') or {})} layers as winograd"
+            + (f" ({', '.join(wino)})" if wino else "")
+            + f"; predicted peak {mib(budget['predicted_bytes'])} MiB, {measured}; predicted latency "
+              f"{budget['predicted_secs'] * 1e3:.2f} ms (sum of the tuned tasks){latency}")
 
 
 TOLERANCE = 1e-3  # max relative error vs ONNX Runtime of an fp32 runtime
@@ -118,6 +160,7 @@ class _Timed:
     timings: list  # Timing: TVM untuned, TVM tuned, ONNX Runtime, then OpenVINO's rows
     checks: dict[str, Check]
     tuned: object  # CompiledModel
+    untuned: object  # CompiledModel
 
 
 def _time_runtimes(args, console: Console, model, target, db, threads: int, ov_precision: str | None) -> _Timed:
@@ -128,7 +171,14 @@ def _time_runtimes(args, console: Console, model, target, db, threads: int, ov_p
 
     import onnx
 
-    from autosearch.deploy import Runtime, compile_model, save_inputs, time_in_subprocess, time_taking_turns
+    from autosearch.deploy import (
+        Runtime,
+        add_baselines,
+        compile_model,
+        save_inputs,
+        time_in_subprocess,
+        time_taking_turns,
+    )
 
     policy = args.winograd_policy
     with tempfile.TemporaryDirectory(prefix="autosearch-report-") as work:
@@ -153,9 +203,11 @@ def _time_runtimes(args, console: Console, model, target, db, threads: int, ov_p
         t_untuned = time_in_subprocess(untuned_runtime, inputs_path=inputs, runs=args.untuned_runs, threads=threads,
                                        out_dir=work)
         timings = [t_untuned, t_tuned, t_ort, *t_openvino]
+        console.print("measuring each runtime's baseline memory (imported, no model) ...")
+        add_baselines(timings, [untuned_runtime, turns[1], turns[0], *turns[2:]], inputs_path=inputs, threads=threads)
         precision = {r.name: r.precision for r in (untuned_runtime, *turns)}
         checks = {t.name: _check(t, t_ort, precision[t.name]) for t in timings if t is not t_ort and t.ok and t_ort.ok}
-    return _Timed(timings=timings, checks=checks, tuned=tuned)
+    return _Timed(timings=timings, checks=checks, tuned=tuned, untuned=untuned)
 
 
 def end_to_end_report(args, console: Console) -> dict:
@@ -164,7 +216,7 @@ def end_to_end_report(args, console: Console) -> dict:
     the figures."""
     from autosearch.deploy import openvino_default_precision
     from autosearch.errors import UserError
-    from autosearch.export import load_database, read_database
+    from autosearch.export import database_lowering, load_database, read_database
     from autosearch.importer import import_model
     from autosearch.records import read_log
     from autosearch.target import parse_target, target_num_cores
@@ -183,19 +235,30 @@ def end_to_end_report(args, console: Console) -> dict:
         console.print(OPENVINO_MISSING, markup=False)  # "[openvino]" is no style
     timed = _time_runtimes(args, console, model, target, db, threads, ov_precision)
     timings, checks, tuned = timed.timings, timed.checks, timed.tuned
-    t_untuned = timings[0]
+    t_untuned, t_tuned = timings[0], timings[1]
     base = t_untuned.stats()["median"] if t_untuned.ok else None
 
     table = Table(title=f"{model.name}: end-to-end latency (ms), {threads} threads, "
                         f"{len(tuned.tuned_tasks)}/{tuned.task_count} tasks tuned")
-    for col in ("runtime", "mean", "median", "max", "min", "std", "speedup vs untuned", "runs"):
+    for col in RUNTIME_COLUMNS:
         table.add_column(col, justify="left" if col == "runtime" else "right")
     rows = [_stats_row(t.name, t, base) for t in timings]
     for row in rows:
         table.add_row(*row)
     console.print(table)
+    console.print(PEAK_NOTE)
     for name, check in checks.items():
         console.print(check.line(name, markup=True))
+    memory_rows = _memory_rows(timings, {t_untuned.name: timed.untuned, t_tuned.name: tuned})
+    memory_table = Table(title="TVM memory (MiB): computed from the module before the build, and measured")
+    for col in MEMORY_COLUMNS:
+        memory_table.add_column(col, justify="left" if col == "TVM" else "right")
+    for row in memory_rows:
+        memory_table.add_row(*row)
+    console.print(memory_table)
+    budget = _budget_line(database_lowering(args.db), t_tuned)
+    if budget:
+        console.print(budget, markup=False)
     if tuned.missing_tasks:
         console.print(f"tasks without a tuned record (TVM default code): {len(tuned.missing_tasks)}")
 
@@ -223,21 +286,31 @@ def end_to_end_report(args, console: Console) -> dict:
 
     plot = args.plot or "report.png"
     ok = [t for t in timings if t.ok]
-    plot_bars([_plot_label(t.name) for t in ok], [t.stats()["median"] for t in ok], plot,
-              ylabel="median latency (ms, log scale)", log_scale=True, errors=[t.stats()["std"] for t in ok],
-              title=f"{model.name}, {threads} threads")
+    peaks = [t.model_peak_bytes / MIB if t.model_peak_bytes is not None else math.nan for t in ok]
+    plot_bars([_plot_label(t.name) for t in ok],
+              [Bars([t.stats()["median"] for t in ok], "median latency (ms, log scale)", log_scale=True,
+                    errors=[t.stats()["std"] for t in ok]),
+               Bars(peaks, "peak memory (MiB above the runtime imported)")],
+              plot, title=f"{model.name}, {threads} threads")
     console.print(f"plot: {plot}")
     figures = {"model": model.name, "threads": threads,
                "runtimes": {t.name: t.stats() if t.ok else {"error": t.error} for t in timings},
+               "memory": {t.name: _memory_figures(t) for t in timings},
+               "tvm_memory": {name: c.memory.to_json() for name, c in ((t_untuned.name, timed.untuned),
+                                                                        (t_tuned.name, tuned)) if c.memory},
                "max_rel_error_vs_ort": {name: c.error for name, c in checks.items()},
                "openvino_default_precision": ov_precision,
                "tuned_tasks": len(tuned.tuned_tasks), "tasks": tuned.task_count}
     if args.markdown:
         with open(args.markdown, "w") as fh:
-            fh.write(_markdown_table(["runtime", "mean", "median", "max", "min", "std", "speedup vs untuned",
-                                      "runs"], rows))
+            fh.write(_markdown_table(list(RUNTIME_COLUMNS), rows))
+            fh.write(f"\n{PEAK_NOTE}\n")
             for name, check in checks.items():
                 fh.write(f"\n{check.line(name, markup=False)}\n")
+            fh.write("\nTVM memory (MiB): computed from the module before the build, and measured\n\n")
+            fh.write(_markdown_table(list(MEMORY_COLUMNS), memory_rows))
+            if budget:
+                fh.write(f"\n{budget}\n")
             if ov_precision is None:
                 fh.write(f"\n{OPENVINO_MISSING}\n")
             fh.write(f"\n{len(tuned.tuned_tasks)}/{tuned.task_count} tasks tuned, {threads} threads\n\n")
@@ -246,6 +319,12 @@ def end_to_end_report(args, console: Console) -> dict:
                                        f"{u / b:.1f}x" if u and b else "-"] for t, u, b in per_task
                                       if u is not None or b is not None]))
     return figures
+
+
+def _memory_figures(t) -> dict:
+    """A runtime's measured peaks (bytes): of its processes, of its baseline, and the model's (the difference)."""
+    return {"peak_bytes": t.peak_bytes, "baseline_bytes": t.baseline_bytes, "model_peak_bytes": t.model_peak_bytes,
+            "load_peak_bytes": t.load_peak_bytes, "run_peak_bytes": t.run_peak_bytes}
 
 
 def _plot_label(name: str) -> str:

@@ -48,7 +48,9 @@ def test_nhwc_round_trip_export_compile_report_matches_onnxruntime(tuned_nhwc):
                    "--plot", os.path.join(str(tuned_nhwc["work"]), "report.png"), "--markdown", md)
     assert proc.returncode == 0, proc.stderr
     assert "TVM tuned output vs ONNX Runtime" in proc.stdout and "DIFFERS" not in proc.stdout
-    rows = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in open(md) if line.startswith("| ")}
+    table = open(md).read().split("\n\n")[0].splitlines()  # the runtimes' table, before the notes
+    runs = [c.strip() for c in table[0].split("|")].index("runs")
+    rows = {line.split("|")[1].strip(): line.split("|")[runs].strip() for line in table if line.startswith("| ")}
     assert rows["TVM tuned"] == rows["ONNX Runtime"] == "6"  # 3 + 3 runs: two rounds taking turns, pooled
 
 

@@ -33,9 +33,10 @@ def test_report_times_openvino_and_leaves_no_temporary_files(model, tmp_path, mo
     monkeypatch.setenv("TMPDIR", str(tmp))  # the timing processes
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))  # this one
     plotted: list[list[str]] = []
+    panels: list = []
     plot_bars = report.plot_bars
-    monkeypatch.setattr(report, "plot_bars", lambda labels, *a, **k: plotted.append(list(labels)) or plot_bars(
-        labels, *a, **k))
+    monkeypatch.setattr(report, "plot_bars", lambda labels, bars, *a, **k: plotted.append(list(labels))
+                        or panels.extend(bars) or plot_bars(labels, bars, *a, **k))
     md, png = str(tmp_path / "report.md"), str(tmp_path / "report.png")
     args = build_parser().parse_args(["report", "--model", model, "--db", TVM_DB, "--runs", "4", "--rounds", "2",
                                       "--untuned-runs", "1", "--markdown", md, "--plot", png])
@@ -61,6 +62,23 @@ def test_report_times_openvino_and_leaves_no_temporary_files(model, tmp_path, mo
         openvino)
     assert os.path.getsize(png) > 0
     assert set(os.listdir(tmp)) <= {ORT_SESSION_FILE}  # compiled models, inputs and outputs removed
+
+    # peak memory: every runtime's process against a process that imported the same runtime and loaded no model
+    for name, memory in figures["memory"].items():
+        assert 0 < memory["baseline_bytes"] < memory["peak_bytes"], name
+        assert memory["model_peak_bytes"] == memory["peak_bytes"] - memory["baseline_bytes"], name
+        assert memory["peak_bytes"] == max(memory["load_peak_bytes"], memory["run_peak_bytes"]), name
+    assert "| peak MiB |" in table.splitlines()[0] and "peak MiB" in text
+    # TVM's computed memory, untuned and tuned: the weights bound into each module and the planned activations
+    computed = figures["tvm_memory"]
+    assert set(computed) == {"TVM untuned", "TVM tuned"}
+    for estimate in computed.values():
+        assert estimate["weight_bytes"] >= 32 * 16 * 9 * 4  # the conv's kernel, prepacked or not
+        assert 0 < estimate["planned_bytes"] <= estimate["unplanned_bytes"]
+        assert estimate["peak_bytes"] >= estimate["weight_bytes"] + estimate["planned_bytes"]
+    assert "| TVM tuned |" in table.split("TVM memory (MiB)")[1]
+    latency, memory_panel = panels
+    assert memory_panel.values == [figures["memory"][name]["model_peak_bytes"] / 2**20 for name in figures["runtimes"]]
 
 
 def test_report_without_openvino_says_so_in_one_line_and_completes(model, tmp_path):

@@ -1,0 +1,130 @@
+"""What a compiled model will hold in memory, computed from the Relax module before it is built.
+
+Three parts, each read from the module TVM is about to build (legalised, the database applied, weight
+prepacking and Winograd kernel transforms folded into the constants):
+
+- **weights**: the bytes of the constants bound into the module, i.e. after prepacking (same size, another
+  layout) and after the Winograd kernel transform (36 values per 3x3 filter where the direct one holds 9);
+- **activations**: what Relax's static memory planning (``StaticPlanBlockMemory``) allocates for the
+  intermediate tensors and the output, and what they would take without planning, both from TVM's own
+  ``relax.analysis.estimate_memory_usage``;
+- **kernel scratch**: the largest intermediate buffer set one kernel allocates inside itself (a Winograd
+  kernel's transformed input and product tiles, a prepacked weight a kernel rewrites on every call when
+  prepacking is off), from ``s_tir.analysis.calculate_allocated_bytes`` on its lowered loops. TVM takes it
+  from a workspace pool at run time, one kernel at a time; buffers allocated inside a parallel loop are
+  counted once, not once per thread.
+
+The **predicted peak** is what the inference process adds to its resident memory over loading the model and
+running it (what ``report`` measures: peak resident set minus a process that imported the runtime and loaded
+no model). TVM 0.27 loads a library's constants from a section of the shared object: the section is mapped
+from the file (resident once read), copied into a byte string, copied again into an ``ffi.Bytes`` and then
+deserialised into tensors (``ProcessLibraryBin`` in tvm_ffi's ``library_module.cc``,
+``VMExecutable::LoadFromBytes``): while loading it holds the weights ``LOAD_COPIES`` times; afterwards the
+two byte strings are freed and the mapped file and the tensors remain (``RESIDENT_COPIES``), beside the
+activations and one kernel's scratch. The peak is the larger of the two phases. Code pages and the VM's own
+structures are left out (small beside the weights of a YOLO).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+MIB = 2**20
+LOAD_COPIES = 4  # mapped file, two byte-string copies, the deserialised tensors (see the module docstring)
+RESIDENT_COPIES = 2  # mapped file, the tensors
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The computed memory of one compiled model (bytes)."""
+
+    weight_bytes: int  # constants bound into the module (after prepacking and Winograd transforms)
+    planned_bytes: int  # activations with Relax's static memory planning
+    unplanned_bytes: int  # activations without it (one allocation per tensor)
+    scratch_bytes: int = 0  # the largest scratch one kernel allocates (0: not computed)
+
+    def peak_bytes(self, *, planned: bool = True) -> int:
+        """Predicted peak resident memory over loading and running the model (see the module docstring)."""
+        activations = self.planned_bytes if planned else self.unplanned_bytes
+        return max(LOAD_COPIES * self.weight_bytes,
+                   RESIDENT_COPIES * self.weight_bytes + activations + self.scratch_bytes)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "peak_bytes": self.peak_bytes()}
+
+
+def constant_bytes(mod) -> int:
+    """Bytes of the tensor constants the module's Relax functions bind (each constant once)."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    constants = {}  # by the node's address: a constant bound twice is stored once
+
+    def visit(expr) -> None:
+        if isinstance(expr, tvm.ir.GenericConst) and hasattr(expr.value, "shape"):
+            constants[expr.__chandle__()] = expr.value
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return sum(int(np.prod([int(d) for d in c.shape])) * ((tvm.DataType(str(c.dtype)).bits + 7) // 8)
+               for c in constants.values())
+
+
+_ESTIMATE = re.compile(r"Without memory planning, there are \d+ constant-size memory allocation\(s\) with total size "
+                       r"([0-9.e+-]+) GB.*?With memory planning, there are \d+ constant-size memory allocation\(s\) "
+                       r"with total size ([0-9.e+-]+) GB", re.S)
+
+
+def activation_bytes(mod, target, *, function: str = "main") -> tuple[int, int]:
+    """(unplanned, planned) bytes of ``function``'s intermediate tensors and outputs: the build's passes up to
+    static memory planning, then TVM's ``estimate_memory_usage``. It reports text, in GB to four significant
+    digits (~0.05% of the figure), which is read back here."""
+    import tvm
+    from tvm import relax
+
+    from autosearch.lowering import planning_passes
+
+    with target, tvm.transform.PassContext(opt_level=3):
+        planned = tvm.transform.Sequential(planning_passes(target))(mod)
+    text = relax.analysis.estimate_memory_usage(tvm.IRModule({"main": planned[function]}))
+    found = _ESTIMATE.search(text)
+    if found is None:
+        raise RuntimeError(f"unexpected output of relax.analysis.estimate_memory_usage: {text!r}")
+    unplanned, with_planning = (round(float(g) * 2**30) for g in found.groups())
+    return unplanned, with_planning
+
+
+def scratch_bytes(mod) -> int:
+    """The most global-scope bytes one kernel (TIR function) of the module allocates inside itself, after the
+    loop lowering that sizes its buffers to what each loop nest touches (``CompactBufferAllocation``)."""
+    import tvm
+    from tvm import s_tir, tirx
+
+    kernels = tvm.IRModule({gv: f for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)})
+    if not len(kernels.functions):
+        return 0
+    passes = [s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+              s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
+              s_tir.transform.LowerOpaqueBlock()]
+    sizes = s_tir.analysis.calculate_allocated_bytes(tvm.transform.Sequential(passes)(kernels))
+    return max((int(by_scope.get("global", 0)) for by_scope in sizes.values()), default=0)
+
+
+def estimate_memory(mod, target) -> MemoryEstimate:
+    """The memory of the model ``mod`` builds into: a legalised Relax module with its constants folded
+    (:func:`autosearch.lowering.tuned_module` or :func:`autosearch.lowering.untuned_module`)."""
+    unplanned, planned = activation_bytes(mod, target)
+    return MemoryEstimate(weight_bytes=constant_bytes(mod), planned_bytes=planned, unplanned_bytes=unplanned,
+                          scratch_bytes=scratch_bytes(mod))
+
+
+def mib(n_bytes: float | None) -> str:
+    """Bytes as MiB for a table ("-" when unknown)."""
+    return "-" if n_bytes is None else f"{n_bytes / MIB:.1f}"
+
+
+__all__ = ["LOAD_COPIES", "MIB", "RESIDENT_COPIES", "MemoryEstimate", "activation_bytes", "constant_bytes",
+           "estimate_memory", "mib", "scratch_bytes"]

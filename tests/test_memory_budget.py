@@ -1,0 +1,142 @@
+"""``export --memory-budget`` end to end: a real two-layer run tuned both ways, exported under budgets between
+all direct and all Winograd, compiled and reported; a budget nothing meets, one line and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from autosearch.memory import MIB
+from tests.conftest import run_cli, tune_and_export
+
+WINOGRAD_SPEEDUP = 5.0  # the test's log says Winograd is this much faster on both layers (see the fixture)
+
+
+def two_wide_convs_onnx(path: str) -> None:
+    """Conv 3x3 64 -> 64 then 64 -> 96 at 16 x 16 (+ ReLU): two layers with different keys, both Winograd
+    candidates."""
+    rng = np.random.default_rng(3)
+    w0 = numpy_helper.from_array((rng.standard_normal((64, 64, 3, 3)) * 0.05).astype("float32"), "W0")
+    w1 = numpy_helper.from_array((rng.standard_normal((96, 64, 3, 3)) * 0.05).astype("float32"), "W1")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W0"], ["c0"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c0"], ["r0"]),
+         helper.make_node("Conv", ["r0", "W1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["y"])],
+        "two_wide_convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 96, 16, 16])], [w0, w1])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A short real run (both layers tuned direct and as Winograd), its log rewritten so that Winograd is the
+    faster on both layers whatever the short run found: the budget has something to give up."""
+    run = tune_and_export(tmp_path_factory.mktemp("budget"), two_wide_convs_onnx, trials=16, batch=8,
+                          options=("--finalist-rounds", "0"))
+    from autosearch.records import read_log
+
+    algorithm = {k: (h.get("lowering") or {}).get("algorithm") for k, h in read_log(run["log"]).tasks.items()}
+    assert sorted(a for a in algorithm.values() if a) == ["direct", "direct", "winograd", "winograd"]
+    faster = os.path.join(str(run["work"]), "winograd-faster.jsonl")
+    with open(run["log"]) as src, open(faster, "w") as dst:
+        for line in src:
+            rec = json.loads(line)
+            if rec.get("kind") == "trial" and algorithm.get(rec["task"]["key"]) == "winograd":
+                rec["result"]["latencies"] = [x / WINOGRAD_SPEEDUP for x in rec["result"].get("latencies", [])]
+            dst.write(json.dumps(rec) + "\n")
+    return {**run, "log": faster}
+
+
+@pytest.fixture(scope="module")
+def options(tuned, target):
+    from autosearch.budget import import_tuned_model, model_options
+    from autosearch.export import memory_database
+    from autosearch.records import read_log
+
+    contents = read_log(tuned["log"])
+    model = import_tuned_model(contents, tuned["model"], target)
+    [nchw] = model_options(contents, model.relax_mod, target, memory_database(contents), fast_math="on")
+    return nchw
+
+
+def _export(tuned, out: str, budget_bytes: float, *extra: str):
+    return run_cli("export", "--log", tuned["log"], "--out", out, "--memory-budget", f"{budget_bytes / MIB:.6f}",
+                   "--model", tuned["model"], *extra)
+
+
+def test_a_budget_between_all_direct_and_all_winograd_gives_up_winograd_layers_and_fits(tuned, options):
+    from autosearch.export import lowering_of
+    from autosearch.memory import MemoryEstimate
+    from autosearch.records import read_log
+
+    assert sorted(lowering_of(read_log(tuned["log"]))["choices"].values()) == ["winograd", "winograd"]  # by speed
+    m = options.memory
+    extras = sorted(layer.extra_bytes for layer in options.layers)
+
+    def peak(extra: int) -> int:
+        return MemoryEstimate(m.weight_bytes + extra, m.planned_bytes, m.unplanned_bytes, m.scratch_bytes).peak_bytes()
+
+    assert peak(0) < peak(extras[-1]) < peak(sum(extras))
+    budget = peak(extras[-1]) + 4096  # room for either layer's Winograd kernels, not for both
+    out = os.path.join(str(tuned["work"]), "db-budget")
+    proc = _export(tuned, out, budget)
+    assert proc.returncode == 0, proc.stderr
+    with open(os.path.join(out, "autosearch_lowering.json")) as fh:
+        lowering = json.load(fh)
+    assert sorted(lowering["choices"].values()) == ["direct", "winograd"]
+    assert "1 of 2 layers as winograd" in proc.stdout
+    recorded = lowering["memory_budget"]
+    assert recorded["predicted_bytes"] <= recorded["budget_bytes"] <= budget
+
+    # compile and report build the choice, and report puts the prediction beside the measured peak
+    md = os.path.join(str(tuned["work"]), "report.md")
+    proc = run_cli("report", "--model", tuned["model"], "--db", out, "--runs", "2", "--rounds", "1", "--untuned-runs",
+                   "1", "--markdown", md, "--plot", os.path.join(str(tuned["work"]), "report.png"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(ln for ln in open(md).read().splitlines() if ln.startswith("memory budget"))
+    assert "1 of 2 layers as winograd" in line and "predicted peak" in line and "measured" in line, line
+    assert "TVM tuned output vs ONNX Runtime" in proc.stdout and "DIFFERS" not in proc.stdout
+
+
+def test_a_budget_no_choice_meets_is_one_line_and_exit_code_2(tuned, options):
+    proc = _export(tuned, os.path.join(str(tuned["work"]), "db-tiny"), options.memory.peak_bytes() / 2)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "no choice fits" in proc.stderr, proc.stderr
+    assert not os.path.exists(os.path.join(str(tuned["work"]), "db-tiny"))  # nothing written
+
+
+def test_memory_budget_needs_the_model(tuned):
+    proc = run_cli("export", "--log", tuned["log"], "--out", os.path.join(str(tuned["work"]), "db-x"),
+                   "--memory-budget", "100")
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: --memory-budget needs --model: the model the log "\
+                                                           "was tuned on"
+
+
+def test_memory_experiment_measures_its_variants_and_resumes(tuned, tmp_path):
+    """experiments/memory.py's smoke path: two variants measured and tabulated; a rerun measures nothing again."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    cmd = [sys.executable, os.path.join(ROOT, "experiments", "memory.py"), "--model", tuned["model"], "--log",
+           tuned["log"], "--results", str(tmp_path), "--only", "tuned,ort-no-arena", "--runs", "1", "--rounds", "1"]
+    first = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "[tuned]" in first.stdout and "[ort-no-arena]" in first.stdout
+    results = json.load(open(tmp_path / "memory-model.json"))["variants"]
+    assert set(results) == {"tuned", "ort-no-arena"}
+    for r in results.values():
+        assert r["model_peak_bytes"] == r["peak_bytes"] - r["baseline_bytes"] > 0 and r["median_ms"] > 0
+    assert results["tuned"]["estimate"]["weight_bytes"] > 0
+    rows = [ln for ln in (tmp_path / "memory-model.md").read_text().splitlines() if ln.startswith("| ")]
+    assert len(rows) == 3 and rows[1].startswith("| tuned (NCHW")  # the header and two rows
+    assert (tmp_path / "memory-model.png").stat().st_size > 0
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert again.returncode == 0 and "[tuned]" not in again.stdout, again.stderr[-2000:]
