@@ -44,6 +44,9 @@ COST_MODELS: dict[str, str] = {
 # model, so one scorer serves every family of a package; and the core then finds it through the registry
 # entry it already resolved, with no second plug-in path to keep in step.
 SCORER_FACTORY = "scorer"
+# how to install a plug-in's optional dependency, where a bare "pip install NAME" is the wrong advice
+# (PyPI's default torch wheel pulls several GB of CUDA libraries; the extra pins the CPU build)
+_INSTALL = {"torch": "pip install -e '.[learned]'"}
 # "model@features" picks the feature set of a tabular model (xgb, xgb-rank, rf, gbr, sklearn:...)
 FEATURE_SETS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding")
 
@@ -75,7 +78,8 @@ def _resolve(spec: str):
         module = importlib.import_module(module_path)
     except ImportError as exc:
         missing = exc.name or str(exc)
-        raise UserError(f"cost model needs the package {missing!r}: pip install {missing}") from exc
+        how = _INSTALL.get(missing, f"pip install {missing}")
+        raise UserError(f"cost model needs the package {missing!r}: {how}") from exc
     return getattr(module, attr)
 
 

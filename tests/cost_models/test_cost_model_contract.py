@@ -81,41 +81,6 @@ def test_unknown_sklearn_regressor_is_a_user_error():
         make_cost_model("no-such-model")
 
 
-def test_mlp_gradients_match_finite_differences():
-    """The hand-written backward pass of the sum-pooling MLP, against central differences."""
-    rng = np.random.default_rng(0)
-    model = learned.SegmentSumMLP(hidden=16, seed=0)
-    params = model._init(rng)
-    for b in ("b1", "b2", "b3"):  # off zero, so no pre-activation sits exactly on a ReLU kink
-        params[b] = rng.uniform(0.05, 0.1, size=params[b].shape)
-    X = rng.normal(size=(6, 3, learned.N_STORE_FEATURES))
-    X[1, 2] = np.nan  # a padded store
-    X[4, 1:] = np.nan
-    Z, mask = model._prepare(X)
-    y = rng.uniform(size=6)
-    groups = np.array([0, 0, 0, 1, 1, 1])
-
-    def loss(p):
-        pred, _ = model._forward(p, Z, mask)
-        mse = np.mean((pred - y) ** 2)
-        better = (y[:, None] > y[None, :] + 1e-6) & (groups[:, None] == groups[None, :])
-        diff = pred[:, None] - pred[None, :]
-        return mse + model.rank_weight * np.log1p(np.exp(-diff))[better].mean()
-
-    pred, cache = model._forward(params, Z, mask)
-    grads = model._backward(params, cache, model._loss_grad(pred, y, groups))
-    for name in learned._LAYERS:
-        flat = params[name].reshape(-1)
-        for j in rng.choice(flat.size, size=min(5, flat.size), replace=False):
-            old = flat[j]
-            flat[j] = old + 1e-5
-            up = loss(params)
-            flat[j] = old - 1e-5
-            down = loss(params)
-            flat[j] = old
-            assert grads[name].reshape(-1)[j] == pytest.approx((up - down) / 2e-5, rel=1e-4, abs=1e-7)
-
-
 def test_tvm_xgb_known_features_equal_fresh_extraction(dataset, split, fitted):
     """compare-models hands tvm-xgb features extracted once; TVM's extractor run afresh gives the same model."""
     import dataclasses
