@@ -33,6 +33,7 @@ COST_MODELS: dict[str, str] = {
     "gbr": "cost_models.sklearn_model:create",
     "mlp": "cost_models.learned:create",
     "tvm-xgb": "cost_models.tvm_xgb:create",
+    "tvm-mlp": "cost_models.tvm_mlp:create",
     SKLEARN_PREFIX: "cost_models.sklearn_model:create",
     # pre-trained and refit online: "pretrained" is the model autosearch ships; a directory that
     # train-model wrote is taken by the same factory (``--cost-model DIR``)
