@@ -16,7 +16,6 @@ import contextlib
 from collections.abc import Iterator
 
 import numpy as np
-
 import torch
 
 _TIE = 1e-6  # normalised throughputs closer than this are a tie, not a pair to learn

@@ -18,6 +18,9 @@ Feature sets, as kinds of model input (``INPUT_KINDS``):
   build per schedule: the costliest features, and with ``loop+asm`` the most accurate (README).
 - ``encoding``: :meth:`DecisionSpace.encode` of the config, padded with zeros to a common width.
   It needs no trace replay (microseconds per config), but only means something within one task.
+- ``sequence``: the record's trace as tokens, one per instruction (:mod:`cost_models.trace_tokens`), for the
+  sequence model; no replay either. ``sequence+loop`` and ``sequence+loop+asm`` join the loop (+ assembly)
+  features to it: one 2-D array per call, the vector first (``trace_tokens.sequence_input``).
 
 ``program`` is the fourth input kind, for MetaSchedule's own ``XGBModel`` (which featurises itself):
 an object array of :class:`Program` (the task's TuneContext and a ``MeasureCandidate``).
@@ -45,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from autosearch.errors import UserError
 from autosearch.records import Config, LogContents, Record
 from cost_models import asm_features as asm_module
 from cost_models import loop_features as loop_module
@@ -53,6 +57,7 @@ from cost_models.asm_features import asm_features
 from cost_models.feature_store import FeatureKey, FeatureStore, record_key
 from cost_models.loop_features import WIDTH as LOOP_WIDTH
 from cost_models.loop_features import Machine, loop_features
+from cost_models.trace_tokens import sequence_input, trace_tokens
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +66,10 @@ N_STORE_FEATURES = 164  # PerStoreFeature() with its defaults (5 buffers per sto
 # cache key anyway): cached per-store features of an older version are then recomputed.
 PER_STORE_VERSION = 1
 POOLED_WIDTH = 3 * N_STORE_FEATURES + 1
-INPUT_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "per_store", "encoding", "program")
+# the sequence kinds: tokens of the trace, joined with the vector of this tabular kind (None: tokens alone)
+SEQUENCE_KINDS = {"sequence": None, "sequence+loop": "loop", "sequence+loop+asm": "loop+asm"}
+INPUT_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "per_store", "encoding", "program",
+               *SEQUENCE_KINDS)
 # fixed-length vectors: any regressor takes them
 TABULAR_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding")
 _SCHEDULE_SEED = 1_234_567_891  # as autosearch.space: every sampled decision is replayed explicitly
@@ -206,6 +214,10 @@ class FeatureDataset:
     encoding: list[np.ndarray | None]
     programs: list[Program | None] = field(default_factory=list)
     loop: list[np.ndarray] = field(default_factory=list)  # loop-feature vectors, when a kind needs them
+    tokens: list[np.ndarray] = field(default_factory=list)  # trace tokens, when a sequence kind needs them
+    # task key -> the models (networks) the task is a layer of, from the log's task header ("models"; make_dataset
+    # writes it); tasks without it are absent
+    task_models: dict[str, tuple[str, ...]] = field(default_factory=dict)
     asm: list[np.ndarray] = field(default_factory=list)  # assembly-feature vectors, when a kind needs them
     extract_secs: float = 0.0  # wall time of trace replay (+ PerStoreFeature when built), records replayed
     loop_secs: float = 0.0  # wall time of the loop features, records computed
@@ -262,6 +274,11 @@ class FeatureDataset:
                 raise ValueError("decision encodings need configs and the task's DecisionSpace")
             width = max(len(e) for e in self.encoding if e is not None)
             return pad_columns([self.encoding[i] for i in idx], width)  # type: ignore[misc]
+        if kind in SEQUENCE_KINDS:
+            if not self.tokens:
+                raise ValueError("dataset was built without the trace tokens")
+            joined = SEQUENCE_KINDS[kind]
+            return sequence_input([self.tokens[i] for i in idx], self.X(joined, idx) if joined else None)
         if kind == "program":
             if not self.programs:
                 raise ValueError("dataset was built without programs")
@@ -270,6 +287,20 @@ class FeatureDataset:
                 out[j] = self.programs[i]
             return out
         raise ValueError(f"unknown input kind {kind!r}; one of {INPUT_KINDS}")
+
+
+def tabular_kind(name: str, kind: str) -> str:
+    """``kind`` if a tabular model (one feature vector per record) can take it, else a one-line UserError."""
+    if kind not in TABULAR_KINDS:
+        raise UserError(f"cost model {name!r} takes one feature vector per record: its features are one of "
+                        f"{', '.join(TABULAR_KINDS)}, not {kind!r}")
+    return kind
+
+
+def vector_width(kind: str) -> int:
+    """Width of the feature vector a sequence kind joins to the tokens (0 for ``sequence``)."""
+    joined = SEQUENCE_KINDS[kind]
+    return {None: 0, "loop": LOOP_WIDTH, "loop+asm": LOOP_WIDTH + ASM_WIDTH}[joined]
 
 
 def encode(space, config: Config | None) -> np.ndarray | None:
@@ -318,8 +349,9 @@ def build_dataset(
 
     ``PerStoreFeature`` for ``pooled``, ``pooled+loop``, ``per_store`` and ``program`` (plus the replayed
     schedules themselves for models that featurise on their own: ``tvm-xgb``); the loop features for
-    ``loop``, ``pooled+loop`` and ``loop+asm``; an LLVM build per record (on all cores) for ``asm`` and
-    ``loop+asm``; each task's DecisionSpace for ``encoding``. Computing any of these first replays the
+    ``loop``, ``pooled+loop``, ``loop+asm`` and the sequence kinds joined with them; an LLVM build per record
+    (on all cores) for ``asm`` and ``loop+asm``; each task's DecisionSpace for ``encoding``; the trace tokens
+    (no replay) for the sequence kinds. Computing any of the program features first replays the
     record's trace. With a ``store``, features found there are not computed again and the ones computed
     are added to it: a record all of whose features are stored is not even replayed (``program`` needs the
     replayed schedule, so it always replays). ``on_progress(records_done, records_total)`` is called after
@@ -331,11 +363,12 @@ def build_dataset(
     keep_programs = "program" in kinds
     extractors = [name for name, wanted in (
         ("per_store", bool(kinds & {"pooled", "pooled+loop", "per_store", "program"})),
-        ("loop", bool(kinds & {"loop", "pooled+loop", "loop+asm"})),
-        ("asm", bool(kinds & {"asm", "loop+asm"})),
+        ("loop", bool(kinds & {"loop", "pooled+loop", "loop+asm", "sequence+loop", "sequence+loop+asm"})),
+        ("asm", bool(kinds & {"asm", "loop+asm", "sequence+loop+asm"})),
     ) if wanted]
 
-    builder = _DatasetBuilder(extractors, keep_programs=keep_programs, encoding="encoding" in kinds, store=store)
+    builder = _DatasetBuilder(extractors, keep_programs=keep_programs, encoding="encoding" in kinds, store=store,
+                              tokens=bool(kinds & set(SEQUENCE_KINDS)))
     grouped: list[tuple[LogContents, dict[str, list[Record]]]] = []
     for contents in logs:
         by_task: dict[str, list[Record]] = {}
@@ -362,10 +395,11 @@ class _DatasetBuilder:
     """The rows of a :class:`FeatureDataset`, one task's records at a time (see :func:`build_dataset`)."""
 
     def __init__(self, extractors: list[str], *, keep_programs: bool, encoding: bool,
-                 store: FeatureStore | None) -> None:
+                 store: FeatureStore | None, tokens: bool = False) -> None:
         self.extractors = extractors
         self.keep_programs = keep_programs
         self.encoding = encoding
+        self.tokens = tokens
         self.store = store
         self.tasks: dict[str, Any] = {}  # key -> TuningTask
         self.featurizers: dict[str, TaskFeaturizer] = {}
@@ -462,6 +496,8 @@ class _DatasetBuilder:
         if key not in ds.task_keys:
             ds.task_keys.append(key)
             ds.task_names[key] = records[0].task_name
+        if header.get("models"):
+            ds.task_models[key] = tuple(dict.fromkeys([*ds.task_models.get(key, ()), *header["models"]]))
         space = self.space(key, header) if self.encoding else None
         group = ds.task_keys.index(key)
         for i in keep:
@@ -477,6 +513,8 @@ class _DatasetBuilder:
                 ds.loop.append(found["loop"][i])
             if "asm" in found:
                 ds.asm.append(found["asm"][i])
+            if self.tokens:
+                ds.tokens.append(trace_tokens(rec.trace, self._flops[-1], header["args"]))
             if self.keep_programs:  # with its features: tvm-xgb then skips re-extracting them every fold
                 feat = self.featurizers[key]
                 ds.programs.append(Program(feat.context, feat.candidates([schedules[i]])[0], key,
@@ -495,7 +533,7 @@ def read_logs(paths: Sequence[str]) -> list[LogContents]:
 
 __all__ = [
     "ASM_WIDTH", "FeatureDataset", "INPUT_KINDS", "LOOP_WIDTH", "N_STORE_FEATURES", "POOLED_WIDTH", "Program",
-    "TABULAR_KINDS", "TaskFeaturizer",
+    "SEQUENCE_KINDS", "TABULAR_KINDS", "TaskFeaturizer", "tabular_kind", "vector_width",
     "build_dataset", "encode", "feature_key", "normalised_throughput", "pad_columns", "pool", "read_logs",
     "stack_per_store", "store_mask", "valid_trials",
 ]

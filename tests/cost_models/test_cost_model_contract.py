@@ -7,16 +7,18 @@ import pytest
 
 from autosearch.cost_model import CostModel, make_cost_model
 from autosearch.errors import UserError
-from cost_models import learned, sklearn_model, tvm_xgb, xgboost_model
+from cost_models import learned, sequence_model, sklearn_model, tvm_mlp, tvm_xgb, xgboost_model
 from cost_models.evaluate import pairwise_accuracy as pairwise
 
-MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "xgb@pooled", "rf@pooled+loop", "xgb-rank@loop+asm",
-          "sklearn:KNeighborsRegressor", "sklearn:ExtraTreesRegressor"]
+MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "tvm-mlp", "seq", "seq@sequence+loop", "xgb@pooled",
+          "rf@pooled+loop", "xgb-rank@loop+asm", "sklearn:KNeighborsRegressor", "sklearn:ExtraTreesRegressor"]
 LOADERS = {
     xgboost_model.XGBCostModel: xgboost_model.load,
     sklearn_model.SklearnCostModel: sklearn_model.load,
     learned.SegmentSumMLP: learned.load,
     tvm_xgb.TVMXGBModel: tvm_xgb.load,
+    tvm_mlp.TVMMLPModel: tvm_mlp.load,
+    sequence_model.SequenceRanker: sequence_model.load,
 }
 
 
@@ -65,8 +67,14 @@ def test_seed_changes_randomised_models(dataset, split, fitted):
     assert not np.array_equal(other.predict(X[test]), pred)
 
 
+def test_every_registered_model_is_in_the_contract():
+    from autosearch.cost_model import COST_MODELS, PRETRAINED, SKLEARN_PREFIX
+
+    assert set(COST_MODELS) - {PRETRAINED, SKLEARN_PREFIX} <= set(MODELS)
+
+
 def test_unfitted_model_refuses_to_predict(dataset):
-    for name in ("xgb", "rf", "mlp"):
+    for name in ("xgb", "rf", "mlp", "tvm-mlp", "seq"):
         model = make_cost_model(name)
         with pytest.raises(RuntimeError):
             model.predict(dataset.X(model.input_kind, rows=np.arange(2)))
@@ -79,6 +87,10 @@ def test_unknown_sklearn_regressor_is_a_user_error():
         make_cost_model("sklearn:StackingRegressor")
     with pytest.raises(UserError):
         make_cost_model("no-such-model")
+    with pytest.raises(UserError, match="trace tokens"):
+        make_cost_model("seq@loop")
+    with pytest.raises(UserError, match="one feature vector per record"):
+        make_cost_model("xgb@sequence+loop")
 
 
 def test_tvm_xgb_known_features_equal_fresh_extraction(dataset, split, fitted):
