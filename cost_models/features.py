@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -49,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from autosearch.errors import UserError
+from autosearch.finalists import current_retimes
 from autosearch.records import Config, LogContents, Record
 from cost_models import asm_features as asm_module
 from cost_models import loop_features as loop_module
@@ -207,7 +209,7 @@ class FeatureDataset:
     task_keys: list[str]  # distinct tasks, in order of first appearance
     task_names: dict[str, str]
     groups: np.ndarray  # task index into task_keys, per record
-    latency: np.ndarray  # seconds (median of repeats)
+    latency: np.ndarray  # seconds: the label (``labelled_trials``: the re-timed median, or the trial's own)
     flops: np.ndarray
     configs: list[Config | None]
     per_store: list[np.ndarray]
@@ -321,6 +323,46 @@ def valid_trials(contents: LogContents) -> list[Record]:
     return [r for r in contents.trials() if r.ok and r.trace is not None and math.isfinite(r.latency)]
 
 
+def labelled_trials(contents: LogContents) -> list[tuple[Record, float]]:
+    """The valid trials with the latency (seconds) a model learns from: the label.
+
+    A task whose every valid trial was re-timed in fresh processes after the task's last trial (the re-times
+    ``autosearch.finalists.current_retimes`` counts; ``experiments/make_dataset.py --retime-rounds`` makes them)
+    is labelled by the re-times: per record the median over rounds of its per-round medians, the rule of
+    ``finalists.rank``; a record whose kernel failed a re-time is left out. Any other task keeps the trials' own
+    timings, for all its records: labels of one task from two kinds of timing (a run re-times only its finalists,
+    in a fresh process that times kernels differently from the search's) would order records by how they were
+    timed.
+    """
+    trials = valid_trials(contents)
+    retimes: dict[str, list[Record]] = {}
+    for rec in contents.records:
+        if rec.kind in ("trial", "retime"):
+            retimes.setdefault(rec.task_key, []).append(rec)
+    labels: dict[str, dict[Config, float | None]] = {}  # task -> config -> re-timed label (None: a re-time failed)
+    for key, records in retimes.items():
+        medians: dict[Config, list[float]] = {}
+        failed: set[Config] = set()
+        for r in current_retimes(records):
+            if r.config is None:
+                continue
+            if r.ok:
+                medians.setdefault(r.config, []).append(r.latency)
+            else:
+                failed.add(r.config)
+        labels[key] = {c: statistics.median(m) for c, m in medians.items()}
+        labels[key].update(dict.fromkeys(failed))
+    retimed = {key for key, by_config in labels.items()
+               if by_config and all(r.config in by_config for r in trials if r.task_key == key)}
+    out: list[tuple[Record, float]] = []
+    for r in trials:
+        if r.task_key not in retimed:
+            out.append((r, r.latency))
+        elif (label := labels[r.task_key][r.config]) is not None:
+            out.append((r, label))
+    return out
+
+
 def feature_key(extractor: str, header: dict[str, Any], machine: Machine | None = None) -> FeatureKey:
     """The :class:`FeatureKey` of an extractor's features of one task (its log header): the extractor's version
     and TVM's, and what the extractor reads besides the schedule: the loop features the machine facts and the
@@ -369,23 +411,23 @@ def build_dataset(
 
     builder = _DatasetBuilder(extractors, keep_programs=keep_programs, encoding="encoding" in kinds, store=store,
                               tokens=bool(kinds & set(SEQUENCE_KINDS)))
-    grouped: list[tuple[LogContents, dict[str, list[Record]]]] = []
+    grouped: list[tuple[LogContents, dict[str, list[tuple[Record, float]]]]] = []
     for contents in logs:
-        by_task: dict[str, list[Record]] = {}
-        for rec in valid_trials(contents):
-            by_task.setdefault(rec.task_key, []).append(rec)
+        by_task: dict[str, list[tuple[Record, float]]] = {}
+        for rec, latency in labelled_trials(contents):
+            by_task.setdefault(rec.task_key, []).append((rec, latency))
         grouped.append((contents, by_task))
     total = sum(len(records) for _, by_task in grouped for records in by_task.values())
     done = 0
     for contents, by_task in grouped:
-        for key, records in by_task.items():
-            done += len(records)
+        for key, labelled in by_task.items():
+            done += len(labelled)
             header = contents.tasks.get(key)
             if header is None:
                 log.warning("%s: no task header for %s, skipping its %d records", contents.path, key,
-                            len(records))
+                            len(labelled))
             else:
-                builder.add_task(key, header, records)
+                builder.add_task(key, header, [r for r, _ in labelled], [latency for _, latency in labelled])
             if on_progress is not None:
                 on_progress(done, total)
     return builder.dataset
@@ -431,7 +473,7 @@ class _DatasetBuilder:
             self.spaces[key] = DecisionSpace(task.mod, task.target)
         return self.spaces[key]
 
-    def add_task(self, key: str, header: dict[str, Any], records: list[Record]) -> None:
+    def add_task(self, key: str, header: dict[str, Any], records: list[Record], latencies: list[float]) -> None:
         n = len(records)
         found: dict[str, list[Any]] = {e: [None] * n for e in self.extractors}
         file_keys: dict[str, FeatureKey] = {}
@@ -460,7 +502,7 @@ class _DatasetBuilder:
                 and (not self.keep_programs or i in schedules)]
         self.dataset.featurised += len(schedules)
         self.dataset.cached += sum(1 for i in keep if i not in schedules)
-        self._append(key, header, records, keep, found, schedules)
+        self._append(key, header, records, latencies, keep, found, schedules)
 
     def _replay(self, key: str, header: dict[str, Any], records: list[Record], rows: list[int]) -> dict[int, Any]:
         """Row -> the record's schedule, replayed from its trace (rows whose trace fails are left out)."""
@@ -488,7 +530,7 @@ class _DatasetBuilder:
             self.dataset.asm_secs += secs
         return out
 
-    def _append(self, key: str, header: dict[str, Any], records: list[Record], keep: list[int],
+    def _append(self, key: str, header: dict[str, Any], records: list[Record], latencies: list[float], keep: list[int],
                 found: dict[str, list[Any]], schedules: dict[int, Any]) -> None:
         ds = self.dataset
         if not keep:
@@ -503,7 +545,7 @@ class _DatasetBuilder:
         for i in keep:
             rec = records[i]
             self._groups.append(group)
-            self._latency.append(rec.latency)
+            self._latency.append(latencies[i])
             self._flops.append(rec.flops or float(header["flops"]))
             ds.configs.append(rec.config)
             ds.encoding.append(encode(space, rec.config) if space is not None else None)
@@ -534,6 +576,6 @@ def read_logs(paths: Sequence[str]) -> list[LogContents]:
 __all__ = [
     "ASM_WIDTH", "FeatureDataset", "INPUT_KINDS", "LOOP_WIDTH", "N_STORE_FEATURES", "POOLED_WIDTH", "Program",
     "SEQUENCE_KINDS", "TABULAR_KINDS", "TaskFeaturizer", "tabular_kind", "vector_width",
-    "build_dataset", "encode", "feature_key", "normalised_throughput", "pad_columns", "pool", "read_logs",
-    "stack_per_store", "store_mask", "valid_trials",
+    "build_dataset", "encode", "feature_key", "labelled_trials", "normalised_throughput", "pad_columns", "pool",
+    "read_logs", "stack_per_store", "store_mask", "valid_trials",
 ]

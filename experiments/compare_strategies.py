@@ -32,6 +32,7 @@ from autosearch.strategy import parse_options  # noqa: E402
 from autosearch.target import parse_target  # noqa: E402
 from autosearch.tuner import Tuner  # noqa: E402
 from experiments.metaschedule import tune_tir  # noqa: E402
+from experiments.retiming import kernel  # noqa: E402
 from experiments.task_spec import pick_task  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -91,15 +92,7 @@ def run_metaschedule(task, target, budget: int, batch: int, seed: int, evaluator
 
 def retime(task, target, traces: list, evaluator) -> list[float]:
     """Re-time the given schedules (TVM trace JSON) in a fresh measuring process; seconds each."""
-    import tvm
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.schedule import Trace
-
-    mods = []
-    for trace in traces:
-        sch = Schedule(task.mod)
-        Trace.apply_json_to_schedule(trace, sch)
-        mods.append(sch.mod)
+    mods = [kernel(task, trace) for trace in traces]
     runner = LocalRunner(target=target, evaluator=evaluator)
     try:
         base = runner.prepare(task)
@@ -107,7 +100,6 @@ def retime(task, target, traces: list, evaluator) -> list[float]:
         results = runner.measure(task, mods)
     finally:
         runner.close()
-    del tvm
     return [r.median for r in results]
 
 
