@@ -463,7 +463,9 @@ def cmd_compare_models(args: argparse.Namespace) -> int:
 
     with _progress_bars(console) as update:
         report = compare_models(args.log, models, seed=args.seed, out_png=png, min_records=args.min_records,
-                                on_fold=lambda model, done, total: update(f"{model}: held-out tasks", done, total),
+                                split=args.split,
+                                on_fold=lambda model, done, total: update(f"{model}: held-out {args.split}s", done,
+                                                                          total),
                                 on_featurise=lambda done, total: update("featurising records", done, total))
     console.print(report.table)
     if args.markdown:
@@ -605,11 +607,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="bar chart PNG (default: report.png)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("compare-models", help="leave-one-task-out accuracy of cost models on measured records")
+    p = sub.add_parser("compare-models", help="leave-one-task-out (or -model-out) accuracy of cost models on "
+                                              "measured records")
     p.add_argument("--log", action="append", required=True, help="tuning log or TVM database dir (repeatable)")
-    p.add_argument("--models", default="xgb,xgb-rank,rf,gbr,mlp,xgb@pooled,tvm-xgb",  # evaluate.DEFAULT_MODELS
-                   help="comma-separated cost models; model@features picks the features of a tabular one "
-                        "(loop, pooled, pooled+loop, asm, loop+asm, encoding)")
+    p.add_argument("--models", default="xgb,xgb-rank,rf,gbr,xgb@pooled,tvm-xgb,mlp,tvm-mlp,seq,seq@sequence+loop",
+                   help="comma-separated cost models (default: evaluate.DEFAULT_MODELS); model@features picks the "
+                        "features of a tabular one (loop, pooled, pooled+loop, asm, loop+asm, encoding) or of seq "
+                        "(sequence, sequence+loop, sequence+loop+asm)")
+    p.add_argument("--split", choices=("task", "model"), default="task",
+                   help="hold out one task at a time, or one model's tasks (trained on the other models' tasks; "
+                        "needs logs whose task headers name their models, as experiments/make_dataset.py writes)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--markdown", help="also write the table as Markdown")
     p.add_argument("--plot", help="predicted-vs-measured PNG (default: compare-models.png)")

@@ -33,6 +33,8 @@ COST_MODELS: dict[str, str] = {
     "gbr": "cost_models.sklearn_model:create",
     "mlp": "cost_models.learned:create",
     "tvm-xgb": "cost_models.tvm_xgb:create",
+    "tvm-mlp": "cost_models.tvm_mlp:create",
+    "seq": "cost_models.sequence_model:create",
     SKLEARN_PREFIX: "cost_models.sklearn_model:create",
     # pre-trained and refit online: "pretrained" is the model autosearch ships; a directory that
     # train-model wrote is taken by the same factory (``--cost-model DIR``)
@@ -44,8 +46,13 @@ COST_MODELS: dict[str, str] = {
 # model, so one scorer serves every family of a package; and the core then finds it through the registry
 # entry it already resolved, with no second plug-in path to keep in step.
 SCORER_FACTORY = "scorer"
-# "model@features" picks the feature set of a tabular model (xgb, xgb-rank, rf, gbr, sklearn:...)
-FEATURE_SETS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding")
+# how to install a plug-in's optional dependency, where a bare "pip install NAME" is the wrong advice
+# (PyPI's default torch wheel pulls several GB of CUDA libraries; the extra pins the CPU build)
+_INSTALL = {"torch": "pip install -e '.[learned]'"}
+# "model@features" picks the feature set of a tabular model (xgb, xgb-rank, rf, gbr, sklearn:...) or of the
+# sequence model (seq: the trace's tokens, alone or joined with loop (+ assembly) features)
+FEATURE_SETS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding",
+                "sequence", "sequence+loop", "sequence+loop+asm")
 
 
 @runtime_checkable
@@ -75,7 +82,8 @@ def _resolve(spec: str):
         module = importlib.import_module(module_path)
     except ImportError as exc:
         missing = exc.name or str(exc)
-        raise UserError(f"cost model needs the package {missing!r}: pip install {missing}") from exc
+        how = _INSTALL.get(missing, f"pip install {missing}")
+        raise UserError(f"cost model needs the package {missing!r}: {how}") from exc
     return getattr(module, attr)
 
 
@@ -104,9 +112,10 @@ def split_features(spec: str) -> tuple[str, str | None]:
 
 
 def make_cost_model(name: str, *, seed: int = 0) -> CostModel:
-    """A cost model by name: ``xgb``, ``xgb-rank``, ``rf``, ``gbr``, ``mlp``, ``tvm-xgb``, ``sklearn:<Estimator>``,
-    optionally with a feature set for the tabular ones: ``xgb@pooled`` (TVM's pooled per-store features),
-    ``rf@pooled+loop``, ``xgb@loop+asm`` (adds the compiled kernel's instruction mix); their default is ``loop``."""
+    """A cost model by name: ``xgb``, ``xgb-rank``, ``rf``, ``gbr``, ``mlp``, ``tvm-xgb``, ``tvm-mlp``, ``seq``,
+    ``sklearn:<Estimator>``, optionally with a feature set for the tabular ones: ``xgb@pooled`` (TVM's pooled
+    per-store features), ``rf@pooled+loop``, ``xgb@loop+asm`` (adds the compiled kernel's instruction mix); their
+    default is ``loop``; and for ``seq``: ``seq@sequence+loop`` (its default: ``sequence``)."""
     base, features = split_features(name)
     kwargs = {"input_kind": features} if features else {}
     factory = _resolve(_entry(base))

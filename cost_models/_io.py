@@ -27,6 +27,8 @@ FAMILIES = {
     "sklearn": "cost_models.sklearn_model",
     "mlp": "cost_models.learned",
     "tvm-xgb": "cost_models.tvm_xgb",
+    "tvm-mlp": "cost_models.tvm_mlp",
+    "seq": "cost_models.sequence_model",
 }
 # what np.load and the header check raise for a file that is not (or no longer) one of ours
 UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)

@@ -1,8 +1,11 @@
-"""Cost-model evaluation: ranking metrics, leave-one-task-out comparison, a table and a PNG.
+"""Cost-model evaluation: ranking metrics, leave-one-task-out and leave-one-model-out comparison, a table and a PNG.
 
 Leave-one-task-out is the question a tuner asks of a model it brings to a new task: trained on
-other kernels, does it order this kernel's configs? Metrics, all on the held-out task, then
-averaged over tasks (each task counts once, however many records it has):
+other kernels, does it order this kernel's configs? Leave-one-model-out (``split="model"``) asks it of a
+new network: trained on the tasks of the other models (a task that is a layer of the held-out model too is
+held out with it), does it order the held-out model's kernels? A record's model is its task's, from the
+log's task header (``"models"``, which ``experiments/make_dataset.py`` writes). Metrics, all on the
+held-out task, then averaged over tasks (each task counts once, however many records it has):
 
 - pairwise accuracy: share of record pairs with different measured throughput that the model
   orders correctly (ties in the prediction count half); 0.5 is chance.
@@ -10,7 +13,8 @@ averaged over tasks (each task counts once, however many records it has):
 - top-k score (TenSet): best measured latency of the task / latency of the best config among the
   model's k highest-scored ones; 1.0 when the model's top k holds the task's best config.
 - RMSE of normalised throughput (regressors only; rankers' scores have no scale).
-- fit and predict seconds per fold.
+- fit seconds per fold, and per record: fit time per training record, predict time per scored record (what
+  scoring a guided search's candidate batch costs, features aside).
 
 Entry point for the CLI (``python -m autosearch compare-models --log A --log B --models xgb,rf``)::
 
@@ -41,8 +45,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODELS = ("xgb", "xgb-rank", "rf", "gbr", "mlp", "xgb@pooled", "tvm-xgb")
+DEFAULT_MODELS = ("xgb", "xgb-rank", "rf", "gbr", "xgb@pooled", "tvm-xgb", "mlp", "tvm-mlp", "seq",
+                  "seq@sequence+loop")
 TOP_K = (1, 5)
+SPLITS = ("task", "model")  # leave one task out, leave one model (network) out
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -114,6 +120,8 @@ class ModelResult:
     per_task: dict[str, dict[str, float]] = field(default_factory=dict)  # task name -> metrics
     fit_secs: float = 0.0  # mean per fold
     predict_secs: float = 0.0  # mean per fold
+    fit_secs_per_record: float = 0.0  # all folds' fit time / all folds' training records
+    predict_secs_per_record: float = 0.0  # all folds' predict time / all folds' held-out records
     y_pred: np.ndarray | None = None  # out-of-fold predictions, aligned with the dataset's rows
     error: str = ""
 
@@ -147,6 +155,8 @@ class EvaluationReport:
     y_true: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     groups: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
     png: str | None = None
+    split: str = "task"  # one of SPLITS
+    held_out_models: list[str] = field(default_factory=list)  # split "model": the models held out in turn
 
     def result(self, name: str) -> ModelResult:
         return next(r for r in self.results if r.name == name)
@@ -166,16 +176,19 @@ class EvaluationReport:
                     cells.append(f"{value:.3f} ± {se:.3f}")
                 else:
                     cells.append(f"{value:.3f}")
-            cells += [f"{r.fit_secs:.2f}", f"{r.predict_secs:.3f}"]
+            cells += [f"{r.fit_secs:.2f}", f"{1e3 * r.fit_secs_per_record:.2f}",
+                      f"{1e6 * r.predict_secs_per_record:.1f}"]
             rows.append(cells)
         return rows
 
     def _header(self) -> list[str]:
-        return ["model"] + [label for _, label in METRICS] + ["fit s", "predict s"]
+        return ["model"] + [label for _, label in METRICS] + ["fit s", "fit ms/record", "predict µs/record"]
 
     def caption(self) -> str:
         tasks = (f"{len(self.task_names)} tasks" if self.held_out in (0, len(self.task_names))
                  else f"{self.held_out} of {len(self.task_names)} tasks (the rest train only)")
+        if self.split == "model":
+            tasks = f"{len(self.held_out_models)} models ({', '.join(self.held_out_models)}; {tasks})"
         costs = []  # of the records featurised here, not of those read from the feature cache
         if self.extract_secs_per_record:
             costs.append(f"feature extraction {1000 * self.extract_secs_per_record:.1f} ms per record "
@@ -186,7 +199,8 @@ class EvaluationReport:
             costs.append(f"assembly features (build + parse) {1000 * self.asm_secs_per_record:.0f} ms")
         if self.cached_records:
             costs.append(f"features of {self.cached_records} records from the feature cache")
-        return f"leave-one-task-out over {tasks}, {self.n_records} records" + (f"; {', '.join(costs)}" if costs else "")
+        cost = f"; {', '.join(costs)}" if costs else ""
+        return f"leave-one-{self.split}-out over {tasks}, {self.n_records} records{cost}"
 
     @property
     def table(self):
@@ -211,12 +225,14 @@ class EvaluationReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "logs": self.logs, "n_records": self.n_records, "tasks": self.task_names, "held_out": self.held_out,
+            "logs": self.logs, "split": self.split, "held_out_models": self.held_out_models,
+            "n_records": self.n_records, "tasks": self.task_names, "held_out": self.held_out,
             "extract_secs_per_record": self.extract_secs_per_record,
             "loop_secs_per_record": self.loop_secs_per_record, "asm_secs_per_record": self.asm_secs_per_record,
             "cached_records": self.cached_records, "png": self.png,
             "models": [
                 {"name": r.name, "error": r.error, "fit_secs": r.fit_secs, "predict_secs": r.predict_secs,
+                 "fit_secs_per_record": r.fit_secs_per_record, "predict_secs_per_record": r.predict_secs_per_record,
                  "mean": {m: r.mean(m) for m, _ in METRICS}, "per_task": r.per_task}
                 for r in self.results
             ],
@@ -234,10 +250,48 @@ def held_out_tasks(dataset, min_records: int = 1) -> list[int]:
     return [g for g in range(len(dataset.task_keys)) if counts[g] >= min_records]
 
 
-def leave_one_task_out(dataset, spec: str, *, seed: int = 0, folds: Sequence[int] | None = None,
-                       on_fold: Callable[[str, int, int], None] | None = None) -> ModelResult:
-    """Fit on all tasks but one, predict the held-out one, for every task of ``dataset`` (or of ``folds``).
+@dataclass(frozen=True)
+class Fold:
+    """One fit and prediction: train on the ``train`` task indices, evaluate each task of ``test``."""
 
+    name: str  # the held-out task's name, or the held-out model's
+    test: tuple[int, ...]
+    train: tuple[int, ...]
+
+
+def task_folds(dataset, held_out: Sequence[int] | None = None) -> list[Fold]:
+    """Leave one task out: one fold per task of ``held_out`` (default: every task), trained on all the others."""
+    everything = range(len(dataset.task_keys))
+    held_out = list(everything) if held_out is None else list(held_out)
+    return [Fold(dataset.task_names[dataset.task_keys[g]], (g,), tuple(t for t in everything if t != g))
+            for g in held_out]
+
+
+def dataset_models(dataset) -> list[str]:
+    """The models (networks) the dataset's tasks are layers of, in order of first appearance."""
+    return list(dict.fromkeys(m for key in dataset.task_keys for m in dataset.task_models.get(key, ())))
+
+
+def model_folds(dataset, held_out: Sequence[int] | None = None) -> list[Fold]:
+    """Leave one model out: per model, its tasks (those of ``held_out``, default all) are evaluated by a model
+    trained on the tasks that are no layer of it (tasks of no known model train in every fold)."""
+    everything = range(len(dataset.task_keys))
+    held_out = set(everything if held_out is None else held_out)
+    folds = []
+    for name in dataset_models(dataset):
+        mine = [g for g in everything if name in dataset.task_models.get(dataset.task_keys[g], ())]
+        test = tuple(g for g in mine if g in held_out)
+        if test:
+            folds.append(Fold(name, test, tuple(g for g in everything if g not in mine)))
+    return folds
+
+
+def cross_validate(dataset, spec: str, folds: Sequence[Fold], *, seed: int = 0,
+                   on_fold: Callable[[str, int, int], None] | None = None) -> ModelResult:
+    """Fit ``spec`` once per fold on its training tasks and score each of its held-out tasks.
+
+    ``per_task`` is keyed by task name, or ``"fold name: task name"`` when a fold holds out several tasks
+    (a model); ``y_pred`` holds each record's prediction from the (first) fold that held it out.
     ``on_fold(spec, done, total)`` is called after each fold (progress for long comparisons).
     """
     from autosearch.cost_model import make_cost_model
@@ -245,12 +299,10 @@ def leave_one_task_out(dataset, spec: str, *, seed: int = 0, folds: Sequence[int
     result = ModelResult(name=spec, y_pred=np.full(len(dataset), np.nan))
     X = dataset.X(make_cost_model(spec, seed=seed).input_kind)
     y = dataset.y
-    fit_secs, predict_secs = [], []
-    folds = list(range(len(dataset.task_keys))) if folds is None else list(folds)
-    for done, g in enumerate(folds, start=1):
-        key = dataset.task_keys[g]
-        test = np.flatnonzero(dataset.groups == g)
-        train = np.flatnonzero(dataset.groups != g)
+    fit_secs, predict_secs, fit_records, predict_records = [], [], 0, 0
+    for done, fold in enumerate(folds, start=1):
+        test = np.flatnonzero(np.isin(dataset.groups, fold.test))
+        train = np.flatnonzero(np.isin(dataset.groups, fold.train))
         model = make_cost_model(spec, seed=seed)
         start = time.perf_counter()
         model.fit(X[train], y[train], dataset.groups[train])
@@ -258,14 +310,34 @@ def leave_one_task_out(dataset, spec: str, *, seed: int = 0, folds: Sequence[int
         start = time.perf_counter()
         pred = np.asarray(model.predict(X[test]), dtype=np.float64)
         predict_secs.append(time.perf_counter() - start)
-        result.y_pred[test] = pred
-        result.per_task[dataset.task_names[key]] = task_metrics(y[test], pred,
-                                                               ranker=getattr(model, "is_ranker", False))
+        fit_records += len(train)
+        predict_records += len(test)
+        fresh = np.isnan(result.y_pred[test])
+        result.y_pred[test[fresh]] = pred[fresh]
+        for g in fold.test:
+            rows = dataset.groups[test] == g
+            name = dataset.task_names[dataset.task_keys[g]]
+            key = name if fold.test == (g,) else f"{fold.name}: {name}"
+            result.per_task[key] = task_metrics(y[test][rows], pred[rows], ranker=getattr(model, "is_ranker", False))
         if on_fold is not None:
             on_fold(spec, done, len(folds))
     result.fit_secs = float(np.mean(fit_secs))
     result.predict_secs = float(np.mean(predict_secs))
+    result.fit_secs_per_record = float(np.sum(fit_secs)) / max(1, fit_records)
+    result.predict_secs_per_record = float(np.sum(predict_secs)) / max(1, predict_records)
     return result
+
+
+def leave_one_task_out(dataset, spec: str, *, seed: int = 0, folds: Sequence[int] | None = None,
+                       on_fold: Callable[[str, int, int], None] | None = None) -> ModelResult:
+    """Fit on all tasks but one, predict the held-out one, for every task of ``dataset`` (or of ``folds``)."""
+    return cross_validate(dataset, spec, task_folds(dataset, folds), seed=seed, on_fold=on_fold)
+
+
+def leave_one_model_out(dataset, spec: str, *, seed: int = 0, folds: Sequence[int] | None = None,
+                        on_fold: Callable[[str, int, int], None] | None = None) -> ModelResult:
+    """Per model: fit on the tasks of the other models, predict each of its tasks (of ``folds``, default all)."""
+    return cross_validate(dataset, spec, model_folds(dataset, folds), seed=seed, on_fold=on_fold)
 
 
 def compare_models(
@@ -278,8 +350,10 @@ def compare_models(
     on_fold: Callable[[str, int, int], None] | None = None,
     on_featurise: Callable[[int, int], None] | None = None,
     feature_store: FeatureStore | str | os.PathLike | None = None,
+    split: str = "task",
 ) -> EvaluationReport:
-    """Leave-one-task-out comparison of cost models on the valid trials of tuning logs.
+    """Leave-one-task-out (``split="task"``) or leave-one-model-out (``split="model"``) comparison of cost
+    models on the valid trials of tuning logs.
 
     ``logs`` are tuning-log paths (or TVM JSONDatabase directories, once ``autosearch.export.
     read_database`` exists); ``models`` are registry names, optionally with a feature set (``xgb@pooled``). A model that
@@ -296,6 +370,8 @@ def compare_models(
 
     if isinstance(logs, str):
         logs = [logs]
+    if split not in SPLITS:
+        raise UserError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
     models = [m for m in models if m]
     if not models:
         raise UserError("no cost models to compare")
@@ -305,13 +381,20 @@ def compare_models(
     if len(dataset.task_keys) < 2:
         raise UserError(f"leave-one-task-out needs records of at least 2 tasks; the logs have "
                         f"{len(dataset.task_keys)} ({len(dataset)} valid trials with traces)")
-    folds = held_out_tasks(dataset, min_records)
-    if not folds:
+    held_out = held_out_tasks(dataset, min_records)
+    if not held_out:
         raise UserError(f"no task has {min_records} or more valid records to hold out; lower --min-records")
+    if split == "model":
+        folds = model_folds(dataset, held_out)
+        if len(dataset_models(dataset)) < 2:
+            raise UserError(f"leave-one-model-out needs tasks of at least 2 models named in the logs' task headers "
+                            f"(experiments/make_dataset.py writes them); found {dataset_models(dataset) or 'none'}")
+    else:
+        folds = task_folds(dataset, held_out)
     results = []
     for spec in models:
         try:
-            results.append(leave_one_task_out(dataset, spec, seed=seed, folds=folds, on_fold=on_fold))
+            results.append(cross_validate(dataset, spec, folds, seed=seed, on_fold=on_fold))
         except UserError:
             raise
         except Exception as exc:  # noqa: BLE001 - one broken model (a regressor that wants 1-D input) is one row
@@ -320,11 +403,13 @@ def compare_models(
             results.append(ModelResult(name=spec, error=f"{type(exc).__name__}: {first_line}"))
     report = EvaluationReport(
         results=results, logs=list(logs), n_records=len(dataset),
-        task_names=[dataset.task_names[k] for k in dataset.task_keys], held_out=len(folds),
+        task_names=[dataset.task_names[k] for k in dataset.task_keys],
+        held_out=len({g for fold in folds for g in fold.test}),
         extract_secs_per_record=dataset.secs_per_record, loop_secs_per_record=dataset.loop_secs_per_record,
         asm_secs_per_record=dataset.asm_secs_per_record,
         tvm_features=bool(dataset.per_store), cached_records=dataset.cached,
-        y_true=dataset.y, groups=dataset.groups,
+        y_true=dataset.y, groups=dataset.groups, split=split,
+        held_out_models=[fold.name for fold in folds] if split == "model" else [],
     )
     if out_png:
         plot_predictions(report, out_png)

@@ -18,6 +18,9 @@ Feature sets, as kinds of model input (``INPUT_KINDS``):
   build per schedule: the costliest features, and with ``loop+asm`` the most accurate (README).
 - ``encoding``: :meth:`DecisionSpace.encode` of the config, padded with zeros to a common width.
   It needs no trace replay (microseconds per config), but only means something within one task.
+- ``sequence``: the record's trace as tokens, one per instruction (:mod:`cost_models.trace_tokens`), for the
+  sequence model; no replay either. ``sequence+loop`` and ``sequence+loop+asm`` join the loop (+ assembly)
+  features to it: one 2-D array per call, the vector first (``trace_tokens.sequence_input``).
 
 ``program`` is the fourth input kind, for MetaSchedule's own ``XGBModel`` (which featurises itself):
 an object array of :class:`Program` (the task's TuneContext and a ``MeasureCandidate``).
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,6 +49,8 @@ from typing import Any
 
 import numpy as np
 
+from autosearch.errors import UserError
+from autosearch.finalists import current_retimes
 from autosearch.records import Config, LogContents, Record
 from cost_models import asm_features as asm_module
 from cost_models import loop_features as loop_module
@@ -53,6 +59,7 @@ from cost_models.asm_features import asm_features
 from cost_models.feature_store import FeatureKey, FeatureStore, record_key
 from cost_models.loop_features import WIDTH as LOOP_WIDTH
 from cost_models.loop_features import Machine, loop_features
+from cost_models.trace_tokens import sequence_input, trace_tokens
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +68,10 @@ N_STORE_FEATURES = 164  # PerStoreFeature() with its defaults (5 buffers per sto
 # cache key anyway): cached per-store features of an older version are then recomputed.
 PER_STORE_VERSION = 1
 POOLED_WIDTH = 3 * N_STORE_FEATURES + 1
-INPUT_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "per_store", "encoding", "program")
+# the sequence kinds: tokens of the trace, joined with the vector of this tabular kind (None: tokens alone)
+SEQUENCE_KINDS = {"sequence": None, "sequence+loop": "loop", "sequence+loop+asm": "loop+asm"}
+INPUT_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "per_store", "encoding", "program",
+               *SEQUENCE_KINDS)
 # fixed-length vectors: any regressor takes them
 TABULAR_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding")
 _SCHEDULE_SEED = 1_234_567_891  # as autosearch.space: every sampled decision is replayed explicitly
@@ -199,13 +209,17 @@ class FeatureDataset:
     task_keys: list[str]  # distinct tasks, in order of first appearance
     task_names: dict[str, str]
     groups: np.ndarray  # task index into task_keys, per record
-    latency: np.ndarray  # seconds (median of repeats)
+    latency: np.ndarray  # seconds: the label (``labelled_trials``: the re-timed median, or the trial's own)
     flops: np.ndarray
     configs: list[Config | None]
     per_store: list[np.ndarray]
     encoding: list[np.ndarray | None]
     programs: list[Program | None] = field(default_factory=list)
     loop: list[np.ndarray] = field(default_factory=list)  # loop-feature vectors, when a kind needs them
+    tokens: list[np.ndarray] = field(default_factory=list)  # trace tokens, when a sequence kind needs them
+    # task key -> the models (networks) the task is a layer of, from the log's task header ("models"; make_dataset
+    # writes it); tasks without it are absent
+    task_models: dict[str, tuple[str, ...]] = field(default_factory=dict)
     asm: list[np.ndarray] = field(default_factory=list)  # assembly-feature vectors, when a kind needs them
     extract_secs: float = 0.0  # wall time of trace replay (+ PerStoreFeature when built), records replayed
     loop_secs: float = 0.0  # wall time of the loop features, records computed
@@ -262,6 +276,11 @@ class FeatureDataset:
                 raise ValueError("decision encodings need configs and the task's DecisionSpace")
             width = max(len(e) for e in self.encoding if e is not None)
             return pad_columns([self.encoding[i] for i in idx], width)  # type: ignore[misc]
+        if kind in SEQUENCE_KINDS:
+            if not self.tokens:
+                raise ValueError("dataset was built without the trace tokens")
+            joined = SEQUENCE_KINDS[kind]
+            return sequence_input([self.tokens[i] for i in idx], self.X(joined, idx) if joined else None)
         if kind == "program":
             if not self.programs:
                 raise ValueError("dataset was built without programs")
@@ -270,6 +289,20 @@ class FeatureDataset:
                 out[j] = self.programs[i]
             return out
         raise ValueError(f"unknown input kind {kind!r}; one of {INPUT_KINDS}")
+
+
+def tabular_kind(name: str, kind: str) -> str:
+    """``kind`` if a tabular model (one feature vector per record) can take it, else a one-line UserError."""
+    if kind not in TABULAR_KINDS:
+        raise UserError(f"cost model {name!r} takes one feature vector per record: its features are one of "
+                        f"{', '.join(TABULAR_KINDS)}, not {kind!r}")
+    return kind
+
+
+def vector_width(kind: str) -> int:
+    """Width of the feature vector a sequence kind joins to the tokens (0 for ``sequence``)."""
+    joined = SEQUENCE_KINDS[kind]
+    return {None: 0, "loop": LOOP_WIDTH, "loop+asm": LOOP_WIDTH + ASM_WIDTH}[joined]
 
 
 def encode(space, config: Config | None) -> np.ndarray | None:
@@ -288,6 +321,46 @@ def encode(space, config: Config | None) -> np.ndarray | None:
 def valid_trials(contents: LogContents) -> list[Record]:
     """Trial records usable for learning: ok (finite latency) and with a trace."""
     return [r for r in contents.trials() if r.ok and r.trace is not None and math.isfinite(r.latency)]
+
+
+def labelled_trials(contents: LogContents) -> list[tuple[Record, float]]:
+    """The valid trials with the latency (seconds) a model learns from: the label.
+
+    A task whose every valid trial was re-timed in fresh processes after the task's last trial (the re-times
+    ``autosearch.finalists.current_retimes`` counts; ``experiments/make_dataset.py --retime-rounds`` makes them)
+    is labelled by the re-times: per record the median over rounds of its per-round medians, the rule of
+    ``finalists.rank``; a record whose kernel failed a re-time is left out. Any other task keeps the trials' own
+    timings, for all its records: labels of one task from two kinds of timing (a run re-times only its finalists,
+    in a fresh process that times kernels differently from the search's) would order records by how they were
+    timed.
+    """
+    trials = valid_trials(contents)
+    retimes: dict[str, list[Record]] = {}
+    for rec in contents.records:
+        if rec.kind in ("trial", "retime"):
+            retimes.setdefault(rec.task_key, []).append(rec)
+    labels: dict[str, dict[Config, float | None]] = {}  # task -> config -> re-timed label (None: a re-time failed)
+    for key, records in retimes.items():
+        medians: dict[Config, list[float]] = {}
+        failed: set[Config] = set()
+        for r in current_retimes(records):
+            if r.config is None:
+                continue
+            if r.ok:
+                medians.setdefault(r.config, []).append(r.latency)
+            else:
+                failed.add(r.config)
+        labels[key] = {c: statistics.median(m) for c, m in medians.items()}
+        labels[key].update(dict.fromkeys(failed))
+    retimed = {key for key, by_config in labels.items()
+               if by_config and all(r.config in by_config for r in trials if r.task_key == key)}
+    out: list[tuple[Record, float]] = []
+    for r in trials:
+        if r.task_key not in retimed:
+            out.append((r, r.latency))
+        elif (label := labels[r.task_key][r.config]) is not None:
+            out.append((r, label))
+    return out
 
 
 def feature_key(extractor: str, header: dict[str, Any], machine: Machine | None = None) -> FeatureKey:
@@ -318,8 +391,9 @@ def build_dataset(
 
     ``PerStoreFeature`` for ``pooled``, ``pooled+loop``, ``per_store`` and ``program`` (plus the replayed
     schedules themselves for models that featurise on their own: ``tvm-xgb``); the loop features for
-    ``loop``, ``pooled+loop`` and ``loop+asm``; an LLVM build per record (on all cores) for ``asm`` and
-    ``loop+asm``; each task's DecisionSpace for ``encoding``. Computing any of these first replays the
+    ``loop``, ``pooled+loop``, ``loop+asm`` and the sequence kinds joined with them; an LLVM build per record
+    (on all cores) for ``asm`` and ``loop+asm``; each task's DecisionSpace for ``encoding``; the trace tokens
+    (no replay) for the sequence kinds. Computing any of the program features first replays the
     record's trace. With a ``store``, features found there are not computed again and the ones computed
     are added to it: a record all of whose features are stored is not even replayed (``program`` needs the
     replayed schedule, so it always replays). ``on_progress(records_done, records_total)`` is called after
@@ -331,28 +405,29 @@ def build_dataset(
     keep_programs = "program" in kinds
     extractors = [name for name, wanted in (
         ("per_store", bool(kinds & {"pooled", "pooled+loop", "per_store", "program"})),
-        ("loop", bool(kinds & {"loop", "pooled+loop", "loop+asm"})),
-        ("asm", bool(kinds & {"asm", "loop+asm"})),
+        ("loop", bool(kinds & {"loop", "pooled+loop", "loop+asm", "sequence+loop", "sequence+loop+asm"})),
+        ("asm", bool(kinds & {"asm", "loop+asm", "sequence+loop+asm"})),
     ) if wanted]
 
-    builder = _DatasetBuilder(extractors, keep_programs=keep_programs, encoding="encoding" in kinds, store=store)
-    grouped: list[tuple[LogContents, dict[str, list[Record]]]] = []
+    builder = _DatasetBuilder(extractors, keep_programs=keep_programs, encoding="encoding" in kinds, store=store,
+                              tokens=bool(kinds & set(SEQUENCE_KINDS)))
+    grouped: list[tuple[LogContents, dict[str, list[tuple[Record, float]]]]] = []
     for contents in logs:
-        by_task: dict[str, list[Record]] = {}
-        for rec in valid_trials(contents):
-            by_task.setdefault(rec.task_key, []).append(rec)
+        by_task: dict[str, list[tuple[Record, float]]] = {}
+        for rec, latency in labelled_trials(contents):
+            by_task.setdefault(rec.task_key, []).append((rec, latency))
         grouped.append((contents, by_task))
     total = sum(len(records) for _, by_task in grouped for records in by_task.values())
     done = 0
     for contents, by_task in grouped:
-        for key, records in by_task.items():
-            done += len(records)
+        for key, labelled in by_task.items():
+            done += len(labelled)
             header = contents.tasks.get(key)
             if header is None:
                 log.warning("%s: no task header for %s, skipping its %d records", contents.path, key,
-                            len(records))
+                            len(labelled))
             else:
-                builder.add_task(key, header, records)
+                builder.add_task(key, header, [r for r, _ in labelled], [latency for _, latency in labelled])
             if on_progress is not None:
                 on_progress(done, total)
     return builder.dataset
@@ -362,10 +437,11 @@ class _DatasetBuilder:
     """The rows of a :class:`FeatureDataset`, one task's records at a time (see :func:`build_dataset`)."""
 
     def __init__(self, extractors: list[str], *, keep_programs: bool, encoding: bool,
-                 store: FeatureStore | None) -> None:
+                 store: FeatureStore | None, tokens: bool = False) -> None:
         self.extractors = extractors
         self.keep_programs = keep_programs
         self.encoding = encoding
+        self.tokens = tokens
         self.store = store
         self.tasks: dict[str, Any] = {}  # key -> TuningTask
         self.featurizers: dict[str, TaskFeaturizer] = {}
@@ -397,7 +473,7 @@ class _DatasetBuilder:
             self.spaces[key] = DecisionSpace(task.mod, task.target)
         return self.spaces[key]
 
-    def add_task(self, key: str, header: dict[str, Any], records: list[Record]) -> None:
+    def add_task(self, key: str, header: dict[str, Any], records: list[Record], latencies: list[float]) -> None:
         n = len(records)
         found: dict[str, list[Any]] = {e: [None] * n for e in self.extractors}
         file_keys: dict[str, FeatureKey] = {}
@@ -426,7 +502,7 @@ class _DatasetBuilder:
                 and (not self.keep_programs or i in schedules)]
         self.dataset.featurised += len(schedules)
         self.dataset.cached += sum(1 for i in keep if i not in schedules)
-        self._append(key, header, records, keep, found, schedules)
+        self._append(key, header, records, latencies, keep, found, schedules)
 
     def _replay(self, key: str, header: dict[str, Any], records: list[Record], rows: list[int]) -> dict[int, Any]:
         """Row -> the record's schedule, replayed from its trace (rows whose trace fails are left out)."""
@@ -454,7 +530,7 @@ class _DatasetBuilder:
             self.dataset.asm_secs += secs
         return out
 
-    def _append(self, key: str, header: dict[str, Any], records: list[Record], keep: list[int],
+    def _append(self, key: str, header: dict[str, Any], records: list[Record], latencies: list[float], keep: list[int],
                 found: dict[str, list[Any]], schedules: dict[int, Any]) -> None:
         ds = self.dataset
         if not keep:
@@ -462,12 +538,14 @@ class _DatasetBuilder:
         if key not in ds.task_keys:
             ds.task_keys.append(key)
             ds.task_names[key] = records[0].task_name
+        if header.get("models"):
+            ds.task_models[key] = tuple(dict.fromkeys([*ds.task_models.get(key, ()), *header["models"]]))
         space = self.space(key, header) if self.encoding else None
         group = ds.task_keys.index(key)
         for i in keep:
             rec = records[i]
             self._groups.append(group)
-            self._latency.append(rec.latency)
+            self._latency.append(latencies[i])
             self._flops.append(rec.flops or float(header["flops"]))
             ds.configs.append(rec.config)
             ds.encoding.append(encode(space, rec.config) if space is not None else None)
@@ -477,6 +555,8 @@ class _DatasetBuilder:
                 ds.loop.append(found["loop"][i])
             if "asm" in found:
                 ds.asm.append(found["asm"][i])
+            if self.tokens:
+                ds.tokens.append(trace_tokens(rec.trace, self._flops[-1], header["args"]))
             if self.keep_programs:  # with its features: tvm-xgb then skips re-extracting them every fold
                 feat = self.featurizers[key]
                 ds.programs.append(Program(feat.context, feat.candidates([schedules[i]])[0], key,
@@ -495,7 +575,7 @@ def read_logs(paths: Sequence[str]) -> list[LogContents]:
 
 __all__ = [
     "ASM_WIDTH", "FeatureDataset", "INPUT_KINDS", "LOOP_WIDTH", "N_STORE_FEATURES", "POOLED_WIDTH", "Program",
-    "TABULAR_KINDS", "TaskFeaturizer",
-    "build_dataset", "encode", "feature_key", "normalised_throughput", "pad_columns", "pool", "read_logs",
-    "stack_per_store", "store_mask", "valid_trials",
+    "SEQUENCE_KINDS", "TABULAR_KINDS", "TaskFeaturizer", "tabular_kind", "vector_width",
+    "build_dataset", "encode", "feature_key", "labelled_trials", "normalised_throughput", "pad_columns", "pool",
+    "read_logs", "stack_per_store", "store_mask", "valid_trials",
 ]

@@ -10,7 +10,8 @@ Two feature sets (``features=``):
 - ``"tvm"``: features of the applied TVM program (``space.apply``, then the model's own input kind: the
   loop features, MetaSchedule's ``PerStoreFeature``, or an LLVM build for the assembly features; README's
   feature table gives what each costs). They transfer across tasks, so warm-start records of *other*
-  tasks help; the only choice for ``mlp`` and ``tvm-xgb``.
+  tasks help; the only choice for ``mlp``, ``tvm-xgb``, ``tvm-mlp`` and ``seq`` (which reads the applied
+  schedule's trace).
 - ``"encoding"``: ``DecisionSpace.encode`` of the config: no apply, about a thousand times cheaper per
   config. It means nothing across tasks, so only warm-start records of this task are used.
 
@@ -46,6 +47,7 @@ from cost_models.feature_store import FeatureStore, as_store
 from cost_models.features import (
     ASM_WIDTH,
     LOOP_WIDTH,
+    SEQUENCE_KINDS,
     TaskFeaturizer,
     build_dataset,
     encode,
@@ -54,10 +56,12 @@ from cost_models.features import (
     read_logs,
     stack_per_store,
 )
+from cost_models.trace_tokens import sequence_input, trace_tokens
 
 log = logging.getLogger(__name__)
 
 _VECTOR_WIDTH = {"loop": LOOP_WIDTH, "asm": ASM_WIDTH, "loop+asm": LOOP_WIDTH + ASM_WIDTH}  # one vector per config
+_PROGRAM_ONLY = ("per_store", "program", *SEQUENCE_KINDS)  # kinds that need the applied schedule (features="tvm")
 
 FEATURE_SETS = ("tvm", "encoding")
 # Without warm-start records of other tasks the default is the decision encoding. Program features rank a
@@ -151,11 +155,11 @@ class ModelScorer:
         if features is None:
             other_tasks = any(r.task_key != task.workload_key for c in contents for r in c.trials() if r.ok)
             # a pre-trained model learnt on program features of other tasks: it needs them from the start
-            needs_program = model_kind in ("per_store", "program") or getattr(model, "pretrained", False)
+            needs_program = model_kind in _PROGRAM_ONLY or getattr(model, "pretrained", False)
             features = "tvm" if needs_program or other_tasks else DEFAULT_FEATURES
         if features not in FEATURE_SETS:
             raise ValueError(f"features must be one of {FEATURE_SETS}, not {features!r}")
-        if features == "encoding" and model_kind in ("per_store", "program"):
+        if features == "encoding" and model_kind in _PROGRAM_ONLY:
             raise ValueError(f"{type(model).__name__} needs program features (features='tvm')")
         if features == "tvm" and model_kind == "encoding":
             raise ValueError(f"{type(model).__name__} was made for decision encodings (features='encoding')")
@@ -222,12 +226,17 @@ class ModelScorer:
         applied = self.space.apply(config)
         if not applied.ok:
             return config, None
+        if self.input_kind in SEQUENCE_KINDS:  # (joined vector or None, trace tokens)
+            joined = SEQUENCE_KINDS[self.input_kind]
+            tokens = trace_tokens(applied.trace_json(), self.task.flops, self.task.args)
+            schedule = self._featurizer.schedule_from_mod(applied.mod)
+            return applied.config, (self._schedule_items([schedule], joined)[0] if joined else None, tokens)
         return applied.config, self._schedule_items([self._featurizer.schedule_from_mod(applied.mod)])[0]
 
-    def _schedule_items(self, schedules: Sequence[Any]) -> list[Any]:
-        """What the model's input is made of, per schedule of this task (see ``_X``)."""
+    def _schedule_items(self, schedules: Sequence[Any], kind: str | None = None) -> list[Any]:
+        """What the model's input (or ``kind``) is made of, per schedule of this task (see ``_X``)."""
         assert self._featurizer is not None
-        kind = self.input_kind
+        kind = kind or self.input_kind
         if kind == "program":
             return self._featurizer.programs(schedules)
         if kind == "loop":
@@ -248,6 +257,9 @@ class ModelScorer:
             return list(ds.X(kind))
         if kind == "pooled+loop":
             return list(zip(ds.per_store, ds.loop))
+        if kind in SEQUENCE_KINDS:
+            joined = SEQUENCE_KINDS[kind]
+            return list(zip(ds.X(joined) if joined else [None] * len(ds), ds.tokens))
         return list(ds.per_store)
 
     def _X(self, items: Sequence[Any], flops: Sequence[float]) -> np.ndarray:
@@ -263,6 +275,9 @@ class ModelScorer:
             return stack_per_store(list(items))
         if self.input_kind == "encoding":
             return pad_columns(list(items), self.space.encoding_width)
+        if self.input_kind in SEQUENCE_KINDS:
+            vectors = np.stack([v for v, _ in items]) if SEQUENCE_KINDS[self.input_kind] and items else None
+            return sequence_input([t for _, t in items], vectors)
         out = np.empty(len(items), dtype=object)
         for i, item in enumerate(items):
             out[i] = item

@@ -1,19 +1,17 @@
-"""``mlp``: a neural cost model over per-store features with sum pooling, in plain numpy.
+"""``mlp``: a neural cost model over per-store features with sum pooling, on PyTorch.
 
 The architecture of MetaSchedule's ``SegmentSumMLP`` and TenSet's MLP model: each buffer store's
 164 features go through the same MLP encoder, the encodings are *summed* over the stores of the
 program (a program's cost is roughly the sum of its statements' costs), and a small head maps the
 sum to a score. Pooling before the network (as tabular models must) loses which features belong
-to the same store; summing after the encoder keeps it.
-
-Why numpy and not a framework: a deep-learning framework would be autosearch's largest dependency
-(several GB) for a model of three dense layers
-and a masked sum. Forward and backward are ~40 lines, Adam is ~10, and training on a few thousand
-records takes seconds on one core. scikit-learn's ``MLPRegressor`` cannot do the per-store sum.
+to the same store; summing after the encoder keeps it. scikit-learn's ``MLPRegressor`` cannot do
+the per-store sum. (``tvm-mlp`` is TVM's own implementation of the same idea, with its own trainer.)
 
 Loss: squared error on normalised throughput plus a RankNet pairwise logistic loss between
 records of the same task (TenSet found ranking losses best for search; MetaSchedule's MLP uses
-LambdaRank). The squared-error term keeps scores comparable across tasks.
+LambdaRank). The squared-error term keeps scores comparable across tasks. Gradients by autograd,
+``torch.optim.Adam`` with L2 on the weights (not the biases), a 50-step linear warm-up (He-initialised
+sums over stores can be large) and gradient-norm clipping.
 
 Defaults (mini-batches of 64, L2 1e-2, 400 Adam steps) were picked leave-one-task-out on the committed
 4-task dataset (``tests/data/small_dataset.jsonl``): small batches and strong weight decay, because few
@@ -26,20 +24,55 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 from sklearn.base import BaseEstimator
-from threadpoolctl import threadpool_limits
+from torch import nn
 
 from cost_models._io import read_npz, write_npz
+from cost_models._torch import pair_loss, session
 from cost_models.features import N_STORE_FEATURES, store_mask
 
+# saved arrays: (in, out) weights and biases of the four dense layers (the layout of the numpy model this
+# replaces, so its saved files still load)
 _LAYERS = ("W1", "b1", "W2", "b2", "W3", "b3", "W4", "b4")
+_WARMUP_STEPS = 50
+
+
+class _Network(nn.Module):
+    """Per-store encoder (2 x Dense+ReLU) -> masked sum over stores -> Dense+ReLU -> Dense -> score."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.dense = nn.ModuleList([nn.Linear(N_STORE_FEATURES, hidden), nn.Linear(hidden, hidden),
+                                    nn.Linear(hidden, hidden), nn.Linear(hidden, 1)])
+        for layer in self.dense:  # He init for ReLU, zero biases; a small last layer starts scores near 0
+            nn.init.normal_(layer.weight, 0.0, float(np.sqrt(2.0 / layer.in_features)))
+            nn.init.zeros_(layer.bias)
+        with torch.no_grad():
+            self.dense[3].weight.mul_(0.1)
+
+    def forward(self, Z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.dense[1](torch.relu(self.dense[0](Z)))) * mask[..., None]
+        return self.dense[3](torch.relu(self.dense[2](h.sum(dim=1))))[:, 0]
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        out = {}
+        for i, layer in enumerate(self.dense, start=1):
+            out[f"W{i}"] = layer.weight.detach().numpy().T.astype(np.float64)
+            out[f"b{i}"] = layer.bias.detach().numpy().astype(np.float64)
+        return out
+
+    def load_arrays(self, arrays: dict[str, np.ndarray]) -> _Network:
+        with torch.no_grad():
+            for i, layer in enumerate(self.dense, start=1):
+                layer.weight.copy_(torch.from_numpy(np.asarray(arrays[f"W{i}"], dtype=np.float32).T))
+                layer.bias.copy_(torch.from_numpy(np.asarray(arrays[f"b{i}"], dtype=np.float32)))
+        return self
 
 
 class SegmentSumMLP(BaseEstimator):
-    """Per-store encoder (2 x Dense+ReLU) -> masked sum over stores -> Dense+ReLU -> Dense -> score.
-
-    Input: (records x stores x 164) with NaN rows as padding (``features.stack_per_store``).
-    """
+    """The ``mlp`` cost model. Input: (records x stores x 164) with NaN rows as padding
+    (``features.stack_per_store``). ``n_jobs``: torch threads during fit and predict."""
 
     input_kind = "per_store"
 
@@ -53,6 +86,7 @@ class SegmentSumMLP(BaseEstimator):
         weight_decay: float = 1e-2,
         rank_weight: float = 1.0,
         grad_clip: float = 5.0,
+        n_jobs: int = 1,
         seed: int = 0,
     ) -> None:
         self.hidden = hidden
@@ -62,138 +96,74 @@ class SegmentSumMLP(BaseEstimator):
         self.weight_decay = weight_decay
         self.rank_weight = rank_weight
         self.grad_clip = grad_clip
+        self.n_jobs = n_jobs
         self.seed = seed
 
-    # ------------------------------------------------------------------ network
-    def _init(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        h = self.hidden
-
-        def dense(n_in: int, n_out: int) -> np.ndarray:
-            return rng.normal(0.0, np.sqrt(2.0 / n_in), size=(n_in, n_out))  # He init for ReLU
-
-        return {"W1": dense(N_STORE_FEATURES, h), "b1": np.zeros(h), "W2": dense(h, h), "b2": np.zeros(h),
-                "W3": dense(h, h), "b3": np.zeros(h), "W4": dense(h, 1) * 0.1, "b4": np.zeros(1)}
-
-    def _prepare(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _prepare(self, X: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Standardised features with padding rows zeroed, and the store mask."""
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 3 or X.shape[2] != N_STORE_FEATURES:
             raise ValueError(f"mlp takes per-store input (n, stores, {N_STORE_FEATURES}), not {X.shape}")
-        mask = store_mask(X).astype(np.float64)
-        Z = np.where(mask[..., None] > 0, X, 0.0)
-        if hasattr(self, "mean_"):
-            Z = (Z - self.mean_) / self.scale_ * mask[..., None]
-        return Z, mask
+        mask = store_mask(X)
+        Z = np.where(mask[..., None], (X - self.mean_) / self.scale_, 0.0)
+        return torch.from_numpy(Z.astype(np.float32)), torch.from_numpy(mask.astype(np.float32))
 
-    def _forward(self, p: dict[str, np.ndarray], Z: np.ndarray, mask: np.ndarray):
-        a1 = Z @ p["W1"] + p["b1"]
-        h1 = np.maximum(a1, 0.0)
-        a2 = h1 @ p["W2"] + p["b2"]
-        h2 = np.maximum(a2, 0.0) * mask[..., None]
-        s = h2.sum(axis=1)
-        a3 = s @ p["W3"] + p["b3"]
-        h3 = np.maximum(a3, 0.0)
-        out = (h3 @ p["W4"] + p["b4"])[:, 0]
-        return out, (Z, a1, h1, a2, h2, s, a3, h3, mask)
-
-    @staticmethod
-    def _backward(p: dict[str, np.ndarray], cache, dout: np.ndarray) -> dict[str, np.ndarray]:
-        Z, a1, h1, a2, _, s, a3, h3, mask = cache
-        g: dict[str, np.ndarray] = {}
-        d = dout[:, None]
-        g["W4"], g["b4"] = h3.T @ d, d.sum(axis=0)
-        da3 = (d @ p["W4"].T) * (a3 > 0)
-        g["W3"], g["b3"] = s.T @ da3, da3.sum(axis=0)
-        ds = da3 @ p["W3"].T
-        da2 = ds[:, None, :] * mask[..., None] * (a2 > 0)
-        hidden = da2.shape[-1]
-        g["W2"] = h1.reshape(-1, hidden).T @ da2.reshape(-1, hidden)
-        g["b2"] = da2.sum(axis=(0, 1))
-        da1 = (da2 @ p["W2"].T) * (a1 > 0)
-        g["W1"] = Z.reshape(-1, Z.shape[-1]).T @ da1.reshape(-1, hidden)
-        g["b1"] = da1.sum(axis=(0, 1))
-        return g
-
-    def _loss_grad(self, pred: np.ndarray, y: np.ndarray, groups: np.ndarray) -> np.ndarray:
-        """d(loss)/d(pred): mean squared error + rank_weight x mean RankNet loss over same-task pairs."""
-        n = len(pred)
-        grad = 2.0 * (pred - y) / n
-        if self.rank_weight > 0:
-            better = (y[:, None] > y[None, :] + 1e-6) & (groups[:, None] == groups[None, :])
-            n_pairs = int(better.sum())
-            if n_pairs:
-                diff = pred[:, None] - pred[None, :]
-                # d/d(diff) of log(1 + exp(-diff)) = -sigmoid(-diff)
-                w = np.where(better, -0.5 * (1.0 - np.tanh(diff / 2.0)), 0.0) * (self.rank_weight / n_pairs)
-                grad += w.sum(axis=1) - w.sum(axis=0)
-        return grad
-
-    # ------------------------------------------------------------------ estimator API
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> SegmentSumMLP:
-        # One BLAS thread: the matrices are small, and a multi-threaded OpenBLAS on a busy machine spends
-        # a fit waiting for cores that measurements hold (many times slower than one thread).
-        with threadpool_limits(1):
-            return self._fit(X, y, groups)
-
-    def _fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None) -> SegmentSumMLP:
-        rng = np.random.default_rng(self.seed)
-        for attr in ("mean_", "scale_"):
-            self.__dict__.pop(attr, None)
-        Z, mask = self._prepare(X)
-        rows = Z[mask > 0]
+        X = np.asarray(X, dtype=np.float64)
+        rows = X[store_mask(X)] if X.ndim == 3 else X.reshape(0, N_STORE_FEATURES)
         self.mean_ = rows.mean(axis=0)
         self.scale_ = np.where(rows.std(axis=0) > 1e-6, rows.std(axis=0), 1.0)
-        Z = (Z - self.mean_) / self.scale_ * mask[..., None]
-        y = np.asarray(y, dtype=np.float64)
-        groups = np.zeros(len(y), dtype=np.int64) if groups is None else np.asarray(groups)
-        params = self._init(rng)
-        m = {k: np.zeros_like(v) for k, v in params.items()}
-        v = {k: np.zeros_like(v) for k, v in params.items()}
-        beta1, beta2, eps = 0.9, 0.999, 1e-8
-        n = len(y)
-        order = rng.permutation(n)
-        cursor = 0
-        for step in range(1, self.n_steps + 1):
-            if n <= self.batch_size:
-                idx = np.arange(n)
-            else:
-                if cursor + self.batch_size > n:
-                    order, cursor = rng.permutation(n), 0
-                idx = order[cursor:cursor + self.batch_size]
-                cursor += self.batch_size
-            pred, cache = self._forward(params, Z[idx], mask[idx])
-            grads = self._backward(params, cache, self._loss_grad(pred, y[idx], groups[idx]))
-            norm = np.sqrt(sum(float((g * g).sum()) for g in grads.values()))
-            clip = min(1.0, self.grad_clip / norm) if norm > 0 else 1.0
-            lr = self.learning_rate * min(1.0, step / 50)  # short warm-up: He-initialised sums can be large
-            for k in _LAYERS:
-                g = grads[k] * clip + (self.weight_decay * params[k] if k.startswith("W") else 0.0)
-                m[k] = beta1 * m[k] + (1 - beta1) * g
-                v[k] = beta2 * v[k] + (1 - beta2) * g * g
-                m_hat = m[k] / (1 - beta1**step)
-                v_hat = v[k] / (1 - beta2**step)
-                params[k] = params[k] - lr * m_hat / (np.sqrt(v_hat) + eps)
-        self.params_ = params
+        Z, mask = self._prepare(X)
+        y_t = torch.as_tensor(np.asarray(y, dtype=np.float32))
+        g_t = torch.as_tensor(np.zeros(len(y), dtype=np.int64) if groups is None else np.asarray(groups))
+        rng = np.random.default_rng(self.seed)
+        with session(self.seed, self.n_jobs):
+            net = _Network(self.hidden)
+            weights = [p for name, p in net.named_parameters() if name.endswith("weight")]
+            biases = [p for name, p in net.named_parameters() if name.endswith("bias")]
+            optimiser = torch.optim.Adam([{"params": weights, "weight_decay": self.weight_decay},
+                                          {"params": biases, "weight_decay": 0.0}], lr=self.learning_rate)
+            warmup = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: min(1.0, (step + 1) / _WARMUP_STEPS))
+            n = len(y_t)
+            order, cursor = rng.permutation(n), 0
+            for _ in range(self.n_steps):
+                if n <= self.batch_size:
+                    idx = np.arange(n)
+                else:
+                    if cursor + self.batch_size > n:
+                        order, cursor = rng.permutation(n), 0
+                    idx = order[cursor:cursor + self.batch_size]
+                    cursor += self.batch_size
+                pred = net(Z[idx], mask[idx])
+                loss = torch.mean((pred - y_t[idx]) ** 2)
+                if self.rank_weight > 0:
+                    loss = loss + self.rank_weight * pair_loss(pred, y_t[idx], g_t[idx])
+                optimiser.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(net.parameters(), self.grad_clip)
+                optimiser.step()
+                warmup.step()
+        self.network_ = net.eval()
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        if not hasattr(self, "params_"):
+        if not hasattr(self, "network_"):
             raise RuntimeError("fit the model before predict")
-        with threadpool_limits(1):
-            Z, mask = self._prepare(X)
-            out, _ = self._forward(self.params_, Z, mask)
-        return out
+        Z, mask = self._prepare(X)
+        with session(self.seed, self.n_jobs), torch.no_grad():
+            return self.network_(Z, mask).numpy().astype(np.float64)
 
     def save(self, path: str) -> None:
         arrays = {}
-        if hasattr(self, "params_"):
-            arrays = {**self.params_, "mean": self.mean_, "scale": self.scale_}
+        if hasattr(self, "network_"):
+            arrays = {**self.network_.to_arrays(), "mean": self.mean_, "scale": self.scale_}
         write_npz(path, {"family": "mlp", "params": self.get_params()}, arrays)
 
 
 def load_from(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> SegmentSumMLP:
     model = SegmentSumMLP(**header["params"])
     if "W1" in arrays:
-        model.params_ = {k: arrays[k] for k in _LAYERS}
+        model.network_ = _Network(model.hidden).load_arrays(arrays).eval()
         model.mean_, model.scale_ = arrays["mean"], arrays["scale"]
     return model
 

@@ -114,6 +114,9 @@ def load(path: str) -> SklearnCostModel:
 
 def create(name: str, *, seed: int = 0, input_kind: str = "loop") -> SklearnCostModel:
     """Registry factory: ``rf``, ``gbr`` or ``sklearn:<RegressorClassName>``."""
+    from cost_models.features import tabular_kind
+
+    input_kind = tabular_kind(name, input_kind)
     if name in PRESETS:
         estimator, params = PRESETS[name]
         return SklearnCostModel(estimator=estimator, params=dict(params), seed=seed, input_kind=input_kind)

@@ -16,52 +16,13 @@ Saving: the booster (UBJSON) and its training features go into the model's ``.np
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
 from cost_models._io import read_npz, write_npz
-
-
-class _Extracted:
-    """A feature matrix with the ``numpy()`` face of the TVM tensor ``XGBModel`` expects."""
-
-    __slots__ = ("array",)
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.array = array
-
-    def numpy(self) -> np.ndarray:
-        return self.array
-
-
-class _KnownFeatures:
-    """``PerStoreFeature`` that answers from features already extracted for these candidates.
-
-    ``compare-models`` fits one model per held-out task on the same programs; their features (the
-    same extractor's output) are computed once when the dataset is built, not once per fold.
-    Unknown candidates (the search loop's) go to the real extractor.
-    """
-
-    def __init__(self, extractor, programs) -> None:
-        self.extractor = extractor
-        self.known = {id(p.candidate): p.features for p in programs if p.features is not None}
-        self.programs = list(programs)  # keep the candidates alive while their ids are keys
-
-    def extract_from(self, context, candidates):
-        out = [self.known.get(id(c)) for c in candidates]
-        if any(f is None for f in out):
-            return self.extractor.extract_from(context, candidates)
-        return [_Extracted(f) for f in out]
-
-
-def _groups_of(X: np.ndarray) -> dict[str, list[int]]:
-    by_task: dict[str, list[int]] = OrderedDict()
-    for i, program in enumerate(X):
-        by_task.setdefault(program.task_key, []).append(i)
-    return by_task
+from cost_models._tvm_programs import KnownFeatures, groups_of, own_extractor
 
 
 class TVMXGBModel(BaseEstimator):
@@ -91,8 +52,8 @@ class TVMXGBModel(BaseEstimator):
 
         y = np.asarray(y, dtype=np.float64)
         model = self._make()
-        model.extractor = _KnownFeatures(model.extractor, X)
-        tasks = list(_groups_of(X).items())
+        model.extractor = KnownFeatures(model.extractor, X)
+        tasks = list(groups_of(X).items())
         for n, (_, rows) in enumerate(tasks):
             # XGBModel retrains inside update() unless its adaptive-training threshold says wait:
             # hold it off until the last task's records are in, so fit() trains exactly once.
@@ -107,9 +68,8 @@ class TVMXGBModel(BaseEstimator):
         if not hasattr(self, "model_") or self.model_.booster is None:
             raise RuntimeError("fit the model before predict")
         out = np.zeros(len(X), dtype=np.float64)
-        real = getattr(self.model_.extractor, "extractor", self.model_.extractor)
-        self.model_.extractor = _KnownFeatures(real, X)
-        for rows in _groups_of(X).values():
+        self.model_.extractor = KnownFeatures(own_extractor(self.model_.extractor), X)
+        for rows in groups_of(X).values():
             out[rows] = self.model_.predict(X[rows[0]].context, [X[i].candidate for i in rows])
         return out
 

@@ -132,4 +132,6 @@ def load(path: str) -> XGBCostModel:
 
 def create(name: str, *, seed: int = 0, input_kind: str = "loop") -> XGBCostModel:
     """Registry factory: ``xgb`` (regression) or ``xgb-rank`` (pairwise ranking within a task)."""
-    return XGBCostModel(objective=OBJECTIVES[name], seed=seed, input_kind=input_kind)
+    from cost_models.features import tabular_kind
+
+    return XGBCostModel(objective=OBJECTIVES[name], seed=seed, input_kind=tabular_kind(name, input_kind))

@@ -6,17 +6,34 @@ each task's DecisionSpace, measure with the LocalRunner, log every trial with it
 "Tuned" configs are mutations of the best configs measured so far (one decision changed), a
 search-free stand-in for what a tuner visits late in a run.
 
+Labels: with ``--retime-rounds R`` (R > 0), once every task has its trials, every valid trial is re-timed R
+times, each time in a fresh measuring process with more repeats and no slow-kernel shortcut
+(``experiments/retiming.py``); the dataset's label of a record is then the median over those rounds
+(``cost_models.features.labelled_trials``), not its in-search timing. The settings go into the log (a run
+header), and ``experiments/measurement_noise.py --log OUT`` re-labels a sample the same way to measure the
+ceiling of the new labels. Each task header names the models the task is a layer of (``"models"``; a conv
+shared by two networks is measured once): ``compare-models --split model`` holds out one model at a time.
+
+The study dataset (>= 10,000 records, >= 30 tasks, 4 models; many hours on 2 cores, resumable: run it again
+with ``--resume`` after an interruption or a ``--max-minutes`` stop; ``yolo11n`` needs the built-in of that
+name). ``spread:N`` takes N conv2d tasks spread evenly over the model's FLOPs range:
+
+    python experiments/make_dataset.py --model tiny-yolov2 --tasks spread:8 --model yolov3-tiny --tasks spread:8 \\
+        --model yolov8n --tasks spread:10 --model yolo11n --tasks spread:10 --per-task 300 --retime-rounds 2 \\
+        --out experiments/results/dataset-study.jsonl --resume --max-minutes 1440
+
 Example (the committed test dataset, ~4-5 minutes on 2 cores):
 
     python experiments/make_dataset.py --model tiny-yolov2 --tasks 8,6,5,4 --per-task 40 \\
         --out tests/data/small_dataset.jsonl --seed 0
 
-``--tasks 4`` (a count) takes the 4 cheapest conv2d tasks; a comma list takes those task indices
-(``--tasks 5,`` is task 5 alone). ``--model yolov8n:NHWC`` lowers that model's convolutions to NHWC (``run
---layout``). ``--resume`` continues a log that an earlier, interrupted call wrote: tasks with ``--per-task``
-trials are skipped, a partly measured task goes on from its logged configs (none is measured twice).
-``--model`` and ``--tasks`` repeat, pairwise, for a dataset of
-several models (the compare-models dataset of the README, ~45 minutes on 2 cores):
+``--tasks 4`` (a count) takes the 4 cheapest conv2d tasks; ``spread:4`` 4 conv2d tasks spread evenly from
+the cheapest to the costliest; a comma list takes those task indices (``--tasks 5,`` is task 5 alone).
+``--model yolov8n:NHWC`` lowers that model's convolutions to NHWC (``run --layout``). ``--resume`` continues
+a log that an earlier, interrupted call wrote: tasks with ``--per-task`` trials are skipped, a partly measured
+task goes on from its logged configs (none is measured twice), and the re-timing goes on from the re-times
+logged. ``--model`` and ``--tasks`` repeat, pairwise, for a dataset of several models (the compare-models
+dataset of the README, ~45 minutes on 2 cores):
 
     python experiments/make_dataset.py --model tiny-yolov2 --tasks 5,6,7,8,12,14 \\
         --model yolov8n --tasks 1,6,8,12,16,37,40 --per-task 180 \\
@@ -40,6 +57,7 @@ minutes), read together with the first (``compare-models --log dataset-yolo.json
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -47,15 +65,23 @@ import time
 
 import numpy as np
 
-from autosearch.records import Config, Record, TuningLog, read_log
-from autosearch.space import DecisionSpace
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from autosearch.records import Config, Record, TuningLog, read_log  # noqa: E402
+from autosearch.space import DecisionSpace  # noqa: E402
+from experiments.retiming import LABEL_EVALUATOR, LABEL_ROUNDS, relabel, settings_json  # noqa: E402
 
 log = logging.getLogger("make_dataset")
 
 
 def select_tasks(tasks, spec: str):
     """A count -> the cheapest conv2d tasks (cheap to measure, still the kernels that matter);
+    ``spread:N`` -> N conv2d tasks evenly spaced in FLOPs order (cheapest and costliest included);
     a comma list -> those indices."""
+    if spec.startswith("spread:"):
+        convs = sorted((t for t in tasks if "conv2d" in t.name), key=lambda t: t.flops)
+        n = min(int(spec.partition(":")[2]), len(convs))
+        return [convs[i] for i in sorted({round(j * (len(convs) - 1) / max(1, n - 1)) for j in range(n)})]
     if "," in spec:
         wanted = [int(s) for s in spec.split(",") if s.strip()]
         by_index = {t.index: t for t in tasks}
@@ -88,15 +114,17 @@ def propose(space: DecisionSpace, measured: dict[Config, float], seen: set[Confi
 
 
 def measure_task(task, runner, tuning_log: TuningLog, *, per_task: int, random_fraction: float, batch: int,
-                 rng: np.random.Generator, deadline: float, logged: list[Record] = ()) -> int:
+                 rng: np.random.Generator, deadline: float, logged: list[Record] = (),
+                 models: list[str] = ()) -> int:
     """Baseline, then ``per_task`` trials of one task (``logged``: its records from an interrupted call, which
-    count and are not measured again); returns the number of trials logged now."""
+    count and are not measured again; ``models``: the networks the task is a layer of, for its header); returns
+    the number of trials logged now."""
     from autosearch.target import target_to_json
 
     target = target_to_json(task.target)
     trials = [r for r in logged if r.kind == "trial" and r.config is not None]
     if not logged:
-        tuning_log.write_task(task.to_json())
+        tuning_log.write_task({**task.to_json(), "models": list(models)})
     baseline = runner.prepare(task)
     if not any(r.kind == "baseline" for r in logged):
         tuning_log.append([Record(kind="baseline", task_key=task.workload_key, task_name=task.name, target=target,
@@ -153,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="continue the log --out that an earlier call wrote")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-minutes", type=float, default=30.0, help="stop measuring after this wall time")
+    p.add_argument("--retime-rounds", type=int, default=0,
+                   help=f"re-time every valid trial this many times, each in a fresh process, for cleaner labels "
+                        f"(0: the trials' own timings are the labels; the study uses {LABEL_ROUNDS})")
+    p.add_argument("--retime-repeat", type=int, default=LABEL_EVALUATOR.repeat, help="repeats per re-time")
+    p.add_argument("--retime-min-repeat-ms", type=int, default=LABEL_EVALUATOR.min_repeat_ms,
+                   help="each repeat runs the kernel until it lasts this long")
     args = p.parse_args(argv)
     models = args.model or ["tiny-yolov2"]
     specs = args.tasks or ["4"] * len(models)
@@ -167,26 +201,46 @@ def main(argv: list[str] | None = None) -> int:
     start = time.time()
     deadline = start + 60 * args.max_minutes
     target = parse_target(None)
-    tasks = []
+    tasks: dict[str, object] = {}  # workload key -> task: a layer shared by two models is one task
+    task_models: dict[str, list[str]] = {}
     for spec_model, spec in zip(models, specs):
         name, _, layout = spec_model.partition(":")
-        tasks += select_tasks(import_model(name, target, layout=layout.upper() or "NCHW").tasks, spec)
-    log.info("tasks: %s", ", ".join(f"{t.index}:{t.name} ({t.gflop:.3f} GFLOP)" for t in tasks))
+        for task in select_tasks(import_model(name, target, layout=layout.upper() or "NCHW").tasks, spec):
+            tasks.setdefault(task.workload_key, task)
+            task_models.setdefault(task.workload_key, [])
+            if name not in task_models[task.workload_key]:
+                task_models[task.workload_key].append(name)
+    log.info("%d tasks: %s", len(tasks), ", ".join(f"{t.index}:{t.name} ({t.gflop:.3f} GFLOP, "
+                                                   f"{'+'.join(task_models[k])})" for k, t in tasks.items()))
     logged: dict[str, list[Record]] = {}
     if args.resume and os.path.exists(args.out):
         for rec in read_log(args.out).records:
             logged.setdefault(rec.task_key, []).append(rec)
     total = 0
-    with TuningLog(args.out, resume=args.resume) as tuning_log, LocalRunner(target=target, seed=args.seed) as runner:
-        for i, task in enumerate(tasks):
-            if sum(r.kind == "trial" for r in logged.get(task.workload_key, ())) >= args.per_task:
-                continue
-            # one generator per task, seeded by what the task has logged: a resumed task draws a fresh stream
-            rng = np.random.default_rng([args.seed, i, len(logged.get(task.workload_key, ()))])
-            total += measure_task(task, runner, tuning_log, per_task=args.per_task,
-                                  random_fraction=args.random_fraction, batch=args.batch, rng=rng,
-                                  deadline=deadline, logged=logged.get(task.workload_key, []))
-    log.info("wrote %d trials of %d tasks to %s in %.0f s", total, len(tasks), args.out, time.time() - start)
+    with TuningLog(args.out, resume=args.resume) as tuning_log:
+        evaluator = dataclasses.replace(LABEL_EVALUATOR, repeat=args.retime_repeat,
+                                        min_repeat_ms=args.retime_min_repeat_ms)
+        run = {"experiment": "make_dataset", "argv": sys.argv[1:] if argv is None else list(argv)}
+        if args.retime_rounds:
+            run["retime"] = settings_json(args.retime_rounds, evaluator)
+        tuning_log.write_run(run)
+        pending = [(i, key) for i, key in enumerate(tasks)
+                   if sum(r.kind == "trial" for r in logged.get(key, ())) < args.per_task]
+        if pending:  # (a resume that only re-times starts no trial runner)
+            with LocalRunner(target=target, seed=args.seed) as runner:
+                for i, key in pending:
+                    # one generator per task, seeded by what the task has logged: a resumed task draws a fresh stream
+                    rng = np.random.default_rng([args.seed, i, len(logged.get(key, ()))])
+                    total += measure_task(tasks[key], runner, tuning_log, per_task=args.per_task,
+                                          random_fraction=args.random_fraction, batch=args.batch, rng=rng,
+                                          deadline=deadline, logged=logged.get(key, []), models=task_models[key])
+        log.info("wrote %d trials of %d tasks to %s in %.0f s", total, len(tasks), args.out, time.time() - start)
+        if args.retime_rounds > 0 and time.time() < deadline:
+            with LocalRunner(target=target, seed=args.seed, evaluator=evaluator) as runner:
+                retimed = relabel(read_log(args.out), tasks, runner, tuning_log, rounds=args.retime_rounds,
+                                  seed=args.seed, deadline=deadline)
+            log.info("re-timed %d records (%d rounds) in %.0f s in all", retimed, args.retime_rounds,
+                     time.time() - start)
     return 0
 
 

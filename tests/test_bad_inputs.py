@@ -99,6 +99,13 @@ def test_compare_models_unknown_model_and_missing_log(tmp_path):
     _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "xgb@pixels"),
                            "must be one of loop, pooled")
     _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "mlp@loop"), "has its own input")
+    _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "seq@loop"), "trace tokens")
+
+
+def test_compare_models_by_model_needs_logs_that_name_their_models():
+    # the committed dataset's task headers name no model: nothing to hold out by model
+    _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "rf", "--split", "model",
+                                   "--plot", os.devnull), "at least 2 models")
 
 
 def test_unknown_sampler_lists_the_valid_ones(files):

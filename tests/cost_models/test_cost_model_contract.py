@@ -7,16 +7,18 @@ import pytest
 
 from autosearch.cost_model import CostModel, make_cost_model
 from autosearch.errors import UserError
-from cost_models import learned, sklearn_model, tvm_xgb, xgboost_model
+from cost_models import learned, sequence_model, sklearn_model, tvm_mlp, tvm_xgb, xgboost_model
 from cost_models.evaluate import pairwise_accuracy as pairwise
 
-MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "xgb@pooled", "rf@pooled+loop", "xgb-rank@loop+asm",
-          "sklearn:KNeighborsRegressor", "sklearn:ExtraTreesRegressor"]
+MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "tvm-mlp", "seq", "seq@sequence+loop", "xgb@pooled",
+          "rf@pooled+loop", "xgb-rank@loop+asm", "sklearn:KNeighborsRegressor", "sklearn:ExtraTreesRegressor"]
 LOADERS = {
     xgboost_model.XGBCostModel: xgboost_model.load,
     sklearn_model.SklearnCostModel: sklearn_model.load,
     learned.SegmentSumMLP: learned.load,
     tvm_xgb.TVMXGBModel: tvm_xgb.load,
+    tvm_mlp.TVMMLPModel: tvm_mlp.load,
+    sequence_model.SequenceRanker: sequence_model.load,
 }
 
 
@@ -65,8 +67,14 @@ def test_seed_changes_randomised_models(dataset, split, fitted):
     assert not np.array_equal(other.predict(X[test]), pred)
 
 
+def test_every_registered_model_is_in_the_contract():
+    from autosearch.cost_model import COST_MODELS, PRETRAINED, SKLEARN_PREFIX
+
+    assert set(COST_MODELS) - {PRETRAINED, SKLEARN_PREFIX} <= set(MODELS)
+
+
 def test_unfitted_model_refuses_to_predict(dataset):
-    for name in ("xgb", "rf", "mlp"):
+    for name in ("xgb", "rf", "mlp", "tvm-mlp", "seq"):
         model = make_cost_model(name)
         with pytest.raises(RuntimeError):
             model.predict(dataset.X(model.input_kind, rows=np.arange(2)))
@@ -79,41 +87,10 @@ def test_unknown_sklearn_regressor_is_a_user_error():
         make_cost_model("sklearn:StackingRegressor")
     with pytest.raises(UserError):
         make_cost_model("no-such-model")
-
-
-def test_mlp_gradients_match_finite_differences():
-    """The hand-written backward pass of the sum-pooling MLP, against central differences."""
-    rng = np.random.default_rng(0)
-    model = learned.SegmentSumMLP(hidden=16, seed=0)
-    params = model._init(rng)
-    for b in ("b1", "b2", "b3"):  # off zero, so no pre-activation sits exactly on a ReLU kink
-        params[b] = rng.uniform(0.05, 0.1, size=params[b].shape)
-    X = rng.normal(size=(6, 3, learned.N_STORE_FEATURES))
-    X[1, 2] = np.nan  # a padded store
-    X[4, 1:] = np.nan
-    Z, mask = model._prepare(X)
-    y = rng.uniform(size=6)
-    groups = np.array([0, 0, 0, 1, 1, 1])
-
-    def loss(p):
-        pred, _ = model._forward(p, Z, mask)
-        mse = np.mean((pred - y) ** 2)
-        better = (y[:, None] > y[None, :] + 1e-6) & (groups[:, None] == groups[None, :])
-        diff = pred[:, None] - pred[None, :]
-        return mse + model.rank_weight * np.log1p(np.exp(-diff))[better].mean()
-
-    pred, cache = model._forward(params, Z, mask)
-    grads = model._backward(params, cache, model._loss_grad(pred, y, groups))
-    for name in learned._LAYERS:
-        flat = params[name].reshape(-1)
-        for j in rng.choice(flat.size, size=min(5, flat.size), replace=False):
-            old = flat[j]
-            flat[j] = old + 1e-5
-            up = loss(params)
-            flat[j] = old - 1e-5
-            down = loss(params)
-            flat[j] = old
-            assert grads[name].reshape(-1)[j] == pytest.approx((up - down) / 2e-5, rel=1e-4, abs=1e-7)
+    with pytest.raises(UserError, match="trace tokens"):
+        make_cost_model("seq@loop")
+    with pytest.raises(UserError, match="one feature vector per record"):
+        make_cost_model("xgb@sequence+loop")
 
 
 def test_tvm_xgb_known_features_equal_fresh_extraction(dataset, split, fitted):

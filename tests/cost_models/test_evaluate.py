@@ -10,7 +10,7 @@ import pytest
 
 from autosearch.errors import UserError
 from autosearch.records import LogContents, TuningLog
-from cost_models.evaluate import EvaluationReport, compare_models, leave_one_task_out
+from cost_models.evaluate import EvaluationReport, compare_models, leave_one_task_out, model_folds
 
 
 def test_compare_models_table_and_png(tmp_path, dataset_path):
@@ -24,6 +24,9 @@ def test_compare_models_table_and_png(tmp_path, dataset_path):
     assert rf.mean("pairwise") > 0.6 and rf.mean("spearman") > 0.2
     assert 0 < rf.mean("top1") <= rf.mean("top5") <= 1.0
     assert rf.fit_secs > 0 and rf.predict_secs > 0
+    # per record: each fold trains on 3 tasks (120 records) and scores one (40)
+    assert rf.fit_secs_per_record * 120 == pytest.approx(rf.fit_secs)
+    assert rf.predict_secs_per_record * 40 == pytest.approx(rf.predict_secs)
     assert not np.isnan(rf.y_pred).any()
     assert math.isnan(report.result("xgb-rank").mean("rmse"))  # a ranker's scores have no scale
     assert report.result("sklearn:IsotonicRegression").error.startswith("ValueError")  # a row, not a crash
@@ -31,6 +34,7 @@ def test_compare_models_table_and_png(tmp_path, dataset_path):
     table = report.table
     assert table.row_count == 3
     assert [c.header for c in table.columns][:3] == ["model", "pairwise acc.", "Spearman"]
+    assert [c.header for c in table.columns][-3:] == ["fit s", "fit ms/record", "predict µs/record"]
     md = report.markdown
     assert md.splitlines()[0].startswith("| model | pairwise acc. |")
     assert any(line.startswith("| rf | 0.") for line in md.splitlines())
@@ -87,3 +91,82 @@ def test_min_records_holds_out_only_tasks_with_enough_records(tmp_path, contents
     assert "3 of 4 tasks" in report.caption()
     with pytest.raises(UserError, match="min-records"):
         compare_models([path], ["rf"], min_records=1000)
+
+
+def _log_naming_models(tmp_path, contents, models_of_task):
+    """The committed dataset with each task header naming the models it is a layer of (as make_dataset writes)."""
+    keys = list(dict.fromkeys(r.task_key for r in contents.trials() if r.ok))
+    path = str(tmp_path / "models.jsonl")
+    with TuningLog(path) as log:
+        for key, models in zip(keys, models_of_task):
+            log.write_task({**contents.tasks[key], "models": models})
+            log.append(contents.trials(key))
+    return path, keys
+
+
+def test_leave_one_model_out(tmp_path, contents, monkeypatch):
+    """Each model's tasks are scored by a cost model trained only on tasks that are no layer of it."""
+    import autosearch.cost_model as registry
+
+    # tasks 0, 1: net-a; task 2: net-b; task 3: a layer of both
+    path, keys = _log_naming_models(tmp_path, contents, [["net-a"], ["net-a"], ["net-b"], ["net-a", "net-b"]])
+    fitted_on = []
+    make = registry.make_cost_model
+
+    def spy(spec, *, seed=0):
+        model = make(spec, seed=seed)
+        fit = model.fit
+        model.fit = lambda X, y, groups=None: (fitted_on.append(sorted(set(groups.tolist()))), fit(X, y, groups))[1]
+        return model
+
+    monkeypatch.setattr(registry, "make_cost_model", spy)
+    report = compare_models([path], ["rf"], split="model", min_records=1)
+    rf = report.result("rf")
+    assert report.split == "model" and report.held_out_models == ["net-a", "net-b"]
+    assert fitted_on == [[2], [0, 1]]  # net-a out: only task 2 trains; net-b out: tasks 0 and 1 (3 is net-b's too)
+    names = report.task_names
+    assert sorted(rf.per_task) == sorted([f"net-a: {names[0]}", f"net-a: {names[1]}", f"net-a: {names[3]}",
+                                          f"net-b: {names[2]}", f"net-b: {names[3]}"])
+    assert np.isfinite(rf.y_pred).all()  # every task held out by some model
+    assert all(0.0 <= m["pairwise"] <= 1.0 for m in rf.per_task.values())
+    # timing: per record over all folds (net-a: trains on 40 records, scores 120; net-b: 80 and 80)
+    assert rf.fit_secs_per_record * (40 + 80) == pytest.approx(2 * rf.fit_secs)
+    assert rf.predict_secs_per_record * (120 + 80) == pytest.approx(2 * rf.predict_secs)
+    assert report.caption().startswith("leave-one-model-out over 2 models (net-a, net-b")
+    assert report.to_json()["held_out_models"] == ["net-a", "net-b"]
+    assert report.markdown.splitlines()[0].endswith("| fit s | fit ms/record | predict µs/record |")
+
+    # the same dataset left one task out: as many folds as tasks, keyed by task name alone
+    by_task = compare_models([path], ["rf"], min_records=1)
+    assert by_task.split == "task" and sorted(by_task.result("rf").per_task) == sorted(names)
+
+
+def test_model_folds_skip_tasks_of_no_model_and_small_tasks(tmp_path, contents):
+    from autosearch.records import read_log
+    from cost_models.features import build_dataset
+
+    path, _ = _log_naming_models(tmp_path, contents, [["net-a"], [], ["net-b"], ["net-c"]])
+    dataset = build_dataset([read_log(path)], kinds=("sequence",))  # no replay: the folds need only the headers
+    folds = model_folds(dataset)
+    assert [(f.name, f.test, f.train) for f in folds] == [
+        ("net-a", (0,), (1, 2, 3)), ("net-b", (2,), (0, 1, 3)), ("net-c", (3,), (0, 1, 2))]
+    # only tasks that may be held out are (min_records): net-b's task is not, so no fold holds out net-b
+    assert [f.name for f in model_folds(dataset, held_out=[0, 3])] == ["net-a", "net-c"]
+
+
+def test_leave_one_model_out_needs_two_named_models(tmp_path, contents, dataset_path):
+    with pytest.raises(UserError, match="at least 2 models"):
+        compare_models([dataset_path], ["rf"], split="model")
+    path, _ = _log_naming_models(tmp_path, contents, [["net-a"]] * 4)
+    with pytest.raises(UserError, match="at least 2 models"):
+        compare_models([path], ["rf"], split="model")
+    with pytest.raises(UserError, match="split"):
+        compare_models([path], ["rf"], split="network")
+
+
+def test_cli_default_models_are_the_evaluation_defaults():
+    from autosearch.cli import build_parser
+    from cost_models.evaluate import DEFAULT_MODELS
+
+    args = build_parser().parse_args(["compare-models", "--log", "x.jsonl"])
+    assert tuple(args.models.split(",")) == DEFAULT_MODELS and args.split == "task"

@@ -127,6 +127,9 @@ def test_feature_choice(held_out_task):
     task, space = held_out_task
     assert ModelScorer(make_cost_model("rf"), space, task).features == "encoding"
     assert ModelScorer(make_cost_model("mlp"), space, task).features == "tvm"
+    assert ModelScorer(make_cost_model("seq"), space, task).features == "tvm"  # tokens of the applied trace
+    with pytest.raises(ValueError, match="program features"):
+        ModelScorer(make_cost_model("seq"), space, task, features="encoding")
     with pytest.raises(ValueError, match="program features"):
         ModelScorer(make_cost_model("tvm-xgb"), space, task, features="encoding")
     # a model made for decision encodings gets them, even where program features would be the default
@@ -135,7 +138,7 @@ def test_feature_choice(held_out_task):
         ModelScorer(make_cost_model("xgb@encoding"), space, task, features="tvm")
 
 
-@pytest.mark.parametrize("name", ["tvm-xgb", "mlp"])
+@pytest.mark.parametrize("name", ["tvm-xgb", "mlp", "tvm-mlp", "seq@sequence+loop"])
 def test_program_feature_models_guide_too(held_out_task, task_records, name):
     task, space = held_out_task
     train, test = task_records

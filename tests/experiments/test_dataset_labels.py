@@ -1,0 +1,61 @@
+"""The cost-model dataset's labels: re-timed in fresh processes, resumably, and the ceiling measured the same way."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import types
+
+import pytest
+
+from autosearch.records import read_log
+from cost_models.features import labelled_trials
+
+
+def test_select_tasks_spread_takes_the_extremes_and_between():
+    from experiments.make_dataset import select_tasks
+
+    tasks = [types.SimpleNamespace(index=i, name=f"fused_conv2d{i}" if i != 3 else "fused_add", flops=float(10 - i))
+             for i in range(10)]
+    picked = select_tasks(tasks, "spread:3")
+    assert [t.index for t in picked] == [9, 5, 0]  # cheapest, middle and costliest conv (in FLOPs order)
+    assert [t.index for t in select_tasks(tasks, "2")] == [9, 8]
+    assert len(select_tasks(tasks, "spread:50")) == 9  # no more than the model's conv tasks
+
+
+def test_make_dataset_relabels_resumably_and_the_noise_ceiling_uses_its_settings(tmp_path):
+    """End to end on the cheapest tiny-YOLOv2 conv: trials, their re-times (round 1), a resume that adds round 2
+    only, labels from both rounds, and measurement_noise repeating the log's re-timing settings."""
+    from experiments import make_dataset, measurement_noise
+
+    out = str(tmp_path / "dataset.jsonl")
+    common = ["--model", "tiny-yolov2", "--tasks", "1", "--per-task", "3", "--batch", "3", "--out", out,
+              "--retime-repeat", "2", "--retime-min-repeat-ms", "1"]
+    assert make_dataset.main([*common, "--retime-rounds", "1"]) == 0
+    first = read_log(out)
+    [header] = first.tasks.values()
+    assert header["models"] == ["tiny-yolov2"]
+    trials = [r for r in first.trials() if r.ok]
+    assert len(first.trials()) == 3 and trials
+    assert sorted((r.round, r.config) for r in first.records if r.kind == "retime") == sorted(
+        (1, r.config) for r in trials)
+    assert first.runs[-1]["retime"]["rounds"] == 1 and first.runs[-1]["retime"]["evaluator"]["repeat"] == 2
+
+    assert make_dataset.main([*common, "--retime-rounds", "2", "--resume"]) == 0
+    second = read_log(out)
+    assert len(second.trials()) == 3  # nothing measured twice
+    retimes = [r for r in second.records if r.kind == "retime"]
+    assert sorted((r.round, r.config) for r in retimes) == sorted(
+        [(1, r.config) for r in trials] + [(2, r.config) for r in trials])
+    labels = dict((r.config, latency) for r, latency in labelled_trials(second))
+    for config, latency in labels.items():
+        assert latency == pytest.approx(statistics.median(r.latency for r in retimes if r.config == config))
+
+    noise = str(tmp_path / "noise")
+    assert measurement_noise.main(["--log", out, "--per-task", "2", "--out", noise]) == 0
+    with open(f"{noise}.json") as fh:
+        summary = json.load(fh)
+    assert summary["rounds"] == 2 and summary["evaluator"]["repeat"] == 2  # the labels' own settings
+    [row] = summary["rows"]
+    assert row["n"] == 2 and 0.0 <= row["pairwise"] <= 1.0
+    assert len([r for r in read_log(f"{noise}.jsonl").records if r.kind == "retime"]) == 2 * 2
