@@ -8,7 +8,7 @@ search-free stand-in for what a tuner visits late in a run.
 
 Labels: with ``--retime-rounds R`` (R > 0), once every task has its trials, every valid trial is re-timed R
 times, each time in a fresh measuring process with more repeats and no slow-kernel shortcut
-(``experiments/retiming.py``); the dataset's label of a record is then the median over those rounds
+(``experiments/lib/labels.py``); the dataset's label of a record is then the median over those rounds
 (``cost_models.features.labelled_trials``), not its in-search timing. The settings go into the log (a run
 header), and ``experiments/measurement_noise.py --log OUT`` re-labels a sample the same way to measure the
 ceiling of the new labels. Each task header names the models the task is a layer of (``"models"``; a conv
@@ -69,28 +69,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from autosearch.records import Config, Record, TuningLog, read_log  # noqa: E402
 from autosearch.space import DecisionSpace  # noqa: E402
-from experiments.retiming import LABEL_EVALUATOR, LABEL_ROUNDS, relabel, settings_json  # noqa: E402
+from experiments.lib.labels import LABEL_EVALUATOR, LABEL_ROUNDS, relabel, settings_json  # noqa: E402
+from experiments.lib.tasks import select_tasks  # noqa: E402
 
 log = logging.getLogger("make_dataset")
-
-
-def select_tasks(tasks, spec: str):
-    """A count -> the cheapest conv2d tasks (cheap to measure, still the kernels that matter);
-    ``spread:N`` -> N conv2d tasks evenly spaced in FLOPs order (cheapest and costliest included);
-    a comma list -> those indices."""
-    if spec.startswith("spread:"):
-        convs = sorted((t for t in tasks if "conv2d" in t.name), key=lambda t: t.flops)
-        n = min(int(spec.partition(":")[2]), len(convs))
-        return [convs[i] for i in sorted({round(j * (len(convs) - 1) / max(1, n - 1)) for j in range(n)})]
-    if "," in spec:
-        wanted = [int(s) for s in spec.split(",") if s.strip()]
-        by_index = {t.index: t for t in tasks}
-        missing = [i for i in wanted if i not in by_index]
-        if missing:
-            raise SystemExit(f"no task index {missing}; the model has {len(tasks)} tasks")
-        return [by_index[i] for i in wanted]
-    convs = sorted((t for t in tasks if "conv2d" in t.name), key=lambda t: t.flops)
-    return convs[: int(spec)]
 
 
 def propose(space: DecisionSpace, measured: dict[Config, float], seen: set[Config], n: int, random_left: int,

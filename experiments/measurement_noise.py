@@ -39,7 +39,7 @@ from autosearch.measure.base import EvaluatorConfig  # noqa: E402
 from autosearch.records import Config, MeasureResult, Record, TuningLog, read_log  # noqa: E402
 from cost_models.evaluate import pairwise_accuracy, spearman, top_k_score  # noqa: E402
 from cost_models.features import labelled_trials  # noqa: E402
-from experiments.retiming import logged_settings, retime  # noqa: E402
+from experiments.lib.labels import logged_settings, retime  # noqa: E402
 
 log = logging.getLogger("measurement_noise")
 

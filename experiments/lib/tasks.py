@@ -98,8 +98,13 @@ def pick_task(tasks, which: str, *, layout: str = "NCHW"):
 
 
 def select_tasks(tasks, spec: str):
-    """A count -> the cheapest conv2d tasks (cheap to measure, still the kernels that matter); a comma list ->
-    those task indices (``ValueError`` for an index the model does not have)."""
+    """A count -> the cheapest conv2d tasks (cheap to measure, still the kernels that matter); ``spread:N`` -> N
+    conv2d tasks evenly spaced in FLOPs order (cheapest and costliest included); a comma list -> those task
+    indices (``ValueError`` for an index the model does not have)."""
+    if spec.startswith("spread:"):
+        convs = sorted((t for t in tasks if "conv2d" in t.name), key=lambda t: t.flops)
+        n = min(int(spec.partition(":")[2]), len(convs))
+        return [convs[i] for i in sorted({round(j * (len(convs) - 1) / max(1, n - 1)) for j in range(n)})]
     if "," in spec:
         wanted = [int(s) for s in spec.split(",") if s.strip()]
         by_index = {t.index: t for t in tasks}

@@ -27,8 +27,9 @@ import numpy as np
 from autosearch.finalists import current_retimes, rotated
 from autosearch.measure.base import EvaluatorConfig
 from autosearch.records import LogContents, Record, TuningLog
+from experiments.lib.retime import schedule
 
-log = logging.getLogger("retiming")
+log = logging.getLogger("labels")
 
 # Labels: 10 repeats of at least 50 ms each, every kernel timed in full (slow_factor 0: no shortcut)
 LABEL_EVALUATOR = EvaluatorConfig(repeat=10, min_repeat_ms=50, slow_factor=0.0)
@@ -49,16 +50,6 @@ def logged_settings(contents: LogContents) -> tuple[int, EvaluatorConfig] | None
     return None
 
 
-def kernel(task, trace_json: Any):
-    """The scheduled module of a logged trace (postprocessors included), replayed on the task's workload."""
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.schedule import Trace
-
-    sch = Schedule(task.mod)
-    Trace.apply_json_to_schedule(trace_json, sch)
-    return sch.mod
-
-
 def retime(runner, task, records: Sequence[Record], *, round_no: int, out: TuningLog,
            rng: np.random.Generator, deadline: float = float("inf")) -> list[Record]:
     """Re-time ``records`` of ``task`` in a fresh measuring process (shuffled, ``BATCH`` at a time) and log each
@@ -70,7 +61,7 @@ def retime(runner, task, records: Sequence[Record], *, round_no: int, out: Tunin
         if time.time() > deadline:
             break
         batch = order[start:start + BATCH]
-        results = runner.measure(task, [kernel(task, r.trace) for r in batch])
+        results = runner.measure(task, [schedule(task, r.trace) for r in batch])
         retimed = [Record(kind="retime", task_key=r.task_key, task_name=r.task_name, target=r.target,
                           config=r.config, result=res, flops=r.flops, trace=r.trace, strategy=r.strategy,
                           round=round_no, started=time.time() - res.build_secs - res.run_secs)
