@@ -11,7 +11,8 @@ prepacking and Winograd kernel transforms folded into the constants):
   ``relax.analysis.estimate_memory_usage``;
 - **kernel scratch**: the largest intermediate buffer set one kernel allocates inside itself (a Winograd
   kernel's transformed input and product tiles, a prepacked weight a kernel rewrites on every call when
-  prepacking is off), from ``s_tir.analysis.calculate_allocated_bytes`` on its lowered loops. TVM takes it
+  prepacking is off), from ``s_tir.analysis.calculate_allocated_bytes`` on its lowered loops, after the
+  build's storage reuse (``StorageRewrite``). TVM takes it
   from a workspace pool at run time, one kernel at a time; buffers allocated inside a parallel loop are
   counted once, not once per thread.
 
@@ -97,7 +98,9 @@ def activation_bytes(mod, target, *, function: str = "main") -> tuple[int, int]:
 
 def scratch_bytes(mod) -> int:
     """The most global-scope bytes one kernel (TIR function) of the module allocates inside itself, after the
-    loop lowering that sizes its buffers to what each loop nest touches (``CompactBufferAllocation``)."""
+    build's passes that size its buffers: ``CompactBufferAllocation`` (to what each loop nest touches) and
+    ``StorageRewrite`` (buffers whose lives do not overlap share storage: an untuned kernel keeps each stage of
+    its fused epilogue in a buffer of its own, and the build reuses one for the next)."""
     import tvm
     from tvm import s_tir, tirx
 
@@ -106,7 +109,8 @@ def scratch_bytes(mod) -> int:
         return 0
     passes = [s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
               s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
-              s_tir.transform.LowerOpaqueBlock()]
+              s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(), tirx.transform.VectorizeLoop(True),
+              tirx.transform.StorageRewrite()]  # as the build orders them (StorageRewrite wants vectorised loops)
     sizes = s_tir.analysis.calculate_allocated_bytes(tvm.transform.Sequential(passes)(kernels))
     return max((int(by_scope.get("global", 0)) for by_scope in sizes.values()), default=0)
 
