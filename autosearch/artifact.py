@@ -15,8 +15,10 @@ compile time (the prepacking of tuned kernels, ``SplitLayoutRewritePreproc`` + `
 kernel transform): the file holds the weights exactly as the kernels read them, and the kernels, their order
 and their tuning-database matches are the same as with the weights bound in. The other TVM recipe,
 ``LiftTransformParams`` (raw weights in the file, the transforms run at load by a ``transform_params``
-function), would hold the raw and the transformed weights at once when that function returns (twice the weights
-for prepacked layers) and would change what the lowering folds before fusion (the tasks' workload keys).
+function), holds the raw and the transformed weights at once when that function returns (twice the weights
+for prepacked layers); it also needs the weights as parameters from the import on, so the arithmetic
+``FoldConstant`` now folds into them before fusion (BatchNorm's, for one) would be lifted or fused instead, and
+the kernels' workload keys would have to be shown to match the tuned tasks' again.
 
 ``main`` takes the model's inputs first, then the weights (parameters named ``weight_<i>``, the file's keys;
 its ``num_input`` attribute counts the inputs): with plain TVM, ``vm["main"](*inputs, *weights)``.

@@ -22,9 +22,8 @@ no model): the weights, held once (the library holds none: they are read from th
 each tensor straight into its own buffer, :mod:`autosearch.artifact`), the activations and one kernel's
 scratch. Code pages and the VM's own structures are left out (small beside the weights of a YOLO).
 
-Libraries built before the weights moved out of them held their weights up to four times while loading and
-twice afterwards (TVM 0.27's ``ProcessLibraryBin`` maps the library's constant section, copies it into a byte
-string and an ``ffi.Bytes``, then deserialises it); ``tests/test_memory.py`` measures both on one model.
+Libraries built before the weights moved out of them held the weights up to four times while TVM loaded them
+and twice afterwards (:mod:`autosearch.artifact`; ``tests/test_memory.py`` measures both on one model).
 """
 
 from __future__ import annotations
