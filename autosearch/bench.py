@@ -1,8 +1,9 @@
 """Time one runtime in this (fresh) process: ``python -m autosearch.bench KIND PATH ...``.
 
-Kinds: ``tvm`` (a compiled library), ``ort`` (ONNX Runtime), ``ort-no-arena`` (ONNX Runtime without its CPU
-memory arena: every tensor from malloc), ``ov`` (OpenVINO told to infer in fp32, comparable with the others),
-``ov-default`` (OpenVINO in its default precision: bf16 on CPUs with AMX or AVX512-BF16).
+Kinds: ``tvm`` (a compiled library, its weights file beside it: :mod:`autosearch.artifact`), ``ort`` (ONNX
+Runtime), ``ort-no-arena`` (ONNX Runtime without its CPU memory arena: every tensor from malloc), ``ov`` (OpenVINO
+told to infer in fp32, comparable with the others), ``ov-default`` (OpenVINO in its default precision: bf16 on
+CPUs with AMX or AVX512-BF16).
 
 Prints one JSON line ``{"runs_ms": [...], "peak_bytes": ..., "load_peak_bytes": ..., "run_peak_bytes": ...}``
 and saves the outputs for the correctness check. The peaks are this process's peak resident set (Linux
@@ -61,18 +62,20 @@ Session = tuple[Callable[[], object], Callable[[object], list[np.ndarray]]]  # (
 
 def _import_tvm():
     import tvm
-    from tvm import relax
+    from tvm import relax  # noqa: F401 - the VM, loaded with the model
 
-    return tvm, relax, tvm.cpu()
+    from autosearch import artifact
+
+    return tvm, artifact, tvm.cpu()
 
 
 def _tvm(path: str, inputs: dict[str, np.ndarray], threads: int) -> Session:
-    tvm, relax, dev = _import_tvm()
-    vm = relax.VirtualMachine(tvm.runtime.load_module(path), dev)
+    tvm, artifact, dev = _import_tvm()
+    model = artifact.load_model(path)  # the library and the weights file beside it
     args = [tvm.runtime.tensor(v, dev) for v in inputs.values()]
 
     def run():
-        out = vm["main"](*args)
+        out = model(*args)
         dev.sync()
         return out
 

@@ -2,8 +2,7 @@
 
 Speed alone (``export`` without a budget) takes, per layer tuned both ways, the faster algorithm, and the faster
 layout's model. Winograd costs memory: its transformed kernel holds (4 + 2)^2 = 36 values per 3x3 filter where
-the direct one holds 9, and TVM holds the weights several times while loading them
-(:mod:`autosearch.memory`). Under a budget the choice is:
+the direct one holds 9 (:mod:`autosearch.memory`). Under a budget the choice is:
 
 - per **layout** tuned (``--layout auto`` logs: NCHW with its Winograd alternatives, and NHWC), one model;
   a layout is a whole-model choice (:mod:`autosearch.alternatives`);
@@ -31,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 from autosearch.errors import UserError
-from autosearch.memory import LOAD_COPIES, MIB, RESIDENT_COPIES, MemoryEstimate, mib
+from autosearch.memory import MIB, MemoryEstimate, mib
 from autosearch.records import LogContents
 
 
@@ -58,7 +57,7 @@ class ModelOption:
     def capacity(self, budget_bytes: int) -> int:
         """The most weight bytes a model with these activations and scratch may hold under the budget."""
         m = self.memory
-        return min(budget_bytes // LOAD_COPIES, (budget_bytes - m.planned_bytes - m.scratch_bytes) // RESIDENT_COPIES)
+        return budget_bytes - m.planned_bytes - m.scratch_bytes
 
 
 @dataclass(frozen=True)
@@ -168,8 +167,8 @@ def choose(options: list[ModelOption], budget_bytes: int) -> tuple[ModelOption, 
         m = smallest.memory
         raise UserError(f"--memory-budget {mib(budget_bytes)} MiB: no choice fits; the smallest model "
                         f"({smallest.layout}, every layer direct) needs a predicted peak of {mib(m.peak_bytes())} MiB "
-                        f"(weights {mib(m.weight_bytes)} MiB, held {LOAD_COPIES} times while TVM loads them; "
-                        f"activations {mib(m.planned_bytes)} MiB)")
+                        f"(weights {mib(m.weight_bytes)} MiB, activations {mib(m.planned_bytes)} MiB, kernel scratch "
+                        f"{mib(m.scratch_bytes)} MiB)")
     return min(found, key=lambda f: (f[2], f[0].layout))
 
 

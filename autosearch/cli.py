@@ -407,7 +407,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                              layout=model.layout, fast_math=model.fast_math)
     console = _console()
     console.print(f"compiled {model.name} with {len(compiled.tuned_tasks)}/{compiled.task_count} tuned tasks -> "
-                  f"{compiled.path}")
+                  f"{compiled.path} (weights: {compiled.weights_path})")
     if compiled.missing_tasks:
         console.print(f"not in the database (TVM default code): {', '.join(compiled.missing_tasks)}")
     if compiled.memory is not None:
@@ -590,7 +590,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", help="build the whole model with a tuning database applied")
     model_args(p, DEFAULT_MODEL)
     p.add_argument("--db", required=True, help="MetaSchedule JSONDatabase directory (from export or ms.tune_tir)")
-    p.add_argument("--out", required=True, help="shared library to write, e.g. model.so")
+    p.add_argument("--out", required=True,
+                   help="shared library to write, e.g. model.so; its weights go beside it (model.params)")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("report", help="end-to-end latency: TVM untuned vs tuned vs ONNX Runtime vs OpenVINO")

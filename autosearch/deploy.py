@@ -31,7 +31,8 @@ from autosearch.memory import MemoryEstimate
 
 @dataclass
 class CompiledModel:
-    path: str
+    path: str  # the shared library
+    weights_path: str = ""  # its weights, beside it (autosearch.artifact)
     tuned_tasks: list[str] = field(default_factory=list)
     missing_tasks: list[str] = field(default_factory=list)  # tasks the database has no record for
     memory: MemoryEstimate | None = None  # computed from the module before the build (CPU targets)
@@ -49,15 +50,17 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
     prepacked as the schedules want them, lowered with ``layout`` and ``fast_math``); tasks missing from
     the database keep TVM's default code. Without a database: TVM's default build (the untuned baseline).
     ``plan_memory=False`` builds without Relax's static memory planning, ``prepack=False`` leaves the weight
-    layout rewrites inside the kernels (:mod:`autosearch.lowering`). On CPU targets the result carries the
-    model's computed memory (:mod:`autosearch.memory`)."""
+    layout rewrites inside the kernels (:mod:`autosearch.lowering`). The library at ``out_path`` holds the code;
+    the weights, transformed as the kernels read them, go to a file beside it (:mod:`autosearch.artifact`). On CPU
+    targets the result carries the model's computed memory (:mod:`autosearch.memory`)."""
+    from autosearch.artifact import lift_weights, save_weights, weights_path
     from autosearch.lowering import build_module, tuned_module, untuned_module, winograd_policy
     from autosearch.memory import estimate_memory
     from autosearch.tvm_compat import import_tensor_intrinsics
 
     import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
     policy = winograd_policy(winograd)
-    out = CompiledModel(path=out_path)
+    out = CompiledModel(path=out_path, weights_path=weights_path(out_path))
     for task in (t for t in tasks if policy.uses(t.lowering)):  # a layer's unused alternative is no task
         (out.tuned_tasks if db is not None and db.has_workload(task.mod) else out.missing_tasks).append(task.name)
     try:
@@ -68,6 +71,7 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
                                prepack=prepack)
         if target.kind.name == "llvm":
             out.memory = estimate_memory(mod, target)
+        mod, weights = lift_weights(mod)
         ex = build_module(mod, target, plan_memory=plan_memory)
     except Exception as exc:
         lines = [ln for ln in str(exc).splitlines() if ln.strip()]
@@ -76,6 +80,7 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
     try:
         os.makedirs(directory, exist_ok=True)
         ex.export_library(out_path)
+        save_weights(weights, out_path)
     except OSError as exc:
         raise UserError(f"cannot write {out_path}: {exc.strerror}") from exc
     return out

@@ -3,26 +3,27 @@
 Three parts, each read from the module TVM is about to build (legalised, the database applied, weight
 prepacking and Winograd kernel transforms folded into the constants):
 
-- **weights**: the bytes of the constants bound into the module, i.e. after prepacking (same size, another
+- **weights**: the bytes of the constants bound into the module (the build moves them into a file beside the
+  library, :mod:`autosearch.artifact`), i.e. after prepacking (same size, another
   layout) and after the Winograd kernel transform (36 values per 3x3 filter where the direct one holds 9);
 - **activations**: what Relax's static memory planning (``StaticPlanBlockMemory``) allocates for the
   intermediate tensors and the output, and what they would take without planning, both from TVM's own
   ``relax.analysis.estimate_memory_usage``;
 - **kernel scratch**: the largest intermediate buffer set one kernel allocates inside itself (a Winograd
   kernel's transformed input and product tiles, a prepacked weight a kernel rewrites on every call when
-  prepacking is off), from ``s_tir.analysis.calculate_allocated_bytes`` on its lowered loops. TVM takes it
+  prepacking is off), from ``s_tir.analysis.calculate_allocated_bytes`` on its lowered loops, after the
+  build's storage reuse (``StorageRewrite``). TVM takes it
   from a workspace pool at run time, one kernel at a time; buffers allocated inside a parallel loop are
   counted once, not once per thread.
 
 The **predicted peak** is what the inference process adds to its resident memory over loading the model and
 running it (what ``report`` measures: peak resident set minus a process that imported the runtime and loaded
-no model). TVM 0.27 loads a library's constants from a section of the shared object: the section is mapped
-from the file (resident once read), copied into a byte string, copied again into an ``ffi.Bytes`` and then
-deserialised into tensors (``ProcessLibraryBin`` in tvm_ffi's ``library_module.cc``,
-``VMExecutable::LoadFromBytes``): while loading it holds the weights ``LOAD_COPIES`` times; afterwards the
-two byte strings are freed and the mapped file and the tensors remain (``RESIDENT_COPIES``), beside the
-activations and one kernel's scratch. The peak is the larger of the two phases. Code pages and the VM's own
-structures are left out (small beside the weights of a YOLO).
+no model): the weights, held once (the library holds none: they are read from the weights file beside it,
+each tensor straight into its own buffer, :mod:`autosearch.artifact`), the activations and one kernel's
+scratch. Code pages and the VM's own structures are left out (small beside the weights of a YOLO).
+
+Libraries built before the weights moved out of them held the weights up to four times while TVM loaded them
+and twice afterwards (:mod:`autosearch.artifact`; ``tests/test_memory.py`` measures both on one model).
 """
 
 from __future__ import annotations
@@ -31,15 +32,13 @@ import re
 from dataclasses import asdict, dataclass
 
 MIB = 2**20
-LOAD_COPIES = 4  # mapped file, two byte-string copies, the deserialised tensors (see the module docstring)
-RESIDENT_COPIES = 2  # mapped file, the tensors
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
     """The computed memory of one compiled model (bytes)."""
 
-    weight_bytes: int  # constants bound into the module (after prepacking and Winograd transforms)
+    weight_bytes: int  # the model's weights as the kernels read them (after prepacking and Winograd transforms)
     planned_bytes: int  # activations with Relax's static memory planning
     unplanned_bytes: int  # activations without it (one allocation per tensor)
     scratch_bytes: int = 0  # the largest scratch one kernel allocates (0: not computed)
@@ -47,8 +46,7 @@ class MemoryEstimate:
     def peak_bytes(self, *, planned: bool = True) -> int:
         """Predicted peak resident memory over loading and running the model (see the module docstring)."""
         activations = self.planned_bytes if planned else self.unplanned_bytes
-        return max(LOAD_COPIES * self.weight_bytes,
-                   RESIDENT_COPIES * self.weight_bytes + activations + self.scratch_bytes)
+        return self.weight_bytes + activations + self.scratch_bytes
 
     def to_json(self) -> dict:
         return {**asdict(self), "peak_bytes": self.peak_bytes()}
@@ -99,7 +97,9 @@ def activation_bytes(mod, target, *, function: str = "main") -> tuple[int, int]:
 
 def scratch_bytes(mod) -> int:
     """The most global-scope bytes one kernel (TIR function) of the module allocates inside itself, after the
-    loop lowering that sizes its buffers to what each loop nest touches (``CompactBufferAllocation``)."""
+    build's passes that size its buffers: ``CompactBufferAllocation`` (to what each loop nest touches) and
+    ``StorageRewrite`` (buffers whose lives do not overlap share storage: an untuned kernel keeps each stage of
+    its fused epilogue in a buffer of its own, and the build reuses one for the next)."""
     import tvm
     from tvm import s_tir, tirx
 
@@ -108,7 +108,8 @@ def scratch_bytes(mod) -> int:
         return 0
     passes = [s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
               s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
-              s_tir.transform.LowerOpaqueBlock()]
+              s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(), tirx.transform.VectorizeLoop(True),
+              tirx.transform.StorageRewrite()]  # as the build orders them (StorageRewrite wants vectorised loops)
     sizes = s_tir.analysis.calculate_allocated_bytes(tvm.transform.Sequential(passes)(kernels))
     return max((int(by_scope.get("global", 0)) for by_scope in sizes.values()), default=0)
 
@@ -126,5 +127,4 @@ def mib(n_bytes: float | None) -> str:
     return "-" if n_bytes is None else f"{n_bytes / MIB:.1f}"
 
 
-__all__ = ["LOAD_COPIES", "MIB", "RESIDENT_COPIES", "MemoryEstimate", "activation_bytes", "constant_bytes",
-           "estimate_memory", "mib", "scratch_bytes"]
+__all__ = ["MIB", "MemoryEstimate", "activation_bytes", "constant_bytes", "estimate_memory", "mib", "scratch_bytes"]

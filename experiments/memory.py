@@ -174,11 +174,14 @@ class Measurer:
     def build_and_measure(self, setup: Setup, variant: Variant) -> dict:
         lib = os.path.join(self.work, "lib", re.sub(r"[^A-Za-z0-9]+", "-", variant.key) + ".so")
         os.makedirs(os.path.dirname(lib), exist_ok=True)
+        from autosearch.artifact import compiled_files
+
         compiled = setup.compile(variant, lib)
         try:
             result = self.measure(variant.label, "tvm", lib)
         finally:
-            os.unlink(lib)  # hundreds of MiB for a Winograd-heavy model: only the figures are kept
+            for path in compiled_files(lib):  # hundreds of MiB for a Winograd-heavy model: only the figures are kept
+                os.unlink(path)
         estimate = compiled.memory
         peak = estimate.peak_bytes(planned=variant.plan_memory)
         return {**result, "estimate": {**estimate.to_json(), "peak_bytes": peak}}

@@ -39,8 +39,8 @@ def tuned(tmp_path_factory):
 def test_an_attention_matmul_is_tuned_exported_and_compiled(tuned, target):
     import onnxruntime as ort
     import tvm
-    from tvm import relax
 
+    from autosearch.artifact import load_model
     from autosearch.export import load_database
     from autosearch.importer import import_model
     from autosearch.records import read_log
@@ -60,8 +60,7 @@ def test_an_attention_matmul_is_tuned_exported_and_compiled(tuned, target):
     assert proc.returncode == 0, proc.stderr
     assert f"1/{len(model.tasks)} tuned" in proc.stdout
     x = np.random.default_rng(5).standard_normal((1, CHANNELS, 20, 20)).astype(np.float32)
-    vm = relax.VirtualMachine(tvm.runtime.load_module(out), tvm.cpu())
-    got = vm["main"](tvm.runtime.tensor(x, tvm.cpu()))
+    got = load_model(out)(tvm.runtime.tensor(x, tvm.cpu()))
     got = got.numpy() if hasattr(got, "numpy") else got[0].numpy()
     session = ort.InferenceSession(model.onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
     expected = session.run(None, {"x": x})[0]

@@ -51,6 +51,8 @@ def test_compiled_tuned_model_matches_onnxruntime_and_beats_untuned(tuned):
     contents = read_log(tuned["log"])
     faster = [k for k in contents.tasks if contents.best(k).latency < contents.baseline(k).latency]
     assert f"{len(faster)}/2 tuned" in proc.stdout and os.path.getsize(out) > 0
+    weights = os.path.join(str(tuned["work"]), "model.params")  # beside the library (autosearch.artifact)
+    assert "(weights: " in proc.stdout and os.path.getsize(weights) > 0  # the console may wrap the path
     md = os.path.join(str(tuned["work"]), "report.md")
     png = os.path.join(str(tuned["work"]), "report.png")
     proc = run_cli("report", "--model", tuned["model"], "--db", tuned["db"], "--log", tuned["log"], "--runs", "10",

@@ -1,0 +1,128 @@
+"""The compiled model's weights beside its library (autosearch.artifact): a tuned build reads exactly the weights,
+in exactly the layouts, its kernels read when the weights were bound into the library; bad artifacts."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from tests.conftest import wide_conv_onnx
+
+
+def _random_prepacked_database(tasks, target):
+    """A database with, per task, a random schedule of MetaSchedule's space that prepacks its weights (its
+    ``RewriteLayout`` gives them the layout it tiles them in): a tuned model without a tuning run."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from autosearch.measure.prepack import has_prepack
+    from autosearch.space import DecisionSpace
+
+    rng = np.random.default_rng(0)
+    db = ms.database.MemoryDatabase()
+    for task in tasks:
+        applied = next(a for a in DecisionSpace(task.mod, target).sample_applied(rng, 20) if has_prepack(a.mod["main"]))
+        db.commit_tuning_record(ms.database.TuningRecord(applied.trace, db.commit_workload(task.mod), [1e-4], target,
+                                                         ms.arg_info.ArgInfo.from_prim_func(task.mod["main"])))
+    return db
+
+
+def _kernels(mod) -> dict:
+    import tvm
+
+    return {gv.name_hint: f for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def _constants(mod) -> list[np.ndarray]:
+    import tvm
+    from tvm import relax
+
+    found: dict = {}
+    relax.analysis.post_order_visit(mod["main"], lambda e: found.setdefault(e.__chandle__(), e.value.numpy())
+                                    if isinstance(e, tvm.ir.GenericConst) and hasattr(e.value, "shape") else None)
+    return list(found.values())
+
+
+def _called(mod) -> list[str]:
+    """The kernels ``main`` calls."""
+    from tvm import relax
+
+    names: list[str] = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: names.append(e.args[0].name_hint) if isinstance(
+        e, relax.Call) and getattr(e.op, "name", "") == "relax.call_tir" else None)
+    return names
+
+
+@pytest.mark.parametrize("winograd", ["off", "candidates"])
+def test_a_tuned_build_reads_the_weights_its_kernels_read_when_they_were_in_the_library(target, tmp_path, winograd):
+    """A 3x3 conv 64 -> 64, direct or Winograd, each with a schedule that prepacks its weights: the kernels are
+    TVM's build of the database's schedules unchanged, the weights file holds the module's folded constants (the
+    prepacked layout, the Winograd-transformed kernel: computed at compile time, no transform left in ``main``),
+    and the outputs are bit for bit those of the library with the weights bound in."""
+    import onnxruntime as ort
+    import tvm
+    import tvm_ffi
+    from tvm import relax
+
+    from autosearch.artifact import lift_weights, load_model
+    from autosearch.deploy import compile_model
+    from autosearch.importer import import_model
+    from autosearch.lowering import build_module, tuned_module, winograd_policy
+
+    path = str(tmp_path / "wide.onnx")
+    proto = wide_conv_onnx(path, channels=64, hw=16)
+    model = import_model(path, target, winograd="off" if winograd == "off" else "auto", layout="NCHW")
+    [task] = [t for t in model.tasks if winograd_policy(winograd).uses(t.lowering)]  # the layer as compiled
+    assert ("winograd" in task.name) == (winograd == "candidates")
+    db = _random_prepacked_database([task], target)
+
+    bound = tuned_module(model.relax_mod, target, db, winograd=winograd)
+    lifted, weights = lift_weights(bound)
+    assert _kernels(lifted).keys() == _kernels(bound).keys()
+    for name, kernel in _kernels(bound).items():
+        assert tvm_ffi.structural_equal(_kernels(lifted)[name], kernel), name
+    called = _called(lifted)
+    assert called == _called(bound) and any(n.endswith("_prepacked") for n in called)  # the database's kernel
+    assert not any(n.endswith("_weight_prepack") or "kernel_transform" in n for n in called)
+    constants = _constants(bound)
+    assert len(constants) == len(weights) and not _constants(lifted)
+    for value in weights.values():
+        assert sum(np.array_equal(value.numpy(), c) for c in constants) == 1
+    raw = {tuple(w.dims) for w in proto.graph.initializer}
+    assert any(tuple(v.shape) not in raw for v in weights.values())  # saved as the kernel reads it, not as ONNX has it
+
+    compiled = compile_model(model.relax_mod, target, model.tasks, db, str(tmp_path / "split.so"), winograd=winograd)
+    assert compiled.tuned_tasks == [task.name] and not compiled.missing_tasks
+    old = str(tmp_path / "bound.so")
+    build_module(bound, target).export_library(old)
+    x = np.random.default_rng(1).uniform(0, 1, (1, 64, 16, 16)).astype("float32")
+    got = load_model(compiled.path)(tvm.runtime.tensor(x)).numpy()
+    before = relax.VirtualMachine(tvm.runtime.load_module(old), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    assert np.array_equal(got, before)
+    [expected] = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
+
+
+def test_a_missing_or_foreign_weights_file_is_one_line(target, tmp_path):
+    from autosearch.artifact import load_model, weights_path
+    from autosearch.deploy import compile_model
+    from autosearch.errors import UserError
+    from autosearch.importer import import_model
+    from tests.test_memory import conv_chain_onnx
+
+    one = import_model(conv_chain_onnx(str(tmp_path / "one.onnx"), layers=1, channels=8, hw=4), target,
+                       winograd="off", layout="NCHW")
+    two = import_model(conv_chain_onnx(str(tmp_path / "two.onnx"), layers=2, channels=8, hw=4), target,
+                       winograd="off", layout="NCHW")
+    first = compile_model(one.relax_mod, target, one.tasks, None, str(tmp_path / "one.so"))
+    second = compile_model(two.relax_mod, target, two.tasks, None, str(tmp_path / "two.so"))
+    assert first.weights_path == weights_path(first.path) == str(tmp_path / "one.params")
+    os.replace(second.weights_path, first.weights_path)
+    with pytest.raises(UserError, match=r"one.params holds 2 weights, not the 1 of .*one.so: compile again"):
+        load_model(first.path)
+    os.unlink(first.weights_path)
+    with pytest.raises(UserError, match=r"one.so needs its weights file .*one.params, which does not exist"):
+        load_model(first.path)
+    with pytest.raises(UserError, match="would overwrite its own weights file"):
+        weights_path(str(tmp_path / "model.params"))
