@@ -292,11 +292,16 @@ def test_random_search_exhausts_a_tiny_space_exactly(conv_space) -> None:
     assert strategy.ask(5) == []
 
 
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
-def test_tiny_space_runs_dry_without_repeats(name: str, conv_space, synthetic) -> None:
-    """When the space has fewer configs than the budget, a strategy returns fewer and never repeats."""
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [(name, {}) for name in sorted(STRATEGIES)] + [("optuna", {"sampler": s}) for s in ("cmaes", "nsga2", "qmc")],
+    ids=str,
+)
+def test_tiny_space_runs_dry_without_repeats(name: str, options: dict, conv_space, synthetic) -> None:
+    """When the space has fewer configs than the budget, a strategy returns fewer and never repeats (Optuna's
+    numeric encoding: one sketch, and most suggestions repeat a config)."""
     small = _TinySpace(conv_space)
-    strategy = make_strategy(name, small, seed=0)
+    strategy = make_strategy(name, small, seed=0, **options)
     history = run_strategy(strategy, ReplayRunner(small, synthetic), budget=int(small.size()) + 20, batch=8)
     configs = [c for c, _ in history]
     assert len(set(configs)) == len(configs) <= small.size()

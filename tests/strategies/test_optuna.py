@@ -188,10 +188,11 @@ def test_optuna_stays_quiet(sampler: str, conv_space, synthetic, capfd) -> None:
     assert optuna.logging.get_verbosity() >= optuna.logging.WARNING
 
 
-def test_cost_model_picks_a_share_of_each_batch_with_real_results(conv_space, synthetic) -> None:
+@pytest.mark.parametrize("sampler", ["tpe", "cmaes"])  # both encodings
+def test_cost_model_picks_a_share_of_each_batch_with_real_results(sampler: str, conv_space, synthetic) -> None:
     scorer = EncodingRidgeScorer(conv_space)
     strategy = OptunaSearch(
-        conv_space, seed=0, cost_model=scorer, model_share=0.5, n_startup_trials=8, pool_size=64
+        conv_space, seed=0, sampler=sampler, cost_model=scorer, model_share=0.5, n_startup_trials=8, pool_size=64
     )
     history = run_strategy(strategy, ReplayRunner(conv_space, synthetic), 40, 8, cost_model=scorer)
     picked = [t for t in strategy.study.trials if t.user_attrs.get("source") == "cost_model"]
