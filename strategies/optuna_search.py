@@ -85,7 +85,7 @@ CMAES_WARM_START_MIN = 10
 
 OPTIONS: dict[str, Option] = {
     "sampler": Option(
-        "Optuna sampler: tpe, gp and cmaes model the decisions; qmc spreads them, random draws them",
+        "Optuna sampler: tpe, gp, cmaes and nsga2 learn from the results; qmc spreads the trials; random",
         "tpe",
         str,
         SAMPLERS,
