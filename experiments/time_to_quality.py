@@ -37,9 +37,13 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, "experiments", "results")
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments.lib.cli import autosearch as cli  # noqa: E402
+from experiments.lib.io import ROOT, read_json, results_path, write_json, write_text  # noqa: E402
+from experiments.lib.machine import cpu_model  # noqa: E402
+from experiments.lib.metaschedule import RECORD_FILE, RecordClock  # noqa: E402
+from experiments.lib.tables import fmt, markdown_table  # noqa: E402
 
 METHODS = {"default": [], "none": ["--cost-model", "none"]}  # autosearch run's extra arguments
 PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO fp32"}  # autosearch.bench kinds -> names
@@ -53,36 +57,20 @@ class State:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.data: dict = {}
-        if os.path.exists(path):
-            with open(path) as fh:
-                self.data = json.load(fh)
+        self.data: dict = read_json(path) if os.path.exists(path) else {}
 
     def method(self, name: str) -> dict:
         return self.data.setdefault("methods", {}).setdefault(name, {})
 
     def save(self) -> None:
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(self.data, fh, indent=1)
-        os.replace(tmp, self.path)
+        write_json(self.path, self.data)
 
 
-def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "autosearch", *args], cwd=ROOT, text=True, capture_output=True)
-    if check and proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-3000:])
-        raise SystemExit(f"autosearch {' '.join(args)} failed with exit code {proc.returncode}")
-    return proc
-
-
-def _wait_until(proc: subprocess.Popen, deadline: float, on_poll=None) -> bool:
+def _wait_until(proc: subprocess.Popen, deadline: float) -> bool:
     """Wait for ``proc`` until ``deadline`` (perf_counter); True if it ended by itself."""
     while time.perf_counter() < deadline:
         if proc.poll() is not None:
             return True
-        if on_poll is not None:
-            on_poll()
         time.sleep(POLL_SECS)
     return proc.poll() is not None
 
@@ -162,13 +150,12 @@ def metaschedule_child(model: str, work_dir: str, trials: int, seed: int) -> Non
 
     from autosearch.importer import import_model
     from autosearch.target import parse_target, target_num_cores
-    from experiments.metaschedule import builder_and_runner
+    from experiments.lib.metaschedule import builder_and_runner
 
     target = parse_target(None)
     imported = import_model(model, target, **MS_LOWERING)
     os.makedirs(work_dir, exist_ok=True)
-    with open(os.path.join(work_dir, "autosearch_lowering.json"), "w") as fh:
-        json.dump(MS_LOWERING, fh)
+    write_json(os.path.join(work_dir, "autosearch_lowering.json"), MS_LOWERING, indent=None)
     builder, runner = builder_and_runner(target)
     contexts = [ms.TuneContext(mod=t.mod, target=target, space_generator="post-order-apply",
                                search_strategy="evolutionary", task_name=t.name, rand_state=seed + i,
@@ -189,27 +176,18 @@ def tune_metaschedule(state: State, args, work: str) -> None:
     cmd = [sys.executable, os.path.abspath(__file__), "--metaschedule-child", "--model", args.model,
            "--work-dir", ms_dir, "--trials", str(trials), "--seed", str(args.seed)]
     print(f"[metaschedule] tuning {args.minutes} min", flush=True)
-    records = os.path.join(ms_dir, "database_tuning_record.json")
-    timeline: list[list[float]] = []
     start = time.perf_counter()
-
-    def poll() -> None:
-        if os.path.exists(records):
-            with open(records, "rb") as fh:
-                n = sum(1 for line in fh if line.endswith(b"\n"))
-            if not timeline or timeline[-1][1] != n:
-                timeline.append([time.perf_counter() - start, n])
-
-    with open(os.path.join(work, "metaschedule.out"), "w") as out:
+    # the database's record file grows as MetaSchedule tunes: when each record appeared is when it was found
+    with open(os.path.join(work, "metaschedule.out"), "w") as out, \
+            RecordClock(os.path.join(ms_dir, RECORD_FILE), start, POLL_SECS) as clock:
         env = {**os.environ, "PYTHONPATH": ROOT}
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 env=env)
-        ended = _wait_until(proc, start + args.minutes * 60, poll)
-        poll()
+        ended = _wait_until(proc, start + args.minutes * 60)
         if not ended:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    st.update(timeline=timeline, complete=True, returncode=proc.returncode)
+    st.update(timeline=clock.timeline(), complete=True, returncode=proc.returncode)
     state.save()
 
 
@@ -222,8 +200,7 @@ def metaschedule_snapshot(work: str, timeline, minute: float, out_dir: str) -> b
     os.makedirs(out_dir)
     shutil.copy(os.path.join(ms_dir, "database_workload.json"), out_dir)
     shutil.copy(os.path.join(ms_dir, "autosearch_lowering.json"), out_dir)
-    with open(os.path.join(ms_dir, "database_tuning_record.json")) as src, \
-            open(os.path.join(out_dir, "database_tuning_record.json"), "w") as dst:
+    with open(os.path.join(ms_dir, RECORD_FILE)) as src, open(os.path.join(out_dir, RECORD_FILE), "w") as dst:
         for i, line in enumerate(src):
             if i >= n:
                 break
@@ -298,30 +275,27 @@ def write_results(state: State, args) -> None:
     timing = state.data.get("timing", {})
     median = {k: float(np.median(v["runs"])) for k, v in timing.items() if v.get("runs")}
     minutes = sorted({float(k) for m in args.methods for k in state.method(m).get("builds", {})})
-    stem = os.path.join(RESULTS, f"time_to_quality-{args.model}")
+    stem = results_path(f"time_to_quality-{args.model}")
     curves = {m: [(t, median.get(f"{m}@{t:g}")) for t in minutes] for m in args.methods}
     peers = {name: median[kind] for kind, name in PEERS.items() if kind in median}
     header = ["method"] + [f"{t:g} min" for t in minutes]
-    rows = [[m] + [f"{v:.1f}" if v else "-" for _, v in curves[m]] for m in args.methods]
-    rows += [[p] + [f"{v:.1f}"] * len(minutes) for p, v in peers.items()]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    rows = [[m] + [fmt(v) for _, v in curves[m]] for m in args.methods]
+    rows += [[p] + [fmt(v)] * len(minutes) for p, v in peers.items()]
+    lines = [markdown_table(header, rows)]
     pace = trials_per_minute(state, args)
     if pace:
-        lines += ["", "| method | trials | tuning min | trials per min | wall per trial vs none |",
-                  "|---|---|---|---|---|"]
+        pace_rows = []
         for m, (trials, minutes) in pace.items():
             ratio = (minutes / trials) / (pace["none"][1] / pace["none"][0]) if "none" in pace and trials else None
-            lines.append(f"| {m} | {trials} | {minutes:.1f} | {trials / minutes:.1f} | "
-                         f"{f'{ratio:.2f}x' if ratio else '-'} |")
+            pace_rows.append([m, trials, fmt(minutes), fmt(trials / minutes), f"{fmt(ratio, 2)}x" if ratio else "-"])
+        lines += ["", markdown_table(["method", "trials", "tuning min", "trials per min", "wall per trial vs none"],
+                                     pace_rows)]
     cpu = state.data.get("cpu", "")
     caption = (f"\nEnd-to-end median latency (ms) of {args.model} after t minutes of tuning, {args.threads} threads, "
                f"all builds and peers timed taking turns in fresh processes ({args.rounds} rounds); {cpu}.\n")
-    with open(stem + ".md", "w") as fh:
-        fh.write("\n".join(lines) + "\n" + caption)
-    with open(stem + ".json", "w") as fh:
-        json.dump({"model": args.model, "cpu": cpu, "threads": args.threads, "medians_ms": median, "pace": pace,
-                   "minutes": minutes, "state": state.data}, fh, indent=1)
+    write_text(stem + ".md", "\n".join(lines) + "\n" + caption)
+    write_json(stem + ".json", {"model": args.model, "cpu": cpu, "threads": args.threads, "medians_ms": median,
+                                "pace": pace, "minutes": minutes, "state": state.data})
     plot_curves({m: [(t, v) for t, v in c if v] for m, c in curves.items()}, peers, stem + ".png",
                 title=f"{args.model}: time to a fast model ({cpu})")
     print("\n".join(lines) + caption + f"plot: {stem}.png")
@@ -330,7 +304,7 @@ def write_results(state: State, args) -> None:
 def trials_per_minute(state: State, args) -> dict[str, tuple[int, float]]:
     """Per autosearch method: (trials measured, tuning minutes) over its whole tuning."""
     out = {}
-    work = os.path.join(RESULTS, f"ttq-{args.model}")
+    work = results_path(f"ttq-{args.model}")
     for m in args.methods:
         segments = state.method(m).get("segments")
         log = os.path.join(work, f"{m}.jsonl")
@@ -365,15 +339,6 @@ def plot_curves(curves: dict[str, list[tuple[float, float]]], peers: dict[str, f
     return save(fig, path)
 
 
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return ""
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    return f"{fields.get('Model name', '').strip()}, {os.cpu_count()} vCPU"
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="tiny-yolov2")
@@ -403,10 +368,10 @@ def main() -> int:
     unknown = [m for m in args.methods if m != "metaschedule" and m not in methods]
     if unknown:
         p.error(f"unknown method(s) {', '.join(unknown)}; define them with --method NAME=ARGS")
-    work = os.path.join(RESULTS, f"ttq-{args.model}")
+    work = results_path(f"ttq-{args.model}")
     os.makedirs(work, exist_ok=True)
     state = State(os.path.join(work, "state.json"))
-    state.data.setdefault("cpu", cpu_name())
+    state.data.setdefault("cpu", f"{cpu_model()}, {os.cpu_count()} vCPU")
     state.save()
     for name in args.methods:  # one tuning at a time: two on 2 cores spoil both
         if name == "metaschedule":

@@ -1,10 +1,16 @@
-"""Optuna over the decision space: one categorical parameter per decision, conditional on the sketch.
+"""Optuna over the decision space, with the parameters each kind of sampler can model.
 
-Each trial first suggests ``sketch``, then, for every decision of that sketch, ``s{k}.{decision}``
-with the decision's legal choices (tile tuples as strings such as ``"1x2x13x4"``: Optuna's categorical
-choices must be None/bool/int/float/str). Categoricals, not an ordinal encoding: an encoding repaired
-to legal tiles maps many parameter values to one tile, so the sampler would learn from values it never
-measured, and the model it builds describes parameters rather than the tiles that were timed.
+Two encodings (:mod:`strategies.optuna_encodings`), chosen by the sampler:
+
+- TPE and random: ``sketch``, then one categorical parameter per decision of that sketch,
+  ``s{k}.{decision}`` (conditional on the sketch). Each parameter vector is exactly one config, so the
+  sampler learns only from values that were measured; TPE models conditional spaces.
+- GP, CMA-ES, NSGA-II and QMC (``RELATIVE_SAMPLERS``) model only the parameters every trial has; with the
+  conditional encoding that is ``sketch`` alone, and every decision would come from their independent
+  sampler, at random. They get an ordinal encoding instead: the same numbers in every trial (the union
+  of the sketches' decisions), tile factors as log-sizes and unroll / compute location on a line from
+  shallow to deep, each suggestion mapped to the nearest legal choice, so nearby numbers are nearby
+  schedules. The price: many parameter vectors decode to one config (repeats, answered below).
 
 Driven by ``study.ask()`` / ``study.tell()``, maximising throughput ``1 / median latency`` (1/s, so no
 FLOPs are needed; the order is that of GFLOPS). Failed measurements are told as ``TrialState.FAIL``, not
@@ -14,21 +20,24 @@ FAIL) — or, if the first one is still being measured, told when it is — and 
 loop never gets a config twice and the study holds every measured config as a trial.
 
 Samplers (option ``sampler``): ``tpe`` (default; multivariate, ``group=True`` so it models each
-sketch's decisions jointly, constant liar for batches) is the one that models this conditional space.
-The others model only the intersection of the parameters of all trials, which is just ``sketch``: their
-decisions come from their independent sampler, i.e. uniformly at random. ``random``; ``qmc`` (a
-scrambled Sobol sequence over ``sketch``); ``cmaes`` (CMA-ES cannot model categoricals at all, so in
-practice random, and the ``cmaes`` package it needs for numeric parameters is never imported); ``nsga2``
-(genetic; ``n_startup_trials`` is its population size); ``gp`` (Optuna's Gaussian process over the sketch;
-needs PyTorch, which autosearch does not install; ~0.5 s per trial for its fit).
+sketch's decisions jointly, constant liar for batches); ``gp`` (Optuna's Gaussian process, batches by
+q-expected improvement over the running trials; needs PyTorch, which autosearch does not install; each
+suggestion fits the GP and searches its acquisition function, far slower than TPE, still small next to
+building and timing a kernel); ``cmaes`` (CMA-ES; it starts once
+``n_startup_trials`` trials finished ok, from the best of them by Optuna's warm start when there are at
+least ten, else from the centre of the space); ``qmc`` (a scrambled Sobol sequence over every decision:
+space-filling, it learns nothing); ``nsga2`` (genetic: crossover and mutation of its parents'
+parameters; ``n_startup_trials`` is its population size); ``random``.
 
 With ``storage`` (e.g. ``sqlite:///study.db``) the study is stored and reloaded (``load_if_exists``),
-one study per task, named by the ``task_id`` the tuning loop passes (task name + key), so
+one study per task, named by the ``task_id`` the tuning loop passes (task name + key; ``:ordinal``
+appended for the ordinal encoding, whose trials a conditional study could not model), so
 optuna-dashboard shows the search; configs already in a reloaded study are never asked again (trials
 a crashed run left RUNNING stay so: with constant liar they count as bad). On SQLite every parameter and
 attribute is a committed write: a fraction of a second per trial, small next to building and timing a kernel.
 A resumed run (``resume``) adds the logged trials to the study as finished trials (``add_trials``,
-with the same distributions as suggested ones), so the sampler models them from the first ask.
+with the same distributions as suggested ones, each config at its own point of the encoding), so the
+sampler models them from the first ask (CMA-ES: starts from the best of them).
 
 With a cost model, a share ``model_share`` of every batch (once ``n_startup_trials`` configs were
 measured ok, or from the first batch when the scorer already ranks: pre-trained or warm-started) is
@@ -51,7 +60,6 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import CategoricalDistribution
 from optuna.trial import Trial, TrialState
 
 from autosearch.cost_model import ConfigScorer
@@ -59,6 +67,7 @@ from autosearch.errors import UserError
 from autosearch.records import Config, MeasureResult
 from autosearch.space import DecisionSpace, config_key, pick_diverse
 from autosearch.strategy import Option
+from strategies.optuna_encodings import CategoricalEncoding, Encoding, OrdinalEncoding
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +77,15 @@ log = logging.getLogger(__name__)
 CANDIDATES_PER_PICK = 16
 
 SAMPLERS: tuple[str, ...] = ("tpe", "random", "qmc", "cmaes", "nsga2", "gp")
+# Samplers that model only the parameters every trial has (Optuna's intersection search space): they get
+# the ordinal encoding
+RELATIVE_SAMPLERS: frozenset[str] = frozenset({"gp", "cmaes", "qmc", "nsga2"})
+# Optuna's CMA-ES warm start takes the best tenth of its source trials: it needs at least ten
+CMAES_WARM_START_MIN = 10
 
 OPTIONS: dict[str, Option] = {
     "sampler": Option(
-        "Optuna sampler; only tpe models the decisions (the others sample them at random)",
+        "Optuna sampler: tpe, gp, cmaes and nsga2 learn from the results; qmc spreads the trials; random",
         "tpe",
         str,
         SAMPLERS,
@@ -85,7 +99,6 @@ OPTIONS: dict[str, Option] = {
     "max_retries": Option("repeated suggestions in a row before a neighbour is enqueued instead", 10, int),
 }
 
-_PARAM_SKETCH = "sketch"
 _ATTR_CONFIG = "config"
 
 
@@ -95,8 +108,13 @@ def _quiet_optuna() -> None:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def make_sampler(name: str, *, seed: int, n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
-    """An Optuna sampler by name; ``UserError`` for unknown names or a missing optional dependency."""
+def make_sampler(
+    name: str, *, seed: int, n_startup_trials: int = 10, source_trials: Sequence[optuna.trial.FrozenTrial] = ()
+) -> optuna.samplers.BaseSampler:
+    """An Optuna sampler by name; ``UserError`` for unknown names or a missing optional dependency.
+
+    ``source_trials`` (cmaes only, at least :data:`CMAES_WARM_START_MIN` finished ones): where CMA-ES starts,
+    Optuna's warm start (the mean and spread of their best tenth) instead of the centre of the space."""
     if name not in SAMPLERS:
         raise UserError(f"unknown optuna sampler {name!r}; valid samplers: {', '.join(SAMPLERS)}")
     with warnings.catch_warnings():
@@ -112,14 +130,13 @@ def make_sampler(name: str, *, seed: int, n_startup_trials: int = 10) -> optuna.
         if name == "random":
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "qmc":
-            # QMC warns on every trial that the space is conditional; the docstring says so once
-            logging.getLogger("optuna.samplers._qmc").setLevel(logging.ERROR)
             return optuna.samplers.QMCSampler(
                 scramble=True, seed=seed, warn_independent_sampling=False, warn_asynchronous_seeding=False
             )
         if name == "cmaes":
             return optuna.samplers.CmaEsSampler(
-                seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False
+                seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False,
+                source_trials=list(source_trials) or None,
             )
         if name == "nsga2":
             return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, n_startup_trials))
@@ -148,16 +165,8 @@ def _result_attrs(result: MeasureResult) -> dict[str, Any]:
     return attrs
 
 
-def _to_param(value: Any) -> Any:
-    return "x".join(map(str, value)) if isinstance(value, tuple) else value
-
-
-def _from_param(value: Any) -> Any:
-    return tuple(int(p) for p in value.split("x")) if isinstance(value, str) else int(value)
-
-
 class OptunaSearch:
-    """Optuna's ask/tell over the conditional categorical parameters of the space."""
+    """Optuna's ask/tell over the decision space, in the encoding its sampler can model (module docstring)."""
 
     def __init__(
         self,
@@ -181,12 +190,14 @@ class OptunaSearch:
         self.pool_size = max(1, pool_size)
         self.max_retries = max(1, max_retries)
         self._rng = np.random.default_rng(seed)
-        self._names = [[f"s{s.index}.{d.name}" for d in s.decisions] for s in space.sketches]
+        self._seed = seed
+        self._cmaes_start_pending = sampler == "cmaes"
+        self.encoding: Encoding = (OrdinalEncoding if sampler in RELATIVE_SAMPLERS else CategoricalEncoding)(space)
         self.study = optuna.create_study(
             direction="maximize",
             sampler=make_sampler(sampler, seed=seed, n_startup_trials=n_startup_trials),
             storage=storage or None,
-            study_name=(task_id or self._default_study_name()) if storage else None,
+            study_name=self._study_name(task_id) if storage else None,
             load_if_exists=bool(storage),
         )
         self._running: dict[Config, Trial] = {}  # asked, waiting for its result
@@ -195,9 +206,13 @@ class OptunaSearch:
         self._load_existing()
 
     # ------------------------------------------------------------------ study <-> configs
-    def _default_study_name(self) -> str:
-        desc = [[d.name, [_to_param(c) for c in d.choices]] for s in self.space.sketches for d in s.decisions]
-        return "autosearch-" + hashlib.blake2b(json.dumps(desc).encode(), digest_size=6).hexdigest()
+    def _study_name(self, task_id: str) -> str:
+        """``task_id``, else a hash of the space; ``:ordinal`` appended for the ordinal encoding, since a study
+        whose trials mix the two encodings has no parameter common to all but ``sketch`` to model."""
+        if not task_id:
+            desc = json.dumps(self.encoding.describe()).encode()
+            return "autosearch-" + hashlib.blake2b(desc, digest_size=6).hexdigest()
+        return task_id if isinstance(self.encoding, CategoricalEncoding) else f"{task_id}:{self.encoding.name}"
 
     def _load_existing(self) -> None:
         """Configs a reloaded study already measured: never ask them again, answer repeats from them."""
@@ -211,32 +226,21 @@ class OptunaSearch:
         if self._known:
             log.info("optuna: study %s holds %d measured configs", self.study.study_name, len(self._known))
 
-    def _choices(self, sketch: int) -> list[tuple[str, list[Any]]]:
-        """The Optuna parameters of a sketch's decisions, with their categorical choices."""
-        decisions = self.space.decisions(sketch)
-        return [(name, [_to_param(c) for c in d.choices]) for name, d in zip(self._names[sketch], decisions)]
-
     def _suggest(self, trial: Trial) -> Config:
-        sketch = trial.suggest_categorical(_PARAM_SKETCH, list(range(len(self.space.sketches))))
-        values = tuple(_from_param(trial.suggest_categorical(name, choices)) for name, choices in self._choices(sketch))
-        return Config(sketch, values)
+        return self.encoding.suggest(trial)
 
     def _finished_trial(self, config: Config, result: MeasureResult) -> optuna.trial.FrozenTrial:
         """A measured config as a finished trial, with the distributions ``_suggest`` uses."""
-        distributions = {_PARAM_SKETCH: CategoricalDistribution(list(range(len(self.space.sketches))))}
-        distributions.update({name: CategoricalDistribution(choices) for name, choices in self._choices(config.sketch)})
         value = _throughput(result)
         return optuna.trial.create_trial(
             state=TrialState.FAIL if value is None else TrialState.COMPLETE, value=value,
-            params=self.params(config), distributions=distributions,
+            params=self.params(config), distributions=self.encoding.distributions(config),
             user_attrs={_ATTR_CONFIG: config_key(config), "source": "resume", **_result_attrs(result)},
         )
 
     def params(self, config: Config) -> dict[str, Any]:
         """The Optuna parameters of a config (for ``enqueue_trial``)."""
-        out: dict[str, Any] = {_PARAM_SKETCH: config.sketch}
-        out.update({name: _to_param(v) for name, v in zip(self._names[config.sketch], config.values)})
-        return out
+        return self.encoding.params(config)
 
     def _asked(self, config: Config) -> bool:
         return config in self._known or config in self._running
@@ -252,6 +256,7 @@ class OptunaSearch:
         out: list[Config] = []
         if n <= 0:
             return out
+        self._warm_start_cmaes()
         if self.cost_model is not None and (self._n_ok() >= self.n_startup_trials or self._model_ready()):
             for config in self._model_picks(round(self.model_share * n)):
                 taken = self._ask_enqueued(config, source="cost_model")
@@ -304,6 +309,25 @@ class OptunaSearch:
         self.study.add_trials(trials)
 
     # ------------------------------------------------------------------ helpers
+    def _warm_start_cmaes(self) -> None:
+        """When CMA-ES is about to start (``n_startup_trials`` finished ok, resumed ones included), start it
+        from the best of them rather than from the centre of the space, which would throw their results away.
+
+        Optuna's ``CmaEsSampler`` takes its warm-start trials in its constructor, so the sampler is replaced
+        once, by one seeded from the strategy's seed, but not with it: its random fallback would replay the
+        start-up trials' configs. A study that already holds CMA-ES's state (reloaded from storage)
+        goes on from that state: Optuna restores it before it looks at the warm-start trials."""
+        if not self._cmaes_start_pending:
+            return
+        finished = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if len(finished) < self.n_startup_trials:
+            return
+        self._cmaes_start_pending = False
+        if len(finished) >= CMAES_WARM_START_MIN:
+            self.study.sampler = make_sampler(
+                "cmaes", seed=self._seed + 1, n_startup_trials=self.n_startup_trials, source_trials=finished
+            )
+
     def _model_ready(self) -> bool:
         """A scorer that ranks before this task's first measurement (pre-trained, or warm-started on other
         tasks): its picks need no start-up trials."""

@@ -82,8 +82,10 @@ def _count_lines(path: str) -> int:
         return sum(1 for line in fh if line.endswith(b"\n"))
 
 
-class _RecordClock:
-    """Notes, every ``poll`` seconds, when new lines appear in the database's record file (a daemon thread)."""
+class RecordClock:
+    """Notes, every ``poll`` seconds, when new lines appear in the database's record file (a daemon thread):
+    ``times[i]`` is when record i was first seen, in seconds since ``start`` (a ``perf_counter`` reading). Works
+    on a database another process writes too."""
 
     def __init__(self, path: str, start: float, poll: float) -> None:
         self.path, self.start, self.poll = path, start, poll
@@ -101,7 +103,14 @@ class _RecordClock:
         now = time.perf_counter() - self.start
         self.times += [now] * (n - len(self.times))
 
-    def __enter__(self) -> _RecordClock:
+    def timeline(self) -> list[list[float]]:
+        """``[[seconds, records so far], ...]``, one entry per time new records were seen."""
+        counts: dict[float, int] = {}
+        for i, t in enumerate(self.times):
+            counts[t] = i + 1
+        return [[t, n] for t, n in counts.items()]
+
+    def __enter__(self) -> RecordClock:
         self._thread.start()
         return self
 
@@ -113,7 +122,7 @@ class _RecordClock:
 
 @contextlib.contextmanager
 def _droplet_settings(out: MetaScheduleRun, *, evaluator: EvaluatorConfig, builder_timeout: float,
-                      trials: int, start: float, clock: _RecordClock) -> Iterator[None]:
+                      trials: int, start: float, clock: RecordClock) -> Iterator[None]:
     """While tuning: Droplet builds with our fast builder, times with our evaluator, stops after ``trials`` and
     reports every batch to ``out.droplet`` (see the module docstring). Restored afterwards."""
     from tvm.s_tir import meta_schedule as ms
@@ -171,7 +180,7 @@ def tune_tir(mod, target, work_dir: str, trials: int, *, per_iter: int = 16, fas
     os.makedirs(work_dir, exist_ok=True)
     start = time.perf_counter()
     out = MetaScheduleRun(work_dir=work_dir, trials=trials, wall_secs=0.0, best_secs=float("inf"))
-    with _RecordClock(os.path.join(work_dir, RECORD_FILE), start, poll_secs) as clock:
+    with RecordClock(os.path.join(work_dir, RECORD_FILE), start, poll_secs) as clock:
         settings = _droplet_settings(out, evaluator=evaluator, builder_timeout=builder_timeout,
                                      trials=droplet_trials, start=start, clock=clock) \
             if post_optimization else contextlib.nullcontext()

@@ -97,3 +97,30 @@ def test_task_specs_name_layers_by_nchw_shapes_kernel_and_algorithm() -> None:
     assert conv_signature(wino) == ("1x64x40x40->1x64x40x40", "3x3", "winograd")
     with pytest.raises(ValueError, match="no NCHW task"):
         pick_task([wino], "1x64x40x40->1x64x40x40/direct")
+
+
+def test_record_clock_notes_when_another_writer_adds_records(tmp_path) -> None:
+    """MetaSchedule's record file, written by another process in time_to_quality: each batch of lines is seen
+    once, at one time, and the timeline counts the records so far."""
+    import time
+
+    from experiments.lib.metaschedule import RecordClock
+
+    def seen(clock, n: int) -> None:  # the clock's thread notices within a few polls
+        deadline = time.monotonic() + 10
+        while len(clock.times) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    path = tmp_path / "database_tuning_record.json"
+    with RecordClock(str(path), time.perf_counter(), 0.01) as clock:
+        time.sleep(0.05)  # no file yet: nothing seen
+        assert clock.times == []
+        path.write_text("a\nb\nc\n")
+        seen(clock, 3)
+        time.sleep(0.05)
+        with path.open("a") as fh:
+            fh.write("d\ne\nf")  # the last line is still being written
+        seen(clock, 5)
+    assert len(clock.times) == 5 and clock.times == sorted(clock.times)
+    timeline = clock.timeline()
+    assert [n for _, n in timeline] == [3, 5] and timeline[1][0] - timeline[0][0] >= 0.05
