@@ -173,3 +173,26 @@ def test_memory_module_imports_no_runtime():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_scratch_of_a_kernel_tvm_cannot_flatten_on_its_own_is_counted() -> None:
+    """A tuned, prepacked Winograd kernel of the quick start's tiny-YOLOv2 (kept as TVMScript) fails TVM 0.27's
+    FlattenBuffer outside the full build ("Divide by zero"): ``compile`` and ``report`` must not fail on the
+    memory estimate; its buffers are counted with fewer passes applied, an upper bound."""
+    import pathlib
+
+    import tvm
+    from tvm import s_tir, tirx
+
+    from autosearch.memory import scratch_bytes
+
+    source = (pathlib.Path(__file__).parent / "data" / "winograd_prepacked_kernel.tvmscript").read_text()
+    mod = tvm.script.from_source(source)
+    flatten = tvm.transform.Sequential([s_tir.transform.LowerInitBlock(),
+                                        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+                                        s_tir.transform.ConvertBlocksToOpaque(),
+                                        s_tir.transform.CompactBufferAllocation(),
+                                        s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer()])
+    with pytest.raises(RuntimeError, match="Divide by zero"):
+        flatten(mod)
+    assert scratch_bytes(mod) > 0
