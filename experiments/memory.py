@@ -41,7 +41,9 @@ from dataclasses import dataclass, field
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from experiments.time_to_quality import RESULTS, State, cpu_name  # noqa: E402
+from experiments.lib.io import RESULTS  # noqa: E402
+from experiments.lib.machine import cpu_model as cpu_name  # noqa: E402
+from experiments.time_to_quality import State  # noqa: E402
 
 PEERS = {"ort": ("ONNX Runtime", "ort"), "ort-no-arena": ("ONNX Runtime, arena off", "ort-no-arena"),
          "openvino": ("OpenVINO fp32", "ov")}  # variant -> (label, autosearch.bench kind)

@@ -115,7 +115,7 @@ def test_an_interrupted_run_resumed_with_another_batch_goes_on_from_its_log(tmp_
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--strategy", "hillclimb"], "annealing, optuna, random"),
+    (["--strategy", "hillclimb"], "annealing, coordinate_descent, optuna, random"),
     (["--strategy", "random", "--trials", "0"], "positive"),
     (["--strategy", "random", "--trials", "-3"], "positive"),
     (["--strategy", "optuna", "--sampler", "bogus"], "sampler"),
