@@ -132,3 +132,18 @@ def target_num_cores(target) -> int:
     """Threads to measure with on a CPU target: its ``num-cores``, else the host's cores."""
     value = dict(target.export()).get("num-cores")
     return int(value) if value else host_cores()
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; the platform's processor string elsewhere): named with every
+    figure, and compared across Ray workers."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()

@@ -25,7 +25,7 @@ import ray
 from autosearch.errors import UserError
 from autosearch.measure.measuring import MeasuringProcess
 from autosearch.measure.worker import STARTUP_TIMEOUT, Reply, Worker
-from autosearch.target import target_num_cores, target_to_json
+from autosearch.target import cpu_model, target_num_cores, target_to_json
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +71,6 @@ def _package_version(name: str) -> str:
         return "unknown"
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
 def _gpu_info() -> tuple[str, str]:
     """(name, driver version) of this actor's GPU from ``nvidia-smi``; ``unknown`` without one."""
     exe = shutil.which("nvidia-smi")
@@ -107,7 +94,7 @@ def fingerprint(kind: str) -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "node_id": ray.get_runtime_context().get_node_id(),
         "pid": os.getpid(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cores": os.cpu_count() or 1,
         "tvm": _package_version("apache-tvm"),
         "tvm_ffi": _package_version("apache-tvm-ffi"),

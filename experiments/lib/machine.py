@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import os
-import platform
 import socket
 from typing import Any
 
+from autosearch.target import cpu_model
+
 IDENTITY = ("cpu_model", "cores", "mcpu", "num_cores")  # what must agree for timings to be compared
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``; the platform's processor string elsewhere)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def fingerprint(target) -> dict[str, Any]:
