@@ -218,7 +218,11 @@ def run_front(setup: Setup, measurer: Measurer, state: State, args) -> list[dict
                             fast_math=setup.base["fast_math"])
     low = min(o.memory.peak_bytes() for o in options)  # the smallest model: every budget below fails
     fastest, _ = budget_choice(setup.contents, setup.model.relax_mod, setup.target, 10**6)  # no budget binds
-    high = max(low, fastest.predicted.peak_bytes())
+    # the knapsack bounds scratch and Winograd weights from above, so the fastest model needs this much budget
+    # (a little above its own prediction) to be chosen:
+    option = next(o for o in options if o.layout == fastest.layout)
+    high = max(low, option.memory.peak_bytes() + sum(layer.extra_bytes for layer in option.layers
+                                                      if fastest.choices.get(layer.layer) == "winograd"))
     front = state.data.setdefault("front", {})
     for i in range(args.points):
         budget = low + (high - low) * i / max(1, args.points - 1)
