@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
+import signal
 
 import numpy as np
 import pytest
 
 from tests.conftest import run_cli, small_conv_onnx
 from tests.cost_models.conftest import DATASET, HELD_OUT
+
+
+def _main(*args: str) -> int:
+    """``python -m autosearch ARGS`` in this process (no fresh interpreter importing TVM again): the command's
+    exit code. The SIGTERM handler ``run`` installs is put back afterwards."""
+    from autosearch.cli import main
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        return main(list(args))
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 @pytest.fixture(scope="module")
@@ -20,10 +35,12 @@ def trained_dir(tmp_path_factory) -> str:
 
     held_out = list(read_log(DATASET).tasks)[HELD_OUT]
     out = str(tmp_path_factory.mktemp("model") / "m")
-    proc = run_cli("train-model", "--log", DATASET, "--out", out, "--folds", "3", "--exclude-task", held_out,
-                   env={"AUTOSEARCH_CACHE": str(tmp_path_factory.mktemp("cache"))})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "held-out accuracy" in proc.stdout and "run --cost-model" in proc.stdout
+    stdout = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(stdout):
+        mp.setenv("AUTOSEARCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+        code = _main("train-model", "--log", DATASET, "--out", out, "--folds", "3", "--exclude-task", held_out)
+    assert code == 0, stdout.getvalue()[-2000:]
+    assert "held-out accuracy" in stdout.getvalue() and "run --cost-model" in stdout.getvalue()
     return out
 
 
@@ -88,32 +105,38 @@ def test_online_refit_grows_trees_on_top_of_the_pretrained_ones(trained_dir, con
     assert not np.allclose(before, scorer.score([r.config for r in records]))
 
 
-def _run(tmp_path, *extra: str):
+def _run(capsys, tmp_path, *extra: str) -> tuple[int, str, str, str]:
+    """A short real ``run`` of the small conv model's conv task, in process: (exit code, stdout, stderr, log path).
+    One finalist re-timing round, 2 repeats, no pooling task: how kernels are timed, and the untuned MaxPool, are
+    not what these tests are about."""
     model = str(tmp_path / "model.onnx")
     if not os.path.exists(model):
         small_conv_onnx(model)
     log = str(tmp_path / f"run{len(list(tmp_path.glob('*.jsonl')))}.jsonl")
-    proc = run_cli("run", "--strategy", "optuna", "--model", model, "--trials", "12", "--batch", "6",
-                   "--layout", "NCHW", "--log", log, *extra)
-    return proc, log
+    capsys.readouterr()
+    code = _main("run", "--strategy", "optuna", "--model", model, "--tasks", "conv", "--trials", "12", "--batch", "6",
+                 "--layout", "NCHW", "--finalist-rounds", "1", "--repeat", "2", "--min-repeat-ms", "5",
+                 "--log", log, *extra)
+    out, err = capsys.readouterr()
+    return code, out, err, log
 
 
 @pytest.mark.parametrize("choice", ["auto", "none", "trained"])
-def test_auto_none_and_a_trained_directory_all_tune_and_the_log_says_which(tmp_path, trained_dir, choice):
+def test_auto_none_and_a_trained_directory_all_tune_and_the_log_says_which(capsys, tmp_path, trained_dir, choice):
     from autosearch.records import read_log
 
     spec = trained_dir if choice == "trained" else choice
-    proc, log = _run(tmp_path, *(["--cost-model", spec] if choice != "auto" else []))  # auto is the default
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    code, out, err, log = _run(capsys, tmp_path, *(["--cost-model", spec] if choice != "auto" else []))  # auto: default
+    assert code == 0, err[-2000:]
     contents = read_log(log)
     [header] = contents.runs
     guided = header["guided_by"]
     assert {"auto": "the shipped model", "none": "none", "trained": trained_dir}[choice] in guided
-    assert f"cost model: {guided.split(',')[0]}" in " ".join(proc.stdout.split())  # the console wraps long lines
+    assert f"cost model: {guided.split(',')[0]}" in " ".join(out.split())  # the console wraps long lines
     assert sum(r.ok for r in contents.trials()) >= 10
 
 
-def test_bad_model_directories_are_one_line_errors(tmp_path, trained_dir):
+def test_bad_model_directories_are_one_line_errors(capsys, tmp_path, trained_dir):
     corrupt = str(tmp_path / "corrupt")
     shutil.copytree(trained_dir, corrupt)
     with open(os.path.join(corrupt, "manifest.json"), "w") as fh:
@@ -133,11 +156,19 @@ def test_bad_model_directories_are_one_line_errors(tmp_path, trained_dir):
     shutil.copytree(trained_dir, broken_booster)
     with open(os.path.join(broken_booster, "model.ubj"), "wb") as fh:
         fh.write(b"\x00garbage")
+    # one case as a user meets it, in a fresh interpreter: exit code 2, one line on stderr, no traceback
+    model = str(tmp_path / "model.onnx")
+    small_conv_onnx(model)
+    proc = run_cli("run", "--strategy", "optuna", "--model", model, "--trials", "12", "--log",
+                   str(tmp_path / "run.jsonl"), "--cost-model", corrupt)
+    assert proc.returncode == 2 and "corrupt" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-1000:]
+    assert len(proc.stderr.strip().splitlines()) == 1
+    # every case through the CLI's main, in process: the same exit code and one-line message
     for path, needle in ((corrupt, "corrupt"), (other_features, "train it again"), (other_target, "aarch64"),
                          (broken_booster, "cannot be loaded"), (str(tmp_path), "not a cost model directory")):
-        proc, _ = _run(tmp_path, "--cost-model", path)
-        assert proc.returncode == 2, (path, proc.stderr[-1000:])
-        assert needle in proc.stderr and "Traceback" not in proc.stderr
-        assert len(proc.stderr.strip().splitlines()) == 1
-    proc = run_cli("train-model", "--log", DATASET, "--out", trained_dir)  # never overwritten unasked
-    assert proc.returncode == 2 and "already holds a cost model" in proc.stderr
+        code, _, err, _ = _run(capsys, tmp_path, "--cost-model", path)
+        assert code == 2, (path, err[-1000:])
+        assert needle in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
+    assert _main("train-model", "--log", DATASET, "--out", trained_dir) == 2  # never overwritten unasked
+    assert "already holds a cost model" in capsys.readouterr().err
