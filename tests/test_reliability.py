@@ -13,8 +13,12 @@ import pytest
 
 from autosearch.records import read_log
 from tests.conftest import ROOT, run_cli, small_conv_onnx
+from tests.in_process import run_main
 
-BUDGET = 20
+# Batches of 2: the signal comes after 1, 2 or 3 batches, with 2 batches and the finalists still to go; kernels are
+# timed 3 times for 5 ms (checked and compared, never benchmarked). The resume runs in the test process.
+BUDGET, BATCH = 10, 2
+FAST_TIMING = ("--repeat", "3", "--min-repeat-ms", "5")
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +36,19 @@ def _trials_in(path: str) -> int:
 
 
 @pytest.mark.parametrize("sig, extra_batches", [(signal.SIGINT, 0), (signal.SIGTERM, 1), (signal.SIGKILL, 2)])
-def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, sig, extra_batches):
+def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, sig, extra_batches, capfd):
     log = str(tmp_path / "run.jsonl")
     args = ["run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
-            "--finalist-rounds", "1",
-            "--trials", str(BUDGET), "--batch", "4", "--log", log, "--seed", "3"]
+            "--finalist-rounds", "1", *FAST_TIMING,
+            "--trials", str(BUDGET), "--batch", str(BATCH), "--log", log, "--seed", "3"]
     proc = subprocess.Popen([sys.executable, "-m", "autosearch", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
-    target = 4 * (1 + extra_batches)
+    target = BATCH * (1 + extra_batches)
     while _trials_in(log) < target and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    time.sleep(random.Random(int(sig)).uniform(0.0, 1.5))  # somewhere inside the next batch
+    time.sleep(random.Random(int(sig)).uniform(0.0, 1.5))  # somewhere inside the next batch or two
+    assert proc.poll() is None, "the run ended before the signal"
     sent = time.time()
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
@@ -57,7 +62,7 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, s
     before = [r.config for r in contents.trials()]
     assert 0 < len(before) <= BUDGET and len(set(before)) == len(before)
 
-    again = run_cli(*args, "--resume")
+    again = run_main(capfd, *args, "--resume")
     assert again.returncode == 0, again.stderr[-2000:]
     contents = read_log(log)
     after = [r.config for r in contents.trials()]
@@ -71,14 +76,15 @@ def test_sigint_with_the_ray_runner_then_resume(tmp_path, model_path):
     """The same guarantee with the embedded Ray device pool: stop cleanly, resume, nothing lost or repeated."""
     log = str(tmp_path / "ray.jsonl")
     args = ["run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
-            "--finalist-rounds", "1",
-            "--trials", "12", "--batch", "4", "--log", log, "--seed", "5", "--runner", "ray"]
+            "--finalist-rounds", "1", *FAST_TIMING,
+            "--trials", "8", "--batch", str(BATCH), "--log", log, "--seed", "5", "--runner", "ray"]
     proc = subprocess.Popen([sys.executable, "-m", "autosearch", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
-    while _trials_in(log) < 4 and proc.poll() is None and time.time() < deadline:
+    while _trials_in(log) < BATCH and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)
+    assert proc.poll() is None, "the run ended before the signal"
     sent = time.time()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
@@ -89,4 +95,4 @@ def test_sigint_with_the_ray_runner_then_resume(tmp_path, model_path):
     again = run_cli(*args, "--resume", timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     after = [r.config for r in read_log(log).trials()]
-    assert len(after) == 12 and len(set(after)) == 12 and after[: len(before)] == before
+    assert len(after) == 8 and len(set(after)) == 8 and after[: len(before)] == before

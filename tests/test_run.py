@@ -8,6 +8,10 @@ import pytest
 
 from autosearch.records import read_log
 from tests.conftest import run_cli, small_conv_onnx
+from tests.in_process import run_main
+
+# Timing settings of the end-to-end runs: their kernels are checked and compared, never benchmarked
+FAST_TIMING = ("--repeat", "3", "--min-repeat-ms", "5")
 
 
 @pytest.fixture(scope="module")
@@ -21,17 +25,22 @@ def _trial_configs(contents, key=None):
     return [r.config for r in contents.trials(key)]
 
 
+# Two batches of 4 each: the second is the strategy's own move after its random start (annealing's chains from
+# the measured, optuna's TPE sampler guided by the shipped cost model), so the start is shortened to one batch.
+STARTS = {"random": (), "annealing": ("--option", "init_random=4"), "optuna": ("--option", "n_startup_trials=4")}
+
+
 @pytest.mark.parametrize("strategy", ["random", "annealing", "optuna"])
-def test_each_strategy_tunes_real_kernels(tmp_path, model_path, strategy):
+def test_each_strategy_tunes_real_kernels(tmp_path, model_path, strategy, capfd):
     log = str(tmp_path / "run.jsonl")
-    proc = run_cli("run", "--strategy", strategy, "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
-                   "--finalist-rounds", "1",
-                   "--trials", "16", "--batch", "8", "--log", log, "--seed", "1")
+    proc = run_main(capfd, "run", "--strategy", strategy, "--model", model_path, "--tasks", "conv", "--layout",
+                    "NCHW", "--finalist-rounds", "1", *FAST_TIMING, *STARTS[strategy],
+                    "--trials", "8", "--batch", "4", "--log", log, "--seed", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     contents = read_log(log)
     trials = contents.trials()
-    assert len(trials) == 16
-    assert len(set(_trial_configs(contents))) == 16  # never the same config twice
+    assert len(trials) == 8
+    assert len(set(_trial_configs(contents))) == 8  # never the same config twice
     [key] = contents.tasks
     baseline = contents.baseline(key)
     best = contents.best(key)
@@ -42,32 +51,30 @@ def test_each_strategy_tunes_real_kernels(tmp_path, model_path, strategy):
     assert "speedup" in proc.stdout and "GFLOPS" in proc.stdout
 
 
-def test_resume_finishes_the_budget_without_repeating_a_measurement(tmp_path, model_path):
+def test_resume_finishes_the_budget_without_repeating_a_measurement(tmp_path, model_path, capfd):
     log = str(tmp_path / "run.jsonl")
-    first = run_cli("run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
-                    "--finalist-rounds", "1",
-                    "--trials", "8", "--batch", "4", "--log", log)
+    args = ("run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
+            "--finalist-rounds", "1", *FAST_TIMING, "--log", log)
+    first = run_main(capfd, *args, "--trials", "4", "--batch", "2")
     assert first.returncode == 0, first.stderr[-2000:]
     before = _trial_configs(read_log(log))
-    refused = run_cli("run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
-                      "--finalist-rounds", "1",
-                      "--trials", "16", "--log", log)
+    refused = run_main(capfd, *args, "--trials", "8")
     assert refused.returncode == 2 and "--resume" in refused.stderr
-    again = run_cli("run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
-                    "--finalist-rounds", "1",
-                    "--trials", "16", "--batch", "4", "--log", log, "--resume")
+    again = run_main(capfd, *args, "--trials", "8", "--batch", "2", "--resume")
     assert again.returncode == 0, again.stderr[-2000:]
     contents = read_log(log)
     after = _trial_configs(contents)
-    assert len(after) == 16 and len(set(after)) == 16
-    assert after[:8] == before
+    assert len(after) == 8 and len(set(after)) == 8
+    assert after[:4] == before
     assert len([r for r in contents.records if r.kind == "baseline"]) == 1
 
 
 @pytest.mark.parametrize("strategy", ["annealing", "optuna"])  # random's resume is its seen set: the contract suite
 def test_an_interrupted_run_resumed_with_another_batch_goes_on_from_its_log(tmp_path, conv_task, strategy, monkeypatch):
-    """Interrupted after 8 of 16 trials (batch 4), resumed with batch 6 and the same seed: the strategy is told the
-    logged trials, asks none of them again, nothing is measured twice, and the best never falls behind the log's."""
+    """Interrupted after 6 of 12 trials (batch 3), resumed with batch 4 and the same seed: the strategy is told the
+    logged trials, asks none of them again, nothing is measured twice, and the best never falls behind the log's.
+    The random start is 4 trials, so the resumed strategy goes on from the logged ones in its own way at once
+    (annealing's chains, optuna's TPE), as with the default starts after a longer first run."""
     from autosearch import tuner as tuner_module
     from autosearch.measure.base import EvaluatorConfig
     from autosearch.measure.local import LocalRunner
@@ -75,11 +82,12 @@ def test_an_interrupted_run_resumed_with_another_batch_goes_on_from_its_log(tmp_
     from autosearch.strategy import make_strategy
     from autosearch.tuner import Tuner
 
-    def interrupt_at_8(event):
-        if event.phase == "batch" and event.trials_done >= 8:
+    def interrupt_at_6(event):
+        if event.phase == "batch" and event.trials_done >= 6:
             raise KeyboardInterrupt  # what Ctrl-C raises in the loop
 
     told, asks, bests = {}, [], []
+    start = {"annealing": {"init_random": 4}, "optuna": {"n_startup_trials": 4}}[strategy]
 
     def spied_strategy(*args, **kwargs):  # the real strategy, its resume and asks recorded
         real = make_strategy(*args, **kwargs)
@@ -92,21 +100,21 @@ def test_an_interrupted_run_resumed_with_another_batch_goes_on_from_its_log(tmp_
     runner = LocalRunner(target=conv_task.target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5), run_timeout=10)
     try:
         with TuningLog(log_path) as log:
-            first = Tuner(tasks=[conv_task], runner=runner, log=log, strategy=strategy, budget=16, batch=4, seed=1,
-                          on_event=interrupt_at_8).run()
-        assert first.interrupted and first.trials == 8
+            first = Tuner(tasks=[conv_task], runner=runner, log=log, strategy=strategy, budget=12, batch=3, seed=1,
+                          strategy_options=start, finalist_rounds=1, on_event=interrupt_at_6).run()
+        assert first.interrupted and first.trials == 6
         logged = read_log(log_path)
         logged_best = min(r.latency for r in logged.trials() if r.ok)
         monkeypatch.setattr(tuner_module, "make_strategy", spied_strategy)
         with TuningLog(log_path, resume=True) as log:
-            second = Tuner(tasks=[conv_task], runner=runner, log=log, strategy=strategy, budget=16, batch=6, seed=1,
-                           resume=logged, on_event=lambda e: bests.append(e.task.best) if e.phase == "batch" else None
-                           ).run()
+            second = Tuner(tasks=[conv_task], runner=runner, log=log, strategy=strategy, budget=12, batch=4, seed=1,
+                           strategy_options=start, finalist_rounds=1, resume=logged,
+                           on_event=lambda e: bests.append(e.task.best) if e.phase == "batch" else None).run()
     finally:
         runner.close()
-    assert second.trials == 16 and not second.interrupted
+    assert second.trials == 12 and not second.interrupted
     measured = [r.config for r in read_log(log_path).trials()]
-    assert len(measured) == 16 == len(set(measured))
+    assert len(measured) == 12 == len(set(measured))
     logged_configs = {r.config for r in logged.trials()} | {r.requested for r in logged.trials() if r.requested}
     assert set(told) == logged_configs  # as measured and as requested
     assert all(told[r.config] == r.result for r in logged.trials())
@@ -126,10 +134,13 @@ def test_an_interrupted_run_resumed_with_another_batch_goes_on_from_its_log(tmp_
     (["--strategy", "random", "--resume"], "log not found"),
     (["--strategy", "random", "--target", "{oops"], "malformed --target"),
 ])
-def test_run_bad_inputs(tmp_path, model_path, args, needle):
+def test_run_bad_inputs(tmp_path, model_path, args, needle, capfd):
+    """In the test process (its stdout and stderr at the file descriptors); one case, past the model's import,
+    as a real ``python -m autosearch`` process: its exit code, one line and no traceback are the user's view."""
     if "--model" not in args:
         args = [*args, "--model", model_path]
-    proc = run_cli("run", *args, "--log", str(tmp_path / "x.jsonl"), timeout=120)
+    args = ["run", *args, "--log", str(tmp_path / "x.jsonl")]
+    proc = run_cli(*args, timeout=120) if needle == "no task 99" else run_main(capfd, *args)
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
