@@ -150,10 +150,10 @@ def test_report_refuses_a_gpu_target(files, capfd):
     assert "must be a CPU (llvm) target, not cuda" in lines[0]
 
 
-def test_verbose_shows_the_traceback_behind_a_one_line_error():
+def test_verbose_shows_the_traceback_behind_a_one_line_error(capfd):
     bad = '{"kind": "nokind"}'
-    _assert_one_line_error(run_cli("tasks", "--target", bad), "malformed --target")
-    proc = run_cli("-v", "tasks", "--target", bad)
+    _assert_one_line_error(run_cli_here(capfd, "tasks", "--target", bad), "malformed --target")
+    proc = run_cli("-v", "tasks", "--target", bad)  # a real process: the traceback printed, exit code 2
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and 'Target kind "nokind" is not defined' in proc.stderr  # TVM's own error
     assert proc.stderr.splitlines()[-1].startswith("error: malformed --target")

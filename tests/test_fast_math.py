@@ -36,7 +36,8 @@ def silu_conv_onnx(path: str | None = None, *, cin: int = 8, cout: int = 16, hw:
 @pytest.fixture(scope="module")
 def tuned_fast(tmp_path_factory):
     """Two tasks (conv + SiLU, softmax), one trial each, as the scheduler's first pass gives them."""
-    return tune_and_export(tmp_path_factory.mktemp("fast"), silu_conv_onnx, trials=2, batch=2)
+    return tune_and_export(tmp_path_factory.mktemp("fast"), silu_conv_onnx, trials=2, batch=2,
+                           options=("--finalist-rounds", "0"))
 
 
 def test_fast_sigmoid_is_accurate_over_the_whole_float_range():

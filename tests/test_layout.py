@@ -15,10 +15,10 @@ AUTO_TRIALS = 6  # --layout auto: one trial for each of the small model's six ta
 
 @pytest.fixture(scope="module")
 def tuned_nhwc(tmp_path_factory):
-    """Four tasks (conv, pool and the two transposes around them), one trial each, as the scheduler's first pass
-    gives them."""
-    return tune_and_export(tmp_path_factory.mktemp("nhwc"), small_conv_onnx, trials=4, batch=4,
-                           options=("--layout", "NHWC"))
+    """Four tasks (conv, pool and the two transposes around them), each measured: the scheduler's first pass gives
+    the conv two trials (by its FLOPs) and the others one."""
+    return tune_and_export(tmp_path_factory.mktemp("nhwc"), small_conv_onnx, trials=5, batch=5,
+                           options=("--layout", "NHWC", "--finalist-rounds", "0"))
 
 
 def test_nhwc_tasks_are_nhwc_convolutions(imported):
@@ -86,7 +86,7 @@ def tuned_auto(tmp_path_factory):
     """Six tasks (conv and pool in each layout, NHWC's two transposes), one trial each, as the scheduler's first
     pass gives them."""
     return tune_and_export(tmp_path_factory.mktemp("auto"), small_conv_onnx, trials=AUTO_TRIALS, batch=AUTO_TRIALS,
-                           options=("--layout", "auto"))
+                           options=("--layout", "auto", "--finalist-rounds", "0"))
 
 
 def test_auto_tunes_both_layouts_exports_the_faster_and_compile_follows(tuned_auto, capfd):
@@ -120,7 +120,7 @@ def test_auto_tunes_both_layouts_exports_the_faster_and_compile_follows(tuned_au
 
 def test_resume_of_an_auto_log_stays_auto(tuned_auto, capfd):
     proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", tuned_auto["model"], "--trials",
-                        str(AUTO_TRIALS + 1), "--log", tuned_auto["log"], "--resume")
+                        str(AUTO_TRIALS + 1), "--log", tuned_auto["log"], "--resume", "--finalist-rounds", "0")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "conv2d auto" in proc.stdout
     proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", tuned_auto["model"], "--trials",
