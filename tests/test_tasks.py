@@ -14,7 +14,8 @@ from tests.conftest import run_cli, run_cli_here, small_conv_onnx
 @pytest.fixture(scope="module")
 def models(imported):
     # direct convolutions: the graph as ONNX states it (winograd lowering has its own tests)
-    return {name: imported(name, winograd="off") for name in ("tiny-yolov2", "yolov3-tiny", "yolov8n", "yolo11n")}
+    return {name: imported(name, winograd="off", layout="NCHW")
+            for name in ("tiny-yolov2", "yolov3-tiny", "yolov8n", "yolo11n")}
 
 
 def test_tiny_yolov2_has_its_nine_conv_tasks(models):
