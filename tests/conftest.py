@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
+import signal
 import subprocess
 import sys
 
@@ -54,6 +57,20 @@ def wide_conv_onnx(path: str | None = None, *, channels: int = 128, hw: int = 16
     return _model(graph, path)
 
 
+def two_wide_convs_onnx(path: str | None = None) -> onnx.ModelProto:
+    """Conv 3x3 64 -> 64 then 64 -> 96 at 16 x 16 (+ ReLU): two layers with different keys, both Winograd
+    candidates."""
+    rng = np.random.default_rng(3)
+    w0 = numpy_helper.from_array((rng.standard_normal((64, 64, 3, 3)) * 0.05).astype("float32"), "W0")
+    w1 = numpy_helper.from_array((rng.standard_normal((96, 64, 3, 3)) * 0.05).astype("float32"), "W1")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W0"], ["c0"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c0"], ["r0"]),
+         helper.make_node("Conv", ["r0", "W1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["y"])],
+        "two_wide_convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 96, 16, 16])], [w0, w1])
+    return _model(graph, path)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _own_feature_cache(tmp_path_factory):
     """The suite's own feature cache (every ``run`` a test starts inherits it): tests must neither read the
@@ -86,6 +103,31 @@ def small_model(tmp_path_factory, target):
 
 
 @pytest.fixture(scope="session")
+def imported():
+    """``imported(name, **options)``: ``import_model(name, host target, **options)``, once per session for each
+    name and options (a tiny-yolov2 import takes seconds; tests only read the result)."""
+    from autosearch.importer import import_model
+    from autosearch.target import parse_target
+
+    target = parse_target(None)
+
+    @functools.cache
+    def load(name: str, **options):
+        return import_model(name, target, **options)
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def tuned_two_wide(tmp_path_factory):
+    """A short real run on :func:`two_wide_convs_onnx` (each layer tuned direct and as Winograd: four tasks,
+    one trial each, as the scheduler's first pass gives them), exported. Shared by the Winograd and memory
+    budget tests; read it, never write into its directory."""
+    return tune_and_export(tmp_path_factory.mktemp("two-wide"), two_wide_convs_onnx, trials=4, batch=4,
+                           options=("--finalist-rounds", "0"))
+
+
+@pytest.fixture(scope="session")
 def conv_task(small_model):
     return next(t for t in small_model.tasks if "conv" in t.name)
 
@@ -98,8 +140,8 @@ def conv_space(conv_task):
 
 
 def tune_and_export(work, make_onnx, *, trials: int, batch: int, options: tuple[str, ...] = ()) -> dict:
-    """A short real ``run --strategy random [options]`` on a model written by ``make_onnx(path)``, then
-    ``export``."""
+    """A short real ``run --strategy random [options]`` on a model written by ``make_onnx(path)`` (a process of
+    its own, as a user runs it), then ``export`` (in this one)."""
     model = str(work / "model.onnx")
     make_onnx(model)
     log = str(work / "run.jsonl")
@@ -110,9 +152,33 @@ def tune_and_export(work, make_onnx, *, trials: int, batch: int, options: tuple[
                    "--log", log, *pinned, *options)
     assert proc.returncode == 0, proc.stderr[-2000:]
     db = str(work / "db")
-    proc = run_cli("export", "--log", log, "--out", db)
-    assert proc.returncode == 0, proc.stderr
+    from autosearch.cli import main
+
+    assert main(["export", "--log", log, "--out", db]) == 0  # in this process: TVM is imported here already
     return {"model": model, "log": log, "db": db, "work": work}
+
+
+def run_cli_here(capfd, *args: str) -> subprocess.CompletedProcess:
+    """``autosearch.cli.main([...])`` in this process, its output captured at the file descriptors (TVM's C++
+    log included): what :func:`run_cli` returns, without a fresh interpreter importing TVM (seconds a call).
+    For the commands' behaviour; tests of the process itself (exit code, traceback, signals) use run_cli."""
+    from autosearch.cli import main
+
+    capfd.readouterr()  # what came before is not this command's
+    sigterm = signal.getsignal(signal.SIGTERM)  # ``run`` installs its own handler
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers.clear()  # main's logging.basicConfig then logs to stderr, as in a fresh process
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["autosearch", *args], code, out, err)
 
 
 def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict | None = None):

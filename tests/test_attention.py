@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.conftest import run_cli, tune_and_export
+from tests.conftest import run_cli_here, tune_and_export
 
 CHANNELS, HEADS = 128, 2
 
@@ -36,7 +36,7 @@ def tuned(tmp_path_factory):
                            options=("--tasks", "0", "--winograd", "off", "--finalist-rounds", "0"))
 
 
-def test_an_attention_matmul_is_tuned_exported_and_compiled(tuned, target):
+def test_an_attention_matmul_is_tuned_exported_and_compiled(tuned, target, capfd):
     import onnxruntime as ort
     import tvm
 
@@ -56,7 +56,7 @@ def test_an_attention_matmul_is_tuned_exported_and_compiled(tuned, target):
     assert load_database(tuned["db"]).has_workload(matmul.mod)
 
     out = os.path.join(str(tuned["work"]), "attention.so")
-    proc = run_cli("compile", "--model", tuned["model"], "--db", tuned["db"], "--out", out)
+    proc = run_cli_here(capfd, "compile", "--model", tuned["model"], "--db", tuned["db"], "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert f"1/{len(model.tasks)} tuned" in proc.stdout
     x = np.random.default_rng(5).standard_normal((1, CHANNELS, 20, 20)).astype(np.float32)
@@ -67,7 +67,7 @@ def test_an_attention_matmul_is_tuned_exported_and_compiled(tuned, target):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
 
 
-def test_the_attention_tasks_are_yolo11ns_own(tmp_path, target):
+def test_the_attention_tasks_are_yolo11ns_own(tmp_path, target, imported):
     """The block's matmul and softmax tasks have the workload keys of the built-in yolo11n's: a database tuned
     on one applies to the other."""
     from autosearch.importer import import_model
@@ -75,6 +75,6 @@ def test_the_attention_tasks_are_yolo11ns_own(tmp_path, target):
     path = str(tmp_path / "attention.onnx")
     attention_onnx(path)
     block = import_model(path, target, winograd="off", layout="NCHW")
-    yolo11n = {t.workload_key for t in import_model("yolo11n", target, winograd="off", layout="NCHW").tasks}
+    yolo11n = {t.workload_key for t in imported("yolo11n", winograd="off", layout="NCHW").tasks}
     kernels = [t for t in block.tasks if "matmul" in t.name or "softmax" in t.name]
     assert len(kernels) == 3 and all(t.workload_key in yolo11n for t in kernels)

@@ -1,4 +1,8 @@
-"""Every command meets bad input with one line on stderr, exit code 2, no traceback, nothing overwritten."""
+"""Every command meets bad input with one line on stderr, exit code 2, no traceback, nothing overwritten.
+
+Commands that import TVM or the cost models run in this process (``run_cli_here``: the same output, without
+seconds of imports a case); the exit code and stderr of a real process are checked by the cases that keep
+``run_cli`` (a truncated model, usage errors, export's errors, ``-v``)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import ROOT, run_cli, small_conv_onnx
+from tests.conftest import ROOT, run_cli, run_cli_here, small_conv_onnx
 
 DATASET = os.path.join(ROOT, "tests", "data", "small_dataset.jsonl")
 TVM_DB = os.path.join(ROOT, "tests", "data", "tvm_tune_tir_db")
@@ -50,8 +54,8 @@ def test_truncated_onnx(files):
     _assert_one_line_error(run_cli("tasks", "--model", files["truncated"]), "cannot read")
 
 
-def test_run_refuses_unwritable_log(files):
-    proc = run_cli("run", "--strategy", "random", "--model", files["model"], "--trials", "4",
+def test_run_refuses_unwritable_log(files, capfd):
+    proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", files["model"], "--trials", "4",
                    "--log", os.path.join(files["unwritable"], "r.jsonl"))
     _assert_one_line_error(proc, "cannot write")
 
@@ -75,14 +79,15 @@ def test_export_bad_top_k(tmp_path):
                            "positive")
 
 
-def test_database_from_another_tvm_version(files, tmp_path):
-    proc = run_cli("compile", "--model", files["model"], "--db", files["other_tvm"], "--out", str(tmp_path / "m.so"))
+def test_database_from_another_tvm_version(files, tmp_path, capfd):
+    proc = run_cli_here(capfd, "compile", "--model", files["model"], "--db", files["other_tvm"],
+                        "--out", str(tmp_path / "m.so"))
     _assert_one_line_error(proc, "another TVM version")
     assert not os.path.exists(tmp_path / "m.so")
 
 
-def test_compile_to_an_unwritable_path(files):
-    proc = run_cli("compile", "--model", files["model"], "--db", TVM_DB,
+def test_compile_to_an_unwritable_path(files, capfd):
+    proc = run_cli_here(capfd, "compile", "--model", files["model"], "--db", TVM_DB,
                    "--out", os.path.join(files["unwritable"], "m.so"))
     _assert_one_line_error(proc, "cannot write")
 
@@ -91,21 +96,22 @@ def test_report_bad_runs(files):
     _assert_one_line_error(run_cli("report", "--model", files["model"], "--db", TVM_DB, "--runs", "0"), "positive")
 
 
-def test_compare_models_unknown_model_and_missing_log(tmp_path):
-    _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "xgb,oracle"),
-                           "valid cost models")
-    _assert_one_line_error(run_cli("compare-models", "--log", str(tmp_path / "nope.jsonl")), "not found")
+def test_compare_models_unknown_model_and_missing_log(tmp_path, capfd):
+    def compare_models(*args: str):
+        return run_cli_here(capfd, "compare-models", *args)
+
+    _assert_one_line_error(compare_models("--log", DATASET, "--models", "xgb,oracle"), "valid cost models")
+    _assert_one_line_error(compare_models("--log", str(tmp_path / "nope.jsonl")), "not found")
     # a feature set that does not exist, and one given to a model with an input of its own
-    _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "xgb@pixels"),
-                           "must be one of loop, pooled")
-    _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "mlp@loop"), "has its own input")
-    _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "seq@loop"), "trace tokens")
+    _assert_one_line_error(compare_models("--log", DATASET, "--models", "xgb@pixels"), "must be one of loop, pooled")
+    _assert_one_line_error(compare_models("--log", DATASET, "--models", "mlp@loop"), "has its own input")
+    _assert_one_line_error(compare_models("--log", DATASET, "--models", "seq@loop"), "trace tokens")
 
 
-def test_compare_models_by_model_needs_logs_that_name_their_models():
+def test_compare_models_by_model_needs_logs_that_name_their_models(capfd):
     # the committed dataset's task headers name no model: nothing to hold out by model
-    _assert_one_line_error(run_cli("compare-models", "--log", DATASET, "--models", "rf", "--split", "model",
-                                   "--plot", os.devnull), "at least 2 models")
+    _assert_one_line_error(run_cli_here(capfd, "compare-models", "--log", DATASET, "--models", "rf", "--split",
+                                        "model", "--plot", os.devnull), "at least 2 models")
 
 
 def test_unknown_sampler_lists_the_valid_ones(files):
@@ -126,28 +132,28 @@ def test_usage_errors_are_one_line(files):
     ('{"winograd": "auto", "layout": "NCWH", "fast_math": "on"}', "layout 'NCWH' is none of NCHW, NHWC"),
     ('["auto"]', "not a JSON object"),
 ])
-def test_corrupt_lowering_file_is_refused_not_read_as_unknown(files, tmp_path, content, needle):
+def test_corrupt_lowering_file_is_refused_not_read_as_unknown(files, tmp_path, content, needle, capfd):
     # read as {}, compile would lower with the defaults: other workload keys, every task silently untuned
     db = tmp_path / "db"
     shutil.copytree(TVM_DB, db)
     (db / "autosearch_lowering.json").write_text(content)
-    proc = run_cli("compile", "--model", files["model"], "--db", str(db), "--out", str(tmp_path / "m.so"))
+    proc = run_cli_here(capfd, "compile", "--model", files["model"], "--db", str(db), "--out", str(tmp_path / "m.so"))
     _assert_one_line_error(proc, needle)
     assert "autosearch_lowering.json" in proc.stderr and not os.path.exists(tmp_path / "m.so")
 
 
-def test_report_refuses_a_gpu_target(files):
+def test_report_refuses_a_gpu_target(files, capfd):
     # every runtime is timed on this machine's CPU: a CUDA build would be compared with nothing
-    proc = run_cli("report", "--model", files["model"], "--db", TVM_DB, "--target", "cuda")
+    proc = run_cli_here(capfd, "report", "--model", files["model"], "--db", TVM_DB, "--target", "cuda")
     lines = [ln for ln in proc.stderr.splitlines() if "Unable to detect CUDA version" not in ln]  # TVM's C++ log
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-1500:]
     assert "must be a CPU (llvm) target, not cuda" in lines[0]
 
 
-def test_verbose_shows_the_traceback_behind_a_one_line_error():
+def test_verbose_shows_the_traceback_behind_a_one_line_error(capfd):
     bad = '{"kind": "nokind"}'
-    _assert_one_line_error(run_cli("tasks", "--target", bad), "malformed --target")
-    proc = run_cli("-v", "tasks", "--target", bad)
+    _assert_one_line_error(run_cli_here(capfd, "tasks", "--target", bad), "malformed --target")
+    proc = run_cli("-v", "tasks", "--target", bad)  # a real process: the traceback printed, exit code 2
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and 'Target kind "nokind" is not defined' in proc.stderr  # TVM's own error
     assert proc.stderr.splitlines()[-1].startswith("error: malformed --target")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -10,15 +11,16 @@ import numpy as np
 import pytest
 
 from autosearch.records import MeasureResult, Record, Status, read_log
-from tests.conftest import ROOT, run_cli, small_conv_onnx, tune_and_export
+from tests.conftest import ROOT, run_cli, run_cli_here, small_conv_onnx, tune_and_export
 
 TVM_DB = os.path.join(ROOT, "tests", "data", "tvm_tune_tir_db")
 
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    """A short real run on the small model (both tasks) and its exported database."""
-    return tune_and_export(tmp_path_factory.mktemp("export"), small_conv_onnx, trials=16, batch=8)
+    """A short real run on the small model (both tasks: the scheduler's first pass gives the conv two trials and
+    the pool one, by their FLOPs; the fourth goes where it expects the most gain) and its exported database."""
+    return tune_and_export(tmp_path_factory.mktemp("export"), small_conv_onnx, trials=4, batch=4)
 
 
 def test_tvm_loads_the_exported_database_and_finds_our_best(tuned):
@@ -44,9 +46,9 @@ def test_tvm_loads_the_exported_database_and_finds_our_best(tuned):
         assert sch is not None
 
 
-def test_compiled_tuned_model_matches_onnxruntime_and_beats_untuned(tuned):
+def test_compiled_tuned_model_matches_onnxruntime_and_beats_untuned(tuned, capfd):
     out = os.path.join(str(tuned["work"]), "model.so")
-    proc = run_cli("compile", "--model", tuned["model"], "--db", tuned["db"], "--out", out)
+    proc = run_cli_here(capfd, "compile", "--model", tuned["model"], "--db", tuned["db"], "--out", out)
     assert proc.returncode == 0, proc.stderr
     contents = read_log(tuned["log"])
     faster = [k for k in contents.tasks if contents.best(k).latency < contents.baseline(k).latency]
@@ -55,8 +57,8 @@ def test_compiled_tuned_model_matches_onnxruntime_and_beats_untuned(tuned):
     assert "(weights: " in proc.stdout and os.path.getsize(weights) > 0  # the console may wrap the path
     md = os.path.join(str(tuned["work"]), "report.md")
     png = os.path.join(str(tuned["work"]), "report.png")
-    proc = run_cli("report", "--model", tuned["model"], "--db", tuned["db"], "--log", tuned["log"], "--runs", "10",
-                   "--markdown", md, "--plot", png)
+    proc = run_cli_here(capfd, "report", "--model", tuned["model"], "--db", tuned["db"], "--log", tuned["log"],
+                        "--runs", "2", "--rounds", "1", "--untuned-runs", "1", "--markdown", md, "--plot", png)
     assert proc.returncode == 0, proc.stderr
     assert "TVM tuned output vs ONNX Runtime" in proc.stdout and "matches" in proc.stdout
     assert "DIFFERS" not in proc.stdout
@@ -101,16 +103,17 @@ def test_a_database_written_by_ms_tune_tir_imports():
     assert header["flops"] > 1e6
 
 
-def test_report_and_compile_refuse_a_corrupt_database(tmp_path, tuned):
+def test_report_and_compile_refuse_a_corrupt_database(tmp_path, tuned, capfd):
     db = tmp_path / "corrupt"
     shutil.copytree(tuned["db"], db)
     (db / "database_tuning_record.json").write_text("[0, [garbage\n")
-    for cmd in (["report", "--runs", "2"], ["compile", "--out", str(tmp_path / "m.so")]):
-        proc = run_cli(*cmd, "--model", tuned["model"], "--db", str(db))
+    for run, cmd in ((run_cli, ["report", "--runs", "2"]),  # one real process: one line, exit code 2
+                     (functools.partial(run_cli_here, capfd), ["compile", "--out", str(tmp_path / "m.so")])):
+        proc = run(*cmd, "--model", tuned["model"], "--db", str(db))
         assert proc.returncode == 2, proc.stderr
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and "database" in lines[0], proc.stderr
-    proc = run_cli("report", "--model", tuned["model"], "--db", str(tmp_path / "nothing"))
+    proc = run_cli_here(capfd, "report", "--model", tuned["model"], "--db", str(tmp_path / "nothing"))
     assert proc.returncode == 2 and "not found" in proc.stderr
 
 
@@ -143,21 +146,21 @@ def test_a_task_no_faster_than_untuned_is_left_to_tvm(tmp_path):
     assert summary.records == 0 and summary.slower_than_untuned == [best.task_name]
 
 
-def test_export_force_leaves_no_stale_lowering_file(tmp_path, tuned):
+def test_export_force_leaves_no_stale_lowering_file(tmp_path, tuned, capfd):
     db = tmp_path / "db"
     shutil.copytree(tuned["db"], db)
     lowering = db / "autosearch_lowering.json"
     assert lowering.exists()  # the tuned log records how it was lowered
     # a log from before the lowering options: no lowering file of its own, compile must not read the old one
     dataset = os.path.join(ROOT, "tests", "data", "small_dataset.jsonl")
-    proc = run_cli("export", "--log", dataset, "--out", str(db), "--force")
+    proc = run_cli_here(capfd, "export", "--log", dataset, "--out", str(db), "--force")
     assert proc.returncode == 0, proc.stderr
     assert not lowering.exists() and (db / "database_workload.json").exists()
     # a directory holding only a lowering file is someone's database too: --force to replace it
     lowering.write_text('{"winograd": "off", "layout": "NCHW", "fast_math": "on"}\n')
     for name in ("database_workload.json", "database_tuning_record.json"):
         (db / name).unlink()
-    proc = run_cli("export", "--log", dataset, "--out", str(db))
+    proc = run_cli_here(capfd, "export", "--log", dataset, "--out", str(db))
     assert proc.returncode == 2 and "autosearch_lowering.json" in proc.stderr and "--force" in proc.stderr
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.conftest import _model, run_cli, tune_and_export
+from tests.conftest import _model, run_cli_here, tune_and_export
 
 
 def silu_conv_onnx(path: str | None = None, *, cin: int = 8, cout: int = 16, hw: int = 24):
@@ -35,7 +35,9 @@ def silu_conv_onnx(path: str | None = None, *, cin: int = 8, cout: int = 16, hw:
 
 @pytest.fixture(scope="module")
 def tuned_fast(tmp_path_factory):
-    return tune_and_export(tmp_path_factory.mktemp("fast"), silu_conv_onnx, trials=12, batch=6)
+    """Two tasks (conv + SiLU, softmax), one trial each, as the scheduler's first pass gives them."""
+    return tune_and_export(tmp_path_factory.mktemp("fast"), silu_conv_onnx, trials=2, batch=2,
+                           options=("--finalist-rounds", "0"))
 
 
 def test_fast_sigmoid_is_accurate_over_the_whole_float_range():
@@ -86,26 +88,26 @@ def test_fast_math_tasks_call_no_libm_exp(tmp_path):
     assert sum(_expf_calls(t.mod) for t in fast.tasks) == 0  # sigmoid and softmax: inline, vectorisable
 
 
-def test_fast_math_round_trip_matches_onnxruntime(tuned_fast):
+def test_fast_math_round_trip_matches_onnxruntime(tuned_fast, capfd):
     with open(os.path.join(tuned_fast["db"], "autosearch_lowering.json")) as fh:
         assert json.load(fh)["fast_math"] == "on"
-    md = os.path.join(str(tuned_fast["work"]), "report.md")
-    proc = run_cli("report", "--model", tuned_fast["model"], "--db", tuned_fast["db"], "--runs", "3", "--rounds", "1",
-                   "--untuned-runs", "1", "--plot", os.path.join(str(tuned_fast["work"]), "report.png"),
-                   "--markdown", md)
+    md, png = (os.path.join(str(tuned_fast["work"]), name) for name in ("report.md", "report.png"))
+    proc = run_cli_here(capfd, "report", "--model", tuned_fast["model"], "--db", tuned_fast["db"], "--runs", "2",
+                        "--rounds", "1", "--untuned-runs", "1", "--plot", png, "--markdown", md)
     assert proc.returncode == 0, proc.stderr
     assert "TVM tuned output vs ONNX Runtime" in proc.stdout and "DIFFERS" not in proc.stdout
     assert re.search(r"\b[1-9]\d*/\d+ tasks tuned", open(md).read())
 
 
-def test_compile_follows_the_database_and_reads_old_databases_as_exact(tuned_fast):
+def test_compile_follows_the_database_and_reads_old_databases_as_exact(tuned_fast, capfd):
     out = os.path.join(str(tuned_fast["work"]), "model.so")
     lowering_file = os.path.join(tuned_fast["db"], "autosearch_lowering.json")
     with open(lowering_file) as fh:
         lowering = json.load(fh)
 
     def tuned(*options: str) -> tuple[int, int]:
-        proc = run_cli("compile", "--model", tuned_fast["model"], "--db", tuned_fast["db"], "--out", out, *options)
+        proc = run_cli_here(capfd, "compile", "--model", tuned_fast["model"], "--db", tuned_fast["db"], "--out", out,
+                            *options)
         assert proc.returncode == 0, proc.stderr
         found, total = re.search(r"with (\d+)/(\d+) tuned tasks", proc.stdout).groups()
         return int(found), int(total)
@@ -122,8 +124,8 @@ def test_compile_follows_the_database_and_reads_old_databases_as_exact(tuned_fas
             json.dump(lowering, fh)
 
 
-def test_resume_refuses_another_fast_math(tuned_fast):
-    proc = run_cli("run", "--strategy", "random", "--model", tuned_fast["model"], "--trials", "20", "--log",
-                   tuned_fast["log"], "--resume", "--fast-math", "off")
+def test_resume_refuses_another_fast_math(tuned_fast, capfd):
+    proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", tuned_fast["model"], "--trials", "20",
+                        "--log", tuned_fast["log"], "--resume", "--fast-math", "off")
     assert proc.returncode == 2 and "tuned with --fast-math on" in proc.stderr
     assert "Traceback" not in proc.stderr

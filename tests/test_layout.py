@@ -8,22 +8,22 @@ import os
 import pytest
 
 from autosearch.records import read_log
-from tests.conftest import run_cli, small_conv_onnx, tune_and_export
+from tests.conftest import run_cli_here, small_conv_onnx, tune_and_export
+
+AUTO_TRIALS = 6  # --layout auto: one trial for each of the small model's six tasks
 
 
 @pytest.fixture(scope="module")
 def tuned_nhwc(tmp_path_factory):
-    return tune_and_export(tmp_path_factory.mktemp("nhwc"), small_conv_onnx, trials=16, batch=8,
-                           options=("--layout", "NHWC"))
+    """Four tasks (conv, pool and the two transposes around them), each measured: the scheduler's first pass gives
+    the conv two trials (by its FLOPs) and the others one."""
+    return tune_and_export(tmp_path_factory.mktemp("nhwc"), small_conv_onnx, trials=5, batch=5,
+                           options=("--layout", "NHWC", "--finalist-rounds", "0"))
 
 
-def test_nhwc_tasks_are_nhwc_convolutions():
-    from autosearch.importer import import_model
-    from autosearch.target import parse_target
-
-    target = parse_target(None)
-    nchw = import_model("tiny-yolov2", target, winograd="auto")
-    nhwc = import_model("tiny-yolov2", target, winograd="auto", layout="NHWC")
+def test_nhwc_tasks_are_nhwc_convolutions(imported):
+    nchw = imported("tiny-yolov2", winograd="auto")
+    nhwc = imported("tiny-yolov2", winograd="auto", layout="NHWC")
     assert nhwc.layout == "NHWC" and nhwc.alternatives == 0 < nchw.alternatives  # winograd is NCHW only
     assert nhwc.flops == pytest.approx(nchw.flops)  # same convolutions, other layout
     convs = [t for t in nhwc.tasks if "conv2d" in t.name]
@@ -34,29 +34,29 @@ def test_nhwc_tasks_are_nhwc_convolutions():
     assert {t.workload_key for t in convs}.isdisjoint(t.workload_key for t in nchw.tasks)
 
 
-def test_nhwc_round_trip_export_compile_report_matches_onnxruntime(tuned_nhwc):
+def test_nhwc_round_trip_export_compile_report_matches_onnxruntime(tuned_nhwc, capfd):
     with open(os.path.join(tuned_nhwc["db"], "autosearch_lowering.json")) as fh:
         assert json.load(fh)["layout"] == "NHWC"
     out = os.path.join(str(tuned_nhwc["work"]), "model.so")
-    proc = run_cli("compile", "--model", tuned_nhwc["model"], "--db", tuned_nhwc["db"], "--out", out)
+    proc = run_cli_here(capfd, "compile", "--model", tuned_nhwc["model"], "--db", tuned_nhwc["db"], "--out", out)
     assert proc.returncode == 0, proc.stderr
     contents = read_log(tuned_nhwc["log"])
     faster = [k for k in contents.tasks if contents.best(k).latency < contents.baseline(k).latency]
     assert faster and f"{len(faster)}/{len(contents.tasks)} tuned" in proc.stdout  # the database's layout was used
-    md = os.path.join(str(tuned_nhwc["work"]), "report.md")
-    proc = run_cli("report", "--model", tuned_nhwc["model"], "--db", tuned_nhwc["db"], "--runs", "6", "--rounds", "2",
-                   "--plot", os.path.join(str(tuned_nhwc["work"]), "report.png"), "--markdown", md)
+    md, png = (os.path.join(str(tuned_nhwc["work"]), name) for name in ("report.md", "report.png"))
+    proc = run_cli_here(capfd, "report", "--model", tuned_nhwc["model"], "--db", tuned_nhwc["db"], "--runs", "2",
+                        "--rounds", "2", "--untuned-runs", "1", "--plot", png, "--markdown", md)
     assert proc.returncode == 0, proc.stderr
     assert "TVM tuned output vs ONNX Runtime" in proc.stdout and "DIFFERS" not in proc.stdout
     table = open(md).read().split("\n\n")[0].splitlines()  # the runtimes' table, before the notes
     runs = [c.strip() for c in table[0].split("|")].index("runs")
     rows = {line.split("|")[1].strip(): line.split("|")[runs].strip() for line in table if line.startswith("| ")}
-    assert rows["TVM tuned"] == rows["ONNX Runtime"] == "6"  # 3 + 3 runs: two rounds taking turns, pooled
+    assert rows["TVM tuned"] == rows["ONNX Runtime"] == "2"  # 1 + 1 runs: two rounds taking turns, pooled
 
 
-def test_resume_refuses_another_layout(tuned_nhwc):
-    proc = run_cli("run", "--strategy", "random", "--model", tuned_nhwc["model"], "--trials", "20", "--log",
-                   tuned_nhwc["log"], "--resume", "--layout", "NCHW")
+def test_resume_refuses_another_layout(tuned_nhwc, capfd):
+    proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", tuned_nhwc["model"], "--trials", "20",
+                        "--log", tuned_nhwc["log"], "--resume", "--layout", "NCHW")
     assert proc.returncode == 2 and "tuned with --layout NHWC" in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -83,11 +83,13 @@ def test_layout_totals_count_each_model_once_with_its_faster_winograd_alternativ
 
 @pytest.fixture(scope="module")
 def tuned_auto(tmp_path_factory):
-    return tune_and_export(tmp_path_factory.mktemp("auto"), small_conv_onnx, trials=24, batch=8,
-                           options=("--layout", "auto"))
+    """Six tasks (conv and pool in each layout, NHWC's two transposes), one trial each, as the scheduler's first
+    pass gives them."""
+    return tune_and_export(tmp_path_factory.mktemp("auto"), small_conv_onnx, trials=AUTO_TRIALS, batch=AUTO_TRIALS,
+                           options=("--layout", "auto", "--finalist-rounds", "0"))
 
 
-def test_auto_tunes_both_layouts_exports_the_faster_and_compile_follows(tuned_auto):
+def test_auto_tunes_both_layouts_exports_the_faster_and_compile_follows(tuned_auto, capfd):
     from autosearch.alternatives import choose_layout, layout_totals, model_latency, task_layouts
 
     contents = read_log(tuned_auto["log"])
@@ -111,16 +113,16 @@ def test_auto_tunes_both_layouts_exports_the_faster_and_compile_follows(tuned_au
     assert exported and all(lowering["layout"] in task_layouts(contents.tasks[k]["lowering"]) for k in exported)
 
     out = os.path.join(str(tuned_auto["work"]), "model.so")
-    proc = run_cli("compile", "--model", tuned_auto["model"], "--db", tuned_auto["db"], "--out", out)
+    proc = run_cli_here(capfd, "compile", "--model", tuned_auto["model"], "--db", tuned_auto["db"], "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert f" with {len(exported)}/" in proc.stdout  # compiled in the chosen layout: every exported task is found
 
 
-def test_resume_of_an_auto_log_stays_auto(tuned_auto):
-    proc = run_cli("run", "--strategy", "random", "--model", tuned_auto["model"], "--trials", "26", "--log",
-                   tuned_auto["log"], "--resume")
+def test_resume_of_an_auto_log_stays_auto(tuned_auto, capfd):
+    proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", tuned_auto["model"], "--trials",
+                        str(AUTO_TRIALS + 1), "--log", tuned_auto["log"], "--resume", "--finalist-rounds", "0")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "conv2d auto" in proc.stdout
-    proc = run_cli("run", "--strategy", "random", "--model", tuned_auto["model"], "--trials", "30", "--log",
-                   tuned_auto["log"], "--resume", "--layout", "NHWC")
+    proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", tuned_auto["model"], "--trials",
+                        str(AUTO_TRIALS + 2), "--log", tuned_auto["log"], "--resume", "--layout", "NHWC")
     assert proc.returncode == 2 and "tuned with --layout auto" in proc.stderr

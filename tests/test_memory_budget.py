@@ -6,41 +6,22 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from autosearch.memory import MIB
-from tests.conftest import run_cli, tune_and_export
+from tests.conftest import run_cli, run_cli_here
 
 WINOGRAD_SPEEDUP = 5.0  # the test's log says Winograd is this much faster on both layers (see the fixture)
 
 
-def two_wide_convs_onnx(path: str) -> None:
-    """Conv 3x3 64 -> 64 then 64 -> 96 at 16 x 16 (+ ReLU): two layers with different keys, both Winograd
-    candidates."""
-    rng = np.random.default_rng(3)
-    w0 = numpy_helper.from_array((rng.standard_normal((64, 64, 3, 3)) * 0.05).astype("float32"), "W0")
-    w1 = numpy_helper.from_array((rng.standard_normal((96, 64, 3, 3)) * 0.05).astype("float32"), "W1")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "W0"], ["c0"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c0"], ["r0"]),
-         helper.make_node("Conv", ["r0", "W1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["y"])],
-        "two_wide_convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 96, 16, 16])], [w0, w1])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-
-
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory):
-    """A short real run (both layers tuned direct and as Winograd), its log rewritten so that Winograd is the
-    faster on both layers whatever the short run found: the budget has something to give up."""
-    run = tune_and_export(tmp_path_factory.mktemp("budget"), two_wide_convs_onnx, trials=16, batch=8,
-                          options=("--finalist-rounds", "0"))
+def tuned(tuned_two_wide, tmp_path_factory):
+    """The shared short real run (both layers tuned direct and as Winograd), its log rewritten so that Winograd is
+    the faster on both layers whatever the short run found: the budget has something to give up. This module
+    writes into a directory of its own."""
     from autosearch.records import read_log
 
+    run = {**tuned_two_wide, "work": tmp_path_factory.mktemp("budget")}
     algorithm = {k: (h.get("lowering") or {}).get("algorithm") for k, h in read_log(run["log"]).tasks.items()}
     assert sorted(a for a in algorithm.values() if a) == ["direct", "direct", "winograd", "winograd"]
     faster = os.path.join(str(run["work"]), "winograd-faster.jsonl")
@@ -65,12 +46,13 @@ def options(tuned, target):
     return nchw
 
 
-def _export(tuned, out: str, budget_bytes: float, *extra: str):
-    return run_cli("export", "--log", tuned["log"], "--out", out, "--memory-budget", f"{budget_bytes / MIB:.6f}",
-                   "--model", tuned["model"], *extra)
+def _export(tuned, out: str, budget_bytes: float) -> list[str]:
+    """``export --memory-budget``'s arguments."""
+    return ["export", "--log", tuned["log"], "--out", out, "--memory-budget", f"{budget_bytes / MIB:.6f}",
+            "--model", tuned["model"]]
 
 
-def test_a_budget_between_all_direct_and_all_winograd_gives_up_winograd_layers_and_fits(tuned, options):
+def test_a_budget_between_all_direct_and_all_winograd_gives_up_winograd_layers_and_fits(tuned, options, capfd):
     from autosearch.export import lowering_of
     from autosearch.memory import MemoryEstimate
     from autosearch.records import read_log
@@ -85,7 +67,7 @@ def test_a_budget_between_all_direct_and_all_winograd_gives_up_winograd_layers_a
     assert peak(0) < peak(extras[-1]) < peak(sum(extras))
     budget = peak(extras[-1]) + 4096  # room for either layer's Winograd kernels, not for both
     out = os.path.join(str(tuned["work"]), "db-budget")
-    proc = _export(tuned, out, budget)
+    proc = run_cli_here(capfd, *_export(tuned, out, budget))
     assert proc.returncode == 0, proc.stderr
     with open(os.path.join(out, "autosearch_lowering.json")) as fh:
         lowering = json.load(fh)
@@ -95,9 +77,9 @@ def test_a_budget_between_all_direct_and_all_winograd_gives_up_winograd_layers_a
     assert recorded["predicted_bytes"] <= recorded["budget_bytes"] <= budget
 
     # compile and report build the choice, and report puts the prediction beside the measured peak
-    md = os.path.join(str(tuned["work"]), "report.md")
-    proc = run_cli("report", "--model", tuned["model"], "--db", out, "--runs", "2", "--rounds", "1", "--untuned-runs",
-                   "1", "--markdown", md, "--plot", os.path.join(str(tuned["work"]), "report.png"))
+    md, png = (os.path.join(str(tuned["work"]), name) for name in ("report.md", "report.png"))
+    proc = run_cli_here(capfd, "report", "--model", tuned["model"], "--db", out, "--runs", "2", "--rounds", "1",
+                        "--untuned-runs", "1", "--markdown", md, "--plot", png)
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(ln for ln in open(md).read().splitlines() if ln.startswith("memory budget"))
     assert "1 of 2 layers as winograd" in line and "predicted peak" in line and "measured" in line, line
@@ -105,7 +87,8 @@ def test_a_budget_between_all_direct_and_all_winograd_gives_up_winograd_layers_a
 
 
 def test_a_budget_no_choice_meets_is_one_line_and_exit_code_2(tuned, options):
-    proc = _export(tuned, os.path.join(str(tuned["work"]), "db-tiny"), options.memory.peak_bytes() / 2)
+    # a real process: exit code 2, one line, no traceback
+    proc = run_cli(*_export(tuned, os.path.join(str(tuned["work"]), "db-tiny"), options.memory.peak_bytes() / 2))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "no choice fits" in proc.stderr, proc.stderr
     assert not os.path.exists(os.path.join(str(tuned["work"]), "db-tiny"))  # nothing written

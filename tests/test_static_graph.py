@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from autosearch.errors import UserError
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_cli_here
 
 CLASSES, BOX = 4, 4  # Detect-like head: 4 box distances (chunked into lt and rb), 4 class channels
 HW = 32
@@ -162,30 +162,30 @@ def test_a_static_graph_is_passed_through_untouched():
     assert has_runtime_shapes(detect_head_onnx("runtime")) and has_runtime_shapes(detect_head_onnx("dynamic"))
 
 
-def test_cli_dynamic_export_needs_its_shape_in_one_line(tmp_path):
+def test_cli_dynamic_export_needs_its_shape_in_one_line(tmp_path, capfd):
     path = _save(tmp_path, detect_head_onnx("dynamic"), "dynamic")
-    proc = run_cli("tasks", "--model", path, "--winograd", "off", "--layout", "NCHW")
+    proc = run_cli("tasks", "--model", path, "--winograd", "off", "--layout", "NCHW")  # a real process: exit code 2
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "--input-shape images:" in proc.stderr
-    proc = run_cli("tasks", "--model", path, "--input-shape", f"images:1,3,{HW},{HW}", "--winograd", "off",
-                   "--layout", "NCHW")
+    proc = run_cli_here(capfd, "tasks", "--model", path, "--input-shape", f"images:1,3,{HW},{HW}", "--winograd", "off",
+                        "--layout", "NCHW")
     assert proc.returncode == 0, proc.stderr
     assert "conv2d" in proc.stdout and not proc.stderr.strip()  # onnxsim's notes stay in the debug log
 
 
 @pytest.mark.parametrize("kind", ["static", "runtime"])
-def test_an_op_tvm_cannot_import_is_named_with_its_node(tmp_path, target, kind):
+def test_an_op_tvm_cannot_import_is_named_with_its_node(tmp_path, target, kind, capfd):
     from autosearch.importer import import_model
 
     path = _save(tmp_path, detect_head_onnx(kind, extra_op="Celu"), kind)
     with pytest.raises(UserError, match=r"^ONNX op not supported by TVM's Relax importer: Celu \(node 'user_op'\)$"):
         import_model(path, target)
-    proc = run_cli("tasks", "--model", path)
+    proc = run_cli_here(capfd, "tasks", "--model", path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: ONNX op not supported by TVM's Relax importer: Celu (node 'user_op')"
 
 
-def test_a_shape_that_depends_on_data_is_named_in_one_line(tmp_path):
+def test_a_shape_that_depends_on_data_is_named_in_one_line(tmp_path, capfd):
     """NonZero's output size depends on the values: nothing folds it, and TVM cannot tune it."""
     weight = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
     graph = helper.make_graph(
@@ -196,7 +196,8 @@ def test_a_shape_that_depends_on_data_is_named_in_one_line(tmp_path):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, None])], [weight])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    proc = run_cli("tasks", "--model", _save(tmp_path, model, "nonzero"), "--winograd", "off", "--layout", "NCHW")
+    proc = run_cli_here(capfd, "tasks", "--model", _save(tmp_path, model, "nonzero"), "--winograd", "off", "--layout",
+                        "NCHW")
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "NonZero node 'where_positive' sizes its output from data" in proc.stderr

@@ -8,15 +8,13 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli, small_conv_onnx
+from tests.conftest import run_cli, run_cli_here, small_conv_onnx
 
 
 @pytest.fixture(scope="module")
-def models(target):
-    from autosearch.importer import import_model
-
+def models(imported):
     # direct convolutions: the graph as ONNX states it (winograd lowering has its own tests)
-    return {name: import_model(name, target, winograd="off")
+    return {name: imported(name, winograd="off", layout="NCHW")
             for name in ("tiny-yolov2", "yolov3-tiny", "yolov8n", "yolo11n")}
 
 
@@ -130,8 +128,8 @@ def test_untuned_tvm_matches_onnxruntime_on_tiny_yolov2(models, target):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
 
 
-def test_cli_tasks_json_lists_fields():
-    proc = run_cli("tasks", "--model", "tiny-yolov2", "--json", "--winograd", "off", "--layout", "NCHW")
+def test_cli_tasks_json_lists_fields(capfd):
+    proc = run_cli_here(capfd, "tasks", "--model", "tiny-yolov2", "--json", "--winograd", "off", "--layout", "NCHW")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert len(rows) == 16
@@ -139,22 +137,22 @@ def test_cli_tasks_json_lists_fields():
     assert rows[0]["args"][0] == [[1, 1024, 13, 13], "float32"]
     # the default (--winograd auto, --layout auto) also lists the winograd alternative of the six candidate
     # layers and the NHWC model's tasks, each marked with the layouts whose model runs it
-    rows = json.loads(run_cli("tasks", "--model", "tiny-yolov2", "--json").stdout)
+    rows = json.loads(run_cli_here(capfd, "tasks", "--model", "tiny-yolov2", "--json").stdout)
     assert sum(r["lowering"].get("algorithm") == "winograd" for r in rows) == 6
     assert all(r["lowering"]["layout"] == "auto" for r in rows)
     nchw = [r for r in rows if "NCHW" in r["lowering"]["layouts"]]
     assert len(nchw) == 22 and any("NCHW" not in r["lowering"]["layouts"] for r in rows)
 
 
-def test_cli_tasks_table_for_a_user_onnx_file(tmp_path):
+def test_cli_tasks_table_for_a_user_onnx_file(tmp_path, capfd):
     path = tmp_path / "user.onnx"
     small_conv_onnx(str(path))
-    proc = run_cli("tasks", "--model", str(path))
+    proc = run_cli_here(capfd, "tasks", "--model", str(path))
     assert proc.returncode == 0, proc.stderr
     assert "total:" in proc.stdout and "conv2d" in proc.stdout
 
 
-def test_input_shape_override_for_dynamic_input(tmp_path, target):
+def test_input_shape_override_for_dynamic_input(tmp_path, target, capfd):
     import onnx
 
     from autosearch.importer import import_model
@@ -168,7 +166,7 @@ def test_input_shape_override_for_dynamic_input(tmp_path, target):
     onnx.save(model, path)
     imported = import_model(path, target, input_shape="x:1,16,32,32")
     assert imported.input_shapes == {"x": (1, 16, 32, 32)}
-    proc = run_cli("tasks", "--model", path)
+    proc = run_cli_here(capfd, "tasks", "--model", path)
     assert proc.returncode == 2 and "--input-shape" in proc.stderr
 
 
@@ -198,9 +196,10 @@ def _bad_input_cases(tmp_path):
     ]
 
 
-def test_bad_inputs_give_one_line_and_exit_code_2(tmp_path):
-    for args, needle in _bad_input_cases(tmp_path):
-        proc = run_cli("tasks", *args)
+def test_bad_inputs_give_one_line_and_exit_code_2(tmp_path, capfd):
+    for i, (args, needle) in enumerate(_bad_input_cases(tmp_path)):
+        # the first in a real process (the exit code, no traceback), the others in this one: their messages
+        proc = run_cli("tasks", *args) if i == 0 else run_cli_here(capfd, "tasks", *args)
         assert proc.returncode == 2, (args, proc.stderr)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1, (args, proc.stderr)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autosearch.winograd import ConvShape
-from tests.conftest import run_cli, small_conv_onnx, tune_and_export, wide_conv_onnx
+from tests.conftest import run_cli, run_cli_here, small_conv_onnx
 
 
 def _direct_conv(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
@@ -67,11 +67,9 @@ def test_flop_formula_is_tvms_own_count(target):
     assert shape.winograd_flops() < 0.55 * shape.direct_flops
 
 
-def test_auto_offers_the_wide_layers_both_ways_and_off_none(target):
-    from autosearch.importer import import_model
-
-    auto = import_model("tiny-yolov2", target, winograd="auto")
-    off = import_model("tiny-yolov2", target, winograd="off")
+def test_auto_offers_the_wide_layers_both_ways_and_off_none(imported):
+    auto = imported("tiny-yolov2", winograd="auto")
+    off = imported("tiny-yolov2", winograd="off", layout="NCHW")
     wino = [t for t in auto.tasks if "winograd" in t.name]
     assert not any("winograd" in t.name for t in off.tasks)
     # the 3x3 convs from 32 input channels up are candidates; the stem (3->16, 16->32) and the 1x1 head are not
@@ -115,40 +113,53 @@ def test_bad_winograd_mode_is_refused():
 
 
 @pytest.fixture(scope="module")
-def tuned_wide(tmp_path_factory):
-    """A short real run on a conv that auto lowers to winograd, exported."""
-    return tune_and_export(tmp_path_factory.mktemp("winograd"), wide_conv_onnx, trials=12, batch=6)
+def tuned_wide(tuned_two_wide, tmp_path_factory):
+    """The shared short real run on two convs that auto lowers to winograd (each layer tuned both ways),
+    exported; this module writes into a directory of its own."""
+    return {**tuned_two_wide, "work": tmp_path_factory.mktemp("winograd")}
 
 
-def test_winograd_model_tunes_both_ways_exports_the_faster_and_matches_onnxruntime(tuned_wide):
+def _layers(contents) -> dict[str, dict[str, str]]:
+    """layer key -> {algorithm: task key} of a log's conv layers tuned both ways."""
+    layers: dict[str, dict[str, str]] = {}
+    for key, header in contents.tasks.items():
+        if "layer" in header["lowering"]:
+            layers.setdefault(header["lowering"]["layer"], {})[header["lowering"]["algorithm"]] = key
+    return layers
+
+
+def test_winograd_model_tunes_both_ways_exports_the_faster_and_matches_onnxruntime(tuned_wide, capfd):
     from autosearch.records import read_log
 
     contents = read_log(tuned_wide["log"])
-    by_algorithm = {h["lowering"]["algorithm"]: k for k, h in contents.tasks.items() if "layer" in h["lowering"]}
-    assert set(by_algorithm) == {"direct", "winograd"}  # one layer, tuned both ways
-    best = {a: contents.best(k).latency for a, k in by_algorithm.items()}
-    faster = min(best, key=best.get)
+    layers = _layers(contents)
+    assert len(layers) == 2 and all(set(by) == {"direct", "winograd"} for by in layers.values())  # both ways
+    faster = {layer: min(by, key=lambda a: contents.best(by[a]).latency) for layer, by in layers.items()}
     with open(os.path.join(tuned_wide["db"], "autosearch_lowering.json")) as fh:
         lowering = json.load(fh)
-    assert lowering["winograd"] == "auto" and list(lowering["choices"].values()) == [faster]
+    assert lowering["winograd"] == "auto" and lowering["choices"] == faster
     # compile/report take the lowering and the choice from the database: the faster alternative is built
     md = os.path.join(str(tuned_wide["work"]), "report.md")
-    proc = run_cli("report", "--model", tuned_wide["model"], "--db", tuned_wide["db"], "--runs", "5",
-                   "--markdown", md, "--plot", os.path.join(str(tuned_wide["work"]), "r.png"))
+    proc = run_cli_here(capfd, "report", "--model", tuned_wide["model"], "--db", tuned_wide["db"], "--runs", "2",
+                        "--rounds", "1", "--untuned-runs", "1", "--markdown", md,
+                        "--plot", os.path.join(str(tuned_wide["work"]), "r.png"))
     assert proc.returncode == 0, proc.stderr
     assert "TVM tuned output vs ONNX Runtime" in proc.stdout and "matches" in proc.stdout
     report = open(md).read()
-    assert "1/1 tasks tuned" in report
-    assert contents.tasks[by_algorithm[faster]]["name"] in report
+    assert "2/2 tasks tuned" in report
+    per_task = {row.split("|")[2].strip() for row in report.split("\n\n")[-1].splitlines()[2:]}  # the last table
+    for layer, by in layers.items():
+        assert contents.tasks[by[faster[layer]]]["name"] in per_task
+        assert not any(contents.tasks[key]["name"] in per_task for a, key in by.items() if a != faster[layer])
 
 
-def test_compile_with_either_lowering_finds_its_tuned_task(tuned_wide):
-    for mode in ("off", "auto"):
+def test_compile_with_either_lowering_finds_its_tuned_tasks(tuned_wide, capfd):
+    for mode in ("off", "auto"):  # off: both layers direct; auto: each layer as the database chose
         out = os.path.join(str(tuned_wide["work"]), f"{mode}.so")
-        proc = run_cli("compile", "--model", tuned_wide["model"], "--db", tuned_wide["db"], "--out", out,
-                       "--winograd", mode)
+        proc = run_cli_here(capfd, "compile", "--model", tuned_wide["model"], "--db", tuned_wide["db"], "--out", out,
+                            "--winograd", mode)
         assert proc.returncode == 0, proc.stderr
-        assert "with 1/1 tuned tasks" in proc.stdout, proc.stdout
+        assert "with 2/2 tuned tasks" in proc.stdout, proc.stdout
 
 
 def test_small_stem_conv_stays_direct(target, tmp_path):
