@@ -319,12 +319,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- export
 def cmd_export(args: argparse.Namespace) -> int:
-    from autosearch.export import export_database
+    from autosearch.export import check_out_dir, export_database
     from autosearch.records import read_log
 
     contents = read_log(args.log)
     if not contents.tasks:
         raise UserError(f"{args.log} has no task headers: is it an autosearch tuning log?")
+    check_out_dir(args.out, force=args.force)  # before --memory-budget's minutes of work
     if contents.corrupt:
         _console(stderr=True).print(f"warning: skipped {len(contents.corrupt)} corrupt line(s), first: "
                                     f"{contents.corrupt[0]}")

@@ -107,13 +107,9 @@ def memory_database(contents: LogContents):
     return db
 
 
-def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, force: bool = False,
-                    lowering: dict | None = None) -> ExportSummary:
-    """Write the best ``top_k`` valid records of every task of the model compiled (:func:`exported_records`) as a
-    TVM JSONDatabase, with how it is lowered: ``lowering``, when given (``export --memory-budget`` chooses it:
-    :mod:`autosearch.budget`), else :func:`lowering_of` the log (the faster layout and algorithms)."""
-    if top_k <= 0:
-        raise UserError(f"--top-k must be positive, not {top_k}")
+def check_out_dir(out_dir: str, *, force: bool) -> list[str]:
+    """The database files already in ``out_dir`` (a one-line error unless ``force``), after checking it can be
+    written: called before any long work (``export --memory-budget`` compiles), so a wrong ``--out`` fails first."""
     # the lowering file too: left from an earlier export, it would tell compile how another log was tuned
     existing = [f for f in (WORKLOAD_FILE, RECORD_FILE, LOWERING_FILE) if os.path.exists(os.path.join(out_dir, f))]
     if existing and not force:
@@ -127,6 +123,17 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
         os.unlink(probe)
     except OSError as exc:
         raise UserError(f"cannot write to {out_dir}: {exc.strerror}") from exc
+    return existing
+
+
+def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, force: bool = False,
+                    lowering: dict | None = None) -> ExportSummary:
+    """Write the best ``top_k`` valid records of every task of the model compiled (:func:`exported_records`) as a
+    TVM JSONDatabase, with how it is lowered: ``lowering``, when given (``export --memory-budget`` chooses it:
+    :mod:`autosearch.budget`), else :func:`lowering_of` the log (the faster layout and algorithms)."""
+    if top_k <= 0:
+        raise UserError(f"--top-k must be positive, not {top_k}")
+    existing = check_out_dir(out_dir, force=force)
     if force:
         for f in existing:
             os.unlink(os.path.join(out_dir, f))

@@ -94,6 +94,21 @@ def test_a_budget_no_choice_meets_is_one_line_and_exit_code_2(tuned, options):
     assert not os.path.exists(os.path.join(str(tuned["work"]), "db-tiny"))  # nothing written
 
 
+def test_an_existing_out_directory_is_refused_before_any_model_is_imported(tuned, capfd, monkeypatch):
+    """A wrong --out fails first, not after the minutes --memory-budget spends importing and compiling."""
+    import autosearch.budget
+
+    def imported(*args, **kwargs):
+        raise AssertionError("the model was imported before --out was checked")
+
+    monkeypatch.setattr(autosearch.budget, "import_tuned_model", imported)
+    out = os.path.join(str(tuned["work"]), "db-existing")
+    os.makedirs(out, exist_ok=True)
+    open(os.path.join(out, "database_workload.json"), "w").close()
+    proc = run_cli_here(capfd, *_export(tuned, out, 1e12))
+    assert proc.returncode == 2 and "already holds" in proc.stderr and "--force" in proc.stderr, proc.stderr
+
+
 def test_memory_budget_needs_the_model(tuned):
     proc = run_cli("export", "--log", tuned["log"], "--out", os.path.join(str(tuned["work"]), "db-x"),
                    "--memory-budget", "100")
