@@ -12,8 +12,7 @@ import time
 import pytest
 
 from autosearch.records import read_log
-from tests.conftest import ROOT, run_cli, small_conv_onnx
-from tests.in_process import run_main
+from tests.conftest import ROOT, run_cli, run_cli_here, small_conv_onnx
 
 # Batches of 2: the signal comes after 1, 2 or 3 batches, with 2 batches and the finalists still to go; kernels are
 # timed 3 times for 5 ms (checked and compared, never benchmarked). The resume runs in the test process.
@@ -62,7 +61,7 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, s
     before = [r.config for r in contents.trials()]
     assert 0 < len(before) <= BUDGET and len(set(before)) == len(before)
 
-    again = run_main(capfd, *args, "--resume")
+    again = run_cli_here(capfd, *args, "--resume")
     assert again.returncode == 0, again.stderr[-2000:]
     contents = read_log(log)
     after = [r.config for r in contents.trials()]

@@ -7,8 +7,7 @@ import os
 import pytest
 
 from autosearch.records import read_log
-from tests.conftest import run_cli, small_conv_onnx
-from tests.in_process import run_main
+from tests.conftest import run_cli, run_cli_here, small_conv_onnx
 
 # Timing settings of the end-to-end runs: their kernels are checked and compared, never benchmarked
 FAST_TIMING = ("--repeat", "3", "--min-repeat-ms", "5")
@@ -33,7 +32,7 @@ STARTS = {"random": (), "annealing": ("--option", "init_random=4"), "optuna": ("
 @pytest.mark.parametrize("strategy", ["random", "annealing", "optuna"])
 def test_each_strategy_tunes_real_kernels(tmp_path, model_path, strategy, capfd):
     log = str(tmp_path / "run.jsonl")
-    proc = run_main(capfd, "run", "--strategy", strategy, "--model", model_path, "--tasks", "conv", "--layout",
+    proc = run_cli_here(capfd, "run", "--strategy", strategy, "--model", model_path, "--tasks", "conv", "--layout",
                     "NCHW", "--finalist-rounds", "1", *FAST_TIMING, *STARTS[strategy],
                     "--trials", "8", "--batch", "4", "--log", log, "--seed", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -55,12 +54,12 @@ def test_resume_finishes_the_budget_without_repeating_a_measurement(tmp_path, mo
     log = str(tmp_path / "run.jsonl")
     args = ("run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
             "--finalist-rounds", "1", *FAST_TIMING, "--log", log)
-    first = run_main(capfd, *args, "--trials", "4", "--batch", "2")
+    first = run_cli_here(capfd, *args, "--trials", "4", "--batch", "2")
     assert first.returncode == 0, first.stderr[-2000:]
     before = _trial_configs(read_log(log))
-    refused = run_main(capfd, *args, "--trials", "8")
+    refused = run_cli_here(capfd, *args, "--trials", "8")
     assert refused.returncode == 2 and "--resume" in refused.stderr
-    again = run_main(capfd, *args, "--trials", "8", "--batch", "2", "--resume")
+    again = run_cli_here(capfd, *args, "--trials", "8", "--batch", "2", "--resume")
     assert again.returncode == 0, again.stderr[-2000:]
     contents = read_log(log)
     after = _trial_configs(contents)
@@ -140,7 +139,7 @@ def test_run_bad_inputs(tmp_path, model_path, args, needle, capfd):
     if "--model" not in args:
         args = [*args, "--model", model_path]
     args = ["run", *args, "--log", str(tmp_path / "x.jsonl")]
-    proc = run_cli(*args, timeout=120) if needle == "no task 99" else run_main(capfd, *args)
+    proc = run_cli(*args, timeout=120) if needle == "no task 99" else run_cli_here(capfd, *args)
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], proc.stderr

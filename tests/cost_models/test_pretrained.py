@@ -7,30 +7,18 @@ import io
 import json
 import os
 import shutil
-import signal
 
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli, small_conv_onnx
+from tests.conftest import run_cli, run_cli_here, small_conv_onnx
 from tests.cost_models.conftest import DATASET, HELD_OUT
-
-
-def _main(*args: str) -> int:
-    """``python -m autosearch ARGS`` in this process (no fresh interpreter importing TVM again): the command's
-    exit code. The SIGTERM handler ``run`` installs is put back afterwards."""
-    from autosearch.cli import main
-
-    before = signal.getsignal(signal.SIGTERM)
-    try:
-        return main(list(args))
-    finally:
-        signal.signal(signal.SIGTERM, before)
 
 
 @pytest.fixture(scope="module")
 def trained_dir(tmp_path_factory) -> str:
     """A model trained by ``train-model`` on the committed dataset, its held-out task left out."""
+    from autosearch.cli import main
     from autosearch.records import read_log
 
     held_out = list(read_log(DATASET).tasks)[HELD_OUT]
@@ -38,7 +26,7 @@ def trained_dir(tmp_path_factory) -> str:
     stdout = io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(stdout):
         mp.setenv("AUTOSEARCH_CACHE", str(tmp_path_factory.mktemp("cache")))
-        code = _main("train-model", "--log", DATASET, "--out", out, "--folds", "3", "--exclude-task", held_out)
+        code = main(["train-model", "--log", DATASET, "--out", out, "--folds", "3", "--exclude-task", held_out])
     assert code == 0, stdout.getvalue()[-2000:]
     assert "held-out accuracy" in stdout.getvalue() and "run --cost-model" in stdout.getvalue()
     return out
@@ -105,7 +93,7 @@ def test_online_refit_grows_trees_on_top_of_the_pretrained_ones(trained_dir, con
     assert not np.allclose(before, scorer.score([r.config for r in records]))
 
 
-def _run(capsys, tmp_path, *extra: str) -> tuple[int, str, str, str]:
+def _run(capfd, tmp_path, *extra: str) -> tuple[int, str, str, str]:
     """A short real ``run`` of the small conv model's conv task, in process: (exit code, stdout, stderr, log path).
     One finalist re-timing round, 2 repeats, no pooling task: how kernels are timed, and the untuned MaxPool, are
     not what these tests are about."""
@@ -113,20 +101,18 @@ def _run(capsys, tmp_path, *extra: str) -> tuple[int, str, str, str]:
     if not os.path.exists(model):
         small_conv_onnx(model)
     log = str(tmp_path / f"run{len(list(tmp_path.glob('*.jsonl')))}.jsonl")
-    capsys.readouterr()
-    code = _main("run", "--strategy", "optuna", "--model", model, "--tasks", "conv", "--trials", "12", "--batch", "6",
-                 "--layout", "NCHW", "--finalist-rounds", "1", "--repeat", "2", "--min-repeat-ms", "5",
-                 "--log", log, *extra)
-    out, err = capsys.readouterr()
-    return code, out, err, log
+    proc = run_cli_here(capfd, "run", "--strategy", "optuna", "--model", model, "--tasks", "conv", "--trials", "12",
+                        "--batch", "6", "--layout", "NCHW", "--finalist-rounds", "1", "--repeat", "2",
+                        "--min-repeat-ms", "5", "--log", log, *extra)
+    return proc.returncode, proc.stdout, proc.stderr, log
 
 
 @pytest.mark.parametrize("choice", ["auto", "none", "trained"])
-def test_auto_none_and_a_trained_directory_all_tune_and_the_log_says_which(capsys, tmp_path, trained_dir, choice):
+def test_auto_none_and_a_trained_directory_all_tune_and_the_log_says_which(capfd, tmp_path, trained_dir, choice):
     from autosearch.records import read_log
 
     spec = trained_dir if choice == "trained" else choice
-    code, out, err, log = _run(capsys, tmp_path, *(["--cost-model", spec] if choice != "auto" else []))  # auto: default
+    code, out, err, log = _run(capfd, tmp_path, *(["--cost-model", spec] if choice != "auto" else []))  # auto: default
     assert code == 0, err[-2000:]
     contents = read_log(log)
     [header] = contents.runs
@@ -136,7 +122,7 @@ def test_auto_none_and_a_trained_directory_all_tune_and_the_log_says_which(capsy
     assert sum(r.ok for r in contents.trials()) >= 10
 
 
-def test_bad_model_directories_are_one_line_errors(capsys, tmp_path, trained_dir):
+def test_bad_model_directories_are_one_line_errors(capfd, tmp_path, trained_dir):
     corrupt = str(tmp_path / "corrupt")
     shutil.copytree(trained_dir, corrupt)
     with open(os.path.join(corrupt, "manifest.json"), "w") as fh:
@@ -166,9 +152,9 @@ def test_bad_model_directories_are_one_line_errors(capsys, tmp_path, trained_dir
     # every case through the CLI's main, in process: the same exit code and one-line message
     for path, needle in ((corrupt, "corrupt"), (other_features, "train it again"), (other_target, "aarch64"),
                          (broken_booster, "cannot be loaded"), (str(tmp_path), "not a cost model directory")):
-        code, _, err, _ = _run(capsys, tmp_path, "--cost-model", path)
+        code, _, err, _ = _run(capfd, tmp_path, "--cost-model", path)
         assert code == 2, (path, err[-1000:])
         assert needle in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1
-    assert _main("train-model", "--log", DATASET, "--out", trained_dir) == 2  # never overwritten unasked
-    assert "already holds a cost model" in capsys.readouterr().err
+    proc = run_cli_here(capfd, "train-model", "--log", DATASET, "--out", trained_dir)
+    assert proc.returncode == 2 and "already holds a cost model" in proc.stderr  # never overwritten unasked
