@@ -87,7 +87,7 @@ def main(fd: int) -> None:
     # Ctrl-C reaches the whole process group: the parent decides when workers stop (pipe closed).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # tvm_ffi imports PyTorch when it is installed (the [learned] extra), only to exchange tensors with it;
-    # kernels never do. Blocked, a worker starts in ~1 s instead of ~3 s and ~200 MB smaller, on every start:
+    # kernels never do. Blocked, a worker starts seconds sooner and without libtorch's memory, on every start:
     # each run's workers, each finalist round's fresh measuring process, each restart after a crash.
     sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
     cpus = os.environ.get("AUTOSEARCH_AFFINITY")
