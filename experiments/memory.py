@@ -278,17 +278,38 @@ def write_variants(results: dict, args, stem: str, cpu: str) -> None:
                   fh, indent=1)
     fig, axes = figure(size=(8.0, 5.5))
     ax = axes[0, 0]
-    for key, r in results.items():
-        if "error" in r or r["model_peak_bytes"] is None:
-            continue
-        x, y = r["model_peak_bytes"] / MIB, r["median_ms"]
+    points = [(key, r["model_peak_bytes"] / MIB, r["median_ms"], r["label"]) for key, r in results.items()
+              if "error" not in r and r["model_peak_bytes"] is not None]
+    for key, x, y, _ in points:
         ax.scatter([x], [y], color="C1" if key in PEERS else "C0", marker="s" if key in PEERS else "o")
-        ax.annotate(r["label"], (x, y), xytext=(4, 3), textcoords="offset points", fontsize=7)
+    for (x, y, label), dy in zip([p[1:] for p in points], _label_offsets([(p[1], p[2]) for p in points])):
+        ax.annotate(label, (x, y), xytext=(4, dy), textcoords="offset points", fontsize=7)
     ax.set_xlabel("peak memory (MiB above the runtime imported)")
     ax.set_ylabel("latency (ms, median)")
     ax.set_title(f"{args.name}: latency vs peak memory of the tuned variants and the peers", fontsize=10)
     save(fig, stem + ".png")
     print("\n".join(lines) + caption + f"plot: {stem}.png")
+
+
+def _label_offsets(xy: list[tuple[float, float]], *, axis_points: float = 300.0) -> list[float]:
+    """Vertical label offsets (points) so that the labels of points close together (variants that differ in a
+    detail, e.g. ORT's arena on and off) stack downwards instead of printing over each other; ``axis_points``
+    is about the axes' height."""
+    if not xy:
+        return []
+    xs, ys = [p[0] for p in xy], [p[1] for p in xy]
+    near_x = 0.15 * ((max(xs) - min(xs)) or 1.0)
+    scale = axis_points / (1.1 * ((max(ys) - min(ys)) or 1.0))  # points per data unit
+    placed: list[tuple[float, float]] = []  # (x, label baseline in points)
+    offsets = [0.0] * len(xy)
+    for i in sorted(range(len(xy)), key=lambda j: -xy[j][1]):
+        x, y = xy[i]
+        at = y * scale + 3
+        while clash := [b for px, b in placed if abs(x - px) < near_x and abs(at - b) < 9]:
+            at = min(clash) - 9
+        placed.append((x, at))
+        offsets[i] = at - y * scale
+    return offsets
 
 
 def write_front(front: list[dict], args, stem: str, cpu: str) -> None:
