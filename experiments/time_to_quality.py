@@ -77,35 +77,58 @@ def _wait_until(proc: subprocess.Popen, deadline: float) -> bool:
 
 # ---------------------------------------------------------------------------------------------- autosearch
 def tune_autosearch(state: State, name: str, extra: list[str], args, work: str) -> None:
-    """``run`` until the method has had ``--minutes`` of tuning wall time (several sittings add up)."""
+    """``run`` until the method has had ``--minutes`` of tuning wall time (several sittings add up). A run whose
+    trials run out before the minutes is resumed with more, as a user who wants more would (``run --resume``
+    with a larger ``--trials``), at the pace it has kept: how many trials fit in a minute differs between models
+    (many small tasks measure faster), and the budget also sizes each task's first pass, so it is not set huge."""
     st = state.method(name)
     log = os.path.join(work, f"{name}.jsonl")
     segments = st.setdefault("segments", [])
-    owed = args.minutes * 60 - sum(end - start for start, end in segments)
-    if st.get("finished") or owed <= 5:
-        return
-    trials = st.setdefault("trials", int(math.ceil(args.minutes * args.trials_per_minute)))
-    cmd = [sys.executable, "-m", "autosearch", "run", "--strategy", "optuna", "--model", args.model,
-           "--trials", str(trials), "--log", log, *extra]
-    if os.path.exists(log):
-        cmd.append("--resume")
-    print(f"[{name}] tuning {owed / 60:.1f} min more: {shlex.join(cmd[2:])}", flush=True)
-    with open(os.path.join(work, f"{name}.out"), "a") as out:
-        wall_start, start = time.time(), time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        segments.append([wall_start, wall_start])
-        ended = _wait_until(proc, start + owed)
-        if not ended:  # SIGTERM is Ctrl-C for run: the log keeps every finished batch
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        segments[-1][1] = wall_start + (time.perf_counter() - start)
-    if ended and proc.returncode == 0:
-        st["finished"] = True  # the budget of trials ran out before the minutes did
-    state.save()
+    st.setdefault("trials", int(math.ceil(args.minutes * args.trials_per_minute)))
+    while not st.get("finished"):
+        spent = sum(end - start for start, end in segments)
+        owed = args.minutes * 60 - spent
+        if owed <= 5:
+            return
+        before = _trials_in(log)
+        if before >= st["trials"]:  # the budget ran out before the minutes: more, at the pace kept so far
+            more = int(math.ceil(before / max(spent, 1.0) * owed))
+            st["trials"] = before + max(more, 1)
+            st.setdefault("extended", []).append({"after_trials": before, "after_min": round(spent / 60, 2),
+                                                  "trials": st["trials"]})
+        cmd = [sys.executable, "-m", "autosearch", "run", "--strategy", "optuna", "--model", args.model,
+               "--trials", str(st["trials"]), "--log", log, *extra]
+        if os.path.exists(log):
+            cmd.append("--resume")
+        print(f"[{name}] tuning {owed / 60:.1f} min more: {shlex.join(cmd[2:])}", flush=True)
+        with open(os.path.join(work, f"{name}.out"), "a") as out:
+            wall_start, start = time.time(), time.perf_counter()
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            segments.append([wall_start, wall_start])
+            ended = _wait_until(proc, start + owed)
+            if not ended:  # SIGTERM is Ctrl-C for run: the log keeps every finished batch
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            segments[-1][1] = wall_start + (time.perf_counter() - start)
+        state.save()
+        if not ended:
+            return  # the minutes are spent
+        if proc.returncode != 0:
+            raise SystemExit(f"[{name}] run failed (exit code {proc.returncode}): see {work}/{name}.out")
+        if _trials_in(log) == before:  # nothing left to measure: the space is exhausted
+            st["finished"] = True
+            state.save()
+
+
+def _trials_in(log: str) -> int:
+    if not os.path.exists(log):
+        return 0
+    with open(log) as fh:
+        return sum('"kind":"trial"' in line for line in fh)
 
 
 def tuning_secs(segments: list[list[float]], wall: float) -> float:

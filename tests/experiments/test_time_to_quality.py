@@ -1,0 +1,73 @@
+"""experiments/time_to_quality.py's tuning loop: the minutes, not the first guess of a trial budget, end a method's
+tuning. ``autosearch run`` is replaced by a stand-in process that appends trial records to its log (what the loop
+reads and decides from); real runs are tested elsewhere, and this is about the loop's decisions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from experiments import time_to_quality as ttq
+
+# measures 20 trials a second until the log holds --trials (with EXHAUSTED set, none: a spent space), then exits
+FAKE_RUN = r"""
+import json, os, sys, time
+args = sys.argv[1:]
+log, trials = args[args.index("--log") + 1], int(args[args.index("--trials") + 1])
+have = sum('"kind":"trial"' in line for line in open(log)) if os.path.exists(log) else 0
+with open(log, "a") as fh:
+    for _ in range(0 if os.environ.get("EXHAUSTED") else trials - have):
+        time.sleep(0.05)
+        fh.write(json.dumps({"kind": "trial", "finished": time.time()}, separators=(",", ":")) + "\n")
+        fh.flush()
+"""
+
+
+def _patch_run(monkeypatch, calls: list[list[str]]) -> None:
+    real = subprocess.Popen
+
+    def popen(cmd, **kwargs):
+        calls.append(cmd)
+        return real([sys.executable, "-c", FAKE_RUN, *cmd[3:]], **kwargs)
+
+    monkeypatch.setattr(ttq.subprocess, "Popen", popen)
+
+
+def _args(minutes: float) -> argparse.Namespace:
+    return argparse.Namespace(model="m", minutes=minutes, trials_per_minute=40.0)
+
+
+def test_a_budget_that_runs_out_before_the_minutes_is_resumed_with_more_at_the_pace_kept(tmp_path, monkeypatch):
+    calls: list[list[str]] = []
+    _patch_run(monkeypatch, calls)
+    state = ttq.State(str(tmp_path / "state.json"))
+    ttq.tune_autosearch(state, "default", [], _args(minutes=0.15), str(tmp_path))  # 9 s: 6 trials at first
+
+    budgets = [int(c[c.index("--trials") + 1]) for c in calls]
+    assert budgets[0] == 6 and len(calls) >= 2, budgets
+    assert "--resume" not in calls[0] and all("--resume" in c for c in calls[1:])
+    assert budgets == sorted(budgets) and len(set(budgets)) == len(budgets)  # each sitting asked for more
+    st = json.load(open(tmp_path / "state.json"))["methods"]["default"]
+    assert [e["trials"] for e in st["extended"]] == budgets[1:]
+    assert not st.get("finished")  # the minutes ended it, not the trials
+    spent = sum(end - start for start, end in st["segments"])
+    assert 0.15 * 60 - 5 < spent < 0.15 * 60 + 5
+    assert budgets[-2] < ttq._trials_in(str(tmp_path / "default.jsonl")) <= budgets[-1]
+
+    calls.clear()  # spent: a second call tunes no more
+    ttq.tune_autosearch(ttq.State(str(tmp_path / "state.json")), "default", [], _args(minutes=0.15), str(tmp_path))
+    assert calls == []
+
+
+def test_a_run_that_measures_nothing_more_ends_the_method(tmp_path, monkeypatch):
+    calls: list[list[str]] = []
+    _patch_run(monkeypatch, calls)
+    monkeypatch.setenv("EXHAUSTED", "1")
+    state = ttq.State(str(tmp_path / "state.json"))
+    ttq.tune_autosearch(state, "none", ["--cost-model", "none"], _args(minutes=1.0), str(tmp_path))
+    assert len(calls) == 1 and calls[0][-2:] == ["--cost-model", "none"]
+    assert json.load(open(tmp_path / "state.json"))["methods"]["none"]["finished"] is True
+    assert os.path.exists(tmp_path / "none.out")
