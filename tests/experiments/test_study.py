@@ -205,6 +205,24 @@ def test_a_sitting_never_repeats_a_finished_run_and_resumes_after_a_kill(tmp_pat
     assert report.done == [] and len(report.skipped) == len(keys)
 
 
+def test_a_claim_from_before_the_hosts_reboot_is_stale_even_if_its_pid_is_alive_again(tmp_path) -> None:
+    from experiments.lib.study.store import _boot_id
+
+    if _boot_id() is None:
+        pytest.skip("no boot id on this OS: claims fall back to host and pid")
+    config = _config(tmp_path, seeds=(0,))
+    store = Store(str(tmp_path / "results"))
+    key = all_runs([config.tasks[0]], config.methods, config.seeds)[0]
+    os.makedirs(os.path.dirname(store.claim_file(key)), exist_ok=True)
+    holder = {"host": os.uname().nodename, "pid": os.getppid()}  # a live pid, as a reused one after a reboot
+    for boot, taken in (("another-boot", True), (_boot_id(), False)):
+        with open(store.claim_file(key), "w") as fh:
+            json.dump({**holder, "boot": boot}, fh)
+        assert store.claim(key) is taken, boot  # the same boot: that live process is running it
+        if taken:
+            store.release(key)
+
+
 def test_a_failed_run_is_left_alone_unless_retried(tmp_path) -> None:
     config = _config(tmp_path, seeds=(0,))
     store = Store(str(tmp_path / "results"))

@@ -87,6 +87,16 @@ def best_at(latencies: list[float], budget: int) -> int | None:
     return min(valid)[1] if valid else None
 
 
+def _boot_id() -> str | None:
+    """This boot of this host (Linux): a claim written before a reboot names a process that is gone, even when
+    its pid now belongs to another one (sittings on a machine restarted between them)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -155,7 +165,7 @@ class Store:
         """Take the run for this process: False if a live process (here or on another host) holds it."""
         path = self.claim_file(key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "boot": _boot_id(), "since": time.time()}
         for _ in range(2):
             try:
                 fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -164,9 +174,11 @@ class Store:
                     holder = read_json(path)
                 except (OSError, ValueError):
                     holder = {}  # half-written by a process killed while claiming
-                if holder.get("host") not in (None, me["host"]) or _alive(int(holder.get("pid", -1))):
+                rebooted = holder.get("boot") not in (None, me["boot"])
+                alive = not rebooted and _alive(int(holder.get("pid", -1)))
+                if holder.get("host") not in (None, me["host"]) or alive:
                     return False
-                os.unlink(path)  # its process died on this host: the run is ours now
+                os.unlink(path)  # its process died on this host (or before its reboot): the run is ours now
                 continue
             with os.fdopen(fd, "w") as fh:
                 json.dump(me, fh)
