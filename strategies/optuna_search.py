@@ -143,9 +143,10 @@ def make_sampler(
         # gp
         missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
         if missing:
+            # PyPI's default torch wheel pulls several GB of CUDA libraries: the extra pins the CPU build
+            how = "pip install -e '.[learned]'" if "torch" in missing else f"pip install {' '.join(missing)}"
             raise UserError(
-                f"optuna sampler 'gp' needs {' and '.join(missing)}, not installed here "
-                f"(pip install {' '.join(missing)}); or use sampler=tpe"
+                f"optuna sampler 'gp' needs {' and '.join(missing)}, not installed here ({how}); or use sampler=tpe"
             )
         return optuna.samplers.GPSampler(
             seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False
