@@ -314,8 +314,11 @@ def write_results(state: State, args) -> None:
         lines += ["", markdown_table(["method", "trials", "tuning min", "trials per min", "wall per trial vs none"],
                                      pace_rows)]
     cpu = state.data.get("cpu", "")
+    resumed = [f"{m} ran out of its {e['after_trials']:,} trials at {e['after_min']:g} min and was resumed with "
+               f"--trials {e['trials']:,}" for m in args.methods for e in state.method(m).get("extended", [])]
     caption = (f"\nEnd-to-end median latency (ms) of {args.model} after t minutes of tuning, {args.threads} threads, "
-               f"all builds and peers timed taking turns in fresh processes ({args.rounds} rounds); {cpu}.\n")
+               f"all builds and peers timed taking turns in fresh processes ({args.rounds} rounds); {cpu}."
+               + (f" {'; '.join(resumed)}." if resumed else "") + "\n")
     write_text(stem + ".md", "\n".join(lines) + "\n" + caption)
     write_json(stem + ".json", {"model": args.model, "cpu": cpu, "threads": args.threads, "medians_ms": median,
                                 "pace": pace, "minutes": minutes, "state": state.data})
