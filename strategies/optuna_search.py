@@ -379,7 +379,10 @@ class OptunaSearch:
         if n <= 0:
             return []
         assert self.cost_model is not None
-        ok = sorted((c for c, v in self._known.items() if v is not None), key=lambda c: -self._known[c])[:8]
+        # mutated from the best known configs the encoding can express: a resumed log also holds configs as TVM
+        # applied them, whose compute location may be legal only with their own tiles (outside the choices)
+        ok = sorted((c for c, v in self._known.items() if v is not None and self.space.contains(c)),
+                    key=lambda c: -self._known[c])[:8]
         size = min(self.pool_size, CANDIDATES_PER_PICK * n)
         pool: dict[Config, None] = {}
         for i in range(size * 4):

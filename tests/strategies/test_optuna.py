@@ -158,6 +158,25 @@ def test_resume_adds_the_logged_trials_to_the_study_as_finished_trials(conv_spac
     assert resumed.distributions == suggested.distributions
 
 
+def test_a_resumed_config_outside_the_choices_is_never_mutated_into_a_model_pick(conv_space, recorded) -> None:
+    """A log holds configs as TVM applied them: a compute location legal only with their own tiles is outside
+    the decision's choices. The best of them must not seed the cost model's candidates (Optuna cannot enqueue
+    such a value: a resumed yolo11n run stopped on it)."""
+    sketch, index = next((s.index, i) for s in conv_space.sketches for i, d in enumerate(s.decisions)
+                         if d.kind == "SampleComputeLocation" and max(d.choices) < 40)
+    logged = [(c, r) for c, r in recorded if c.sketch == sketch and r.ok][:12]
+    outside = [(Config(c.sketch, c.values[:index] + (40,) + c.values[index + 1:]), r) for c, r in logged]
+    assert all(conv_space.replayable(c) and not conv_space.contains(c) for c, _ in outside)
+    best = MeasureResult(status=Status.OK, latencies=[1e-6])  # far the fastest: the first to mutate
+    scorer = EncodingRidgeScorer(conv_space)
+    scorer.update([c for c, _ in logged], [r for _, r in logged])
+    strategy = OptunaSearch(conv_space, seed=0, cost_model=scorer, model_share=1.0, n_startup_trials=4)
+    strategy.resume([c for c, _ in logged] + [c for c, _ in outside], [r for _, r in logged] + [best] * len(outside))
+    asked = strategy.ask(8)
+    assert len(asked) == 8 and all(conv_space.contains(c) for c in asked)
+    assert sum(t.user_attrs.get("source") == "cost_model" for t in strategy.study.trials) == 8
+
+
 def test_resume_into_a_stored_study_that_holds_the_trials_adds_none(conv_space, synthetic, tmp_path) -> None:
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     done = run_strategy(OptunaSearch(conv_space, seed=0, storage=storage, task_id="t"),
