@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import shutil
 from dataclasses import dataclass, field
 
 from autosearch.errors import UserError
@@ -107,14 +108,18 @@ def memory_database(contents: LogContents):
     return db
 
 
-def check_out_dir(out_dir: str, *, force: bool) -> list[str]:
+def check_out_dir(out_dir: str, *, force: bool, create: bool = False) -> list[str]:
     """The database files already in ``out_dir`` (a one-line error unless ``force``), after checking it can be
-    written: called before any long work (``export --memory-budget`` compiles), so a wrong ``--out`` fails first."""
+    written: called before any long work (``export --memory-budget`` compiles), so a wrong ``--out`` fails first.
+    The directory is left created only with ``create``: an export that fails later leaves nothing behind."""
     # the lowering file too: left from an earlier export, it would tell compile how another log was tuned
     existing = [f for f in (WORKLOAD_FILE, RECORD_FILE, LOWERING_FILE) if os.path.exists(os.path.join(out_dir, f))]
     if existing and not force:
         raise UserError(f"{out_dir} already holds a database ({', '.join(existing)}); choose another --out or "
                         "replace it with --force")
+    new_top, parent = None, os.path.abspath(out_dir)  # the outermost directory the probe creates
+    while not os.path.exists(parent):
+        new_top, parent = parent, os.path.dirname(parent)
     try:
         os.makedirs(out_dir, exist_ok=True)
         probe = os.path.join(out_dir, ".autosearch-write-test")
@@ -123,6 +128,9 @@ def check_out_dir(out_dir: str, *, force: bool) -> list[str]:
         os.unlink(probe)
     except OSError as exc:
         raise UserError(f"cannot write to {out_dir}: {exc.strerror}") from exc
+    finally:
+        if new_top is not None and not create:
+            shutil.rmtree(new_top, ignore_errors=True)
     return existing
 
 
@@ -133,7 +141,7 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
     :mod:`autosearch.budget`), else :func:`lowering_of` the log (the faster layout and algorithms)."""
     if top_k <= 0:
         raise UserError(f"--top-k must be positive, not {top_k}")
-    existing = check_out_dir(out_dir, force=force)
+    existing = check_out_dir(out_dir, force=force, create=True)
     if force:
         for f in existing:
             os.unlink(os.path.join(out_dir, f))
