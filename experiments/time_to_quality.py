@@ -36,6 +36,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -66,11 +67,14 @@ class State:
         write_json(self.path, self.data)
 
 
-def _wait_until(proc: subprocess.Popen, deadline: float) -> bool:
-    """Wait for ``proc`` until ``deadline`` (perf_counter); True if it ended by itself."""
+def _wait_until(proc: subprocess.Popen, deadline: float, *, every: Callable[[], None] | None = None) -> bool:
+    """Wait for ``proc`` until ``deadline`` (perf_counter); True if it ended by itself. ``every`` is called
+    at each poll (to keep the state current: a killed sitting then keeps the tuning time it spent)."""
     while time.perf_counter() < deadline:
         if proc.poll() is not None:
             return True
+        if every is not None:
+            every()
         time.sleep(POLL_SECS)
     return proc.poll() is not None
 
@@ -105,7 +109,12 @@ def tune_autosearch(state: State, name: str, extra: list[str], args, work: str) 
             wall_start, start = time.time(), time.perf_counter()
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             segments.append([wall_start, wall_start])
-            ended = _wait_until(proc, start + owed)
+
+            def spent_so_far(wall_start: float = wall_start, start: float = start) -> None:
+                segments[-1][1] = wall_start + (time.perf_counter() - start)
+                state.save()
+
+            ended = _wait_until(proc, start + owed, every=spent_so_far)
             if not ended:  # SIGTERM is Ctrl-C for run: the log keeps every finished batch
                 os.killpg(proc.pid, signal.SIGTERM)
                 try:

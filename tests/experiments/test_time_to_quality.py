@@ -62,6 +62,32 @@ def test_a_budget_that_runs_out_before_the_minutes_is_resumed_with_more_at_the_p
     assert calls == []
 
 
+def test_a_killed_sitting_keeps_the_tuning_time_it_spent(tmp_path, monkeypatch):
+    """The state is kept current while a run tunes: the experiment killed mid-run (the machine stopped) resumes
+    owing only the minutes it had not spent."""
+    calls: list[list[str]] = []
+    _patch_run(monkeypatch, calls)
+    monkeypatch.setattr(ttq, "POLL_SECS", 0.1)
+    seen: list[float] = []
+
+    def wait(proc, deadline, *, every=None):  # the experiment is killed 1.5 s into the run
+        end = ttq.time.perf_counter() + 1.5
+        while ttq.time.perf_counter() < end:
+            every()
+            seen.append(sum(b - a for a, b in json.load(open(tmp_path / "state.json"))["methods"]["d"]["segments"]))
+            ttq.time.sleep(0.1)
+        proc.kill()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ttq, "_wait_until", wait)
+    try:
+        ttq.tune_autosearch(ttq.State(str(tmp_path / "state.json")), "d", [], _args(minutes=1.0), str(tmp_path))
+    except KeyboardInterrupt:
+        pass
+    spent = sum(b - a for a, b in json.load(open(tmp_path / "state.json"))["methods"]["d"]["segments"])
+    assert 1.3 < spent < 2.5 and seen == sorted(seen) and seen[0] < seen[-1]
+
+
 def test_a_run_that_measures_nothing_more_ends_the_method(tmp_path, monkeypatch):
     calls: list[list[str]] = []
     _patch_run(monkeypatch, calls)
