@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from autosearch.errors import UserError
+from autosearch.errors import UserError, install_hint
 from autosearch.records import Config, MeasureResult
 
 SKLEARN_PREFIX = "sklearn:"  # sklearn:<EstimatorName>, e.g. sklearn:KNeighborsRegressor
@@ -46,9 +46,6 @@ COST_MODELS: dict[str, str] = {
 # model, so one scorer serves every family of a package; and the core then finds it through the registry
 # entry it already resolved, with no second plug-in path to keep in step.
 SCORER_FACTORY = "scorer"
-# how to install a plug-in's optional dependency, where a bare "pip install NAME" is the wrong advice
-# (PyPI's default torch wheel pulls several GB of CUDA libraries; the extra pins the CPU build)
-_INSTALL = {"torch": "pip install -e '.[learned]'"}
 # "model@features" picks the feature set of a tabular model (xgb, xgb-rank, rf, gbr, sklearn:...) or of the
 # sequence model (seq: the trace's tokens, alone or joined with loop (+ assembly) features)
 FEATURE_SETS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding",
@@ -82,7 +79,7 @@ def _resolve(spec: str):
         module = importlib.import_module(module_path)
     except ImportError as exc:
         missing = exc.name or str(exc)
-        how = _INSTALL.get(missing, f"pip install {missing}")
+        how = install_hint(missing)
         raise UserError(f"cost model needs the package {missing!r}: {how}") from exc
     return getattr(module, attr)
 

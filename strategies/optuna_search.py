@@ -63,7 +63,7 @@ import optuna
 from optuna.trial import Trial, TrialState
 
 from autosearch.cost_model import ConfigScorer
-from autosearch.errors import UserError
+from autosearch.errors import UserError, install_hint
 from autosearch.records import Config, MeasureResult
 from autosearch.space import DecisionSpace, config_key, pick_diverse
 from autosearch.strategy import Option
@@ -143,11 +143,8 @@ def make_sampler(
         # gp
         missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
         if missing:
-            # PyPI's default torch wheel pulls several GB of CUDA libraries: the extra pins the CPU build
-            how = "pip install -e '.[learned]'" if "torch" in missing else f"pip install {' '.join(missing)}"
-            raise UserError(
-                f"optuna sampler 'gp' needs {' and '.join(missing)}, not installed here ({how}); or use sampler=tpe"
-            )
+            raise UserError(f"optuna sampler 'gp' needs {' and '.join(missing)}, not installed here "
+                            f"({install_hint(*missing)}); or use sampler=tpe")
         return optuna.samplers.GPSampler(
             seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False
         )

@@ -80,6 +80,26 @@ def test_unfitted_model_refuses_to_predict(dataset):
             model.predict(dataset.X(model.input_kind, rows=np.arange(2)))
 
 
+def test_a_learned_model_without_torch_says_which_extra_installs_it():
+    """As on a machine without the [learned] extra (a fresh process, torch blocked): the plug-in's import fails,
+    and the advice is the extra (the CPU build), not a bare ``pip install torch`` (PyPI's default wheel pulls
+    several GB of CUDA libraries)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from autosearch.cost_model import make_cost_model\n"
+            "from autosearch.errors import UserError\n"
+            "for name in ('mlp', 'tvm-mlp', 'seq'):\n"
+            "    try:\n"
+            "        make_cost_model(name)\n"
+            "    except UserError as exc:\n"
+            "        print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["cost model needs the package 'torch': pip install -e '.[learned]'"] * 3
+
+
 def test_unknown_sklearn_regressor_is_a_user_error():
     with pytest.raises(UserError, match="RandomForestRegressor"):
         make_cost_model("sklearn:RandomForestRegresor")
