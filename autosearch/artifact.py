@@ -28,6 +28,7 @@ A library built before the weights moved out (its ``main`` takes no weights) sti
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,7 +123,7 @@ def load_model(library: str) -> LoadedModel:
     vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
     arity = vm.module["get_function_arity"]("main")
     names = [str(vm.module["get_function_param_name"]("main", i)) for i in range(arity)]
-    wanted = [n for n in names if n.startswith(WEIGHT_PREFIX)]
+    wanted = _weight_params(names)
     if not wanted:  # weights bound into the library
         return LoadedModel(vm, [])
     path = weights_path(library)
@@ -132,6 +133,17 @@ def load_model(library: str) -> LoadedModel:
     if sorted(weights.keys()) != sorted(wanted):
         raise UserError(f"{path} holds {len(weights)} weights, not the {len(wanted)} of {library}: compile again")
     return LoadedModel(vm, [weights[n] for n in wanted])
+
+
+def _weight_params(names: list[str]) -> list[str]:
+    """The weights among ``main``'s parameter names: the trailing ``weight_0 ... weight_<k-1>``, in that order, as
+    :func:`lift_weights` appends them. By position, not by prefix: a model input may be called ``weight_...``."""
+    last = re.fullmatch(rf"{WEIGHT_PREFIX}(\d+)", names[-1]) if names else None
+    if last is None:
+        return []
+    count = int(last.group(1)) + 1
+    tail = names[-count:] if count <= len(names) else []
+    return tail if tail == [f"{WEIGHT_PREFIX}{i}" for i in range(count)] else []
 
 
 __all__ = ["WEIGHTS_SUFFIX", "WEIGHT_PREFIX", "LoadedModel", "compiled_files", "lift_weights", "load_model",

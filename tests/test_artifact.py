@@ -126,3 +126,30 @@ def test_a_missing_or_foreign_weights_file_is_one_line(target, tmp_path):
         load_model(first.path)
     with pytest.raises(UserError, match="would overwrite its own weights file"):
         weights_path(str(tmp_path / "model.params"))
+
+
+def test_a_model_input_named_like_a_weight_is_still_an_input(target, tmp_path):
+    """The weights are ``main``'s trailing ``weight_0 ... weight_<k-1>``; an ONNX input called ``weight_0`` (the
+    name the first lifted weight gets) stays the input the caller passes."""
+    import onnx
+    import onnxruntime as ort
+    import tvm
+
+    from autosearch.artifact import load_model
+    from autosearch.deploy import compile_model
+    from autosearch.importer import import_model
+    from tests.test_memory import conv_chain_onnx
+
+    path = conv_chain_onnx(str(tmp_path / "chain.onnx"), layers=2, channels=8, hw=6)
+    proto = onnx.load(path)
+    for node in proto.graph.node:
+        node.input[:] = ["weight_0" if name == "x" else name for name in node.input]
+    proto.graph.input[0].name = "weight_0"
+    onnx.save(proto, path)
+    model = import_model(path, target, winograd="off", layout="NCHW")
+    compiled = compile_model(model.relax_mod, target, model.tasks, None, str(tmp_path / "chain.so"))
+    x = np.random.default_rng(3).uniform(-1, 1, (1, 8, 6, 6)).astype("float32")
+    got = load_model(compiled.path)(tvm.runtime.tensor(x)).numpy()
+    [expected] = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"weight_0": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
