@@ -15,6 +15,10 @@ Against the reference method (MetaSchedule):
   settings, and only the re-timing compares kernels across methods.
 - **performance profile** (Dolan and Moré) at each budget: for each method, the share of tasks where its median is
   within a factor x of the best method's, against x.
+- **where the reference wins** a task (its median above every autosearch method's at the largest budget): its
+  fastest re-timed schedule beside the best autosearch method's, as the loops TVM generated
+  (:mod:`experiments.lib.schedules`: parallel iterations, vector width, unroll step, the main block's loop nest,
+  where the padding and output blocks sit).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 
 from experiments.lib.io import ROOT, read_json, write_json, write_text
 from experiments.lib.machine import describe, identity
+from experiments.lib.schedules import summarize
 from experiments.lib.stats import NEVER, bootstrap_ci, median, median_trials, trials_to_reach
 from experiments.lib.study.config import StudyConfig
 from experiments.lib.study.retiming import retimed
@@ -54,6 +59,7 @@ class MethodOnTask:
     wall_at_max: list[float] = field(default_factory=list)  # seconds to the largest budget's last trial
     runs: int = 0
     retime_failures: int = 0
+    fastest: tuple[float, Any] | None = None  # (re-timed GFLOPS, trace JSON) of its fastest best at the top budget
 
     def median(self, budget: int) -> float:
         return median(self.gflops.get(budget, []))
@@ -122,7 +128,10 @@ def _add_run(data: TaskData, config: StudyConfig, r: RunResult, scores: dict, fl
             continue
         if not math.isfinite(secs):
             m.retime_failures += best is not None
-        m.gflops.setdefault(budget, []).append(flops / secs / 1e9 if math.isfinite(secs) else 0.0)
+        gflops = flops / secs / 1e9 if math.isfinite(secs) else 0.0
+        m.gflops.setdefault(budget, []).append(gflops)
+        if budget == config.max_budget and gflops > 0 and (m.fastest is None or gflops > m.fastest[0]):
+            m.fastest = (gflops, r.traces.get(best["trace"]))
     reach = trials_to_reach(r.latencies, data.target_secs) if math.isfinite(data.target_secs) else NEVER
     m.to_target.append(reach)
     m.wall_to_target.append(r.finished[int(reach) - 1] if reach != NEVER else NEVER)
@@ -280,6 +289,55 @@ def goals_text(config: StudyConfig, rows: dict[str, dict[str, Any]]) -> str:
             f"**{verdict(wall >= GOAL_SHARE)}**.")
 
 
+def reference_wins(config: StudyConfig, task: TaskData) -> tuple[str, str] | None:
+    """(reference, best autosearch method) when the reference's median beats every autosearch method's at the
+    largest budget; None otherwise (or when either has nothing re-timed)."""
+    top, ref = config.max_budget, task.methods.get(config.reference)
+    ours = {m.name: task.methods[m.name].median(top) for m in config.methods
+            if not m.peer and m.name in task.methods and math.isfinite(task.methods[m.name].median(top))}
+    if ref is None or not ours or not math.isfinite(ref.median(top)):
+        return None
+    best = max(ours, key=ours.get)
+    return (config.reference, best) if ref.median(top) > ours[best] else None
+
+
+def why_section(config: StudyConfig, store: Store, tasks: list[TaskData]) -> list[str]:
+    """Markdown: for each task the reference wins, its fastest schedule beside the best autosearch method's."""
+    from experiments.lib.retime import schedule
+    from experiments.lib.study.runs import host_task
+    from experiments.lib.tasks import TaskSpec
+
+    text: list[str] = []
+    for task in tasks:
+        pair = reference_wins(config, task)
+        if pair is None:
+            continue
+        rows = []
+        try:
+            tuning_task = host_task(store, TaskSpec.parse(task.spec))
+        except Exception as exc:  # a task file this TVM cannot read: say so, keep the rest of the report
+            text += ["", f"### {task.spec}", "", f"(its schedules cannot be shown: {type(exc).__name__}: {exc})"]
+            continue
+        for name in pair:
+            gflops, trace = task.methods[name].fastest or (math.nan, None)
+            try:
+                cells = summarize(schedule(tuning_task, trace)).describe()
+            except Exception as exc:  # a trace that does not apply here: one line instead of the nest
+                cells = {"loop nest": f"(does not apply: {type(exc).__name__})"}
+            rows.append([name, fmt(gflops)] + [cells.get(c, "-") for c in SCHEDULE_COLUMNS])
+        text += ["", f"### {task.spec}", "", f"{task.name}; median re-timed GFLOPS at {config.max_budget} trials: "
+                 + ", ".join(f"{n} {fmt(task.methods[n].median(config.max_budget))}" for n in pair), "",
+                 markdown_table(["method", "fastest GFLOPS", *SCHEDULE_COLUMNS], rows)]
+    if not text:
+        return []
+    return ["", f"## Where {config.reference} wins: its fastest schedule beside ours", "",
+            "Loops as TVM generated them (extent-1 loops left out; P parallel, V vector, U unrolled; `fused`: a "
+            "fused loop), each method's fastest re-timed best over its seeds."] + text
+
+
+SCHEDULE_COLUMNS = ["parallel", "vector", "unroll", "loop nest", "other blocks"]
+
+
 # ---------------------------------------------------------------------------------------------- plots
 def plot(config: StudyConfig, tasks: list[TaskData], stem: str) -> list[str]:
     from autosearch.plots import figure, save
@@ -334,6 +392,7 @@ def aggregate(config: StudyConfig, store: Store, out_stem: str, *, with_plots: b
         if len(task.machines) > 1:
             notes.append(f"**measured on {len(task.machines)} different machines**")
         text += ["", f"## {task.spec}", "", "; ".join(notes), "", task_table(config, task)]
+    text += why_section(config, store, tasks)
     write_text(out_stem + ".md", "\n".join(text) + "\n")
     fragment = "\n".join([head, "", caption(config, progress, date=date), "", goals_text(config, rows)])
     write_text(out_stem + "-readme.md", fragment + "\n")
