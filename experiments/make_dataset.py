@@ -29,7 +29,9 @@ Example (the committed test dataset, ~4-5 minutes on 2 cores):
 
 ``--tasks 4`` (a count) takes the 4 cheapest conv2d tasks; ``spread:4`` 4 conv2d tasks spread evenly from
 the cheapest to the costliest; a comma list takes those task indices (``--tasks 5,`` is task 5 alone).
-``--model yolov8n:NHWC`` lowers that model's convolutions to NHWC (``run --layout``). ``--resume`` continues
+``--model yolov8n:NHWC`` lowers that model's convolutions to NHWC (``run --layout``). Every kernel built is kept
+in ``OUT.builds/`` (``--build-cache``): the re-timing rounds load them instead of building each one again, which
+was half of each re-time; delete the directory once the dataset is complete. ``--resume`` continues
 a log that an earlier, interrupted call wrote: tasks with ``--per-task`` trials are skipped, a partly measured
 task goes on from its logged configs (none is measured twice), and the re-timing goes on from the re-times
 logged. ``--model`` and ``--tasks`` repeat, pairwise, for a dataset of several models (the compare-models
@@ -169,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--retime-repeat", type=int, default=LABEL_EVALUATOR.repeat, help="repeats per re-time")
     p.add_argument("--retime-min-repeat-ms", type=int, default=LABEL_EVALUATOR.min_repeat_ms,
                    help="each repeat runs the kernel until it lasts this long")
+    p.add_argument("--build-cache", help="directory keeping every built kernel, so the re-timing (and "
+                   "measurement_noise.py) loads them instead of building again (default: OUT.builds; 'none': off)")
     args = p.parse_args(argv)
+    build_cache = None if args.build_cache == "none" else (args.build_cache or f"{args.out}.builds")
     models = args.model or ["tiny-yolov2"]
     specs = args.tasks or ["4"] * len(models)
     if len(specs) != len(models):
@@ -209,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         pending = [(i, key) for i, key in enumerate(tasks)
                    if sum(r.kind == "trial" for r in logged.get(key, ())) < args.per_task]
         if pending:  # (a resume that only re-times starts no trial runner)
-            with LocalRunner(target=target, seed=args.seed) as runner:
+            with LocalRunner(target=target, seed=args.seed, build_cache=build_cache) as runner:
                 for i, key in pending:
                     # one generator per task, seeded by what the task has logged: a resumed task draws a fresh stream
                     rng = np.random.default_rng([args.seed, i, len(logged.get(key, ()))])
@@ -218,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                                           deadline=deadline, logged=logged.get(key, []), models=task_models[key])
         log.info("wrote %d trials of %d tasks to %s in %.0f s", total, len(tasks), args.out, time.time() - start)
         if args.retime_rounds > 0 and time.time() < deadline:
-            with LocalRunner(target=target, seed=args.seed, evaluator=evaluator) as runner:
+            with LocalRunner(target=target, seed=args.seed, evaluator=evaluator, build_cache=build_cache) as runner:
                 retimed = relabel(read_log(args.out), tasks, runner, tuning_log, rounds=args.retime_rounds,
                                   seed=args.seed, deadline=deadline)
             log.info("re-timed %d records (%d rounds) in %.0f s in all", retimed, args.retime_rounds,

@@ -55,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
                    "else the runner's default)")
     p.add_argument("--min-repeat-ms", type=int, help="each repeat runs the kernel until it lasts this long")
     p.add_argument("--out", required=True, help="prefix of the outputs: .jsonl (re-time records), .md, .json")
+    p.add_argument("--build-cache", help="directory of kernels built before (default: LOG.builds, which "
+                   "make_dataset.py fills, if it exists)")
     args = p.parse_args(argv)
+    build_cache = args.build_cache or (f"{args.log}.builds" if os.path.isdir(f"{args.log}.builds") else None)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     from autosearch.measure.local import LocalRunner
@@ -74,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     start = time.time()
     target = parse_target(None)
-    with TuningLog(f"{args.out}.jsonl") as out_log, LocalRunner(target=target, seed=args.seed,
-                                                                 evaluator=evaluator) as runner:
+    runner = LocalRunner(target=target, seed=args.seed, evaluator=evaluator, build_cache=build_cache)
+    with TuningLog(f"{args.out}.jsonl") as out_log, runner:
         for key, labelled in by_task.items():
             task = TuningTask.from_json(contents.tasks[key])
             picked = [labelled[i] for i in sorted(rng.choice(len(labelled), min(args.per_task, len(labelled)),

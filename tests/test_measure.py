@@ -163,3 +163,30 @@ def test_a_calls_timeout_does_not_count_the_workers_start_up():
         assert w.restarts == 0
     finally:
         w.close()
+
+
+def test_kernels_built_once_are_loaded_from_the_build_cache_by_a_later_runner(tmp_path, conv_task, conv_space):
+    """A dataset's re-timing runs in another runner, hours after the trials: with ``build_cache`` it loads each
+    kernel the trials built (no build, same checked output and timing path); another target builds its own."""
+    import dataclasses
+
+    from autosearch.measure.local import LocalRunner
+    from autosearch.target import parse_target
+
+    rng = np.random.default_rng(11)
+    mods = [a.mod for a in (conv_space.apply(conv_space.sample(rng)) for _ in range(6)) if a.ok][:3]
+    cache = str(tmp_path / "builds")
+    with LocalRunner(target=conv_task.target, build_cache=cache, build_workers=1) as first:
+        assert first.prepare(conv_task).ok
+        built = first.measure(conv_task, mods)
+    assert all(r.ok and r.build_secs > 0 for r in built)
+    with LocalRunner(target=conv_task.target, build_cache=cache, build_workers=1) as later:
+        assert later.prepare(conv_task).ok  # the unscheduled module: built by the first runner too
+        again = later.measure(conv_task, mods)
+        assert later.builder.disk_hits == 1 + len(mods)
+    assert all(r.ok and r.build_secs == 0.0 for r in again)
+    other = dataclasses.replace(conv_task, target=parse_target("llvm -mcpu=x86-64 -num-cores 2"))
+    with LocalRunner(target=other.target, build_cache=cache, build_workers=1) as elsewhere:
+        assert elsewhere.prepare(other).ok
+        [r] = elsewhere.measure(other, mods[:1])
+        assert r.ok and r.build_secs > 0 and elsewhere.builder.disk_hits == 0

@@ -8,7 +8,9 @@ imports TVM (without it TVM 0.27 used one thread here).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -43,12 +45,21 @@ class BuildPool:
     Built kernels are kept (least recently used first out, up to ``keep_bytes``) by the module they were
     built from: re-timing a run's finalists in fresh measuring processes then loads them instead of building
     them again, which made builds most of the re-timing. A failed build is not kept.
+
+    With ``cache_dir``, built kernels are also kept on disk, across pools and processes, keyed by module,
+    target and TVM version: a cost-model dataset re-times every one of its thousands of kernels hours after
+    measuring it, long after the memory has let them go, and building was half of each re-time. A build is
+    deterministic; what a re-time must repeat is the timing, in a fresh process, and that it still does.
     """
 
-    def __init__(self, *, target, workers: int, timeout: float, keep_bytes: int = 256 << 20) -> None:
+    def __init__(self, *, target, workers: int, timeout: float, keep_bytes: int = 256 << 20,
+                 cache_dir: str | None = None) -> None:
         self.target = target_to_json(target)
         self.timeout = timeout
         self.keep_bytes = keep_bytes
+        self.cache_dir = cache_dir
+        self._salt = _cache_salt(self.target) if cache_dir else ""
+        self.disk_hits = 0
         self._kept: OrderedDict[str, bytes] = OrderedDict()
         self._kept_bytes = 0
         self._lock = threading.Lock()
@@ -68,6 +79,10 @@ class BuildPool:
             if key in self._kept:
                 self._kept.move_to_end(key)
                 return Built(self._kept[key], 0.0)
+        stored = self._from_disk(key)
+        if stored is not None:
+            self._keep(key, stored)
+            return Built(stored, 0.0)
         worker = self._idle.get()
         try:
             reply = worker.call("build", mod_json, self.target, timeout=self.timeout)
@@ -77,7 +92,36 @@ class BuildPool:
             return Built(None, reply.seconds, build_failure(reply, worker=worker.ident))
         artifact, secs = reply.value
         self._keep(key, artifact)
+        self._to_disk(key, artifact)
         return Built(artifact, secs)
+
+    def _disk_path(self, key: str) -> str:
+        name = hashlib.sha256((self._salt + key).encode()).hexdigest()
+        return os.path.join(str(self.cache_dir), name[:2], name + ".kernel")
+
+    def _from_disk(self, key: str) -> bytes | None:
+        if not self.cache_dir:
+            return None
+        try:
+            with open(self._disk_path(key), "rb") as fh:
+                artifact = fh.read()
+        except FileNotFoundError:
+            return None
+        with self._lock:
+            self.disk_hits += 1
+        return artifact
+
+    def _to_disk(self, key: str, artifact: bytes) -> None:
+        """Written beside its name and renamed: a reader sees the whole kernel or none (several processes may
+        share one directory)."""
+        if not self.cache_dir:
+            return
+        path = self._disk_path(key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(artifact)
+        os.replace(tmp, path)
 
     def _keep(self, key: str, artifact: bytes) -> None:
         with self._lock:
@@ -100,21 +144,32 @@ class BuildPool:
             w.close()
 
 
+def _cache_salt(target_json: dict[str, Any]) -> str:
+    """What a built kernel depends on besides its module: the target, the compiler and the artifact's format
+    (autosearch's, :func:`autosearch.measure.prepack.pack_artifact`)."""
+    import tvm
+
+    from autosearch import __version__
+
+    return json.dumps({"target": target_json, "tvm": tvm.__version__, "autosearch": __version__}, sort_keys=True)
+
+
 class LocalRunner(RunnerBase):
     """Builds in parallel, measures one kernel at a time on this machine's CPU.
 
     Every kernel's output is checked against the task's reference (the unscheduled module run on
     the same random inputs) before it is timed; a mismatch is ``wrong_result`` and has no latency.
-    Keyword arguments: those of :class:`~autosearch.measure.base.RunnerBase`.
+    Keyword arguments: those of :class:`~autosearch.measure.base.RunnerBase`, and ``build_cache``: a
+    directory where built kernels are kept for later runners (:class:`BuildPool`).
     """
 
     name = "local"
 
-    def __init__(self, *, target, **settings: Any) -> None:
+    def __init__(self, *, target, build_cache: str | None = None, **settings: Any) -> None:
         super().__init__(target=target, **settings)
         self.num_threads = self.num_threads or target_num_cores(target)
         self.builder = BuildPool(target=target, workers=self.build_workers or host_cores(),
-                                 timeout=self.build_timeout)
+                                 timeout=self.build_timeout, cache_dir=build_cache)
         self.device = MeasuringProcess(name="measure", env={"TVM_NUM_THREADS": str(self.num_threads)})
         self._references: dict[str, bytes] = {}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import types
 
@@ -55,6 +56,8 @@ def test_make_dataset_relabels_resumably_and_the_noise_ceiling_uses_its_settings
     labels = dict((r.config, latency) for r, latency in labelled_trials(second))
     for config, latency in labels.items():
         assert latency == pytest.approx(statistics.median(r.latency for r in retimes if r.config == config))
+    # every re-time loaded the kernel its trial built (OUT.builds), in a fresh measuring process: none was built again
+    assert os.path.isdir(out + ".builds") and all(r.result.build_secs == 0.0 for r in retimes)
 
     noise = str(tmp_path / "noise")
     assert measurement_noise.main(["--log", out, "--per-task", "2", "--out", noise]) == 0
