@@ -291,7 +291,7 @@ class Tuner:
         """The task the next batch goes to: the warm-up in two sweeps, then the largest expected gain.
 
         The first sweep gives every task one trial, heaviest first. That is the cheapest way to a latency for
-        every task, so ``export`` has a whole model early (after about a quarter of a one-sweep warm-up on
+        every task, so ``export`` has a whole model early (after about a third of a one-sweep warm-up on
         YOLOv8n's 146 tasks), and with ``--layout auto`` or Winograd both alternatives are known. The second sweep
         gives the rest of their warm-up to the tasks no faster alternative overtakes (:meth:`_rivalry`), so the
         model that would be exported is warmed up before the one behind; the tasks behind get theirs when the
