@@ -1,9 +1,8 @@
 """The tuning loop: ask -> apply -> measure -> log -> tell, over a model's tasks; owns the budget.
 
 A task scheduler spreads the trial budget over tasks: every task first gets a warm-up (in proportion
-to its FLOPs, see :meth:`Tuner._first_pass`) in two sweeps (:meth:`Tuner._next_task`): one trial for every task,
-then the rest of the warm-up for the tasks of the alternatives that lead; then each next batch goes to the task
-with the largest expected gain in model latency per trial (:meth:`TaskState.expected_gain`), Ansor's gradient-based
+to its FLOPs, see :meth:`Tuner._first_pass`), then each next batch goes to the task with the largest
+expected gain in model latency per trial (:meth:`TaskState.expected_gain`), Ansor's gradient-based
 allocation: ``weight x best latency x (ALPHA x recent relative improvement per trial + (1 - ALPHA) /
 trials so far)``. The backward term rewards tasks that are still improving; the forward term is
 Ansor's optimistic guess that the task's latency could still be halved in as many trials again, so it
@@ -60,7 +59,6 @@ class TaskState:
     finalist_results: list[tuple[Config, MeasureResult]] = field(default_factory=list)
     empty_rounds: int = 0
     resumed: int = 0  # trials loaded from the log by --resume
-    warmed: bool = False  # had the second sweep of its warm-up (Tuner._next_task)
 
     @property
     def best_latency(self) -> float:
@@ -282,32 +280,17 @@ class Tuner:
         return max(1, min(self.batch, max(min(MIN_FIRST_PASS, even), by_share)))
 
     def _batch_for(self, state: TaskState) -> int:
-        if state.trials == 0:  # the first sweep: one trial
-            return 1
         first = self._first_pass(state)
         return first - state.trials if state.trials < first else self.batch
 
     def _next_task(self) -> TaskState | None:
-        """The task the next batch goes to: the warm-up in two sweeps, then the largest expected gain.
-
-        The first sweep gives every task one trial, heaviest first. That is the cheapest way to a latency for
-        every task, so ``export`` has a whole model early (after about a third of a one-sweep warm-up on
-        YOLOv8n's 146 tasks), and with ``--layout auto`` or Winograd both alternatives are known. The second sweep
-        gives the rest of their warm-up to the tasks no faster alternative overtakes (:meth:`_rivalry`), so the
-        model that would be exported is warmed up before the one behind; the tasks behind get theirs when the
-        gradient scheduler picks them (their first batch completes it, :meth:`_batch_for`).
-        """
         live = [s for s in self.states if not s.done]
         if not live:
             return None
-        unmeasured = [s for s in live if s.trials == 0]
-        if unmeasured:
-            return unmeasured[0]
+        fresh = [s for s in live if s.strategy is None and s.trials < self._first_pass(s)]
+        if fresh:
+            return fresh[0]
         rivalry = self._rivalry()
-        warming = [s for s in live if not s.warmed and s.trials < self._first_pass(s) and id(s) not in rivalry]
-        if warming:
-            warming[0].warmed = True
-            return warming[0]
         return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0))
 
     def _layout_totals(self) -> dict[str, float]:

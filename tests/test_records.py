@@ -99,38 +99,6 @@ def test_first_pass_follows_the_flops_share(tmp_path):
     assert sum(firsts) <= 200
 
 
-def test_warm_up_gives_every_task_a_trial_first_then_warms_the_leading_layout(tmp_path):
-    """With --layout auto the first sweep measures every task once (heaviest first), so both layouts' models
-    are known early; the second sweep warms up only the leading layout's tasks and the ones both layouts run.
-    The layout behind gets its warm-up when the gradient scheduler picks it: its first batch completes it."""
-    from autosearch.records import Config
-    from autosearch.task import TuningTask
-    from autosearch.tuner import Tuner
-
-    def task(i, flops, layouts):
-        return TuningTask(index=i, name=f"t{i}", weight=1, flops=flops, mod=None, target=None, args=(),
-                          workload_key=str(i), lowering={"layout": "auto", "layouts": layouts})
-
-    tasks = [task(0, 4e9, ["NCHW"]), task(1, 3e9, ["NHWC"]), task(2, 2e9, ["NCHW"]), task(3, 1e9, ["NHWC"]),
-             task(4, 0.0, ["NCHW", "NHWC"])]
-    latency = {0: 10e-3, 1: 4e-3, 2: 6e-3, 3: 2e-3, 4: 1e-3}  # NCHW's model 17 ms, NHWC's 7 ms
-    with TuningLog(str(tmp_path / "l.jsonl")) as log:
-        tuner = Tuner(tasks=tasks, runner=None, log=log, strategy="random", budget=400, batch=16)
-        picks = []
-        for _ in range(9):
-            state = tuner._next_task()
-            n = tuner._batch_for(state)
-            picks.append((state.task.index, n))
-            for k in range(n):
-                state.record(Config(0, (state.trials, k)), MeasureResult(Status.OK, (latency[state.task.index],)))
-            state.strategy = object()
-        firsts = {s.task.index: tuner._first_pass(s) for s in tuner.states}
-    assert picks[:5] == [(0, 1), (1, 1), (2, 1), (3, 1), (4, 1)]  # every task once, heaviest first
-    assert picks[5:8] == [(1, firsts[1] - 1), (3, firsts[3] - 1), (4, firsts[4] - 1)]  # NHWC's and the shared one
-    assert picks[8] in ((0, firsts[0] - 1), (2, firsts[2] - 1))  # NCHW's: by gain, the batch completes its warm-up
-    assert firsts[0] > 2 and firsts[1] > 2
-
-
 def test_scheduler_moves_on_from_a_heavy_task_whose_best_stays_flat(tmp_path):
     """Ansor's forward gradient fades with a task's trials: a heavy task stuck at its best for hundreds
     of trials yields the next batch to a lighter task that has had few (and an improving task wins)."""
