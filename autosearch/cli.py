@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -220,6 +221,11 @@ def resolve_guidance(spec: str | None, target, strategy: str, *, seed: int) -> t
     return spec, f"{spec}, trained online on this run's measurements"
 
 
+def _budget_text(trials: int | None, minutes: float | None) -> str:
+    parts = ([f"{trials} trials"] if trials is not None else []) + ([f"{minutes:g} min"] if minutes is not None else [])
+    return " or ".join(parts) + (", whichever comes first" if len(parts) == 2 else "")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from autosearch.records import read_log
     from autosearch.strategy import STRATEGIES, parse_options
@@ -229,6 +235,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"unknown strategy {args.strategy!r}; valid strategies: {', '.join(sorted(STRATEGIES))}")
     if args.trials is not None and args.trials <= 0:
         raise UserError(f"--trials must be a positive number, not {args.trials}")
+    if args.minutes is not None and not (math.isfinite(args.minutes) and args.minutes > 0):
+        raise UserError(f"--minutes must be a positive number, not {args.minutes:g}")
     if args.batch <= 0:
         raise UserError(f"--batch must be a positive number, not {args.batch}")
     if args.finalist_rounds < 0:
@@ -249,7 +257,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.model is None:
         args.model = DEFAULT_MODEL
         defaults.append(f"model {DEFAULT_MODEL}")
-    if args.trials is None:
+    if args.trials is None and args.minutes is None:
         args.trials = DEFAULT_TRIALS
         defaults.append(f"{DEFAULT_TRIALS} trials")
     log_path = args.log or _default_log(os.path.splitext(os.path.basename(args.model))[0], args.strategy)
@@ -286,11 +294,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         warm = [read_records(args.warm_start)]  # LogContents: the scorer featurises its task headers too
     console.print(f"model {model.name}: {len(tasks)} of {len(model.tasks)} tasks, strategy [bold]{args.strategy}"
-                  f"[/bold], conv2d {model.layout}, budget {args.trials} trials, "
+                  f"[/bold], conv2d {model.layout}, budget {_budget_text(args.trials, args.minutes)}, "
                   f"runner {args.runner}, target {dict(target.export()).get('mcpu', target.kind.name)} "
                   f"x{dict(target.export()).get('num-cores', '?')} — log {log_path}\ncost model: {guidance}")
     tuning_log.write_run({"strategy": args.strategy, "options": options, "cost_model": args.cost_model,
-                          "guided_by": guidance, "trials": args.trials, "batch": args.batch, "seed": args.seed,
+                          "guided_by": guidance, "trials": args.trials, "minutes": args.minutes, "batch": args.batch,
+                          "seed": args.seed,
                           "resumed": bool(args.resume), "autosearch": __version__})
     from autosearch.progress import TuningProgress
     from autosearch.tuner import Tuner
@@ -298,8 +307,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     _install_signal_handlers()
     runner = make_runner(args, target)
     try:
-        with TuningProgress(console, budget=args.trials) as progress:
+        seconds = args.minutes * 60 if args.minutes is not None else None
+        with TuningProgress(console, budget=args.trials, seconds=seconds) as progress:
             tuner = Tuner(tasks=tasks, runner=runner, log=tuning_log, strategy=args.strategy, budget=args.trials,
+                          seconds=seconds,
                           batch=args.batch, seed=args.seed, strategy_options=options, cost_model=cost_model,
                           warm_start=warm, early_stop=args.early_stop, resume=resume, on_event=progress.update,
                           finalist_rounds=args.finalist_rounds)
@@ -545,7 +556,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", required=True, help="random, annealing or optuna")
     model_args(p)
     p.add_argument("--tasks", help="task indices (0,3 or 0-4) or name fragments (conv); default all")
-    p.add_argument("--trials", type=int, help=f"total measurement budget over all tasks (default {DEFAULT_TRIALS})")
+    p.add_argument("--trials", type=int, help=f"total measurement budget over all tasks (default {DEFAULT_TRIALS}, "
+                                              "none with --minutes)")
+    p.add_argument("--minutes", type=float,
+                   help="stop searching after this many minutes (with --trials: whichever comes first); the "
+                        "finalists' re-timing follows. With --resume: minutes more")
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="configs measured per round")
     p.add_argument("--cost-model", default="auto",
                    help="auto (default): the pre-trained model autosearch ships, refit on this run's measurements, "

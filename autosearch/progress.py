@@ -11,15 +11,20 @@ from autosearch.tuner import TuneEvent
 
 
 class TuningProgress:
-    """One overall bar (trials of the budget) and a status line for the task being tuned."""
+    """One overall bar and a status line for the task being tuned. The bar counts trials of the budget; with a
+    time limit (``seconds``) and no trial budget it counts the limit's seconds, and the trials are a column."""
 
-    def __init__(self, console: Console, *, budget: int) -> None:
+    def __init__(self, console: Console, *, budget: int | None, seconds: float | None = None) -> None:
         self.console = console
         self.budget = budget
+        self.by_time = budget is None
+        if self.by_time and seconds is None:
+            raise ValueError("a trial budget or a time limit")
+        self.total = seconds if self.by_time else budget
         self._progress = Progress(
             TextColumn("[bold]{task.fields[task_name]}", justify="left"),
             BarColumn(),
-            MofNCompleteColumn(),
+            TextColumn("{task.fields[trials]} trials") if self.by_time else MofNCompleteColumn(),
             TextColumn("best [cyan]{task.fields[best]}[/cyan] GFLOPS  x{task.fields[speedup]} vs untuned"),
             TextColumn("fail {task.fields[failures]}"),
             TimeElapsedColumn(),
@@ -32,8 +37,8 @@ class TuningProgress:
 
     def __enter__(self) -> TuningProgress:
         self._progress.__enter__()
-        self._bar = self._progress.add_task("tuning", total=self.budget, task_name="starting", best="-",
-                                            speedup="-", failures=0)
+        self._bar = self._progress.add_task("tuning", total=self.total, task_name="starting", best="-",
+                                            speedup="-", failures=0, trials=0)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -49,13 +54,19 @@ class TuningProgress:
             base = event.batch_results[0]
             label += " (untuned " + (f"{base.median * 1e3:.1f} ms)" if base.ok else f"{base.status.value})")
         self._progress.update(
-            self._bar, completed=event.trials_done, task_name=label,
+            self._bar, completed=min(event.elapsed, self.total) if self.by_time else event.trials_done,
+            trials=event.trials_done, task_name=label,
             best=f"{state.best_gflops:.1f}" if state.best is not None else "-",
             speedup=f"{state.speedup:.1f}" if state.speedup else "-",
             failures=sum(1 for r in state.measured.values() if not r.ok),
         )
         if not self.console.is_terminal and event.phase == "batch":
             self.console.print(
-                f"[{event.trials_done}/{event.budget}] task #{state.task.index} {state.task.name}: "
+                f"[{self._done(event)}] task #{state.task.index} {state.task.name}: "
                 f"{state.trials} trials, best {state.best_gflops:.1f} GFLOPS (x{state.speedup:.1f} vs untuned)"
             )
+
+    def _done(self, event: TuneEvent) -> str:
+        if self.by_time:
+            return f"{event.trials_done} trials, {event.elapsed / 60:.1f}/{self.total / 60:g} min"
+        return f"{event.trials_done}/{event.budget}"

@@ -8,6 +8,11 @@ trials so far)``. The backward term rewards tasks that are still improving; the 
 Ansor's optimistic guess that the task's latency could still be halved in as many trials again, so it
 fades as a task's trials grow and a heavy task whose best stays flat stops taking every batch.
 A task stops early after ``early_stop`` trials without improvement, or when its space is exhausted.
+
+The run stops at its trial budget, or at its time limit (``seconds``: wall time of this process's search,
+checked between rounds), whichever comes first; with a time limit alone the warm-up is planned for the trials
+that limit is expected to hold (:data:`PLANNED_TRIALS_PER_CORE_MINUTE`) and the search goes on past them while
+time remains. The finalists' re-timing follows either stop.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from autosearch.finalists import contenders, failures, rank, rotated
 from autosearch.records import Config, LogContents, MeasureResult, Record, Status, TuningLog
 from autosearch.space import Applied, DecisionSpace
 from autosearch.strategy import Strategy, make_strategy
-from autosearch.target import target_to_json
+from autosearch.target import host_cores, target_to_json
 from autosearch.task import TuningTask
 
 log = logging.getLogger(__name__)
@@ -35,6 +40,10 @@ MIN_FIRST_PASS = 2
 # fresh processes (many small copies, pools and transposes) costs as much as re-timing the convolutions.
 FINALIST_MIN_SHARE = 0.01
 MAX_EMPTY_ROUNDS = 3
+# With a time limit and no trial budget: the trials a minute is expected to hold per build core, which sizes
+# each task's warm-up. README's quick start measures 400 trials in about 9 minutes on 2 cores; models of many
+# small tasks measure faster (YOLOv8n 70-95 a minute there). Only the warm-up depends on it.
+PLANNED_TRIALS_PER_CORE_MINUTE = 20
 
 
 @dataclass
@@ -119,7 +128,7 @@ class TuneEvent:
 
     task: TaskState
     trials_done: int
-    budget: int
+    budget: int | None  # the trial budget; None when the run is bounded by its time limit alone
     batch_results: Sequence[MeasureResult]
     elapsed: float
     phase: str = "batch"  # "baseline" | "batch" | "retime"
@@ -159,7 +168,8 @@ class Tuner:
         runner,
         log: TuningLog,
         strategy: str,
-        budget: int,
+        budget: int | None = None,
+        seconds: float | None = None,
         batch: int = 16,
         seed: int = 0,
         strategy_options: dict[str, Any] | None = None,
@@ -171,8 +181,12 @@ class Tuner:
         resume: LogContents | None = None,
         on_event: Callable[[TuneEvent], None] | None = None,
     ) -> None:
-        if budget <= 0:
+        if budget is None and seconds is None:
+            raise ValueError("a trial budget, a time limit or both")
+        if budget is not None and budget <= 0:
             raise ValueError("budget must be positive")
+        if seconds is not None and not seconds > 0:
+            raise ValueError("the time limit must be positive")
         if finalist_rounds < 0:
             raise ValueError("finalist_rounds must be 0 (no re-timing) or more")
         self.runner = runner
@@ -182,6 +196,11 @@ class Tuner:
         self.cost_model = cost_model
         self.warm_start = list(warm_start)
         self.budget = budget
+        self.seconds = seconds
+        # the trials the warm-up is planned for (_first_pass): the budget, or what the time limit should hold
+        cores = getattr(runner, "build_workers", None) or host_cores()
+        self.planned = budget if budget is not None else max(1, math.ceil(
+            seconds / 60 * PLANNED_TRIALS_PER_CORE_MINUTE * cores))
         self.batch = batch
         self.seed = seed
         self.early_stop = early_stop
@@ -263,20 +282,24 @@ class Tuner:
     def _elapsed(self) -> float:
         return time.perf_counter() - self._start
 
+    def _time_left(self) -> bool:
+        return self.seconds is None or self._elapsed() < self.seconds
+
     # ------------------------------------------------------------------ scheduling
     def _first_pass(self, state: TaskState) -> int:
         """Warm-up trials of a task before the gradient scheduler takes over.
 
-        Half the budget at most is spent warming up, shared in proportion to each task's FLOPs x
-        weight (a prior for its share of the model's time), at least ``MIN_FIRST_PASS`` trials (enough
-        to see whether any schedule beats the untuned kernel) and at most one batch. A YOLOv8n has 66
+        Half the budget (or of the trials a time limit is planned to hold) at most is spent warming up,
+        shared in proportion to each task's FLOPs x weight (a prior for its share of the model's time), at
+        least ``MIN_FIRST_PASS`` trials (enough to see whether any schedule beats the untuned kernel) and at
+        most one batch. A YOLOv8n has 66
         tasks, a third of them copies, splits and concatenations with no FLOPs: an equal split of the
         warm-up spent most of a 400-trial budget on them.
         """
         total = sum(s.task.flops * s.task.weight for s in self.states) or 1.0
         share = state.task.flops * state.task.weight / total
-        even = self.budget // (2 * max(1, len(self.states)))
-        by_share = int(round(self.budget / 2 * share))
+        even = self.planned // (2 * max(1, len(self.states)))
+        by_share = int(round(self.planned / 2 * share))
         return max(1, min(self.batch, max(min(MIN_FIRST_PASS, even), by_share)))
 
     def _batch_for(self, state: TaskState) -> int:
@@ -335,7 +358,7 @@ class Tuner:
                 self.log.write_task(state.task.to_json())
                 self._headers_logged.add(state.task.workload_key)
         try:
-            while self.trials_done < self.budget:
+            while self._time_left() and (self.budget is None or self.trials_done < self.budget):
                 state = self._next_task()
                 if state is None:
                     break
@@ -343,7 +366,9 @@ class Tuner:
                     t0 = time.perf_counter()
                     self._activate(state)
                     self.timing["setup"] += time.perf_counter() - t0
-                n = min(self._batch_for(state), self.budget - self.trials_done)
+                n = self._batch_for(state)
+                if self.budget is not None:
+                    n = min(n, self.budget - self.trials_done)
                 self._round(state, n)
             if self.finalists > 1 and self.finalist_rounds > 0:
                 t0 = time.perf_counter()

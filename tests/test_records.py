@@ -99,6 +99,28 @@ def test_first_pass_follows_the_flops_share(tmp_path):
     assert sum(firsts) <= 200
 
 
+def test_a_time_limit_alone_plans_the_warm_up_for_the_trials_it_should_hold(tmp_path):
+    """With ``seconds`` and no trial budget the warm-up is sized for the limit's planned trials (per build core);
+    a tuner with neither bound is refused."""
+    from autosearch.task import TuningTask
+    from autosearch.tuner import PLANNED_TRIALS_PER_CORE_MINUTE, Tuner
+
+    class Runner:  # only its build workers are read
+        build_workers = 2
+
+    tasks = [TuningTask(index=i, name=f"t{i}", weight=1, flops=1e9 * (i + 1), mod=None, target=None, args=(),
+                        workload_key=str(i)) for i in range(40)]
+    with TuningLog(str(tmp_path / "l.jsonl")) as log:
+        timed = Tuner(tasks=tasks, runner=Runner(), log=log, strategy="random", seconds=600, batch=16)
+        counted = Tuner(tasks=tasks, runner=Runner(), log=log, strategy="random", budget=timed.planned, batch=16)
+        assert timed.planned == 10 * PLANNED_TRIALS_PER_CORE_MINUTE * 2 and timed.budget is None
+        assert [timed._first_pass(s) for s in timed.states] == [counted._first_pass(s) for s in counted.states]
+        with pytest.raises(ValueError):
+            Tuner(tasks=tasks, runner=Runner(), log=log, strategy="random")
+        with pytest.raises(ValueError):
+            Tuner(tasks=tasks, runner=Runner(), log=log, strategy="random", seconds=0)
+
+
 def test_scheduler_moves_on_from_a_heavy_task_whose_best_stays_flat(tmp_path):
     """Ansor's forward gradient fades with a task's trials: a heavy task stuck at its best for hundreds
     of trials yields the next batch to a lighter task that has had few (and an improving task wins)."""

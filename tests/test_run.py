@@ -68,6 +68,37 @@ def test_resume_finishes_the_budget_without_repeating_a_measurement(tmp_path, mo
     assert len([r for r in contents.records if r.kind == "baseline"]) == 1
 
 
+def test_a_time_limit_stops_the_search_goes_past_the_planned_trials_and_re_times_the_finalists(
+        tmp_path, model_path, capfd):
+    """``--minutes`` alone: the search stops at the limit (checked between rounds), not at a trial count: it
+    measures more than the trials its warm-up was planned for while time remains, and the finalists' re-timing
+    follows the stop as it follows a spent budget."""
+    import time
+
+    from autosearch.tuner import PLANNED_TRIALS_PER_CORE_MINUTE
+
+    log = str(tmp_path / "run.jsonl")
+    minutes = 0.25
+    start = time.perf_counter()
+    proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout",
+                        "NCHW", "--finalist-rounds", "1", *FAST_TIMING, "--minutes", str(minutes), "--batch", "2",
+                        "--build-workers", "1", "--log", log)
+    wall = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    contents = read_log(log)
+    trials = contents.trials()
+    planned = minutes * PLANNED_TRIALS_PER_CORE_MINUTE * 1  # one build worker
+    assert len(trials) > planned
+    [run] = contents.runs
+    assert run["minutes"] == minutes and run["trials"] is None
+    first_start = min(r.started for r in trials)
+    assert max(r.started for r in trials) - first_start < minutes * 60  # no round began after the limit
+    [key] = contents.tasks
+    assert contents.retimes(key), "the finalists were re-timed after the stop"
+    assert wall < minutes * 60 + 60
+    assert "0.25 min" in proc.stdout
+
+
 @pytest.mark.parametrize("strategy", ["annealing", "optuna"])  # random's resume is its seen set: the contract suite
 def test_an_interrupted_run_resumed_with_another_batch_goes_on_from_its_log(tmp_path, conv_task, strategy, monkeypatch):
     """Interrupted after 6 of 12 trials (batch 3), resumed with batch 4 and the same seed: the strategy is told the
@@ -125,6 +156,8 @@ def test_an_interrupted_run_resumed_with_another_batch_goes_on_from_its_log(tmp_
     (["--strategy", "hillclimb"], "annealing, coordinate_descent, optuna, random"),
     (["--strategy", "random", "--trials", "0"], "positive"),
     (["--strategy", "random", "--trials", "-3"], "positive"),
+    (["--strategy", "random", "--minutes", "0"], "--minutes must be a positive number"),
+    (["--strategy", "random", "--minutes", "nan"], "--minutes must be a positive number"),
     (["--strategy", "optuna", "--sampler", "bogus"], "sampler"),
     (["--strategy", "random", "--cost-model", "magic"], "valid cost models"),
     (["--strategy", "random", "--model", "yolov99"], "built-in models"),
