@@ -1,0 +1,129 @@
+"""What a user gets: ``run`` as README's quick start runs it (or with a time limit), then ``export`` and ``report``.
+
+README's figures for the user's path (the quick start's minutes and its model against ONNX Runtime and OpenVINO;
+a time-limited ``run --minutes`` on a bigger model) come from here, not from commands typed by hand:
+
+    python experiments/user_path.py                                  # README's first command, then report
+    python experiments/user_path.py --model yolov8n --minutes 15 --seed 1
+
+Each step is the CLI in a fresh process, as a user would type it (``--log`` and ``--out`` point into the
+results; the feature cache starts empty unless ``--keep-cache``: a new user has none). Writes
+``experiments/results/user-MODEL-TAG/``: ``run.txt`` (run's output), ``log.jsonl``, ``db/``, ``report.md`` and
+``report.png``, ``summary.json`` (the run's wall time and the report's medians). Resumable by step: a finished
+step is not repeated; a run killed midway is started again from an empty log (its minutes would not add up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments.lib.io import ROOT, read_json, results_path, write_json  # noqa: E402
+from experiments.lib.machine import cpu_model  # noqa: E402
+
+
+def _cli(args: list[str], out_path: str, env: dict[str, str]) -> tuple[int, float]:
+    """``python -m autosearch ARGS`` with its output streamed to ``out_path``; (exit code, wall seconds)."""
+    start = time.perf_counter()
+    with open(out_path, "w") as out:
+        out.write(f"$ python -m autosearch {' '.join(args)}\n")
+        out.flush()
+        proc = subprocess.run([sys.executable, "-m", "autosearch", *args], cwd=ROOT, stdout=out,
+                              stderr=subprocess.STDOUT, env=env)
+    return proc.returncode, time.perf_counter() - start
+
+
+def report_medians(markdown: str) -> dict[str, float]:
+    """Median ms per runtime from ``report``'s first Markdown table."""
+    medians = {}
+    for line in markdown.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) > 2 and re.fullmatch(r"[0-9.]+", cells[2] or ""):
+            medians.setdefault(cells[0], float(cells[2]))
+        elif medians:
+            break
+    return medians
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="built-in model or .onnx (default: run's own default, as in the quick start)")
+    p.add_argument("--minutes", type=float, help="run --minutes")
+    p.add_argument("--trials", type=int, help="run --trials")
+    p.add_argument("--seed", type=int, help="run --seed")
+    p.add_argument("--tag", help="names the results directory (default: from the options)")
+    p.add_argument("--rounds", type=int, default=10, help="report --rounds")
+    p.add_argument("--runs", type=int, default=100, help="report --runs")
+    p.add_argument("--keep-cache", action="store_true", help="use the user's feature cache instead of an empty one")
+    p.add_argument("run_args", nargs="*", help="more arguments for run (after --)")
+    args = p.parse_args()
+
+    model = args.model or "tiny-yolov2"
+    tag = args.tag or "-".join(x for x in (
+        "quickstart" if not (args.model or args.minutes or args.trials) else "",
+        f"{args.minutes:g}min" if args.minutes else "", f"{args.trials}trials" if args.trials else "",
+        f"seed{args.seed}" if args.seed is not None else "") if x)
+    work = results_path(f"user-{model}-{tag}")
+    os.makedirs(work, exist_ok=True)
+    summary_path = os.path.join(work, "summary.json")
+    summary = read_json(summary_path) if os.path.exists(summary_path) else {}
+    summary.setdefault("cpu", f"{cpu_model()}, {os.cpu_count()} vCPU")
+    env = dict(os.environ)
+    if not args.keep_cache:
+        env["AUTOSEARCH_CACHE"] = os.path.join(work, "cache")
+    log, db = os.path.join(work, "log.jsonl"), os.path.join(work, "db")
+
+    if "run_secs" not in summary:
+        if os.path.exists(log):  # a run killed midway: start again (run --resume would not keep the minutes)
+            os.remove(log)
+        shutil.rmtree(os.path.join(work, "cache"), ignore_errors=True)
+        run = ["run", "--strategy", "optuna", "--log", log]
+        for flag, value in (("--model", args.model), ("--minutes", args.minutes), ("--trials", args.trials),
+                            ("--seed", args.seed)):
+            if value is not None:
+                run += [flag, str(value)]
+        run += args.run_args
+        print(f"[run] python -m autosearch {' '.join(run)}", flush=True)
+        code, secs = _cli(run, os.path.join(work, "run.txt"), env)
+        if code != 0:
+            raise SystemExit(f"run failed (exit code {code}): see {work}/run.txt")
+        summary.update(run=run, run_secs=round(secs, 1))
+        write_json(summary_path, summary)
+        print(f"[run] {secs / 60:.1f} min", flush=True)
+    if "export_secs" not in summary:
+        code, secs = _cli(["export", "--log", log, "--out", db, "--force"], os.path.join(work, "export.txt"), env)
+        if code != 0:
+            raise SystemExit(f"export failed (exit code {code}): see {work}/export.txt")
+        summary.update(export_secs=round(secs, 1))
+        write_json(summary_path, summary)
+    if "report" not in summary:
+        markdown = os.path.join(work, "report.md")
+        report = ["report", "--model", model, "--db", db, "--log", log, "--rounds", str(args.rounds),
+                  "--runs", str(args.runs), "--untuned-runs", "1", "--markdown", markdown,
+                  "--plot", os.path.join(work, "report.png")]
+        print(f"[report] python -m autosearch {' '.join(report)}", flush=True)
+        code, secs = _cli(report, os.path.join(work, "report.txt"), env)
+        if code != 0:
+            raise SystemExit(f"report failed (exit code {code}): see {work}/report.txt")
+        with open(markdown) as fh:
+            summary.update(report=report_medians(fh.read()), report_secs=round(secs, 1))
+        write_json(summary_path, summary)
+    medians = summary["report"]
+    tuned, ort = medians.get("TVM tuned"), medians.get("ONNX Runtime")
+    line = f"{model} ({tag}): run {summary['run_secs'] / 60:.1f} min; median ms " + ", ".join(
+        f"{k} {v:g}" for k, v in medians.items())
+    if tuned and ort:
+        line += f"; tuned vs ONNX Runtime {ort / tuned:.2f}x" + (" faster" if ort > tuned else "")
+    print(line + f"; {summary['cpu']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
