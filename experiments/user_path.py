@@ -40,6 +40,11 @@ def _cli(args: list[str], out_path: str, env: dict[str, str]) -> tuple[int, floa
     return proc.returncode, time.perf_counter() - start
 
 
+def _rel(path: str) -> str:
+    """A path as the CLI is given it (from the repository root, where it runs): the kept outputs name no host."""
+    return os.path.relpath(path, ROOT)
+
+
 def report_medians(markdown: str) -> dict[str, float]:
     """Median ms per runtime from ``report``'s first Markdown table."""
     medians = {}
@@ -84,7 +89,7 @@ def main() -> int:
         if os.path.exists(log):  # a run killed midway: start again (run --resume would not keep the minutes)
             os.remove(log)
         shutil.rmtree(os.path.join(work, "cache"), ignore_errors=True)
-        run = ["run", "--strategy", "optuna", "--log", log]
+        run = ["run", "--strategy", "optuna", "--log", _rel(log)]
         for flag, value in (("--model", args.model), ("--minutes", args.minutes), ("--trials", args.trials),
                             ("--seed", args.seed)):
             if value is not None:
@@ -98,16 +103,17 @@ def main() -> int:
         write_json(summary_path, summary)
         print(f"[run] {secs / 60:.1f} min", flush=True)
     if "export_secs" not in summary:
-        code, secs = _cli(["export", "--log", log, "--out", db, "--force"], os.path.join(work, "export.txt"), env)
+        export = ["export", "--log", _rel(log), "--out", _rel(db), "--force"]
+        code, secs = _cli(export, os.path.join(work, "export.txt"), env)
         if code != 0:
             raise SystemExit(f"export failed (exit code {code}): see {work}/export.txt")
         summary.update(export_secs=round(secs, 1))
         write_json(summary_path, summary)
     if "report" not in summary:
         markdown = os.path.join(work, "report.md")
-        report = ["report", "--model", model, "--db", db, "--log", log, "--rounds", str(args.rounds),
-                  "--runs", str(args.runs), "--untuned-runs", "1", "--markdown", markdown,
-                  "--plot", os.path.join(work, "report.png")]
+        report = ["report", "--model", model, "--db", _rel(db), "--log", _rel(log), "--rounds", str(args.rounds),
+                  "--runs", str(args.runs), "--untuned-runs", "1", "--markdown", _rel(markdown),
+                  "--plot", _rel(os.path.join(work, "report.png"))]
         print(f"[report] python -m autosearch {' '.join(report)}", flush=True)
         code, secs = _cli(report, os.path.join(work, "report.txt"), env)
         if code != 0:
