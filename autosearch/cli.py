@@ -253,17 +253,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = parse_options(args.strategy, options)
 
     console = _console()
-    defaults = []
+    defaults = {}  # flag not given -> the default used
     if args.model is None:
-        args.model = DEFAULT_MODEL
-        defaults.append(f"model {DEFAULT_MODEL}")
+        args.model = defaults["--model"] = DEFAULT_MODEL
     if args.trials is None and args.minutes is None:
         args.trials = DEFAULT_TRIALS
-        defaults.append(f"{DEFAULT_TRIALS} trials")
+        defaults["--trials"] = f"{DEFAULT_TRIALS} trials"
     log_path = args.log or _default_log(os.path.splitext(os.path.basename(args.model))[0], args.strategy)
     if defaults:
-        console.print(f"[bold]autosearch[/bold]: no {'/'.join(('--model', '--trials'))} given: tuning the default "
-                      f"({', '.join(defaults)}, all tasks, batch {args.batch}); about 10 minutes on 2 cores.")
+        quick_start = len(defaults) == 2  # README's first command: its minutes are known
+        console.print(f"[bold]autosearch[/bold]: no {'/'.join(defaults)} given: tuning "
+                      f"{', '.join(defaults.values())} (all tasks, batch {args.batch})"
+                      + ("; about 10 minutes on 2 cores." if quick_start else "."))
 
     from autosearch.importer import import_model
     from autosearch.records import TuningLog
