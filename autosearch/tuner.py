@@ -11,8 +11,9 @@ A task stops early after ``early_stop`` trials without improvement, or when its 
 
 The run stops at its trial budget, or at its time limit (``seconds``: wall time of this process's search,
 checked between rounds), whichever comes first; with a time limit alone the warm-up is planned for the trials
-that limit is expected to hold (:data:`PLANNED_TRIALS_PER_CORE_MINUTE`) and the search goes on past them while
-time remains. The finalists' re-timing follows either stop.
+the limit is expected to hold: those measured so far and the rest of the time at the run's own pace (a prior pace,
+:data:`PLANNED_TRIALS_PER_CORE_MINUTE`, until :data:`PACE_AFTER_TRIALS` are measured), and the search goes on
+past any plan while time remains. The finalists' re-timing follows either stop.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ MAX_EMPTY_ROUNDS = 3
 # each task's warm-up. README's quick start measures 400 trials in about 9 minutes on 2 cores; models of many
 # small tasks measure faster (YOLOv8n 70-95 a minute there). Only the warm-up depends on it.
 PLANNED_TRIALS_PER_CORE_MINUTE = 20
+PACE_AFTER_TRIALS = 32  # trials of this run after which its own pace replaces the prior one
 
 
 @dataclass
@@ -197,10 +199,8 @@ class Tuner:
         self.warm_start = list(warm_start)
         self.budget = budget
         self.seconds = seconds
-        # the trials the warm-up is planned for (_first_pass): the budget, or what the time limit should hold
         cores = getattr(runner, "build_workers", None) or host_cores()
-        self.planned = budget if budget is not None else max(1, math.ceil(
-            seconds / 60 * PLANNED_TRIALS_PER_CORE_MINUTE * cores))
+        self._prior_pace = PLANNED_TRIALS_PER_CORE_MINUTE * cores / 60  # trials per second
         self.batch = batch
         self.seed = seed
         self.early_stop = early_stop
@@ -281,6 +281,18 @@ class Tuner:
 
     def _elapsed(self) -> float:
         return time.perf_counter() - self._start
+
+    @property
+    def planned(self) -> int:
+        """The trials the warm-up is planned for (:meth:`_first_pass`): the budget, or with a time limit alone
+        the trials measured so far and what the rest of the limit should hold at this run's pace."""
+        if self.budget is not None:
+            return self.budget
+        assert self.seconds is not None
+        elapsed = self._elapsed()
+        measured = self.trials_done - sum(s.resumed for s in self.states)
+        pace = measured / elapsed if measured >= PACE_AFTER_TRIALS and elapsed > 0 else self._prior_pace
+        return max(1, self.trials_done + math.ceil(pace * max(0.0, self.seconds - elapsed)))
 
     def _time_left(self) -> bool:
         return self.seconds is None or self._elapsed() < self.seconds

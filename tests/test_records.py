@@ -100,8 +100,8 @@ def test_first_pass_follows_the_flops_share(tmp_path):
 
 
 def test_a_time_limit_alone_plans_the_warm_up_for_the_trials_it_should_hold(tmp_path):
-    """With ``seconds`` and no trial budget the warm-up is sized for the limit's planned trials (per build core);
-    a tuner with neither bound is refused."""
+    """With ``seconds`` and no trial budget the warm-up is sized for the trials the limit should hold: at the prior
+    pace per build core first, then at the run's own pace; a tuner with neither bound is refused."""
     from autosearch.task import TuningTask
     from autosearch.tuner import PLANNED_TRIALS_PER_CORE_MINUTE, Tuner
 
@@ -115,6 +115,15 @@ def test_a_time_limit_alone_plans_the_warm_up_for_the_trials_it_should_hold(tmp_
         counted = Tuner(tasks=tasks, runner=Runner(), log=log, strategy="random", budget=timed.planned, batch=16)
         assert timed.planned == 10 * PLANNED_TRIALS_PER_CORE_MINUTE * 2 and timed.budget is None
         assert [timed._first_pass(s) for s in timed.states] == [counted._first_pass(s) for s in counted.states]
+        # after a minute of 120 measured trials the run's own pace plans the rest: 2 a second for 540 s more
+        import time
+
+        from autosearch.records import Config
+
+        for n in range(120):
+            timed.states[n % 3].record(Config(0, (n,)), MeasureResult(Status.OK, (1e-3,)))
+        timed._start = time.perf_counter() - 60
+        assert timed.planned == pytest.approx(120 + 2 * 540, abs=3)
         with pytest.raises(ValueError):
             Tuner(tasks=tasks, runner=Runner(), log=log, strategy="random")
         with pytest.raises(ValueError):
