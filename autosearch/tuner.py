@@ -216,6 +216,7 @@ class Tuner:
                        "finalists": 0.0}
         if resume is not None:
             self._load(resume)
+        self._resumed_trials = self.trials_done  # the log's, not this run's: the pace counts this run's alone
 
     # ------------------------------------------------------------------ resume
     def _load(self, contents: LogContents) -> None:
@@ -290,7 +291,7 @@ class Tuner:
             return self.budget
         assert self.seconds is not None
         elapsed = self._elapsed()
-        measured = self.trials_done - sum(s.resumed for s in self.states)
+        measured = self.trials_done - self._resumed_trials
         pace = measured / elapsed if measured >= PACE_AFTER_TRIALS and elapsed > 0 else self._prior_pace
         return max(1, self.trials_done + math.ceil(pace * max(0.0, self.seconds - elapsed)))
 
