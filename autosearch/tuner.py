@@ -305,14 +305,14 @@ class Tuner:
         Half the budget (or of the trials a time limit is planned to hold) at most is spent warming up,
         shared in proportion to each task's FLOPs x weight (a prior for its share of the model's time), at
         least ``MIN_FIRST_PASS`` trials (enough to see whether any schedule beats the untuned kernel) and at
-        most one batch. A YOLOv8n has 66
-        tasks, a third of them copies, splits and concatenations with no FLOPs: an equal split of the
-        warm-up spent most of a 400-trial budget on them.
+        most one batch. A YOLOv8n has 66 tasks, a third of them copies, splits and concatenations with no
+        FLOPs: an equal split of the warm-up spent most of a 400-trial budget on them.
         """
         total = sum(s.task.flops * s.task.weight for s in self.states) or 1.0
         share = state.task.flops * state.task.weight / total
-        even = self.planned // (2 * max(1, len(self.states)))
-        by_share = int(round(self.planned / 2 * share))
+        planned = self.planned  # read once: with a time limit it is computed from the clock
+        even = planned // (2 * max(1, len(self.states)))
+        by_share = int(round(planned / 2 * share))
         return max(1, min(self.batch, max(min(MIN_FIRST_PASS, even), by_share)))
 
     def _batch_for(self, state: TaskState) -> int:
