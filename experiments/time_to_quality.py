@@ -79,6 +79,25 @@ def _wait_until(proc: subprocess.Popen, deadline: float, *, every: Callable[[], 
     return proc.poll() is not None
 
 
+def redo(state: State, name: str, work: str) -> None:
+    """Forget one method's tuning, checkpoints and builds, and every timing round (the method's new builds must
+    be timed taking turns with the others, in one session, or the ratios would cross sittings)."""
+    state.data.get("methods", {}).pop(name, None)
+    state.data.pop("timing", None)
+    if name == "metaschedule":
+        shutil.rmtree(os.path.join(work, "metaschedule"), ignore_errors=True)
+    for path in [os.path.join(work, f"{name}.jsonl"), os.path.join(work, f"{name}.out")]:
+        if os.path.isfile(path):
+            os.remove(path)
+    for sub in ("db", "lib"):
+        folder = os.path.join(work, sub)
+        for entry in os.listdir(folder) if os.path.isdir(folder) else []:
+            if entry.startswith(f"{name}-"):
+                path = os.path.join(folder, entry)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    state.save()
+
+
 # ---------------------------------------------------------------------------------------------- autosearch
 def tune_autosearch(state: State, name: str, extra: list[str], args, work: str) -> None:
     """``run`` until the method has had ``--minutes`` of tuning wall time (several sittings add up). A run whose
@@ -388,6 +407,8 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=15, help="timed forward passes per build, over all rounds")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--redo", action="append", default=[], metavar="METHOD",
+                   help="tune this method again from scratch (its results are dropped; every line is re-timed)")
     p.add_argument("--metaschedule-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--work-dir", help=argparse.SUPPRESS)
     p.add_argument("--trials", type=int, help=argparse.SUPPRESS)
@@ -407,6 +428,10 @@ def main() -> int:
     os.makedirs(work, exist_ok=True)
     state = State(os.path.join(work, "state.json"))
     state.data.setdefault("cpu", f"{cpu_model()}, {os.cpu_count()} vCPU")
+    for name in args.redo:
+        if name not in args.methods:
+            p.error(f"--redo {name}: not among --methods")
+        redo(state, name, work)
     state.save()
     for name in args.methods:  # one tuning at a time: two on 2 cores spoil both
         if name == "metaschedule":

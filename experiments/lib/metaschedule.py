@@ -64,14 +64,16 @@ def builder_and_runner(target, *, evaluator: EvaluatorConfig | None = None, fast
     evaluator = evaluator or EvaluatorConfig()
     if fast_builder:
         import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
+    # MetaSchedule's runner worker inherits the environment: without TVM_NUM_THREADS, TVM uses one thread on
+    # these VMs and MetaSchedule would search with single-threaded timings. LocalRunner starts its worker in its
+    # constructor (a sanity check), so the variable must be set before it; Droplet's own runner, made later,
+    # inherits it too.
+    os.environ["TVM_NUM_THREADS"] = str(target_num_cores(target))
     builder = ms.builder.LocalBuilder(f_build=fast_build, timeout_sec=builder_timeout) if fast_builder \
         else ms.builder.LocalBuilder(timeout_sec=builder_timeout)
     runner = ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
         number=evaluator.number, repeat=evaluator.repeat, min_repeat_ms=evaluator.min_repeat_ms,
         enable_cpu_cache_flush=evaluator.cache_flush))
-    # MetaSchedule's runner workers inherit the environment: without TVM_NUM_THREADS, TVM used one
-    # thread on this VM, and MetaSchedule would search with single-threaded timings.
-    os.environ["TVM_NUM_THREADS"] = str(target_num_cores(target))
     return builder, runner
 
 

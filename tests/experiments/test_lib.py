@@ -124,3 +124,24 @@ def test_record_clock_notes_when_another_writer_adds_records(tmp_path) -> None:
     assert len(clock.times) == 5 and clock.times == sorted(clock.times)
     timeline = clock.timeline()
     assert [n for _, n in timeline] == [3, 5] and timeline[1][0] - timeline[0][0] >= 0.05
+
+
+def test_metaschedule_runner_worker_times_with_the_targets_threads(monkeypatch) -> None:
+    """LocalRunner starts its worker in its constructor: the thread count must be in the environment before it,
+    or MetaSchedule searches with single-threaded timings while every other method uses the target's cores."""
+    from autosearch.target import host_target
+    from experiments.lib.metaschedule import builder_and_runner
+
+    def worker_threads() -> tuple[str | None, int]:  # nested: the worker gets it by value, not by module name
+        import os
+
+        import tvm
+
+        return os.environ.get("TVM_NUM_THREADS"), int(tvm.get_global_func("runtime.NumThreads")())
+
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
+    _, runner = builder_and_runner(host_target(2), fast_builder=False)
+    try:
+        assert runner.pool.submit(worker_threads).result() == ("2", 2)
+    finally:
+        runner.pool.shutdown()

@@ -97,3 +97,20 @@ def test_a_run_that_measures_nothing_more_ends_the_method(tmp_path, monkeypatch)
     assert len(calls) == 1 and calls[0][-2:] == ["--cost-model", "none"]
     assert json.load(open(tmp_path / "state.json"))["methods"]["none"]["finished"] is True
     assert os.path.exists(tmp_path / "none.out")
+
+
+def test_redo_drops_one_methods_tuning_and_builds_and_every_timing_round(tmp_path):
+    work = tmp_path
+    for rel in ["metaschedule/database_tuning_record.json", "metaschedule.out", "none.jsonl", "none.out",
+                "db/metaschedule-9/x.json", "db/none-9/x.json", "lib/metaschedule-9.so", "lib/none-9.so"]:
+        os.makedirs(os.path.dirname(work / rel), exist_ok=True)
+        (work / rel).write_text("x")
+    state = ttq.State(str(work / "state.json"))
+    state.data = {"methods": {"metaschedule": {"complete": True, "builds": {"9": "lib/metaschedule-9.so"}},
+                              "none": {"finished": True, "builds": {"9": "lib/none-9.so"}}},
+                  "timing": {"none@9": {"runs": [1.0], "rounds": 3}, "ort": {"runs": [1.0], "rounds": 3}}}
+    ttq.redo(state, "metaschedule", str(work))
+    assert set(state.data["methods"]) == {"none"} and "timing" not in state.data
+    assert json.loads((work / "state.json").read_text()) == state.data
+    left = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file() and p.name != "state.json")
+    assert left == ["db/none-9/x.json", "lib/none-9.so", "none.jsonl", "none.out"]

@@ -89,6 +89,7 @@ def _metaschedule(method: Method, task, config: StudyConfig, seed: int, work: st
         finished += [batch.finished] * batch.size
     notes = {"search_trials": len(records), "droplet_trials": sum(b.size for b in run.droplet),
              "droplet_batches": len(run.droplet)} if method.post_optimization else {}
+    notes["runner_threads"] = int(os.environ.get("TVM_NUM_THREADS", "0"))  # set by tune_tir before its runner
     return latencies, finished, traces, notes
 
 
