@@ -27,6 +27,7 @@ tuning starts again (it cannot resume). Tables and the PNG: ``experiments/result
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -84,17 +85,15 @@ def redo(state: State, name: str, work: str) -> None:
     be timed taking turns with the others, in one session, or the ratios would cross sittings)."""
     state.data.get("methods", {}).pop(name, None)
     state.data.pop("timing", None)
+    doomed = [os.path.join(work, f"{name}{suffix}") for suffix in (".jsonl", ".out")]
+    doomed += glob.glob(os.path.join(work, "db", f"{name}-*")) + glob.glob(os.path.join(work, "lib", f"{name}-*"))
     if name == "metaschedule":
-        shutil.rmtree(os.path.join(work, "metaschedule"), ignore_errors=True)
-    for path in [os.path.join(work, f"{name}.jsonl"), os.path.join(work, f"{name}.out")]:
-        if os.path.isfile(path):
+        doomed.append(os.path.join(work, "metaschedule"))
+    for path in doomed:
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
             os.remove(path)
-    for sub in ("db", "lib"):
-        folder = os.path.join(work, sub)
-        for entry in os.listdir(folder) if os.path.isdir(folder) else []:
-            if entry.startswith(f"{name}-"):
-                path = os.path.join(folder, entry)
-                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     state.save()
 
 
