@@ -61,14 +61,24 @@ def print_run_summary(console: Console, summary: TuneSummary, *, log_path: str, 
                   f"{g['fit_secs']:.0f} s)") if g["featurised"] or g["fits"] else ""
         console.print(f"wall time {summary.elapsed:.0f} s: measuring {t.get('measure', 0):.0f} s, search "
                       f"{t.get('ask', 0) + t.get('tell', 0):.0f} s{guided}, applying schedules "
-                      f"{t.get('apply', 0):.0f} s, task set-up {t.get('setup', 0):.0f} s, finalists "
-                      f"{t.get('finalists', 0):.0f} s")
+                      f"{t.get('apply', 0):.0f} s, task set-up {t.get('setup', 0):.0f} s{_setup_parts(summary)}, "
+                      f"finalists {t.get('finalists', 0):.0f} s")
     curves = {f"#{s.task.index} {s.task.name[:30]}": s.history for s in summary.states if s.history}
     if curves:
         plot_tuning_curves(curves, png_path, title=title)
         console.print(f"log: {log_path}\nplot: {png_path}")
     else:
         console.print(f"log: {log_path}")
+
+
+def _setup_parts(summary) -> str:
+    """Where the task set-up went, when the tuner split it: design spaces, untuned reference runs, strategies
+    and their cost models (scorer, warm start)."""
+    parts = getattr(summary, "setup_timing", None) or {}
+    if not parts:
+        return ""
+    return (f" (design spaces {parts.get('space', 0):.0f} s, untuned kernels {parts.get('baseline', 0):.0f} s, "
+            f"strategies and cost models {parts.get('strategy', 0):.0f} s)")
 
 
 RUNTIME_COLUMNS = ("runtime", "mean", "median", "max", "min", "std", "speedup vs untuned", "runs", "peak MiB")

@@ -143,6 +143,7 @@ class TuneSummary:
     elapsed: float
     interrupted: bool = False
     timing: dict[str, float] = field(default_factory=dict)  # wall seconds per step of the loop (Tuner.timing)
+    setup_timing: dict[str, float] = field(default_factory=dict)  # the set-up's parts (Tuner.setup_timing)
 
     def guidance(self) -> dict[str, float]:
         """Where the cost models' time went, summed over tasks (seconds; counts): featurising configs (apply +
@@ -214,6 +215,8 @@ class Tuner:
         # wall seconds per step of the loop (benchmarks report the split; measure = build + run)
         self.timing = {"ask": 0.0, "apply": 0.0, "measure": 0.0, "log": 0.0, "tell": 0.0, "setup": 0.0,
                        "finalists": 0.0}
+        # where the set-up goes (parts of "setup"): design spaces, untuned reference runs, scorers and strategies
+        self.setup_timing = {"space": 0.0, "baseline": 0.0, "strategy": 0.0}
         if resume is not None:
             self._load(resume)
         self._resumed_trials = self.trials_done  # the log's, not this run's: the pace counts this run's alone
@@ -254,9 +257,12 @@ class Tuner:
         if task.workload_key not in self._headers_logged:
             self.log.write_task(task.to_json())
             self._headers_logged.add(task.workload_key)
+        clock = time.perf_counter()
         if state.space is None:
             state.space = DecisionSpace(task.mod, task.target, seed=self.seed)
+        clock = self._tick_setup("space", clock)
         baseline = self.runner.prepare(task)  # reference output for the checks, untuned latency
+        clock = self._tick_setup("baseline", clock)
         if state.baseline is None or not state.baseline.ok:
             state.baseline = baseline
             self.log.append([Record(kind="baseline", task_key=task.workload_key, task_name=task.name,
@@ -279,6 +285,7 @@ class Tuner:
             for requested, effective in state.asked.items():
                 history.setdefault(requested, state.measured[effective])
             state.strategy.resume(list(history), list(history.values()))
+        self._tick_setup("strategy", clock)
 
     def _elapsed(self) -> float:
         return time.perf_counter() - self._start
@@ -391,7 +398,8 @@ class Tuner:
             interrupted = True
             log.warning("interrupted: the log holds every batch measured so far; continue with --resume")
         summary = TuneSummary(states=self.states, trials=self.trials_done, elapsed=self._elapsed(),
-                              interrupted=interrupted, timing=dict(self.timing))
+                              interrupted=interrupted, timing=dict(self.timing),
+                              setup_timing=dict(self.setup_timing))
         return summary
 
     def _round(self, state: TaskState, n: int) -> None:
@@ -527,6 +535,11 @@ class Tuner:
     def _tick(self, step: str, since: float) -> float:
         now = time.perf_counter()
         self.timing[step] += now - since
+        return now
+
+    def _tick_setup(self, part: str, since: float) -> float:
+        now = time.perf_counter()
+        self.setup_timing[part] += now - since
         return now
 
     def _measure(self, task: TuningTask, applied: list[Applied]) -> list[MeasureResult]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -48,6 +49,9 @@ def test_each_strategy_tunes_real_kernels(tmp_path, model_path, strategy, capfd)
     assert all(r.trace for r in trials if r.ok)
     assert os.path.exists(log.replace(".jsonl", ".png"))
     assert "speedup" in proc.stdout and "GFLOPS" in proc.stdout
+    summary = " ".join(proc.stdout.split())  # rich wraps long lines
+    assert re.search(r"task set-up \d+ s \(design spaces \d+ s, untuned kernels \d+ s, strategies and cost models "
+                     r"\d+ s\)", summary), summary[-600:]
 
 
 def test_resume_finishes_the_budget_without_repeating_a_measurement(tmp_path, model_path, capfd):
@@ -133,6 +137,9 @@ def test_an_interrupted_run_resumed_with_another_batch_goes_on_from_its_log(tmp_
             first = Tuner(tasks=[conv_task], runner=runner, log=log, strategy=strategy, budget=12, batch=3, seed=1,
                           strategy_options=start, finalist_rounds=1, on_event=interrupt_at_6).run()
         assert first.interrupted and first.trials == 6
+        parts = first.setup_timing  # the task's set-up split into its parts, which make up most of it
+        assert parts["space"] > 0 and parts["baseline"] > 0 and parts["strategy"] > 0
+        assert 0.8 * first.timing["setup"] <= sum(parts.values()) <= first.timing["setup"]
         logged = read_log(log_path)
         logged_best = min(r.latency for r in logged.trials() if r.ok)
         monkeypatch.setattr(tuner_module, "make_strategy", spied_strategy)
