@@ -174,20 +174,30 @@ class DecisionSpace:
     def _legal_locations(self, trace, position: int) -> tuple[int, ...]:
         """Compute locations TVM accepts for the block at ``position`` (with the sketch's own tiles).
 
-        TVM has no API that lists them; ``sample_compute_location(decision=k)`` snaps an illegal k to
-        a legal one, so probing every k on a copy of the schedule enumerates them.
+        TVM has no API that lists them; ``sample_compute_location(decision=k)`` snaps an illegal k down to
+        the largest legal location below it (``-1``, the root, when there is none), so probing enumerates
+        them. Walking down from the top, each probe lands on the next legal location: as many probes as there
+        are locations, where probing every k took :data:`_MAX_LOCATION_PROBE` (most of a model's set-up).
         """
         from tvm.s_tir import Schedule
 
         found: set[int] = set()
         sch = Schedule(self.mod, seed=_SCHEDULE_SEED, debug_mask=0)
 
+        def snapped(inputs, k: int) -> int:
+            trial = sch.copy()
+            trial.sample_compute_location(inputs[0], decision=k)
+            return _to_python(trial.trace.decisions[trial.trace.insts[-1]])
+
         def probe(inst, inputs, attrs, decision):
             if inst.same_as(trace.insts[position]):
-                for k in range(-2, _MAX_LOCATION_PROBE):
-                    trial = sch.copy()
-                    trial.sample_compute_location(inputs[0], decision=k)
-                    found.add(_to_python(trial.trace.decisions[trial.trace.insts[-1]]))
+                k = _MAX_LOCATION_PROBE - 1
+                while k >= -2:
+                    legal = snapped(inputs, k)
+                    found.add(legal)
+                    if legal > k:  # -2 asked where the block cannot be inlined: the root
+                        break
+                    k = legal - 1
             return decision
 
         trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=probe)

@@ -36,6 +36,9 @@ class ScriptedRounds:
     def prepare(self, task):
         return self.runner.prepare(task)
 
+    def prepare_many(self, tasks, *, meanwhile=None):
+        return self.runner.prepare_many(tasks, meanwhile=meanwhile)
+
     def refresh(self) -> None:
         self.round += 1
         self.runner.refresh()

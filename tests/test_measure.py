@@ -190,3 +190,33 @@ def test_kernels_built_once_are_loaded_from_the_build_cache_by_a_later_runner(tm
         assert elsewhere.prepare(other).ok
         [r] = elsewhere.measure(other, mods[:1])
         assert r.ok and r.build_secs > 0 and elsewhere.builder.disk_hits == 0
+
+
+def test_prepare_many_builds_beside_the_caller_and_times_only_after_every_build(small_model):
+    """The untuned modules build while ``meanwhile`` runs here; no reference is computed (nothing timed) until
+    every build has ended; each task then has its baseline and reference as ``prepare`` gives them."""
+    from autosearch.measure.local import LocalRunner
+
+    tasks = list(small_model.tasks)
+    r = LocalRunner(target=tasks[0].target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5), build_workers=2)
+    futures, seen = [], {}
+    submit, reference = r.builder.submit, r.device.reference
+    r.builder.submit = lambda mods: futures.extend(submit(mods)) or list(futures)
+
+    def spied_reference(*args, **kwargs):
+        seen.setdefault("builds done at each timing", []).append(all(f.done() for f in futures))
+        return reference(*args, **kwargs)
+
+    r.device.reference = spied_reference
+    try:
+        results = r.prepare_many(tasks, meanwhile=lambda: seen.update(building=not all(f.done() for f in futures)))
+        assert len(futures) == len(tasks) and seen["building"]  # meanwhile() ran while modules were building
+        assert seen["builds done at each timing"] == [True] * len(tasks)
+        assert [x.status for x in results] == [Status.OK] * len(tasks), [x.error for x in results]
+        for task, result in zip(tasks, results):
+            assert r.baseline_secs(task) == result.median
+        with pytest.raises(RuntimeError, match="space"):  # meanwhile() failing: its error, no build left running
+            r.prepare_many(tasks, meanwhile=lambda: (_ for _ in ()).throw(RuntimeError("space")))
+        assert all(f.done() for f in futures)
+    finally:
+        r.close()

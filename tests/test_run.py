@@ -184,3 +184,43 @@ def test_run_bad_inputs(tmp_path, model_path, args, needle, capfd):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert not os.path.exists(tmp_path / "x.jsonl")  # nothing written on bad input
+
+
+@pytest.mark.parametrize("chunk", [1, 8])
+def test_tasks_are_set_up_in_chunks_each_once_before_its_first_trial(tmp_path, small_model, chunk, monkeypatch):
+    """The tuner sets up the tasks waiting for activation together (their untuned modules build while their design
+    spaces are built), up to SETUP_CHUNK at a time; every task is set up once, before its first trial, and its
+    baseline is logged when it is activated."""
+    from autosearch import tuner as tuner_module
+    from autosearch.measure.base import EvaluatorConfig
+    from autosearch.measure.local import LocalRunner
+    from autosearch.records import TuningLog
+    from autosearch.tuner import Tuner
+
+    calls: list[list[str]] = []
+
+    class Recording(LocalRunner):
+        def prepare_many(self, tasks, *, meanwhile=None):
+            calls.append([t.name for t in tasks])
+            return super().prepare_many(tasks, meanwhile=meanwhile)
+
+        def measure(self, task, mods):
+            assert any(task.name in c for c in calls), "measured before it was set up"
+            return super().measure(task, mods)
+
+    monkeypatch.setattr(tuner_module, "SETUP_CHUNK", chunk)
+    tasks = list(small_model.tasks)
+    runner = Recording(target=tasks[0].target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5))
+    log_path = str(tmp_path / "run.jsonl")
+    try:
+        with TuningLog(log_path) as log:
+            summary = Tuner(tasks=tasks, runner=runner, log=log, strategy="random", budget=4, batch=2, seed=0,
+                            finalist_rounds=0).run()
+    finally:
+        runner.close()
+    assert summary.trials == 4 and all(s.trials for s in summary.states)
+    assert sorted(n for c in calls for n in c) == sorted(t.name for t in tasks)  # each task once
+    assert [len(c) for c in calls] == ([1] * len(tasks) if chunk == 1 else [len(tasks)])
+    baselines = [r for r in read_log(log_path).records if r.kind == "baseline"]
+    assert sorted(r.task_name for r in baselines) == sorted(t.name for t in tasks) and all(r.ok for r in baselines)
+    assert summary.setup_timing["space"] > 0 and summary.setup_timing["baseline"] > 0

@@ -66,6 +66,22 @@ def test_compute_locations_listed_are_legal_for_the_default_tiles(conv_space):
                     assert applied.ok and applied.config.values[i] == loc
 
 
+def test_compute_locations_listed_are_every_location_tvm_accepts(conv_space):
+    """The listed locations are exactly where TVM lands when asked for every location in turn (TVM snaps an
+    illegal one to a legal one): none missing, none extra."""
+    from autosearch.space import _MAX_LOCATION_PROBE
+
+    probed = 0
+    for s in conv_space.sketches:
+        base = conv_space.default(s.index)
+        for i, d in enumerate(s.decisions):
+            if d.kind == "SampleComputeLocation":
+                landed = {conv_space.apply(base.replace(i, k)).config.values[i] for k in range(-2, _MAX_LOCATION_PROBE)}
+                assert landed == set(d.choices), d.name
+                probed += 1
+    assert probed
+
+
 def test_illegal_config_is_reported_not_raised(conv_space):
     bad = Config(0, tuple([(7, 7, 7, 7)] + list(conv_space.default(0).values[1:])))
     applied = conv_space.apply(bad)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -40,6 +41,11 @@ class Runner(Protocol):
 
     def prepare(self, task: TuningTask) -> MeasureResult:
         """Compute the task's reference output and measure its untuned (unscheduled) latency."""
+
+    def prepare_many(self, tasks: Sequence[TuningTask], *,
+                     meanwhile: Callable[[], None] | None = None) -> list[MeasureResult]:
+        """``prepare`` for several tasks, calling ``meanwhile()`` (host work that must not overlap a timing)
+        while their untuned modules build."""
 
     def measure(self, task: TuningTask, mods: list[Any]) -> list[MeasureResult]:
         """Build and time scheduled modules of ``task``; one result per module, in order."""
@@ -81,6 +87,17 @@ class RunnerBase:
     def baseline_secs(self, task: TuningTask) -> float | None:
         """Median seconds of the task's untuned kernel, once ``prepare`` measured it."""
         return self.policy.baseline_secs(task.workload_key)
+
+    def prepare(self, task: TuningTask) -> MeasureResult:
+        raise NotImplementedError
+
+    def prepare_many(self, tasks: Sequence[TuningTask], *,
+                     meanwhile: Callable[[], None] | None = None) -> list[MeasureResult]:
+        """Each task's :meth:`prepare` in turn, after ``meanwhile()``. Runners whose builds can run beside the
+        caller (:class:`~autosearch.measure.local.LocalRunner`) overlap the two."""
+        if meanwhile is not None:
+            meanwhile()
+        return [self.prepare(t) for t in tasks]
 
     def close(self) -> None:
         raise NotImplementedError

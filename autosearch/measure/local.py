@@ -15,7 +15,8 @@ import queue
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,7 +133,11 @@ class BuildPool:
                 self._kept_bytes -= len(self._kept.popitem(last=False)[1])
 
     def build(self, mod_jsons: list[str]) -> list[Built]:
-        return list(self._pool.map(self._build_one, mod_jsons))
+        return [f.result() for f in self.submit(mod_jsons)]
+
+    def submit(self, mod_jsons: list[str]) -> list[Future[Built]]:
+        """Start the builds and return at once; each future's result is a :class:`Built`."""
+        return [self._pool.submit(self._build_one, m) for m in mod_jsons]
 
     def close(self) -> None:
         """Stop the workers first (a build in flight is abandoned: its thread sees the worker die),
@@ -180,9 +185,25 @@ class LocalRunner(RunnerBase):
     # ------------------------------------------------------------------ Runner API
     def prepare(self, task: TuningTask) -> MeasureResult:
         """Build the unscheduled module, keep its output as the reference and time it (the baseline)."""
+        [result] = self.prepare_many([task])
+        return result
+
+    def prepare_many(self, tasks: Sequence[TuningTask], *,
+                     meanwhile: Callable[[], None] | None = None) -> list[MeasureResult]:
+        """:meth:`prepare` for several tasks: their untuned modules build on every build worker while
+        ``meanwhile()`` runs here (a tuner builds the tasks' design spaces then: host work, no timing), and
+        only when every build has ended is each reference computed and each baseline timed, one at a time."""
         import tvm
 
-        [built] = self.builder.build([tvm.ir.save_json(task.mod)])
+        futures = self.builder.submit([tvm.ir.save_json(t.mod) for t in tasks])
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        finally:
+            wait(futures)  # nothing is timed while a build runs, nor left building if meanwhile() raised
+        return [self._baseline(t, f.result()) for t, f in zip(tasks, futures)]
+
+    def _baseline(self, task: TuningTask, built: Built) -> MeasureResult:
         if built.failure is not None:
             return built.failure
         key = task.workload_key
