@@ -256,7 +256,8 @@ class Tuner:
 
     # ------------------------------------------------------------------ task set-up
     def _activate(self, state: TaskState) -> None:
-        """Build the space, strategy, scorer and baseline of a task when it is first scheduled."""
+        """A task's strategy and scorer when it is first scheduled, its baseline logged; its design space and
+        baseline come from :meth:`_prepare`, set up with the tasks after it."""
         task = state.task
         if task.workload_key not in self._headers_logged:
             self.log.write_task(task.to_json())
@@ -288,7 +289,7 @@ class Tuner:
             for requested, effective in state.asked.items():
                 history.setdefault(requested, state.measured[effective])
             state.strategy.resume(list(history), list(history.values()))
-        self._tick_setup("strategy", clock)
+        self.setup_timing["strategy"] += time.perf_counter() - clock
 
     def _prepare(self, state: TaskState) -> None:
         """Design space and untuned baseline of ``state`` and of the next tasks waiting to be activated, at once.
@@ -566,11 +567,6 @@ class Tuner:
     def _tick(self, step: str, since: float) -> float:
         now = time.perf_counter()
         self.timing[step] += now - since
-        return now
-
-    def _tick_setup(self, part: str, since: float) -> float:
-        now = time.perf_counter()
-        self.setup_timing[part] += now - since
         return now
 
     def _measure(self, task: TuningTask, applied: list[Applied]) -> list[MeasureResult]:
