@@ -294,10 +294,11 @@ class Tuner:
     def _prepare(self, state: TaskState) -> None:
         """Design space and untuned baseline of ``state`` and of the next tasks waiting to be activated, at once.
 
-        Set-up was a fifth of a 10-minute run on a model of many tasks, each task's design space built here
-        while the build workers idled, then its untuned module built on one of them while the rest idled. Set
-        up in chunks, the untuned modules build on every build worker while the design spaces are built here;
-        the baselines are timed after every build has ended (the runner's :meth:`prepare_many`).
+        Set up one at a time, a task's design space was built here while the build workers idled, then its
+        untuned module built on one worker while the others idled: on a model of many tasks a large share of a
+        short run (``experiments/setup_time.py``). Set up in chunks, the untuned modules build on every build
+        worker while the design spaces are built here; the baselines are timed after every build has ended (the
+        runner's :meth:`prepare_many`).
         """
         waiting = [s for s in self.states
                    if s is not state and s.strategy is None and s.prepared is None and not s.done]
