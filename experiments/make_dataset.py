@@ -14,12 +14,13 @@ header), and ``experiments/measurement_noise.py --log OUT`` re-labels a sample t
 ceiling of the new labels. Each task header names the models the task is a layer of (``"models"``; a conv
 shared by two networks is measured once): ``compare-models --split model`` holds out one model at a time.
 
-The study dataset (>= 10,000 records, >= 30 tasks, 4 models; many hours on 2 cores, resumable: run it again
-with ``--resume`` after an interruption or a ``--max-minutes`` stop; ``yolo11n`` needs the built-in of that
-name). ``spread:N`` takes N conv2d tasks spread evenly over the model's FLOPs range:
+The study dataset (10,800 records: 36 tasks of 4 models x 300; many hours on 2 cores, resumable: run it again
+with ``--resume`` after an interruption or a ``--max-minutes`` stop). ``spread:N`` takes N conv2d tasks spread
+evenly over the model's FLOPs range; a layer two networks share is one task, so the 8 + 8 + 10 + 12 picks below are
+36 tasks, not 38 (tiny-YOLOv2 and YOLOv3-tiny share two):
 
     python experiments/make_dataset.py --model tiny-yolov2 --tasks spread:8 --model yolov3-tiny --tasks spread:8 \\
-        --model yolov8n --tasks spread:10 --model yolo11n --tasks spread:10 --per-task 300 --retime-rounds 2 \\
+        --model yolov8n --tasks spread:10 --model yolo11n --tasks spread:12 --per-task 300 --retime-rounds 2 \\
         --out experiments/results/dataset-study.jsonl --resume --max-minutes 1440
 
 Example (the committed test dataset, ~4-5 minutes on 2 cores):

@@ -3,6 +3,7 @@ interleaved and resumable re-timing rounds, the README block, configuration erro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -15,7 +16,8 @@ from autosearch.records import MeasureResult, Status
 from experiments.lib.io import ROOT
 from experiments.lib.stats import NEVER
 from experiments.lib.study.config import ConfigError, load_config
-from experiments.lib.study.report import BEGIN, END, aggregate, collect, profile_ratios, replace_block, summary
+from experiments.lib.study.report import (BEGIN, END, aggregate, collect, held_out_text, profile_ratios, replace_block,
+                                         summary)
 from experiments.lib.study.retiming import retime_task
 from experiments.lib.study.runs import sit
 from experiments.lib.study.store import RunKey, RunResult, Store, all_runs
@@ -147,6 +149,18 @@ def test_aggregation_medians_intervals_win_rates_and_time_to_target(study, tmp_p
     stored = json.load(open(stem + ".json"))
     assert stored["tasks"][0]["methods"]["a"]["trials_to_target"] == [3, 3, None]  # never: null
     assert payload["summary"]["a"]["by_budget"][4]["win_rate"] == 0.5
+
+
+def test_the_pretrained_guided_method_is_also_summarised_without_the_tasks_it_was_trained_on(study) -> None:
+    config, store = study
+    guided = tuple(dataclasses.replace(m, cost_model="auto") if m.name == "a" else m for m in config.methods)
+    config = dataclasses.replace(config, methods=guided)
+    tasks, _ = collect(config, store)
+    assert held_out_text(config, tasks) == ""  # no task in the training set: nothing to separate
+    tasks[0].pretrained_seen = True  # a's 2x task: without it, a is left with its 0.5x
+    text = held_out_text(config, tasks)
+    assert text.startswith("On the 1 of 2 tasks outside") and "a 0.50x (0%) @2, 0.50x (0%) @4" in text
+    assert " b " not in text and "ms" not in text  # only the methods the pre-trained model guides
 
 
 def test_a_partial_study_says_so_and_leaves_unretimed_cells_empty(tmp_path) -> None:

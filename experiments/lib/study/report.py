@@ -289,6 +289,29 @@ def goals_text(config: StudyConfig, rows: dict[str, dict[str, Any]]) -> str:
             f"**{verdict(wall >= GOAL_SHARE)}**.")
 
 
+PRETRAINED_MODELS = ("auto", "pretrained")  # cost_model values that mean the shipped pre-trained model
+
+
+def held_out_text(config: StudyConfig, tasks: list[TaskData]) -> str:
+    """The methods guided by the shipped pre-trained model, on the tasks outside its training set only: a task it
+    was trained on flatters it, so the summary's figure is repeated without them ("" when there is nothing to
+    separate: no such method, or no task on either side)."""
+    guided = [m.name for m in config.methods if m.cost_model in PRETRAINED_MODELS]
+    unseen = [t for t in tasks if not t.pretrained_seen]
+    if not guided or not unseen or len(unseen) == len(tasks):
+        return ""
+    rows = summary(config, unseen)
+    parts = []
+    for name in guided:
+        cells = [f"{fmt(s['geomean_ratio'], 2)}x ({fmt(100 * s['win_rate'], 0)}%) @{b}"
+                 for b, s in rows[name]["by_budget"].items() if s["tasks"]]
+        if cells:
+            parts.append(f"{name} {', '.join(cells)}, >= {GOAL_RATIO}x @{config.max_budget} on "
+                         f"{fmt(100 * rows[name]['by_budget'][config.max_budget]['goal_share'], 0)}%")
+    return (f"On the {len(unseen)} of {len(tasks)} tasks outside the shipped cost model's training set: "
+            + "; ".join(parts) + ".") if parts else ""
+
+
 def reference_wins(config: StudyConfig, task: TaskData) -> tuple[str, str] | None:
     """(reference, best autosearch method) when the reference's median beats every autosearch method's at the
     largest budget; None otherwise (or when either has nothing re-timed)."""
@@ -383,7 +406,9 @@ def aggregate(config: StudyConfig, store: Store, out_stem: str, *, with_plots: b
     rows = summary(config, tasks)
     date = time.strftime("%Y-%m-%d")
     head = summary_table(config, rows)
-    text = [f"# Study {config.name}", "", head, "", caption(config, progress, date=date), "", goals_text(config, rows)]
+    held_out = held_out_text(config, tasks)
+    closing = [goals_text(config, rows)] + (["", held_out] if held_out else [])
+    text = [f"# Study {config.name}", "", head, "", caption(config, progress, date=date), "", *closing]
     for task in tasks:
         target = task.gflop / task.target_secs if task.target_secs > 0 and math.isfinite(task.target_secs) else None
         notes = [f"{task.name}, {task.gflop:.3f} GFLOP", f"target {fmt(target)} GFLOPS in-run"]
@@ -394,7 +419,7 @@ def aggregate(config: StudyConfig, store: Store, out_stem: str, *, with_plots: b
         text += ["", f"## {task.spec}", "", "; ".join(notes), "", task_table(config, task)]
     text += why_section(config, store, tasks)
     write_text(out_stem + ".md", "\n".join(text) + "\n")
-    fragment = "\n".join([head, "", caption(config, progress, date=date), "", goals_text(config, rows)])
+    fragment = "\n".join([head, "", caption(config, progress, date=date), "", *closing])
     write_text(out_stem + "-readme.md", fragment + "\n")
     payload = {"config": os.path.relpath(config.path, ROOT), "date": date, "progress": progress,
                "budgets": list(config.budgets), "reference": config.reference, "summary": rows,
