@@ -376,8 +376,12 @@ def compare_models(
     if not models:
         raise UserError("no cost models to compare")
     kinds = {make_cost_model(spec, seed=seed).input_kind for spec in models}  # fails fast on an unknown name
-    dataset = build_dataset(read_logs(list(logs)), kinds=kinds, on_progress=on_featurise,
-                            store=as_store(feature_store))
+    contents = read_logs(list(logs))
+    named = {m for c in contents for header in c.tasks.values() for m in header.get("models") or ()}
+    if split == "model" and len(named) < 2:  # before minutes of featurising, not after
+        raise UserError(f"leave-one-model-out needs tasks of at least 2 models named in the logs' task headers "
+                        f"(experiments/make_dataset.py writes them); found {sorted(named) or 'none'}")
+    dataset = build_dataset(contents, kinds=kinds, on_progress=on_featurise, store=as_store(feature_store))
     if len(dataset.task_keys) < 2:
         raise UserError(f"leave-one-task-out needs records of at least 2 tasks; the logs have "
                         f"{len(dataset.task_keys)} ({len(dataset)} valid trials with traces)")

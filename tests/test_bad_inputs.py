@@ -108,6 +108,15 @@ def test_compare_models_unknown_model_and_missing_log(tmp_path, capfd):
     _assert_one_line_error(compare_models("--log", DATASET, "--models", "seq@loop"), "trace tokens")
 
 
+def test_compare_models_off_a_terminal_reports_progress_in_lines_on_stderr(tmp_path, capfd):
+    """Not an error case: rich draws no bar into a pipe, so a long comparison would be silent there."""
+    proc = run_cli_here(capfd, "compare-models", "--log", DATASET, "--models", "rf", "--plot", str(tmp_path / "p.png"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("rf: held-out tasks: ")]
+    assert lines and lines[-1].startswith("rf: held-out tasks: 4/4 (")  # the committed dataset: 4 tasks
+    assert "| rf " not in proc.stderr and "rf" in proc.stdout  # the table stays on stdout
+
+
 def test_compare_models_by_model_needs_logs_that_name_their_models(capfd):
     # the committed dataset's task headers name no model: nothing to hold out by model
     _assert_one_line_error(run_cli_here(capfd, "compare-models", "--log", DATASET, "--models", "rf", "--split",
