@@ -16,8 +16,16 @@ from autosearch.records import MeasureResult, Status
 from experiments.lib.io import ROOT
 from experiments.lib.stats import NEVER
 from experiments.lib.study.config import ConfigError, load_config
-from experiments.lib.study.report import (BEGIN, END, aggregate, collect, held_out_text, profile_ratios, replace_block,
-                                         summary)
+from experiments.lib.study.report import (
+    BEGIN,
+    END,
+    aggregate,
+    collect,
+    held_out_text,
+    profile_ratios,
+    replace_block,
+    summary,
+)
 from experiments.lib.study.retiming import retime_task
 from experiments.lib.study.runs import sit
 from experiments.lib.study.store import RunKey, RunResult, Store, all_runs
