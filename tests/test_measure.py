@@ -220,3 +220,22 @@ def test_prepare_many_builds_beside_the_caller_and_times_only_after_every_build(
         assert all(f.done() for f in futures)
     finally:
         r.close()
+
+
+def test_a_measuring_process_grown_past_its_memory_limit_is_replaced_between_kernels(conv_task, conv_space):
+    """A dataset times thousands of kernels in one process, which keeps some memory of each: past the limit the
+    process is replaced after a kernel's reply, and the next kernel is checked against the reference again."""
+    from autosearch.measure.local import LocalRunner
+
+    rng = np.random.default_rng(5)
+    mods = [a.mod for a in (conv_space.apply(conv_space.sample(rng)) for _ in range(6)) if a.ok][:3]
+    with LocalRunner(target=conv_task.target, evaluator=EvaluatorConfig(repeat=2, min_repeat_ms=1),
+                     build_workers=1) as r:
+        assert r.prepare(conv_task).ok
+        first = r.measure(conv_task, mods[:1])
+        assert first[0].ok and r.device.recycled == 0  # far under the default limit
+        r.device.max_rss_bytes = 1  # every process is over this one: each kernel is timed by a fresh process
+        results = r.measure(conv_task, mods)
+        assert [x.status for x in results] == [Status.OK] * len(mods), [x.error for x in results]
+        assert r.device.recycled == len(mods)
+        assert len({x.worker for x in results}) == len(mods)  # each by another process

@@ -6,10 +6,18 @@ rule that a replaced process gets its references again lives once.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from autosearch.measure.worker import STARTUP_TIMEOUT, Reply, Worker
+
+log = logging.getLogger(__name__)
+
+# A measuring process that has grown past this many bytes is replaced before its next kernel. Each kernel loaded
+# and timed leaves some memory behind in the process (TVM's loaded libraries and the allocator's arenas), a few MB
+# for a large conv: nothing in a tuning run, but a cost-model dataset times thousands of kernels in one process.
+MAX_RSS_BYTES = 4 << 30
 
 
 class MeasuringProcess:
@@ -20,8 +28,10 @@ class MeasuringProcess:
     installed again before the task's next run. Not thread-safe: one caller at a time.
     """
 
-    def __init__(self, *, name: str, env: dict[str, str]) -> None:
+    def __init__(self, *, name: str, env: dict[str, str], max_rss_bytes: int = MAX_RSS_BYTES) -> None:
         self.worker = Worker(name=name, env=env)
+        self.max_rss_bytes = max_rss_bytes
+        self.recycled = 0  # processes replaced for their memory
         self._installed: set[str] = set()
         self._restarts = 0
 
@@ -66,6 +76,11 @@ class MeasuringProcess:
             self._installed.add(task_key)
         reply = self.worker.call("run", task_key, artifact, args, seed, evaluator, timeout=timeout)
         self._sync()
+        rss = self.worker.rss_bytes()
+        if rss > self.max_rss_bytes:  # after the reply, between kernels: no timing is cut short
+            log.info("measuring process %s holds %.1f GiB: replaced", self.worker.ident, rss / 2**30)
+            self.refresh()
+            self.recycled += 1
         return reply
 
     def refresh(self) -> None:

@@ -176,6 +176,16 @@ class Worker:
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         return Reply("crashed", error=f"worker process died ({how})", seconds=time.perf_counter() - start)
 
+    def rss_bytes(self) -> int:
+        """Resident memory of the running process (0 when none runs, or where /proc does not say: not Linux)."""
+        if self._proc is None or self._proc.poll() is not None:
+            return 0
+        try:
+            with open(f"/proc/{self._proc.pid}/statm") as fh:
+                return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return 0
+
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
