@@ -24,8 +24,8 @@ class MeasuringProcess:
     """One warm worker process pinned by ``env`` (threads, cores), with each task's reference installed in it.
 
     A reference is the unscheduled kernel's output (npz bytes) that candidates are checked against. It
-    lives in the process; after the process was replaced (a crash, a timeout, :meth:`refresh`) it is
-    installed again before the task's next run. Not thread-safe: one caller at a time.
+    lives in the process; after the process was replaced (a crash, a timeout, its memory limit,
+    :meth:`refresh`) it is installed again before the task's next run. Not thread-safe: one caller at a time.
     """
 
     def __init__(self, *, name: str, env: dict[str, str], max_rss_bytes: int = MAX_RSS_BYTES) -> None:
