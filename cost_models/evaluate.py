@@ -340,6 +340,11 @@ def leave_one_model_out(dataset, spec: str, *, seed: int = 0, folds: Sequence[in
     return cross_validate(dataset, spec, model_folds(dataset, folds), seed=seed, on_fold=on_fold)
 
 
+def _too_few_models(found: Sequence[str]) -> UserError:
+    return UserError(f"leave-one-model-out needs tasks of at least 2 models named in the logs' task headers "
+                     f"(experiments/make_dataset.py writes them); found {list(found) or 'none'}")
+
+
 def compare_models(
     logs: Sequence[str],
     models: Sequence[str] = DEFAULT_MODELS,
@@ -379,8 +384,7 @@ def compare_models(
     contents = read_logs(list(logs))
     named = {m for c in contents for header in c.tasks.values() for m in header.get("models") or ()}
     if split == "model" and len(named) < 2:  # before minutes of featurising, not after
-        raise UserError(f"leave-one-model-out needs tasks of at least 2 models named in the logs' task headers "
-                        f"(experiments/make_dataset.py writes them); found {sorted(named) or 'none'}")
+        raise _too_few_models(sorted(named))
     dataset = build_dataset(contents, kinds=kinds, on_progress=on_featurise, store=as_store(feature_store))
     if len(dataset.task_keys) < 2:
         raise UserError(f"leave-one-task-out needs records of at least 2 tasks; the logs have "
@@ -390,9 +394,8 @@ def compare_models(
         raise UserError(f"no task has {min_records} or more valid records to hold out; lower --min-records")
     if split == "model":
         folds = model_folds(dataset, held_out)
-        if len(dataset_models(dataset)) < 2:
-            raise UserError(f"leave-one-model-out needs tasks of at least 2 models named in the logs' task headers "
-                            f"(experiments/make_dataset.py writes them); found {dataset_models(dataset) or 'none'}")
+        if len(dataset_models(dataset)) < 2:  # a named model's records can all be invalid
+            raise _too_few_models(dataset_models(dataset))
     else:
         folds = task_folds(dataset, held_out)
     results = []
