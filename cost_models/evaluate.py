@@ -393,9 +393,9 @@ def compare_models(
     if not held_out:
         raise UserError(f"no task has {min_records} or more valid records to hold out; lower --min-records")
     if split == "model":
+        if len(found := dataset_models(dataset)) < 2:  # a named model's records can all be invalid
+            raise _too_few_models(found)
         folds = model_folds(dataset, held_out)
-        if len(dataset_models(dataset)) < 2:  # a named model's records can all be invalid
-            raise _too_few_models(dataset_models(dataset))
     else:
         folds = task_folds(dataset, held_out)
     results = []
