@@ -124,6 +124,23 @@ class ModelResult:
     predict_secs_per_record: float = 0.0  # all folds' predict time / all folds' held-out records
     y_pred: np.ndarray | None = None  # out-of-fold predictions, aligned with the dataset's rows
     error: str = ""
+    folds: int = 0
+    fit_records: int = 0  # training records, summed over folds
+    predict_records: int = 0  # held-out records, summed over folds
+
+    @classmethod
+    def merged(cls, name: str, parts: Sequence[ModelResult]) -> ModelResult:
+        """The result of all folds from the results of disjoint groups of them (each fold scored on its own,
+        as a resumable comparison stores it): per-task metrics joined, times weighted as one run would."""
+        total = sum(p.folds for p in parts)
+        fit, predict = sum(p.fit_secs * p.folds for p in parts), sum(p.predict_secs * p.folds for p in parts)
+        fit_records, predict_records = sum(p.fit_records for p in parts), sum(p.predict_records for p in parts)
+        return cls(name=name, per_task={k: v for p in parts for k, v in p.per_task.items()},
+                   fit_secs=fit / max(1, total), predict_secs=predict / max(1, total),
+                   fit_secs_per_record=fit / max(1, fit_records),
+                   predict_secs_per_record=predict / max(1, predict_records),
+                   error=next((p.error for p in parts if p.error), ""), folds=total,
+                   fit_records=fit_records, predict_records=predict_records)
 
     def mean(self, metric: str) -> float:
         values = [m[metric] for m in self.per_task.values() if not math.isnan(m[metric])]
@@ -325,6 +342,7 @@ def cross_validate(dataset, spec: str, folds: Sequence[Fold], *, seed: int = 0,
     result.predict_secs = float(np.mean(predict_secs))
     result.fit_secs_per_record = float(np.sum(fit_secs)) / max(1, fit_records)
     result.predict_secs_per_record = float(np.sum(predict_secs)) / max(1, predict_records)
+    result.folds, result.fit_records, result.predict_records = len(folds), fit_records, predict_records
     return result
 
 
@@ -343,6 +361,75 @@ def leave_one_model_out(dataset, spec: str, *, seed: int = 0, folds: Sequence[in
 def _too_few_models(found: Sequence[str]) -> UserError:
     return UserError(f"leave-one-model-out needs tasks of at least 2 models named in the logs' task headers "
                      f"(experiments/make_dataset.py writes them); found {list(found) or 'none'}")
+
+
+def comparison_dataset(logs: Sequence[str], models: Sequence[str], *, seed: int = 0, split: str = "task",
+                       on_featurise: Callable[[int, int], None] | None = None,
+                       feature_store: FeatureStore | str | os.PathLike | None = None):
+    """The featurised dataset a comparison of ``models`` runs on: the valid trials of ``logs`` with the
+    features of every model's input kind. ``split="model"`` checks the log headers name 2 networks before
+    minutes of featurising."""
+    from autosearch.cost_model import make_cost_model
+    from cost_models.feature_store import as_store
+    from cost_models.features import build_dataset, read_logs
+
+    if isinstance(logs, str):
+        logs = [logs]
+    if split not in SPLITS:
+        raise UserError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
+    models = [m for m in models if m]
+    if not models:
+        raise UserError("no cost models to compare")
+    kinds = {make_cost_model(spec, seed=seed).input_kind for spec in models}  # fails fast on an unknown name
+    contents = read_logs(list(logs))
+    named = {m for c in contents for header in c.tasks.values() for m in header.get("models") or ()}
+    if split == "model" and len(named) < 2:
+        raise _too_few_models(sorted(named))
+    dataset = build_dataset(contents, kinds=kinds, on_progress=on_featurise, store=as_store(feature_store))
+    if len(dataset.task_keys) < 2:
+        raise UserError(f"leave-one-task-out needs records of at least 2 tasks; the logs have "
+                        f"{len(dataset.task_keys)} ({len(dataset)} valid trials with traces)")
+    return dataset
+
+
+def comparison_folds(dataset, split: str = "task", min_records: int = 1) -> list[Fold]:
+    """The folds of a split: one per held-out task, or one per network (``split="model"``)."""
+    held_out = held_out_tasks(dataset, min_records)
+    if not held_out:
+        raise UserError(f"no task has {min_records} or more valid records to hold out; lower --min-records")
+    if split == "model":
+        if len(found := dataset_models(dataset)) < 2:  # a named model's records can all be invalid
+            raise _too_few_models(found)
+        return model_folds(dataset, held_out)
+    return task_folds(dataset, held_out)
+
+
+def evaluate_model(dataset, spec: str, folds: Sequence[Fold], *, seed: int = 0,
+                   on_fold: Callable[[str, int, int], None] | None = None) -> ModelResult:
+    """:func:`cross_validate`, with a model that fails (a regressor that wants 1-D input) reported as its
+    result's ``error`` instead of raised: one broken model is one row of a comparison."""
+    try:
+        return cross_validate(dataset, spec, folds, seed=seed, on_fold=on_fold)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - see above
+        log.warning("cost model %s failed: %s", spec, exc)
+        first_line = str(exc).splitlines()[0][:80] if str(exc) else ""
+        return ModelResult(name=spec, error=f"{type(exc).__name__}: {first_line}")
+
+
+def comparison_report(dataset, folds: Sequence[Fold], results: list[ModelResult], *, logs: Sequence[str],
+                      split: str = "task") -> EvaluationReport:
+    return EvaluationReport(
+        results=results, logs=list(logs), n_records=len(dataset),
+        task_names=[dataset.task_names[k] for k in dataset.task_keys],
+        held_out=len({g for fold in folds for g in fold.test}),
+        extract_secs_per_record=dataset.secs_per_record, loop_secs_per_record=dataset.loop_secs_per_record,
+        asm_secs_per_record=dataset.asm_secs_per_record,
+        tvm_features=bool(dataset.per_store), cached_records=dataset.cached,
+        y_true=dataset.y, groups=dataset.groups, split=split,
+        held_out_models=[fold.name for fold in folds] if split == "model" else [],
+    )
 
 
 def compare_models(
@@ -369,55 +456,14 @@ def compare_models(
     to ``feature_store`` (a ``FeatureStore``, a cache directory, or None for the default one), so comparing
     other models on the same logs featurises nothing again.
     """
-    from autosearch.cost_model import make_cost_model
-    from cost_models.feature_store import as_store
-    from cost_models.features import build_dataset, read_logs
-
     if isinstance(logs, str):
         logs = [logs]
-    if split not in SPLITS:
-        raise UserError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
     models = [m for m in models if m]
-    if not models:
-        raise UserError("no cost models to compare")
-    kinds = {make_cost_model(spec, seed=seed).input_kind for spec in models}  # fails fast on an unknown name
-    contents = read_logs(list(logs))
-    named = {m for c in contents for header in c.tasks.values() for m in header.get("models") or ()}
-    if split == "model" and len(named) < 2:  # before minutes of featurising, not after
-        raise _too_few_models(sorted(named))
-    dataset = build_dataset(contents, kinds=kinds, on_progress=on_featurise, store=as_store(feature_store))
-    if len(dataset.task_keys) < 2:
-        raise UserError(f"leave-one-task-out needs records of at least 2 tasks; the logs have "
-                        f"{len(dataset.task_keys)} ({len(dataset)} valid trials with traces)")
-    held_out = held_out_tasks(dataset, min_records)
-    if not held_out:
-        raise UserError(f"no task has {min_records} or more valid records to hold out; lower --min-records")
-    if split == "model":
-        if len(found := dataset_models(dataset)) < 2:  # a named model's records can all be invalid
-            raise _too_few_models(found)
-        folds = model_folds(dataset, held_out)
-    else:
-        folds = task_folds(dataset, held_out)
-    results = []
-    for spec in models:
-        try:
-            results.append(cross_validate(dataset, spec, folds, seed=seed, on_fold=on_fold))
-        except UserError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one broken model (a regressor that wants 1-D input) is one row
-            log.warning("cost model %s failed: %s", spec, exc)
-            first_line = str(exc).splitlines()[0][:80] if str(exc) else ""
-            results.append(ModelResult(name=spec, error=f"{type(exc).__name__}: {first_line}"))
-    report = EvaluationReport(
-        results=results, logs=list(logs), n_records=len(dataset),
-        task_names=[dataset.task_names[k] for k in dataset.task_keys],
-        held_out=len({g for fold in folds for g in fold.test}),
-        extract_secs_per_record=dataset.secs_per_record, loop_secs_per_record=dataset.loop_secs_per_record,
-        asm_secs_per_record=dataset.asm_secs_per_record,
-        tvm_features=bool(dataset.per_store), cached_records=dataset.cached,
-        y_true=dataset.y, groups=dataset.groups, split=split,
-        held_out_models=[fold.name for fold in folds] if split == "model" else [],
-    )
+    dataset = comparison_dataset(logs, models, seed=seed, split=split, on_featurise=on_featurise,
+                                 feature_store=feature_store)
+    folds = comparison_folds(dataset, split, min_records)
+    results = [evaluate_model(dataset, spec, folds, seed=seed, on_fold=on_fold) for spec in models]
+    report = comparison_report(dataset, folds, results, logs=logs, split=split)
     if out_png:
         plot_predictions(report, out_png)
         report.png = out_png

@@ -2,10 +2,12 @@
 network out, resumable, beside the labels' own noise ceiling.
 
 ``compare-models`` answers this for one split in one sitting; on the 10,000-record dataset of
-``experiments/make_dataset.py`` a learned model's 36 folds take most of an hour, so this runs each (split,
-model) pair on its own and stores its result (``OUT/<split>/<model>.json``, with the machine) the moment it
-ends: run the same command again after a stop and the finished pairs are read, not refitted. Features are
-computed once for all of them (the feature store, ``cost_models.feature_store``).
+``experiments/make_dataset.py`` a learned model's 36 folds take hours on 2 cores, so this stores each fold's
+result the moment it ends (a line of ``OUT/<split>/<model>.folds.jsonl``) and each (split, model) pair's when
+its last fold ends (``OUT/<split>/<model>.json``, with the machine): run the same command again after a stop
+and what was finished is read, not refitted; a pair resumes at its first unfinished fold. The logs are read
+and featurised once per run, for every model still to run (features come from the feature store,
+``cost_models.feature_store``, after the first run). Two runs with disjoint ``--models`` use both cores.
 
 The ceiling (``--ceiling``, what ``experiments/measurement_noise.py --log DATASET --out STEM`` wrote as
 ``STEM.json``) is the agreement of two independent labels of the same kernels: no model can expect to beat
@@ -23,6 +25,7 @@ accuracy and top-1 per model and split, the ceiling and the goals as lines).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -58,24 +61,62 @@ def machine() -> dict[str, Any]:
     return {"cpu_model": cpu_model(), "cores": os.cpu_count() or 1}
 
 
-def run_pair(logs: list[str], spec: str, split: str, *, seed: int, min_records: int) -> dict[str, Any]:
-    """One model on one split: its ``compare_models`` row and the report's caption, as stored."""
-    from cost_models.evaluate import compare_models
+def folds_path(out: str, split: str, spec: str) -> str:
+    return result_path(out, split, spec)[:-len(".json")] + ".folds.jsonl"
 
-    last = [0.0]
 
-    def progress(_: str, done: int, total: int) -> None:
-        if done == total or time.monotonic() - last[0] > 30:
-            last[0] = time.monotonic()
-            log.info("%s, %s: %d/%d folds", spec, SPLIT_TITLES[split], done, total)
+def read_folds(path: str) -> dict[str, dict[str, Any]]:
+    """The folds a stopped run finished (one JSON line each). A line the stop cut short is dropped from the
+    file, so that the next fold's line is not appended to it."""
+    done: dict[str, dict[str, Any]] = {}
+    if not os.path.exists(path):
+        return done
+    with open(path) as f:
+        lines = f.read().split("\n")
+    for line in filter(None, lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        done[row["fold"]] = row
+    if lines[-1] or len(done) < len(list(filter(None, lines))):
+        write_text(path, "".join(json.dumps(row) + "\n" for row in done.values()))
+    return done
 
-    start = time.time()
-    report = compare_models(logs, [spec], seed=seed, min_records=min_records, split=split, on_fold=progress)
-    row = report.to_json()["models"][0]
+
+def run_pair(dataset, folds, spec: str, split: str, *, logs: list[str], out: str, seed: int) -> dict[str, Any]:
+    """One model on one split, fold by fold: each fold's result is appended to ``OUT/<split>/<model>.folds.jsonl``
+    when it ends, and the folds found there are not fitted again. Returns the pair's stored result."""
+    from cost_models.evaluate import ModelResult, comparison_report, evaluate_model
+
+    path = folds_path(out, split, spec)
+    done = read_folds(path)
+    start, last = time.time(), time.monotonic()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    for n, fold in enumerate(folds, start=1):
+        if fold.name in done:
+            continue
+        r = evaluate_model(dataset, spec, [fold], seed=seed)
+        row = {"fold": fold.name, "per_task": r.per_task, "error": r.error, "fit_secs": r.fit_secs,
+               "predict_secs": r.predict_secs, "fit_records": r.fit_records, "predict_records": r.predict_records}
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        done[fold.name] = row
+        if r.error:
+            break  # a model that fails on one fold fails on the others: one row saying why
+        if n == len(folds) or time.monotonic() - last > 30:
+            last = time.monotonic()
+            log.info("%s, %s: %d/%d folds", spec, SPLIT_TITLES[split], n, len(folds))
+    parts = [ModelResult(name=spec, per_task=row["per_task"], error=row["error"], fit_secs=row["fit_secs"],
+                         predict_secs=row["predict_secs"], folds=1, fit_records=row["fit_records"],
+                         predict_records=row["predict_records"]) for row in done.values()]
+    merged = ModelResult.merged(spec, parts)
+    report = comparison_report(dataset, folds, [merged], logs=logs, split=split)
     return {"split": split, "model": spec, "family": family(spec), "logs": logs, "seed": seed,
             "caption": report.caption(), "n_records": report.n_records, "machine": machine(),
-            "wall_secs": time.time() - start, **{k: row[k] for k in ("error", "fit_secs", "fit_secs_per_record",
-                                                                     "predict_secs_per_record", "per_task")}}
+            "wall_secs": time.time() - start, "folds": len(done), "error": merged.error,
+            "fit_secs": merged.fit_secs, "fit_secs_per_record": merged.fit_secs_per_record,
+            "predict_secs_per_record": merged.predict_secs_per_record, "per_task": merged.per_task}
 
 
 def as_result(stored: dict[str, Any]) -> ModelResult:
@@ -176,22 +217,34 @@ def main(argv: list[str] | None = None) -> int:
 
     by_split: dict[str, list[dict[str, Any]]] = {}
     skipped: dict[str, str] = {}
+    todo = {(split, spec) for split in splits for spec in models
+            if not os.path.exists(result_path(args.out, split, spec))}
+    dataset = None
+    if todo:  # read and featurise once, for every model still to run (a finished study only re-tabulates)
+        from cost_models.evaluate import comparison_dataset
+
+        dataset = comparison_dataset(args.log, sorted({spec for _, spec in todo}), seed=args.seed)
     for split in splits:
         by_split[split] = []
+        folds = None
         for spec in models:
             path = result_path(args.out, split, spec)
             if os.path.exists(path):
                 by_split[split].append(read_json(path))
                 log.info("%s, %s: done before (%s)", spec, SPLIT_TITLES[split], path)
                 continue
-            try:
-                stored = run_pair(args.log, spec, split, seed=args.seed, min_records=args.min_records)
-            except UserError as exc:
-                if split == "task":
-                    raise
-                skipped[split] = str(exc)  # e.g. a dataset whose tasks name fewer than 2 networks
-                log.warning("%s: skipped: %s", SPLIT_TITLES[split], exc)
-                break
+            if folds is None:
+                from cost_models.evaluate import comparison_folds
+
+                try:
+                    folds = comparison_folds(dataset, split, args.min_records)
+                except UserError as exc:
+                    if split == "task":
+                        raise
+                    skipped[split] = str(exc)  # e.g. a dataset whose tasks name fewer than 2 networks
+                    log.warning("%s: skipped: %s", SPLIT_TITLES[split], exc)
+                    break
+            stored = run_pair(dataset, folds, spec, split, logs=args.log, out=args.out, seed=args.seed)
             write_json(path, stored)
             by_split[split].append(stored)
             log.info("%s, %s: pairwise %.3f, top-1 %.3f in %.0f s", spec, SPLIT_TITLES[split],

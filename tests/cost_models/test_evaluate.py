@@ -10,7 +10,15 @@ import pytest
 
 from autosearch.errors import UserError
 from autosearch.records import LogContents, TuningLog
-from cost_models.evaluate import EvaluationReport, compare_models, leave_one_task_out, model_folds
+from cost_models.evaluate import (
+    EvaluationReport,
+    ModelResult,
+    compare_models,
+    cross_validate,
+    leave_one_task_out,
+    model_folds,
+    task_folds,
+)
 
 
 def test_compare_models_table_and_png(tmp_path, dataset_path):
@@ -51,6 +59,22 @@ def test_compare_models_table_and_png(tmp_path, dataset_path):
     assert again.cached_records == 160 and "from the feature cache" in again.caption()
     assert "ms per record" not in again.caption()  # nothing was replayed: no per-record cost to report
     np.testing.assert_array_equal(again.result("rf").y_pred, rf.y_pred)
+
+
+def test_folds_scored_one_at_a_time_merge_into_the_result_of_one_run(dataset):
+    """What a resumable comparison relies on: each fold fitted on its own (as after a stop) and the parts
+    merged give the metrics, record counts and per-record times of all folds fitted in one call."""
+    folds = task_folds(dataset)
+    whole = cross_validate(dataset, "rf", folds, seed=0)
+    parts = [cross_validate(dataset, "rf", [fold], seed=0) for fold in folds]
+    merged = ModelResult.merged("rf", parts[2:] + parts[:2])  # order of the parts does not matter
+    assert merged.per_task == whole.per_task and len(merged.per_task) == 4
+    assert (merged.folds, merged.fit_records, merged.predict_records) == (4, 480, 160)
+    assert (whole.folds, whole.fit_records, whole.predict_records) == (4, 480, 160)
+    fit = sum(p.fit_secs for p in parts)
+    assert merged.fit_secs == pytest.approx(fit / 4) and merged.fit_secs_per_record == pytest.approx(fit / 480)
+    broken = ModelResult.merged("rf", [parts[0], ModelResult(name="rf", error="ValueError: x", folds=1)])
+    assert broken.error == "ValueError: x"
 
 
 @pytest.mark.parametrize("spec", ["xgb@encoding", "rf@pooled", "xgb-rank@pooled+loop", "gbr@loop"])

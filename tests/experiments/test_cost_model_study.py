@@ -67,3 +67,32 @@ def test_a_dataset_naming_no_networks_skips_the_network_split_with_its_reason(tm
     assert "Not run: leave-one-model-out needs tasks of at least 2 models" in text
     assert "Goals: not judged" in text  # a tree model alone
     assert not os.path.exists(cost_model_study.result_path(out, "model", "rf"))
+
+
+def test_a_stopped_pair_resumes_at_its_first_unfinished_fold(tmp_path, monkeypatch) -> None:
+    """A stop between folds (here: the pair's result gone, 2 of 4 folds and half a line left in its folds
+    file) costs only the unfinished folds: the finished ones are read, not refitted, and the result is that of
+    an uninterrupted run."""
+    from cost_models.feature_store import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "features"))
+    out = str(tmp_path / "cms")
+    args = ["--log", DATASET, "--out", out, "--models", "rf", "--splits", "task"]
+    assert cost_model_study.main(args) == 0
+    pair, folds = cost_model_study.result_path(out, "task", "rf"), cost_model_study.folds_path(out, "task", "rf")
+    whole = json.load(open(pair))
+    lines = open(folds).read().splitlines()
+    assert len(lines) == 4 and whole["folds"] == 4
+    os.remove(pair)
+    kept = [json.loads(line) for line in lines[:2]]
+    for row in kept:
+        row["fit_secs"] = 1000.0  # a marker a refit would overwrite
+    with open(folds, "w") as f:
+        f.write("".join(json.dumps(row) + "\n" for row in kept) + lines[2][:25])
+
+    assert cost_model_study.main(args) == 0
+    resumed = json.load(open(pair))
+    rows = [json.loads(line) for line in open(folds).read().splitlines()[2:]]
+    assert [r["fold"] for r in rows] == [json.loads(line)["fold"] for line in lines[2:]]  # only the other two
+    assert resumed["per_task"] == whole["per_task"] and resumed["folds"] == 4
+    assert resumed["fit_secs"] > 2 * 1000.0 / 4  # the two kept folds were read, not refitted
