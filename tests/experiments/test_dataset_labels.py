@@ -30,7 +30,7 @@ def test_make_dataset_relabels_resumably_and_the_noise_ceiling_uses_its_settings
     only, labels from both rounds, and measurement_noise repeating the log's re-timing settings. (The small conv,
     not a tiny-YOLOv2 layer: importing tiny-YOLOv2, twice, was most of this test's time, and nothing here depends
     on which model the conv comes from.)"""
-    from experiments import make_dataset, measurement_noise
+    from experiments import make_dataset, measurement_noise, timing_noise_sources
 
     model = str(tmp_path / "small_conv.onnx")
     small_conv_onnx(model)
@@ -67,3 +67,17 @@ def test_make_dataset_relabels_resumably_and_the_noise_ceiling_uses_its_settings
     [row] = summary["rows"]
     assert row["n"] == 2 and 0.0 <= row["pairwise"] <= 1.0
     assert len([r for r in read_log(f"{noise}.jsonl").records if r.kind == "retime"]) == 2 * 2
+
+    # where the noise comes from: the same 2 kernels over 2 passes in one measuring process, then in 2 fresh ones
+    sources = str(tmp_path / "sources")
+    assert timing_noise_sources.main(["--log", out, "--tasks", "1", "--per-task", "2", "--passes", "2",
+                                      "--out", sources]) == 0
+    with open(f"{sources}.json") as fh:
+        rows = json.load(fh)["rows"]
+    assert rows["same process"]["kernels"] == rows["fresh process"]["kernels"] == 2
+    timed = [r for r in read_log(f"{sources}.jsonl").records if r.kind == "retime"]
+    assert sorted(r.round for r in timed) == [1, 1, 2, 2, 101, 101, 102, 102]
+    workers = {n: {r.result.worker for r in timed if r.round == n} for n in (1, 2, 101, 102)}
+    assert workers[1] == workers[2] and len(workers[1]) == 1  # one process for both same-process passes
+    assert len(workers[101] | workers[102]) == 2 and not (workers[101] | workers[102]) & workers[1]
+    assert all(r.result.build_secs == 0.0 for r in timed)  # every kernel loaded from the dataset's build cache
