@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import random
 import tempfile
 from collections.abc import Iterator
@@ -47,7 +48,13 @@ INPUT_DIM = 172  # PerStoreFeature(extract_workload=True): 164 per-store + 8 wor
 
 @contextlib.contextmanager
 def _runnable(seed: int) -> Iterator[None]:
-    """The settings of TVM's trainer that 0.27 + torch 2.13 need (see the module docstring), for one call."""
+    """The settings of TVM's trainer that 0.27 + torch 2.13 need (see the module docstring), for one call.
+    Its logger (``mlp_model``) reports every epoch's loss at INFO, 50 lines a fit: a comparison of 36 folds
+    would bury its own progress in them, so they show only when DEBUG is on (``-v``)."""
+    logger = logging.getLogger("mlp_model")
+    old_level = logger.level
+    if not logger.isEnabledFor(logging.DEBUG):
+        logger.setLevel(logging.WARNING)
     scheduler = torch.optim.lr_scheduler.StepLR
     if "verbose" not in inspect.signature(scheduler.__init__).parameters:
 
@@ -64,6 +71,7 @@ def _runnable(seed: int) -> Iterator[None]:
             yield
     finally:
         torch.optim.lr_scheduler.StepLR = scheduler  # type: ignore[misc]
+        logger.setLevel(old_level)
         tempfile.tempdir = old_tempdir
         random.setstate(old_random)
 

@@ -123,3 +123,21 @@ def test_tvm_xgb_known_features_equal_fresh_extraction(dataset, split, fitted):
     bare = np.array([dataclasses.replace(p, features=None) for p in X], dtype=object)
     fresh = make_cost_model("tvm-xgb", seed=3).fit(bare[train], dataset.y[train], dataset.groups[train])
     np.testing.assert_allclose(fresh.predict(bare[test]), pred, rtol=1e-6)
+
+
+def test_tvm_mlp_keeps_tvms_per_epoch_log_for_debug(dataset, split, caplog):
+    """TVM's trainer logs each epoch's loss at INFO; a fit under INFO shows none of it, under DEBUG all, and the
+    logger's own level is left as it was."""
+    import logging
+
+    train, _ = split
+    model = make_cost_model("tvm-mlp", seed=3).set_params(num_epoch_full=10)
+    X = dataset.X(model.input_kind)
+    level = logging.getLogger("mlp_model").level
+    with caplog.at_level(logging.INFO):
+        model.fit(X[train], dataset.y[train], dataset.groups[train])
+    assert not [r for r in caplog.records if r.name == "mlp_model"]
+    with caplog.at_level(logging.DEBUG):
+        model.fit(X[train], dataset.y[train], dataset.groups[train])
+    assert any(r.name == "mlp_model" and "Epoch" in r.getMessage() for r in caplog.records)
+    assert logging.getLogger("mlp_model").level == level
