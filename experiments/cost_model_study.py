@@ -18,7 +18,8 @@ on held-out pairwise accuracy and top-1, and held-out top-1 >= 0.92 (TLP's CPU f
     python experiments/cost_model_study.py --log experiments/results/dataset-study.jsonl \\
         --ceiling experiments/results/measurement_noise-study.json --out experiments/results/cost_model_study
 
-Writes ``OUT.md`` (a table per split, the ceiling, the verdict), ``OUT.json`` and ``OUT.png`` (pairwise
+``--report-only`` fits nothing: it tabulates the finished pairs and lists the unfinished ones (safe beside a run
+still fitting). Writes ``OUT.md`` (a table per split, the ceiling, the verdict), ``OUT.json`` and ``OUT.png`` (pairwise
 accuracy and top-1 per model and split, the ceiling and the goals as lines).
 """
 
@@ -65,9 +66,9 @@ def folds_path(out: str, split: str, spec: str) -> str:
     return result_path(out, split, spec)[:-len(".json")] + ".folds.jsonl"
 
 
-def read_folds(path: str) -> dict[str, dict[str, Any]]:
+def read_folds(path: str, *, repair: bool = True) -> dict[str, dict[str, Any]]:
     """The folds a stopped run finished (one JSON line each). A line the stop cut short is dropped from the
-    file, so that the next fold's line is not appended to it."""
+    file (``repair``, by the run that goes on appending), so that the next fold's line is not appended to it."""
     done: dict[str, dict[str, Any]] = {}
     if not os.path.exists(path):
         return done
@@ -79,7 +80,7 @@ def read_folds(path: str) -> dict[str, dict[str, Any]]:
         except json.JSONDecodeError:
             continue
         done[row["fold"]] = row
-    if lines[-1] or len(done) < len(list(filter(None, lines))):
+    if repair and (lines[-1] or len(done) < len(list(filter(None, lines)))):
         write_text(path, "".join(json.dumps(row) + "\n" for row in done.values()))
     return done
 
@@ -204,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="results stem: OUT.md, OUT.json, OUT.png and OUT/ (per pair)")
     p.add_argument("--min-records", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--report-only", action="store_true", help="fit nothing: tabulate the finished pairs and "
+                   "list the unfinished ones with their stored folds (safe beside a run still fitting)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -220,6 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     todo = {(split, spec) for split in splits for spec in models
             if not os.path.exists(result_path(args.out, split, spec))}
     dataset = None
+    pending: dict[str, list[str]] = {split: [] for split in splits}  # --report-only: the pairs not finished
+    if args.report_only:
+        for split, spec in sorted(todo, key=lambda pair: models.index(pair[1])):
+            stored_folds = len(read_folds(folds_path(args.out, split, spec), repair=False))
+            pending[split].append(f"{spec} ({stored_folds} folds stored)")
+        todo = set()
     if todo:  # read and featurise once, for every model still to run (a finished study only re-tabulates)
         from cost_models.evaluate import comparison_dataset
 
@@ -232,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             if os.path.exists(path):
                 by_split[split].append(read_json(path))
                 log.info("%s, %s: done before (%s)", spec, SPLIT_TITLES[split], path)
+                continue
+            if args.report_only:
                 continue
             if folds is None:
                 from cost_models.evaluate import comparison_folds
@@ -257,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
             text += [f"Not run: {skipped[split]}", ""]
             continue
         stored = by_split[split]
+        if pending[split]:
+            text += ["Not finished: " + ", ".join(pending[split]) + ".", ""]
+        if not stored:
+            continue
         machines = sorted({f"{s['machine']['cpu_model']}, {s['machine']['cores']} cores" for s in stored})
         text += [table(stored, ceiling), "", f"{stored[0]['caption']}. Means over held-out tasks (± standard error "
                  f"over tasks); top-1/top-5: TenSet's score (best latency over that of the model's pick); fit and "
@@ -264,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                  + (f"; re-timing ceiling from {os.path.relpath(args.ceiling)}" if ceiling else "") + ".", "",
                  verdict(stored), ""]
     write_text(args.out + ".md", "\n".join(text))
-    write_json(args.out + ".json", {"logs": args.log, "ceiling": ceiling, "skipped": skipped,
+    write_json(args.out + ".json", {"logs": args.log, "ceiling": ceiling, "skipped": skipped, "pending": pending,
                                     "splits": {s: [{k: v for k, v in r.items() if k != "per_task"}
                                                    | {"mean": {m: as_result(r).mean(m) for m, _ in METRICS}}
                                                    for r in by_split[s]] for s in splits}})

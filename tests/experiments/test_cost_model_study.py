@@ -90,6 +90,13 @@ def test_a_stopped_pair_resumes_at_its_first_unfinished_fold(tmp_path, monkeypat
     with open(folds, "w") as f:
         f.write("".join(json.dumps(row) + "\n" for row in kept) + lines[2][:25])
 
+    # a report between sittings fits nothing and leaves the folds file as the stop left it
+    before = open(folds).read()
+    assert cost_model_study.main([*args, "--report-only"]) == 0
+    assert "Not finished: rf (2 folds stored)." in open(out + ".md").read()
+    assert json.load(open(out + ".json"))["pending"]["task"] == ["rf (2 folds stored)"]
+    assert open(folds).read() == before and not os.path.exists(pair)
+
     assert cost_model_study.main(args) == 0
     resumed = json.load(open(pair))
     rows = [json.loads(line) for line in open(folds).read().splitlines()[2:]]
