@@ -276,12 +276,20 @@ class Fold:
     train: tuple[int, ...]
 
 
+def task_label(dataset, g: int) -> str:
+    """Task ``g``'s name in results; with its workload key when another task of the dataset has the same name
+    (two networks can name different convolutions alike), so no task's metrics overwrite another's."""
+    key = dataset.task_keys[g]
+    name = dataset.task_names[key]
+    same = sum(dataset.task_names[k] == name for k in dataset.task_keys)
+    return name if same == 1 else f"{name} ({key})"
+
+
 def task_folds(dataset, held_out: Sequence[int] | None = None) -> list[Fold]:
     """Leave one task out: one fold per task of ``held_out`` (default: every task), trained on all the others."""
     everything = range(len(dataset.task_keys))
     held_out = list(everything) if held_out is None else list(held_out)
-    return [Fold(dataset.task_names[dataset.task_keys[g]], (g,), tuple(t for t in everything if t != g))
-            for g in held_out]
+    return [Fold(task_label(dataset, g), (g,), tuple(t for t in everything if t != g)) for g in held_out]
 
 
 def dataset_models(dataset) -> list[str]:
@@ -333,7 +341,7 @@ def cross_validate(dataset, spec: str, folds: Sequence[Fold], *, seed: int = 0,
         result.y_pred[test[fresh]] = pred[fresh]
         for g in fold.test:
             rows = dataset.groups[test] == g
-            name = dataset.task_names[dataset.task_keys[g]]
+            name = task_label(dataset, g)
             key = name if fold.test == (g,) else f"{fold.name}: {name}"
             result.per_task[key] = task_metrics(y[test][rows], pred[rows], ranker=getattr(model, "is_ranker", False))
         if on_fold is not None:

@@ -117,6 +117,23 @@ def test_min_records_holds_out_only_tasks_with_enough_records(tmp_path, contents
         compare_models([path], ["rf"], min_records=1000)
 
 
+def test_tasks_of_one_name_keep_their_own_results(tmp_path, contents):
+    """Two networks can name different convolutions alike: each task is held out and reported on its own."""
+    import dataclasses
+
+    keys = list(contents.tasks)
+    shared = contents.tasks[keys[0]]["name"]
+    path = str(tmp_path / "same-names.jsonl")
+    with TuningLog(path) as log:
+        for n, key in enumerate(keys):
+            rename = n < 2
+            log.write_task({**contents.tasks[key], "name": shared} if rename else contents.tasks[key])
+            log.append([dataclasses.replace(r, task_name=shared) if rename else r for r in contents.trials(key)])
+    rf = compare_models([path], ["rf"]).result("rf")
+    assert len(rf.per_task) == 4
+    assert sorted(k for k in rf.per_task if k.startswith(shared)) == sorted(f"{shared} ({k})" for k in keys[:2])
+
+
 def _log_naming_models(tmp_path, contents, models_of_task):
     """The committed dataset with each task header naming the models it is a layer of (as make_dataset writes)."""
     keys = list(dict.fromkeys(r.task_key for r in contents.trials() if r.ok))
