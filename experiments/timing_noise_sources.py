@@ -39,8 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from autosearch.records import Record, TuningLog, read_log  # noqa: E402
 from cost_models.features import labelled_trials  # noqa: E402
 from experiments.lib.io import write_json, write_text  # noqa: E402
-from experiments.lib.labels import LABEL_EVALUATOR, logged_settings  # noqa: E402
-from experiments.lib.retime import schedule  # noqa: E402
+from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime  # noqa: E402
 
 log = logging.getLogger("timing_noise_sources")
 CONDITIONS = ("same process", "fresh process")
@@ -92,18 +91,11 @@ def main(argv: list[str] | None = None) -> int:
             runner.refresh()
             for c, condition in enumerate(CONDITIONS):
                 for pass_no in range(args.passes):
-                    if condition == "fresh process":
-                        runner.refresh()
-                    order = [picked[i] for i in rng.permutation(len(picked))]
-                    results = runner.measure(task, [schedule(task, r.trace) for r in order])
-                    out.append([Record(kind="retime", task_key=r.task_key, task_name=r.task_name, target=r.target,
-                                       config=r.config, result=res, flops=r.flops, trace=r.trace,
-                                       strategy=r.strategy, round=100 * c + pass_no + 1)
-                                for r, res in zip(order, results)])
-                    for r, res in zip(order, results):
-                        if res.ok:
-                            timings[condition].setdefault((key, repr(r.config)), []).append(res.median)
-                            cvs.append(float(np.std(res.latencies) / np.mean(res.latencies)))
+                    for r in retime(runner, task, picked, round_no=100 * c + pass_no + 1, out=out, rng=rng,
+                                    fresh=condition == "fresh process"):
+                        if r.result.ok:
+                            timings[condition].setdefault((key, repr(r.config)), []).append(r.result.median)
+                            cvs.append(float(np.std(r.result.latencies) / np.mean(r.result.latencies)))
             log.info("task %d/%d %s done (%.0f s)", n, len(keys), task.name, time.time() - start)
 
     rows = {}

@@ -51,10 +51,12 @@ def logged_settings(contents: LogContents) -> tuple[int, EvaluatorConfig] | None
 
 
 def retime(runner, task, records: Sequence[Record], *, round_no: int, out: TuningLog,
-           rng: np.random.Generator, deadline: float = float("inf")) -> list[Record]:
+           rng: np.random.Generator, deadline: float = float("inf"), fresh: bool = True) -> list[Record]:
     """Re-time ``records`` of ``task`` in a fresh measuring process (shuffled, ``BATCH`` at a time) and log each
-    result as a ``retime`` record of round ``round_no``. Stops early at ``deadline`` (``time.time()``)."""
-    runner.refresh()
+    result as a ``retime`` record of round ``round_no``. Stops early at ``deadline`` (``time.time()``).
+    ``fresh=False`` keeps the runner's current process (to tell per-process noise from per-call noise)."""
+    if fresh:
+        runner.refresh()
     order = [records[i] for i in rng.permutation(len(records))]
     done: list[Record] = []
     for start in range(0, len(order), BATCH):
