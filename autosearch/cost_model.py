@@ -35,6 +35,7 @@ COST_MODELS: dict[str, str] = {
     "tvm-xgb": "cost_models.tvm_xgb:create",
     "tvm-mlp": "cost_models.tvm_mlp:create",
     "seq": "cost_models.sequence_model:create",
+    "mlp-rank": "cost_models.mlp_rank:create",
     SKLEARN_PREFIX: "cost_models.sklearn_model:create",
     # pre-trained and refit online: "pretrained" is the model autosearch ships; a directory that
     # train-model wrote is taken by the same factory (``--cost-model DIR``)

@@ -29,6 +29,7 @@ FAMILIES = {
     "tvm-xgb": "cost_models.tvm_xgb",
     "tvm-mlp": "cost_models.tvm_mlp",
     "seq": "cost_models.sequence_model",
+    "mlp-rank": "cost_models.mlp_rank",
 }
 # what np.load and the header check raise for a file that is not (or no longer) one of ours
 UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)

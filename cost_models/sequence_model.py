@@ -24,7 +24,6 @@ the committed 160-record dataset fits in seconds and a 10,000-record one still s
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -34,7 +33,7 @@ from torch import nn
 
 from autosearch.errors import UserError
 from cost_models._io import read_npz, write_npz
-from cost_models._torch import lambda_weights, load_state, pair_loss, session, state_arrays
+from cost_models._torch import fit_ranker, load_state, ranking_steps, session, state_arrays
 from cost_models.features import SEQUENCE_KINDS, vector_width
 from cost_models.trace_tokens import BUCKETS, N_KINDS, NUMERIC, split_sequence_input
 
@@ -138,10 +137,6 @@ class SequenceRanker(BaseEstimator):
             vector = torch.from_numpy(((vectors - self.vector_mean_) / self.vector_scale_).astype(np.float32))
         return (torch.from_numpy(ids), torch.from_numpy(numbers.astype(np.float32)), torch.from_numpy(mask), vector)
 
-    def _steps(self, n: int) -> int:
-        per_step = self.tasks_per_step * self.records_per_task
-        return int(np.clip(math.ceil(self.n_epochs * n / per_step), self.min_steps, self.max_steps))
-
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> SequenceRanker:
         vectors, tokens = split_sequence_input(X, vector_width(self.input_kind))
         real = tokens[~np.isnan(tokens[..., 0])][:, _FLAG:NUMERIC.stop]
@@ -151,40 +146,21 @@ class SequenceRanker(BaseEstimator):
         self.vector_scale_ = np.where(vectors.std(axis=0) > 1e-6, vectors.std(axis=0), 1.0)
         ids, numbers, mask, vector = self._tensors(X)
         lengths = mask.sum(dim=1).numpy()
-        y_t = torch.as_tensor(np.asarray(y, dtype=np.float32))
-        groups = np.zeros(len(y), dtype=np.int64) if groups is None else np.asarray(groups)
-        by_task = [np.flatnonzero(groups == g) for g in np.unique(groups)]
-        by_task = [rows for rows in by_task if len(rows) > 1]  # a task of one record has no pair to learn from
-        if not by_task:
-            raise ValueError("seq learns orders within a task: it needs a task with at least 2 records")
-        rng = np.random.default_rng(self.seed)
+        steps = ranking_steps(len(y), n_epochs=self.n_epochs, min_steps=self.min_steps, max_steps=self.max_steps,
+                              per_step=self.tasks_per_step * self.records_per_task)
         with session(self.seed, self.n_jobs):
             net = self._network()
-            optimiser = torch.optim.AdamW(net.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay)
-            steps = self._steps(len(y))
-            schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=self.learning_rate, total_steps=steps,
-                                                           pct_start=0.1)
-            net.train()
-            for _ in range(steps):
-                picked = rng.choice(len(by_task), size=min(self.tasks_per_step, len(by_task)), replace=False)
-                rows = [rng.choice(by_task[t], size=min(self.records_per_task, len(by_task[t])), replace=False)
-                        for t in picked]
-                idx = np.concatenate(rows)
+
+            def score(idx: np.ndarray) -> torch.Tensor:
                 width = int(lengths[idx].max())
-                pred = net(ids[idx, :width], numbers[idx, :width], mask[idx, :width],
+                return net(ids[idx, :width], numbers[idx, :width], mask[idx, :width],
                            None if vector is None else vector[idx])
-                loss, start = pred.sum() * 0.0, 0
-                for r in rows:
-                    p, t = pred[start:start + len(r)], y_t[r]
-                    loss = loss + pair_loss(p, t, torch.zeros(len(r), dtype=torch.int64),
-                                            lambda_weights(p.detach(), t, self.gain_scale))
-                    start += len(r)
-                optimiser.zero_grad()
-                (loss / len(rows)).backward()
-                nn.utils.clip_grad_norm_(net.parameters(), self.grad_clip)
-                optimiser.step()
-                schedule.step()
-        self.network_ = net.eval()
+
+            self.network_ = fit_ranker(net, score, y, groups, name="seq", steps=steps,
+                                       learning_rate=self.learning_rate, weight_decay=self.weight_decay,
+                                       grad_clip=self.grad_clip, tasks_per_step=self.tasks_per_step,
+                                       records_per_task=self.records_per_task, gain_scale=self.gain_scale,
+                                       rng=np.random.default_rng(self.seed))
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:

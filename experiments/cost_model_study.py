@@ -43,7 +43,7 @@ from experiments.lib.tables import fmt, markdown_table  # noqa: E402
 
 log = logging.getLogger("cost_model_study")
 
-LEARNED = ("mlp", "tvm-mlp", "seq")  # the models on PyTorch; every other registry model is a tree ensemble
+LEARNED = ("mlp", "tvm-mlp", "seq", "mlp-rank")  # the models on PyTorch; every other registry model is a tree ensemble
 GOAL_PAIRWISE, GOAL_TOP1 = 0.90, 0.92  # the goals (TLP's CPU top-1)
 SPLIT_TITLES = {"task": "leave one task out", "model": "leave one network out"}
 

@@ -7,11 +7,12 @@ import pytest
 
 from autosearch.cost_model import CostModel, make_cost_model
 from autosearch.errors import UserError
-from cost_models import learned, sequence_model, sklearn_model, tvm_mlp, tvm_xgb, xgboost_model
+from cost_models import learned, mlp_rank, sequence_model, sklearn_model, tvm_mlp, tvm_xgb, xgboost_model
 from cost_models.evaluate import pairwise_accuracy as pairwise
 
-MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "tvm-mlp", "seq", "seq@sequence+loop", "xgb@pooled",
-          "rf@pooled+loop", "xgb-rank@loop+asm", "sklearn:KNeighborsRegressor", "sklearn:ExtraTreesRegressor"]
+MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "tvm-mlp", "seq", "seq@sequence+loop", "mlp-rank",
+          "mlp-rank@loop+asm", "xgb@pooled", "rf@pooled+loop", "xgb-rank@loop+asm", "sklearn:KNeighborsRegressor",
+          "sklearn:ExtraTreesRegressor"]
 LOADERS = {
     xgboost_model.XGBCostModel: xgboost_model.load,
     sklearn_model.SklearnCostModel: sklearn_model.load,
@@ -19,6 +20,7 @@ LOADERS = {
     tvm_xgb.TVMXGBModel: tvm_xgb.load,
     tvm_mlp.TVMMLPModel: tvm_mlp.load,
     sequence_model.SequenceRanker: sequence_model.load,
+    mlp_rank.RankingMLP: mlp_rank.load,
 }
 
 
@@ -74,7 +76,7 @@ def test_every_registered_model_is_in_the_contract():
 
 
 def test_unfitted_model_refuses_to_predict(dataset):
-    for name in ("xgb", "rf", "mlp", "tvm-mlp", "seq"):
+    for name in ("xgb", "rf", "mlp", "tvm-mlp", "seq", "mlp-rank"):
         model = make_cost_model(name)
         with pytest.raises(RuntimeError):
             model.predict(dataset.X(model.input_kind, rows=np.arange(2)))
@@ -90,14 +92,14 @@ def test_a_learned_model_without_torch_says_which_extra_installs_it():
     code = ("import sys; sys.modules['torch'] = None\n"
             "from autosearch.cost_model import make_cost_model\n"
             "from autosearch.errors import UserError\n"
-            "for name in ('mlp', 'tvm-mlp', 'seq'):\n"
+            "for name in ('mlp', 'tvm-mlp', 'seq', 'mlp-rank'):\n"
             "    try:\n"
             "        make_cost_model(name)\n"
             "    except UserError as exc:\n"
             "        print(exc)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.splitlines() == ["cost model needs the package 'torch': pip install -e '.[learned]'"] * 3
+    assert proc.stdout.splitlines() == ["cost model needs the package 'torch': pip install -e '.[learned]'"] * 4
 
 
 def test_unknown_sklearn_regressor_is_a_user_error():
@@ -111,6 +113,8 @@ def test_unknown_sklearn_regressor_is_a_user_error():
         make_cost_model("seq@loop")
     with pytest.raises(UserError, match="one feature vector per record"):
         make_cost_model("xgb@sequence+loop")
+    with pytest.raises(UserError, match="one feature vector per record"):
+        make_cost_model("mlp-rank@sequence")
 
 
 def test_tvm_xgb_known_features_equal_fresh_extraction(dataset, split, fitted):
