@@ -36,6 +36,7 @@ COST_MODELS: dict[str, str] = {
     "tvm-mlp": "cost_models.tvm_mlp:create",
     "seq": "cost_models.sequence_model:create",
     "mlp-rank": "cost_models.mlp_rank:create",
+    "blend": "cost_models.blend:create",
     SKLEARN_PREFIX: "cost_models.sklearn_model:create",
     # pre-trained and refit online: "pretrained" is the model autosearch ships; a directory that
     # train-model wrote is taken by the same factory (``--cost-model DIR``)

@@ -14,7 +14,7 @@ import json
 import os
 import tempfile
 import zipfile
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -30,6 +30,7 @@ FAMILIES = {
     "tvm-mlp": "cost_models.tvm_mlp",
     "seq": "cost_models.sequence_model",
     "mlp-rank": "cost_models.mlp_rank",
+    "blend": "cost_models.blend",
 }
 # what np.load and the header check raise for a file that is not (or no longer) one of ours
 UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
@@ -53,7 +54,7 @@ def write_npz(path: str, header: dict[str, Any], arrays: dict[str, np.ndarray]) 
         raise
 
 
-def load_npz(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def load_npz(path: str | BinaryIO) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The header and arrays written by :func:`write_npz`; raises one of ``UNREADABLE`` for anything else."""
     with np.load(path, allow_pickle=False) as data:
         header = json.loads(bytes(data["header"]).decode())
@@ -74,8 +75,12 @@ def read_npz(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 def load_model(path: str):
     """Load any cost model saved by this package (dispatch on the family in its header)."""
-    header, arrays = read_npz(path)
+    return model_from(*read_npz(path), where=path)
+
+
+def model_from(header: dict[str, Any], arrays: dict[str, np.ndarray], *, where: str = "cost model"):
+    """The cost model a saved file's header and arrays describe (its family's ``load_from``)."""
     family = header.get("family")
     if family not in FAMILIES:
-        raise UserError(f"{path}: unknown cost-model family {family!r}")
+        raise UserError(f"{where}: unknown cost-model family {family!r}")
     return importlib.import_module(FAMILIES[family]).load_from(header, arrays)

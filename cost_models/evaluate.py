@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_MODELS = ("xgb", "xgb-rank", "rf", "gbr", "xgb@pooled", "tvm-xgb", "mlp", "tvm-mlp", "seq",
-                  "seq@sequence+loop", "mlp-rank")
+                  "seq@sequence+loop", "mlp-rank", "blend")
 TOP_K = (1, 5)
 SPLITS = ("task", "model")  # leave one task out, leave one model (network) out
 

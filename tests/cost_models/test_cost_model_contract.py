@@ -7,12 +7,12 @@ import pytest
 
 from autosearch.cost_model import CostModel, make_cost_model
 from autosearch.errors import UserError
-from cost_models import learned, mlp_rank, sequence_model, sklearn_model, tvm_mlp, tvm_xgb, xgboost_model
+from cost_models import blend, learned, mlp_rank, sequence_model, sklearn_model, tvm_mlp, tvm_xgb, xgboost_model
 from cost_models.evaluate import pairwise_accuracy as pairwise
 
 MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "tvm-mlp", "seq", "seq@sequence+loop", "mlp-rank",
-          "mlp-rank@loop+asm", "xgb@pooled", "rf@pooled+loop", "xgb-rank@loop+asm", "sklearn:KNeighborsRegressor",
-          "sklearn:ExtraTreesRegressor"]
+          "mlp-rank@loop+asm", "blend", "xgb@pooled", "rf@pooled+loop", "xgb-rank@loop+asm",
+          "sklearn:KNeighborsRegressor", "sklearn:ExtraTreesRegressor"]
 LOADERS = {
     xgboost_model.XGBCostModel: xgboost_model.load,
     sklearn_model.SklearnCostModel: sklearn_model.load,
@@ -21,6 +21,7 @@ LOADERS = {
     tvm_mlp.TVMMLPModel: tvm_mlp.load,
     sequence_model.SequenceRanker: sequence_model.load,
     mlp_rank.RankingMLP: mlp_rank.load,
+    blend.BlendRanker: blend.load,
 }
 
 
@@ -145,3 +146,12 @@ def test_tvm_mlp_keeps_tvms_per_epoch_log_for_debug(dataset, split, caplog):
         model.fit(X[train], dataset.y[train], dataset.groups[train])
     assert any(r.name == "mlp_model" and "Epoch" in r.getMessage() for r in caplog.records)
     assert logging.getLogger("mlp_model").level == level
+
+
+def test_blend_adds_its_members_each_scaled_to_unit_spread_on_its_training_records(dataset, split, fitted):
+    train, test = split
+    model, X, pred = fitted["blend"]
+    members = [make_cost_model(name, seed=3).fit(X[train], dataset.y[train], dataset.groups[train])
+               for name in blend.MEMBERS]
+    expected = sum(m.predict(X[test]) / np.std(m.predict(X[train])) for m in members)
+    np.testing.assert_allclose(pred, expected, rtol=1e-6)

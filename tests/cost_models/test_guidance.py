@@ -138,8 +138,8 @@ def test_feature_choice(held_out_task):
         ModelScorer(make_cost_model("xgb@encoding"), space, task, features="tvm")
 
 
-@pytest.mark.parametrize("name", ["tvm-xgb", "mlp", "tvm-mlp", "seq@sequence+loop", "mlp-rank"])
-def test_program_feature_models_guide_too(held_out_task, task_records, name):
+@pytest.mark.parametrize("name", ["tvm-xgb", "mlp", "tvm-mlp", "seq@sequence+loop", "mlp-rank", "blend"])
+def test_models_of_every_family_guide(held_out_task, task_records, name):
     task, space = held_out_task
     train, test = task_records
     scorer = make_scorer(name, space, task, seed=0)
