@@ -642,7 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare-models", help="leave-one-task-out (or -model-out) accuracy of cost models on "
                                               "measured records")
     p.add_argument("--log", action="append", required=True, help="tuning log or TVM database dir (repeatable)")
-    p.add_argument("--models", default="xgb,xgb-rank,rf,gbr,xgb@pooled,tvm-xgb,mlp,tvm-mlp,seq,seq@sequence+loop",
+    p.add_argument("--models",
+                   default="xgb,xgb-rank,rf,gbr,xgb@pooled,tvm-xgb,mlp,tvm-mlp,seq,seq@sequence+loop,mlp-rank,blend",
                    help="comma-separated cost models (default: evaluate.DEFAULT_MODELS); model@features picks the "
                         "features of a tabular one (loop, pooled, pooled+loop, asm, loop+asm, encoding) or of seq "
                         "(sequence, sequence+loop, sequence+loop+asm)")
