@@ -229,8 +229,9 @@ def resolve_guidance(spec: str | None, target, strategy: str, *, seed: int) -> t
         from cost_models.pretrained import SHIPPED_DIR, describe, load_model_dir
 
         directory = SHIPPED_DIR if spec == PRETRAINED else spec
-        manifest = load_model_dir(directory, target, seed=seed).manifest
-        return spec, f"{'the shipped model' if spec == PRETRAINED else directory}, {describe(manifest)}"
+        model = load_model_dir(directory, target, seed=seed, trees_without_torch=spec == PRETRAINED)
+        what = "the shipped model" if spec == PRETRAINED else directory
+        return spec, f"{what}, {describe(model.manifest, model.note)}"
     make_cost_model(spec, seed=seed)  # fail fast on an unknown name
     return spec, f"{spec}, trained online on this run's measurements"
 
@@ -516,7 +517,7 @@ def cmd_train_model(args: argparse.Namespace) -> int:
     console = _console()
 
     with _progress_bars(console) as update:
-        report = train_model(args.log, args.out, seed=args.seed, folds=args.folds,
+        report = train_model(args.log, args.out, family=args.family, seed=args.seed, folds=args.folds,
                              exclude=tuple(args.exclude_task or ()),
                              on_progress=lambda done, total: update("featurising records", done, total))
     from rich.table import Table
@@ -660,6 +661,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train-model", help="pre-train a cost model on measured records, for run --cost-model DIR")
     p.add_argument("--log", action="append", required=True, help="tuning log or TVM database dir (repeatable)")
     p.add_argument("--out", required=True, help="directory to write (model.ubj + manifest.json)")
+    p.add_argument("--family", choices=["xgb-rank", "blend"], default="xgb-rank",
+                   help="xgb-rank (default): XGBoost ranking; blend: it plus the mlp-rank network (needs PyTorch: "
+                        "pip install -e '.[learned]')")
     p.add_argument("--folds", type=int, default=5, help="folds by task for the held-out accuracy")
     p.add_argument("--exclude-task", action="append", metavar="WORKLOAD_KEY",
                    help="leave this task's records out (repeatable), e.g. to test the model on it")

@@ -3,20 +3,25 @@
 Why: a cost model trained from zero in every run (MetaSchedule's XGBoost does this) guesses for the first
 hundreds of trials, which is most of a short tune. Pre-trained on other tasks' measurements, it ranks a new
 task's configs from its first batch (TenSet, TLP). Here it is XGBoost ranking on the loop features, which
-transfer across tasks and cost a few milliseconds per config.
+transfer across tasks and cost a few milliseconds per config. ``train-model --family blend`` adds the
+``mlp-rank`` network beside the booster (the ``blend`` model: each member's scores scaled to unit spread on the
+training records, then added), which ranked held-out tasks better than either member alone.
 
 Online, the model never forgets what it was pre-trained on: each refit grows a few trees on the run's own
 measurements of the task *on top of* the pre-trained booster (XGBoost's continued training, ``xgb_model=``),
 starting again from the pre-trained booster every time, so the task's own data corrects the prior without
-replacing it.
+replacing it. A blend's network stays as pre-trained: the trees carry what the task's own records say. Fine-tuning
+a copy of the network on them too ranked no better in a simulation of a run's first 16 and 48 records, and worse at
+16, while costing a training loop per batch (``experiments/online_refit.py``).
 
 A model directory (``train-model --out DIR`` writes one, ``--cost-model DIR`` reads one; the shipped one is
 ``cost_models/pretrained_model/``) holds:
 
 - ``model.ubj``: the booster in XGBoost's own UBJSON format (no pickle);
-- ``manifest.json``: what the booster expects and where it came from: its objective and input features with
-  their version, the target facts the features were computed for, the logs it was trained on (file name,
-  SHA-256, records, tasks), its held-out accuracy, and the library versions.
+- ``network.npz`` (family ``blend`` only): the ``mlp-rank`` network, as ``RankingMLP.save`` writes it (no pickle);
+- ``manifest.json``: what the model expects and where it came from: its family (and a blend's member spreads),
+  objective and input features with their version, the target facts the features were computed for, the logs it
+  was trained on (file name, SHA-256, records, tasks), its held-out accuracy, and the library versions.
 
 A directory whose features or version differ from this autosearch's, or that was trained for another kind of
 CPU, is refused with one line: its scores would be noise.
@@ -34,12 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from autosearch.errors import UserError
+from autosearch.errors import UserError, install_hint
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 BOOSTER = "model.ubj"
+NETWORK = "network.npz"
+FAMILIES = ("xgb-rank", "blend")  # what train-model trains and a model directory may hold
 FORMAT = 1
 SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained_model")
 FEATURES = "loop"  # cheap (no build) and transferable across tasks; see cost_models.features
@@ -83,7 +90,8 @@ def feature_version() -> int:
 # ---------------------------------------------------------------------------------------------- the model
 @dataclass
 class PretrainedModel:
-    """A pre-trained booster plus what the run's own measurements add (``fit`` = continued training).
+    """A pre-trained booster (and, for a blend, network) plus what the run's own measurements add (``fit``:
+    continued training of the booster).
 
     Follows the CostModel protocol; ``pretrained`` tells a scorer that it ranks before any fit.
     """
@@ -91,7 +99,9 @@ class PretrainedModel:
     booster: Any  # xgboost.Booster, as loaded
     manifest: dict[str, Any]
     directory: str
+    network: Any = None  # cost_models.mlp_rank.RankingMLP of a blend, as loaded
     seed: int = 0
+    note: str = ""  # why part of the model is not in use (a blend's network without PyTorch)
     online_rounds: int = ONLINE_ROUNDS
     pretrained: bool = True
     input_kind: str = FEATURES
@@ -99,9 +109,14 @@ class PretrainedModel:
     def __post_init__(self) -> None:
         self.refit_ = None  # the booster after the last fit (pre-trained trees + the task's own)
 
+    @property
+    def spreads(self) -> tuple[float, float]:
+        """A blend's members' score spreads on the training records (what each member's scores are divided by)."""
+        return tuple(self.manifest.get("spreads", (1.0, 1.0)))
+
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> PretrainedModel:
-        """Grow ``online_rounds`` trees on these examples on top of the pre-trained booster (not on the last
-        refit: each refit starts from what was shipped, plus all the task's records so far)."""
+        """Grow ``online_rounds`` trees on these examples on top of the pre-trained booster (not on the last refit:
+        each refit starts from what was shipped, plus all the task's records so far)."""
         import xgboost as xgb
 
         from cost_models.xgboost_model import ranking_data
@@ -116,18 +131,23 @@ class PretrainedModel:
         import xgboost as xgb
 
         booster = self.refit_ if self.refit_ is not None else self.booster
-        return np.asarray(booster.predict(xgb.DMatrix(np.asarray(X, dtype=np.float32))), dtype=np.float64)
+        trees = np.asarray(booster.predict(xgb.DMatrix(np.asarray(X, dtype=np.float32))), dtype=np.float64)
+        if self.network is None:
+            return trees
+        return trees / self.spreads[0] + self.network.predict(X) / self.spreads[1]
 
     def save(self, path: str) -> None:
-        """A model directory at ``path`` with the pre-trained booster (online trees are the run's own)."""
-        write_model_dir(path, self.booster, self.manifest)
+        """A model directory at ``path`` with the pre-trained model (the online trees are the run's own)."""
+        write_model_dir(path, self.booster, self.manifest, self.network)
 
 
-def write_model_dir(path: str, booster, manifest: dict[str, Any]) -> None:
+def write_model_dir(path: str, booster, manifest: dict[str, Any], network=None) -> None:
     os.makedirs(path, exist_ok=True)
     tmp = os.path.join(path, "tmp-" + BOOSTER)  # the extension tells XGBoost the format
     booster.save_model(tmp)
     os.replace(tmp, os.path.join(path, BOOSTER))
+    if network is not None:
+        network.save(os.path.join(path, NETWORK))  # written atomically by _io.write_npz
     with open(os.path.join(path, MANIFEST + ".tmp"), "w") as fh:
         json.dump(manifest, fh, indent=1, sort_keys=True)
         fh.write("\n")
@@ -148,6 +168,8 @@ def read_manifest(path: str) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise UserError(f"{path}: cost model format {manifest.get('format') if isinstance(manifest, dict) else '?'}"
                         f" is not {FORMAT}; train it again with train-model")
+    if manifest.get("family") not in FAMILIES:
+        raise UserError(f"{path}: cost model family {manifest.get('family')!r} is not one of {', '.join(FAMILIES)}")
     if manifest.get("features") != FEATURES or manifest.get("feature_version") != feature_version():
         raise UserError(f"{path} was trained on features {manifest.get('features')!r} version "
                         f"{manifest.get('feature_version')}; this autosearch computes {FEATURES!r} version "
@@ -155,8 +177,15 @@ def read_manifest(path: str) -> dict[str, Any]:
     return manifest
 
 
-def load_model_dir(path: str, target=None, *, seed: int = 0) -> PretrainedModel:
-    """Load a model directory for ``target`` (checked against the manifest when given)."""
+def load_model_dir(path: str, target=None, *, seed: int = 0, trees_without_torch: bool = False) -> PretrainedModel:
+    """Load a model directory for ``target`` (checked against the manifest when given).
+
+    A blend needs PyTorch for its network. Without it, ``trees_without_torch`` loads the blend's booster alone (an
+    ``xgb-rank`` model in its own right, trained on the same records) and says so in ``note``: the shipped model
+    then still guides an install without the ``[learned]`` extra. Otherwise (a directory the user named) it is a
+    one-line error naming the install command."""
+    import importlib.util
+
     import xgboost as xgb
 
     manifest = read_manifest(path)
@@ -173,7 +202,29 @@ def load_model_dir(path: str, target=None, *, seed: int = 0) -> PretrainedModel:
     if booster.num_features() != manifest.get("feature_width"):
         raise UserError(f"{path}: the booster takes {booster.num_features()} features, the manifest says "
                         f"{manifest.get('feature_width')}")
-    return PretrainedModel(booster=booster, manifest=manifest, directory=path, seed=seed)
+    network, note = None, ""
+    if manifest["family"] == "blend":
+        if trees_without_torch and importlib.util.find_spec("torch") is None:
+            note = f"its network needs PyTorch ({install_hint('torch')}), so its trees rank alone"
+        else:
+            network = _load_network(path, manifest)
+    return PretrainedModel(booster=booster, manifest=manifest, directory=path, network=network, seed=seed,
+                           note=note)
+
+
+def _load_network(path: str, manifest: dict[str, Any]):
+    """A blend's network; it needs PyTorch (a one-line error naming how to install it when it is missing)."""
+    try:
+        from cost_models.mlp_rank import load
+    except ImportError as exc:
+        raise UserError(f"{path} is a blend of trees and a network: it needs the package {exc.name!r}: "
+                        f"{install_hint(exc.name or 'torch')}") from exc
+    network = load(os.path.join(path, NETWORK))
+    width = network.encoder_.lo.shape[0] if hasattr(network, "encoder_") else None
+    if width != manifest.get("feature_width"):
+        raise UserError(f"{path}/{NETWORK}: the network takes {width} features, the manifest says "
+                        f"{manifest.get('feature_width')}")
+    return network
 
 
 def shipped_for(target) -> tuple[str | None, str]:
@@ -187,17 +238,20 @@ def shipped_for(target) -> tuple[str | None, str]:
     return (None, f"the shipped model does not fit this target: {why}") if why else (SHIPPED_DIR, "")
 
 
-def describe(manifest: dict[str, Any]) -> str:
-    """One line for a run's header: what the model is and how well it ranked held-out tasks."""
+def describe(manifest: dict[str, Any], note: str = "") -> str:
+    """One line for a run's header: what the model is, how well it ranked held-out tasks, and ``note``."""
     held = manifest.get("held_out", {})
     return (f"{manifest.get('family')} on {manifest.get('features')} features, pre-trained on "
             f"{manifest.get('records')} records of {manifest.get('tasks')} tasks (held-out pairwise "
-            f"{held.get('pairwise', float('nan')):.2f}, top-1 {held.get('top1', float('nan')):.2f})")
+            f"{held.get('pairwise', float('nan')):.2f}, top-1 {held.get('top1', float('nan')):.2f})"
+            + (f"; {note}" if note else ""))
 
 
 def create(name: str, *, seed: int = 0) -> PretrainedModel:
-    """Registry factory: ``pretrained`` (the shipped model) or a directory that ``train-model`` wrote."""
-    return load_model_dir(SHIPPED_DIR if name == "pretrained" else name, seed=seed)
+    """Registry factory: ``pretrained`` (the shipped model; a blend's trees alone without PyTorch) or a directory
+    that ``train-model`` wrote."""
+    shipped = name == "pretrained"
+    return load_model_dir(SHIPPED_DIR if shipped else name, seed=seed, trees_without_torch=shipped)
 
 
 # ---------------------------------------------------------------------------------------------- training
@@ -216,29 +270,37 @@ class TrainReport:
     secs: float
 
 
-def train_model(logs: list[str], out_dir: str, *, seed: int = 0, folds: int = 5, n_estimators: int = 300,
+def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed: int = 0, folds: int = 5,
                 exclude: tuple[str, ...] = (), on_progress=None) -> TrainReport:
-    """Train the XGBoost ranker on the loop features of every valid record of ``logs`` (but the tasks whose
-    workload keys are in ``exclude``: kept out to test the model on) and write a model directory to
-    ``out_dir``. Held-out accuracy: ``folds`` folds by task (each task's records all in one fold), each fold
-    predicted by a model trained on the others; then the model is trained on everything."""
+    """Train ``family`` (the XGBoost ranker, or the blend of it and the ``mlp-rank`` network) on the loop features
+    of every valid record of ``logs`` (but the tasks whose workload keys are in ``exclude``: kept out to test the
+    model on) and write a model directory to ``out_dir``. Held-out accuracy: ``folds`` folds by task (each task's
+    records all in one fold), each fold predicted by a model trained on the others; then the model is trained on
+    everything."""
     from autosearch import __version__
+    from autosearch.cost_model import make_cost_model
     from autosearch.target import parse_target
     from cost_models.evaluate import pairwise_accuracy, top_k_score
+    from cost_models.feature_store import as_store
     from cost_models.features import build_dataset, read_logs
-    from cost_models.xgboost_model import XGBCostModel
 
+    if family not in FAMILIES:
+        raise UserError(f"unknown family {family!r} for train-model; valid: {', '.join(FAMILIES)}")
+    model = make_cost_model(f"{family}@{FEATURES}", seed=seed)  # the registry's xgb-rank or blend (its members)
+    if family == "blend":
+        make_cost_model("mlp-rank", seed=seed)  # needs PyTorch: say so now, not after minutes of featurising
     start = time.perf_counter()
     contents = read_logs(logs)
     if exclude:
         for c in contents:
             c.records = [r for r in c.records if r.task_key not in exclude]
-    dataset = build_dataset(contents, kinds=(FEATURES,), on_progress=on_progress)
+    # through the feature cache, as compare-models and warm starts: training again (another family, seed or
+    # exclusion) featurises nothing twice
+    dataset = build_dataset(contents, kinds=(FEATURES,), on_progress=on_progress, store=as_store(None))
     if len(dataset) < 2 or len(dataset.task_keys) < 2:
         raise UserError(f"train-model needs valid records of at least 2 tasks; the logs hold {len(dataset)} "
                         f"record(s) of {len(dataset.task_keys)} task(s)")
     X, y, groups = dataset.X(FEATURES), dataset.y, dataset.groups
-    model = XGBCostModel(objective="rank:pairwise", input_kind=FEATURES, seed=seed, n_estimators=n_estimators)
     rng = np.random.default_rng(seed)
     tasks = rng.permutation(len(dataset.task_keys))
     fold_of = {int(t): i % max(2, min(folds, len(tasks))) for i, t in enumerate(tasks)}
@@ -252,15 +314,17 @@ def train_model(logs: list[str], out_dir: str, *, seed: int = 0, folds: int = 5,
         results.append({"pairwise": pairwise_accuracy(y[test], pred, groups[test]), "top1": float(np.mean(top1)),
                         "tasks": int(len(np.unique(groups[test])))})
     model.fit(X, y, groups)
-    booster = model.estimator_.get_booster()
+    trees, network = (model.members_[0], model.members_[1]) if family == "blend" else (model, None)
+    booster = trees.estimator_.get_booster()
     # the target the records were measured on, from the logs' task headers
     header = next((h for c in contents for h in c.tasks.values() if h.get("target")), None)
     facts = target_facts(parse_target(json.dumps(header["target"]))) if header else {}
     weights = np.asarray([r["tasks"] for r in results], dtype=np.float64)
     manifest = {
         "format": FORMAT,
-        "family": "xgb-rank",
-        "params": {k: v for k, v in model.estimator_.get_xgb_params().items()
+        "family": family,
+        **({"spreads": [float(v) for v in model.spreads_]} if family == "blend" else {}),
+        "params": {k: v for k, v in trees.estimator_.get_xgb_params().items()
                    if v is not None and k not in ("n_jobs", "nthread", "random_state", "seed", "verbosity")},
         "features": FEATURES,
         "feature_version": feature_version(),
@@ -276,10 +340,11 @@ def train_model(logs: list[str], out_dir: str, *, seed: int = 0, folds: int = 5,
         "held_out": {"folds": len(results), "by": "task",
                      "pairwise": float(np.average([r["pairwise"] for r in results], weights=weights)),
                      "top1": float(np.average([r["top1"] for r in results], weights=weights))},
-        "versions": {"autosearch": __version__, "xgboost": _version("xgboost"), "tvm": _version("tvm")},
+        "versions": {"autosearch": __version__, "xgboost": _version("xgboost"), "tvm": _version("tvm"),
+                     **({"torch": _version("torch")} if family == "blend" else {})},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    write_model_dir(out_dir, booster, manifest)
+    write_model_dir(out_dir, booster, manifest, network)
     return TrainReport(manifest=manifest, folds=results, secs=time.perf_counter() - start)
 
 

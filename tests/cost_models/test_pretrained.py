@@ -32,6 +32,20 @@ def trained_dir(tmp_path_factory) -> str:
     return out
 
 
+@pytest.fixture(scope="module")
+def blend_dir(tmp_path_factory) -> str:
+    """A blend (booster + mlp-rank network) trained by ``train-model --family blend``, its held-out task left out."""
+    from autosearch.records import read_log
+    from cost_models.pretrained import train_model
+
+    held_out = list(read_log(DATASET).tasks)[HELD_OUT]
+    out = str(tmp_path_factory.mktemp("blend") / "m")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AUTOSEARCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+        train_model([DATASET], out, family="blend", folds=3, exclude=(held_out,))
+    return out
+
+
 def _held_out_ranking(model, contents, key: str) -> float:
     """Pairwise accuracy of ``model`` on one task's records of the dataset (no fitting)."""
     from autosearch.task import TuningTask
@@ -73,6 +87,86 @@ def test_train_model_round_trip_ranks_the_task_it_never_saw(trained_dir, content
     assert _held_out_ranking(model, contents, key) > 0.55
 
 
+def _held_out_features(contents, key: str) -> np.ndarray:
+    from autosearch.task import TuningTask
+    from cost_models.features import TaskFeaturizer
+
+    featurizer = TaskFeaturizer(TuningTask.from_json(contents.tasks[key]))
+    records = [r for r in contents.trials(key) if r.ok and r.trace is not None]
+    return np.stack(featurizer.loop([featurizer.schedule_from_trace(r.trace) for r in records]))
+
+
+def test_a_blend_directory_holds_both_members_ranks_the_unseen_task_and_refits_only_its_trees(blend_dir, contents,
+                                                                                             target):
+    import xgboost as xgb
+
+    from cost_models.mlp_rank import RankingMLP
+    from cost_models.pretrained import NETWORK, load_model_dir
+
+    model = load_model_dir(blend_dir, target)
+    manifest = model.manifest
+    assert manifest["family"] == "blend" and isinstance(model.network, RankingMLP)
+    assert len(manifest["spreads"]) == 2 and min(manifest["spreads"]) > 0 and "torch" in manifest["versions"]
+    assert os.path.exists(os.path.join(blend_dir, NETWORK))
+    key = list(contents.tasks)[HELD_OUT]
+    assert _held_out_ranking(model, contents, key) > 0.55
+    X = _held_out_features(contents, key)
+    trees = model.booster.predict(xgb.DMatrix(X.astype(np.float32)))
+    s_trees, s_net = manifest["spreads"]
+    np.testing.assert_allclose(model.predict(X), trees / s_trees + model.network.predict(X) / s_net, rtol=1e-6)
+    # online: the trees grow on the task's records, the network stays as pre-trained
+    throughput = 1.0 / np.asarray([r.latency for r in contents.trials(key) if r.ok and r.trace is not None])
+    weights_before = [p.detach().clone() for p in model.network.network_.parameters()]
+    model.fit(X[:12], throughput[:12] / throughput[:12].max())
+    assert model.refit_.num_boosted_rounds() == model.booster.num_boosted_rounds() + model.online_rounds
+    assert all(torch_equal(a, b) for a, b in zip(weights_before, model.network.network_.parameters()))
+    refit = model.refit_.predict(xgb.DMatrix(X.astype(np.float32)))
+    np.testing.assert_allclose(model.predict(X), refit / s_trees + model.network.predict(X) / s_net, rtol=1e-6)
+
+
+def test_without_pytorch_the_shipped_way_ranks_by_the_blends_trees_and_a_named_blend_is_a_one_line_error(
+        blend_dir, contents, target, monkeypatch):
+    import sys
+
+    import xgboost as xgb
+
+    from autosearch.errors import UserError
+    from cost_models.pretrained import describe, load_model_dir
+
+    X = _held_out_features(contents, list(contents.tasks)[HELD_OUT])
+    monkeypatch.setitem(sys.modules, "torch", None)  # an install without the [learned] extra
+    monkeypatch.delitem(sys.modules, "cost_models.mlp_rank", raising=False)
+    model = load_model_dir(blend_dir, target, trees_without_torch=True)
+    assert model.network is None and "needs PyTorch" in describe(model.manifest, model.note)
+    np.testing.assert_allclose(model.predict(X), model.booster.predict(xgb.DMatrix(X.astype(np.float32))), rtol=1e-6)
+    with pytest.raises(UserError, match="needs the package 'torch': pip install -e '.\\[learned\\]'"):
+        load_model_dir(blend_dir, target)
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+def test_a_blend_directory_without_its_network_is_a_one_line_error(blend_dir, tmp_path, target):
+    from autosearch.errors import UserError
+    from cost_models.pretrained import NETWORK, load_model_dir
+
+    broken = str(tmp_path / "no-network")
+    shutil.copytree(blend_dir, broken)
+    os.unlink(os.path.join(broken, NETWORK))
+    with pytest.raises(UserError, match="not a saved autosearch cost model"):
+        load_model_dir(broken, target)
+    with open(os.path.join(broken, "manifest.json")) as fh:
+        manifest = json.load(fh)
+    manifest["family"] = "lightgbm"
+    with open(os.path.join(broken, "manifest.json"), "w") as fh:
+        json.dump(manifest, fh)
+    with pytest.raises(UserError, match="family 'lightgbm' is not one of xgb-rank, blend"):
+        load_model_dir(broken, target)
+
+
 def test_online_refit_grows_trees_on_top_of_the_pretrained_ones(trained_dir, contents):
     from autosearch.cost_model import make_scorer
     from autosearch.space import DecisionSpace
@@ -107,17 +201,19 @@ def _run(capfd, tmp_path, *extra: str) -> tuple[int, str, str, str]:
     return proc.returncode, proc.stdout, proc.stderr, log
 
 
-@pytest.mark.parametrize("choice", ["auto", "none", "trained"])
-def test_auto_none_and_a_trained_directory_all_tune_and_the_log_says_which(capfd, tmp_path, trained_dir, choice):
+@pytest.mark.parametrize("choice", ["auto", "none", "trained", "blend"])
+def test_auto_none_and_a_trained_directory_all_tune_and_the_log_says_which(capfd, tmp_path, request, choice):
     from autosearch.records import read_log
 
-    spec = trained_dir if choice == "trained" else choice
+    spec = request.getfixturevalue(f"{choice}_dir") if choice in ("trained", "blend") else choice
     code, out, err, log = _run(capfd, tmp_path, *(["--cost-model", spec] if choice != "auto" else []))  # auto: default
     assert code == 0, err[-2000:]
     contents = read_log(log)
     [header] = contents.runs
     guided = header["guided_by"]
-    assert {"auto": "the shipped model", "none": "none", "trained": trained_dir}[choice] in guided
+    assert {"auto": "the shipped model", "none": "none"}.get(choice, spec) in guided
+    if choice == "blend":
+        assert "blend on loop features" in guided
     assert f"cost model: {guided.split(',')[0]}" in " ".join(out.split())  # the console wraps long lines
     assert sum(r.ok for r in contents.trials()) >= 10
 

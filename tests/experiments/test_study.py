@@ -336,4 +336,9 @@ def test_the_study_command_reports_a_bad_configuration_in_one_line(tmp_path) -> 
     smoke = load_config(os.path.join(ROOT, "experiments", "study-smoke.toml"))
     full = load_config(os.path.join(ROOT, "experiments", "study.toml"))
     assert not smoke.readme and full.readme and len(full.tasks) >= 12 and len(full.seeds) >= 3
+    assert smoke.smoke and not full.smoke  # the smoke study's tables disown their numbers, the study's do not
+    shipped = load_config(os.path.join(ROOT, "experiments", "study-shipped.toml"))
+    assert not shipped.readme and not shipped.smoke  # a real comparison, whose block is not README's
+    for method in shipped.methods:  # every candidate a model directory the study can load
+        assert os.path.exists(os.path.join(ROOT, method.cost_model, "manifest.json")), method
     assert {t.model for t in full.tasks} >= {"tiny-yolov2", "yolov3-tiny", "yolov8n"}

@@ -10,6 +10,7 @@
     retime_rounds = 3           # fresh measuring processes that re-time every method's best configs
     reference = "metaschedule"  # the method win rates and the target (its best at max(budgets)) refer to
     readme = true               # whether --aggregate --readme may write README's study block
+    smoke = false               # a functional check: its tables say their numbers mean nothing
     tasks = ["tiny-yolov2:1x32x104x104->1x64x104x104@3x3/direct", ...]   # see experiments/lib/tasks.py
 
     [[method]]
@@ -74,6 +75,7 @@ class StudyConfig:
     retime_rounds: int = 3
     reference: str = "metaschedule"
     readme: bool = False
+    smoke: bool = False
 
     @property
     def max_budget(self) -> int:
@@ -149,4 +151,4 @@ def load_config(path: str) -> StudyConfig:
         raise ConfigError(f"{path}: batch and retime_rounds must be at least 1, and seeds not empty")
     return StudyConfig(name=name, path=os.path.abspath(path), tasks=tasks, methods=methods, seeds=seeds,
                        budgets=budgets, batch=batch, retime_rounds=rounds, reference=reference,
-                       readme=bool(study.get("readme", False)))
+                       readme=bool(study.get("readme", False)), smoke=bool(study.get("smoke", False)))

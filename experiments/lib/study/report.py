@@ -257,8 +257,8 @@ def task_table(config: StudyConfig, task: TaskData) -> str:
 def caption(config: StudyConfig, progress: dict[str, Any], *, date: str) -> str:
     partial = progress["runs_done"] < progress["runs_total"]
     machines = "; ".join(progress["machines"]) or "no runs yet"
-    smoke = "" if config.readme else ("*A functional check (readme = false): these numbers test the machinery and "
-                                       "mean nothing; never quote them.* ")
+    smoke = "" if not config.smoke else ("*A functional check (smoke = true): these numbers test the machinery and "
+                                          "mean nothing; never quote them.* ")
     return (f"{smoke}{len(config.tasks)} conv tasks x {len(config.methods)} methods x {len(config.seeds)} seed(s), "
             f"budgets {'/'.join(map(str, config.budgets))} trials read off one run of {config.max_budget} per "
             f"(method, task, seed), batch {config.batch}; every run's best at each budget re-timed in "
