@@ -136,8 +136,9 @@ def plot(summary: dict[str, Any], ks: list[int], path: str) -> str:
         ax.invert_yaxis()
         ax.set_xlim(0.6 if metric == "pairwise" else 0.5, 0.9)
         ax.set_xlabel(f"held-out {'pairwise accuracy' if metric == 'pairwise' else 'top-1'} (other records)")
-    axes.flat[0].legend(loc="lower right", fontsize=8)
-    return save(fig, path)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(ks), fontsize=9)
+    return save(fig, path, rect=(0, 0, 1, 0.93))
 
 
 def main(argv: list[str] | None = None) -> int:
