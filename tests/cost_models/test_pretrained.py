@@ -46,18 +46,26 @@ def blend_dir(tmp_path_factory) -> str:
     return out
 
 
-def _held_out_ranking(model, contents, key: str) -> float:
-    """Pairwise accuracy of ``model`` on one task's records of the dataset (no fitting)."""
+def _held_out_records(contents, key: str) -> list:
+    return [r for r in contents.trials(key) if r.ok and r.trace is not None]
+
+
+def _held_out_features(contents, key: str) -> np.ndarray:
+    """The loop features of one task's valid records of the dataset, in log order."""
     from autosearch.task import TuningTask
-    from cost_models.evaluate import pairwise_accuracy
     from cost_models.features import TaskFeaturizer
 
-    task = TuningTask.from_json(contents.tasks[key])
-    featurizer = TaskFeaturizer(task)
-    records = [r for r in contents.trials(key) if r.ok and r.trace is not None]
-    X = np.stack(featurizer.loop([featurizer.schedule_from_trace(r.trace) for r in records]))
-    throughput = np.asarray([1.0 / r.latency for r in records])
-    return pairwise_accuracy(throughput, model.predict(X))
+    featurizer = TaskFeaturizer(TuningTask.from_json(contents.tasks[key]))
+    schedules = [featurizer.schedule_from_trace(r.trace) for r in _held_out_records(contents, key)]
+    return np.stack(featurizer.loop(schedules))
+
+
+def _held_out_ranking(model, contents, key: str) -> float:
+    """Pairwise accuracy of ``model`` on one task's records of the dataset (no fitting)."""
+    from cost_models.evaluate import pairwise_accuracy
+
+    throughput = np.asarray([1.0 / r.latency for r in _held_out_records(contents, key)])
+    return pairwise_accuracy(throughput, model.predict(_held_out_features(contents, key)))
 
 
 def test_shipped_model_loads_its_manifest_is_checked_and_it_ranks_an_unseen_task(contents, target):
@@ -87,17 +95,9 @@ def test_train_model_round_trip_ranks_the_task_it_never_saw(trained_dir, content
     assert _held_out_ranking(model, contents, key) > 0.55
 
 
-def _held_out_features(contents, key: str) -> np.ndarray:
-    from autosearch.task import TuningTask
-    from cost_models.features import TaskFeaturizer
-
-    featurizer = TaskFeaturizer(TuningTask.from_json(contents.tasks[key]))
-    records = [r for r in contents.trials(key) if r.ok and r.trace is not None]
-    return np.stack(featurizer.loop([featurizer.schedule_from_trace(r.trace) for r in records]))
-
-
 def test_a_blend_directory_holds_both_members_ranks_the_unseen_task_and_refits_only_its_trees(blend_dir, contents,
                                                                                              target):
+    import torch
     import xgboost as xgb
 
     from cost_models.mlp_rank import RankingMLP
@@ -115,11 +115,11 @@ def test_a_blend_directory_holds_both_members_ranks_the_unseen_task_and_refits_o
     s_trees, s_net = manifest["spreads"]
     np.testing.assert_allclose(model.predict(X), trees / s_trees + model.network.predict(X) / s_net, rtol=1e-6)
     # online: the trees grow on the task's records, the network stays as pre-trained
-    throughput = 1.0 / np.asarray([r.latency for r in contents.trials(key) if r.ok and r.trace is not None])
+    throughput = 1.0 / np.asarray([r.latency for r in _held_out_records(contents, key)])
     weights_before = [p.detach().clone() for p in model.network.network_.parameters()]
     model.fit(X[:12], throughput[:12] / throughput[:12].max())
     assert model.refit_.num_boosted_rounds() == model.booster.num_boosted_rounds() + model.online_rounds
-    assert all(torch_equal(a, b) for a, b in zip(weights_before, model.network.network_.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(weights_before, model.network.network_.parameters()))
     refit = model.refit_.predict(xgb.DMatrix(X.astype(np.float32)))
     np.testing.assert_allclose(model.predict(X), refit / s_trees + model.network.predict(X) / s_net, rtol=1e-6)
 
@@ -141,12 +141,6 @@ def test_without_pytorch_the_shipped_way_ranks_by_the_blends_trees_and_a_named_b
     np.testing.assert_allclose(model.predict(X), model.booster.predict(xgb.DMatrix(X.astype(np.float32))), rtol=1e-6)
     with pytest.raises(UserError, match="needs the package 'torch': pip install -e '.\\[learned\\]'"):
         load_model_dir(blend_dir, target)
-
-
-def torch_equal(a, b) -> bool:
-    import torch
-
-    return bool(torch.equal(a, b))
 
 
 def test_a_blend_directory_without_its_network_is_a_one_line_error(blend_dir, tmp_path, target):
