@@ -21,6 +21,7 @@ from experiments.lib.study.report import (
     END,
     aggregate,
     collect,
+    goals_text,
     held_out_text,
     profile_ratios,
     replace_block,
@@ -139,6 +140,7 @@ def test_aggregation_medians_intervals_win_rates_and_time_to_target(study, tmp_p
     top = rows["a"]["by_budget"][4]
     assert top["tasks"] == 2 and top["win_rate"] == 0.5 and top["goal_share"] == 0.5
     assert top["geomean_ratio"] == pytest.approx(1.0)  # 2x and 0.5x
+    assert top["log_se"] == pytest.approx(math.log(2))  # logs +-log 2: sd sqrt(2) log 2 over sqrt(2) tasks
     assert rows["ms"]["by_budget"][4]["win_rate"] == 0.5  # against itself: ties count half
     assert rows["a"]["reached"] == 2 and rows["a"]["median_trials_to_target"] == 3  # task 1: ms's target is 0.1 too
     assert rows["b"]["reached"] == 0 and rows["b"]["median_trials_to_target"] == NEVER
@@ -154,6 +156,7 @@ def test_aggregation_medians_intervals_win_rates_and_time_to_target(study, tmp_p
         assert os.path.getsize(stem + suffix) > 0, suffix
     text = open(stem + ".md").read()
     assert "| a | " in text and "20.0 [10-30]" in text and "Partial" not in text and "Test CPU" in text
+    assert "| 1.00x ± 0.69 (50%) |" in text and "Goal 1 (>= 1.1x ms's" in text  # ms, a MetaSchedule peer
     stored = json.load(open(stem + ".json"))
     assert stored["tasks"][0]["methods"]["a"]["trials_to_target"] == [3, 3, None]  # never: null
     assert payload["summary"]["a"]["by_budget"][4]["win_rate"] == 0.5
@@ -169,6 +172,14 @@ def test_the_pretrained_guided_method_is_also_summarised_without_the_tasks_it_wa
     text = held_out_text(config, tasks)
     assert text.startswith("On the 1 of 2 tasks outside") and "a 0.50x (0%) @2, 0.50x (0%) @4" in text
     assert " b " not in text and "ms" not in text  # only the methods the pre-trained model guides
+
+
+def test_goal_lines_only_where_the_reference_is_metaschedule(study) -> None:
+    config, store = study
+    tasks, _ = collect(config, store)
+    assert goals_text(config, summary(config, tasks)).startswith("Goal 1 (>= 1.1x ms's")
+    ours = dataclasses.replace(config, reference="b")  # e.g. which pre-trained model to ship: no goal of ours
+    assert goals_text(ours, summary(ours, tasks)) == ""
 
 
 def test_a_partial_study_says_so_and_leaves_unretimed_cells_empty(tmp_path) -> None:

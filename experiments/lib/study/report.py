@@ -160,6 +160,13 @@ def geomean(values: list[float]) -> float:
     return float(math.exp(np.mean(np.log(known)))) if known else math.nan
 
 
+def log_standard_error(values: list[float]) -> float:
+    """Standard error over tasks of the mean log-ratio behind :func:`geomean` (NaN below two tasks). Paired per
+    task, so it is what tells a few per cent from the noise of a study with few seeds."""
+    logs = [math.log(v) for v in values if math.isfinite(v) and v > 0]
+    return float(np.std(logs, ddof=1) / math.sqrt(len(logs))) if len(logs) > 1 else math.nan
+
+
 def profile_ratios(tasks: list[TaskData], methods: list[str], budget: int) -> dict[str, list[float]]:
     """Per method, per task: the best method's median GFLOPS over its own (``inf`` where it has none)."""
     out: dict[str, list[float]] = {m: [] for m in methods}
@@ -186,7 +193,8 @@ def summary(config: StudyConfig, tasks: list[TaskData]) -> dict[str, dict[str, A
         for budget in config.budgets:
             ratios = [ratio_to_reference(t, name, ref, budget) for t in tasks]
             known = [r for r in ratios if math.isfinite(r)]
-            row["by_budget"][budget] = {"geomean_ratio": geomean(known), "win_rate": win_rate(known),
+            row["by_budget"][budget] = {"geomean_ratio": geomean(known), "log_se": log_standard_error(known),
+                                        "win_rate": win_rate(known),
                                         "goal_share": (sum(r >= GOAL_RATIO for r in known) / len(known)
                                                        if known else math.nan), "tasks": len(known)}
         reached, trials, fast = 0, [], []
@@ -219,6 +227,11 @@ def _trials(value: float, cap: int) -> str:
     return f"> {cap}" if value == NEVER else fmt(value, 0)
 
 
+def _ratio(s: dict[str, Any]) -> str:
+    spread = f" ± {s['log_se']:.2f}" if math.isfinite(s["log_se"]) and s["log_se"] > 0 else ""
+    return f"{fmt(s['geomean_ratio'], 2)}x{spread} ({fmt(100 * s['win_rate'], 0)}%)"
+
+
 def summary_table(config: StudyConfig, rows: dict[str, dict[str, Any]]) -> str:
     top = config.max_budget
     header = (["method"] + [f"x {config.reference} @{b} (wins)" for b in config.budgets]
@@ -229,7 +242,7 @@ def summary_table(config: StudyConfig, rows: dict[str, dict[str, Any]]) -> str:
         cells = [name]
         for b in config.budgets:
             s = row["by_budget"][b]
-            cells.append("-" if not s["tasks"] else f"{fmt(s['geomean_ratio'], 2)}x ({fmt(100 * s['win_rate'], 0)}%)")
+            cells.append("-" if not s["tasks"] else _ratio(s))
         s = row["by_budget"][top]
         cells += ["-" if not s["tasks"] else f"{fmt(100 * s['goal_share'], 0)}%",
                   f"{row['reached']}/{row['tasks']}", _trials(row["median_trials_to_target"], top),
@@ -263,7 +276,8 @@ def caption(config: StudyConfig, progress: dict[str, Any], *, date: str) -> str:
             f"budgets {'/'.join(map(str, config.budgets))} trials read off one run of {config.max_budget} per "
             f"(method, task, seed), batch {config.batch}; every run's best at each budget re-timed in "
             f"{config.retime_rounds} fresh-process rounds, methods interleaved. Ratios: median re-timed GFLOPS over "
-            f"{config.reference}'s, geometric mean over tasks (wins: share of tasks above it). Target: "
+            f"{config.reference}'s, geometric mean over tasks ± the standard error of the per-task log-ratio (wins: "
+            f"share of tasks above it). Target: "
             f"{config.reference}'s in-run best at {config.max_budget} trials; its wall: to its "
             f"{config.max_budget}th trial. "
             f"{'**Partial**: ' if partial else ''}{progress['runs_done']} of {progress['runs_total']} runs, "
@@ -272,7 +286,10 @@ def caption(config: StudyConfig, progress: dict[str, Any], *, date: str) -> str:
 
 
 def goals_text(config: StudyConfig, rows: dict[str, dict[str, Any]]) -> str:
-    """The project's two goals, judged on the best autosearch method for each."""
+    """The project's two goals, judged on the best autosearch method for each. They are stated against
+    MetaSchedule, so a study whose reference is one of our own methods (which model to ship, say) has none ("")."""
+    if not next(m for m in config.methods if m.name == config.reference).peer:
+        return ""
     ours = {m.name for m in config.methods if not m.peer}
     top = config.max_budget
     if not ours or not any(rows[m]["by_budget"][top]["tasks"] for m in ours):
@@ -303,7 +320,7 @@ def held_out_text(config: StudyConfig, tasks: list[TaskData]) -> str:
     rows = summary(config, unseen)
     parts = []
     for name in guided:
-        cells = [f"{fmt(s['geomean_ratio'], 2)}x ({fmt(100 * s['win_rate'], 0)}%) @{b}"
+        cells = [f"{_ratio(s)} @{b}"
                  for b, s in rows[name]["by_budget"].items() if s["tasks"]]
         if cells:
             parts.append(f"{name} {', '.join(cells)}, >= {GOAL_RATIO}x @{config.max_budget} on "
@@ -407,8 +424,9 @@ def aggregate(config: StudyConfig, store: Store, out_stem: str, *, with_plots: b
     date = time.strftime("%Y-%m-%d")
     head = summary_table(config, rows)
     held_out = held_out_text(config, tasks)
-    closing = [goals_text(config, rows)] + (["", held_out] if held_out else [])
-    text = [f"# Study {config.name}", "", head, "", caption(config, progress, date=date), "", *closing]
+    closing = [p for part in (goals_text(config, rows), held_out) if part for p in ("", part)][1:]
+    closing = ["", *closing] * bool(closing)
+    text = [f"# Study {config.name}", "", head, "", caption(config, progress, date=date), *closing]
     for task in tasks:
         target = task.gflop / task.target_secs if task.target_secs > 0 and math.isfinite(task.target_secs) else None
         notes = [f"{task.name}, {task.gflop:.3f} GFLOP", f"target {fmt(target)} GFLOPS in-run"]
@@ -419,7 +437,7 @@ def aggregate(config: StudyConfig, store: Store, out_stem: str, *, with_plots: b
         text += ["", f"## {task.spec}", "", "; ".join(notes), "", task_table(config, task)]
     text += why_section(config, store, tasks)
     write_text(out_stem + ".md", "\n".join(text) + "\n")
-    fragment = "\n".join([head, "", caption(config, progress, date=date), "", *closing])
+    fragment = "\n".join([head, "", caption(config, progress, date=date), *closing])
     write_text(out_stem + "-readme.md", fragment + "\n")
     payload = {"config": os.path.relpath(config.path, ROOT), "date": date, "progress": progress,
                "budgets": list(config.budgets), "reference": config.reference, "summary": rows,
