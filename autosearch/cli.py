@@ -470,8 +470,9 @@ def report_options(args: argparse.Namespace) -> argparse.Namespace:
 # ---------------------------------------------------------------------------------------------- compare-models
 def cmd_compare_models(args: argparse.Namespace) -> int:
     from autosearch.cost_model import make_cost_model
+    from cost_models.evaluate import DEFAULT_MODELS, compare_models
 
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    models = list(DEFAULT_MODELS) if args.models is None else [m.strip() for m in args.models.split(",") if m.strip()]
     if not models:
         raise UserError("--models: give at least one cost model")
     for name in models:  # unknown names and feature sets fail here, listing the valid ones
@@ -482,7 +483,6 @@ def cmd_compare_models(args: argparse.Namespace) -> int:
     for path in args.log:
         if not os.path.exists(path):
             raise UserError(f"log not found: {path}")
-    from cost_models.evaluate import compare_models
 
     if args.min_records < 1:
         raise UserError("--min-records must be positive")
@@ -644,8 +644,8 @@ def build_parser() -> argparse.ArgumentParser:
                                               "measured records")
     p.add_argument("--log", action="append", required=True, help="tuning log or TVM database dir (repeatable)")
     p.add_argument("--models",
-                   default="xgb,xgb-rank,rf,gbr,xgb@pooled,tvm-xgb,mlp,tvm-mlp,seq,seq@sequence+loop,mlp-rank,blend",
-                   help="comma-separated cost models (default: evaluate.DEFAULT_MODELS); model@features picks the "
+                   help="comma-separated cost models (default: every tree and learned one, "
+                        "cost_models.evaluate.DEFAULT_MODELS); model@features picks the "
                         "features of a tabular one (loop, pooled, pooled+loop, asm, loop+asm, encoding) or of seq "
                         "(sequence, sequence+loop, sequence+loop+asm)")
     p.add_argument("--split", choices=("task", "model"), default="task",
