@@ -424,8 +424,7 @@ def aggregate(config: StudyConfig, store: Store, out_stem: str, *, with_plots: b
     date = time.strftime("%Y-%m-%d")
     head = summary_table(config, rows)
     held_out = held_out_text(config, tasks)
-    closing = [p for part in (goals_text(config, rows), held_out) if part for p in ("", part)][1:]
-    closing = ["", *closing] * bool(closing)
+    closing = [line for part in (goals_text(config, rows), held_out) if part for line in ("", part)]
     text = [f"# Study {config.name}", "", head, "", caption(config, progress, date=date), *closing]
     for task in tasks:
         target = task.gflop / task.target_secs if task.target_secs > 0 and math.isfinite(task.target_secs) else None
