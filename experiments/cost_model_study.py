@@ -7,7 +7,8 @@ result the moment it ends (a line of ``OUT/<split>/<model>.folds.jsonl``) and ea
 its last fold ends (``OUT/<split>/<model>.json``, with the machine): run the same command again after a stop
 and what was finished is read, not refitted; a pair resumes at its first unfinished fold. The logs are read
 and featurised once per run, for every model still to run (features come from the feature store,
-``cost_models.feature_store``, after the first run). Two runs with disjoint ``--models`` use both cores.
+``cost_models.feature_store``, after the first run). Two runs with disjoint ``--models`` use both cores; the
+tables either writes hold every pair stored under ``OUT``, not only its own.
 
 The ceiling (``--ceiling``, what ``experiments/measurement_noise.py --log DATASET --out STEM`` wrote as
 ``STEM.json``) is the agreement of two independent labels of the same kernels: no model can expect to beat
@@ -282,6 +283,14 @@ def main(argv: list[str] | None = None) -> int:
             by_split[split].append(stored)
             log.info("%s, %s: pairwise %.3f, top-1 %.3f in %.0f s", spec, SPLIT_TITLES[split],
                      as_result(stored).mean("pairwise"), as_result(stored).mean("top1"), stored["wall_secs"])
+        # pairs another invocation finished (two runs with disjoint --models): the tables hold every stored pair,
+        # whichever run writes them last
+        listed = {result_path(args.out, split, spec) for spec in models}
+        split_dir = os.path.join(args.out, split)
+        for name in sorted(os.listdir(split_dir)) if os.path.isdir(split_dir) else []:
+            path = os.path.join(split_dir, name)
+            if name.endswith(".json") and path not in listed:
+                by_split[split].append(read_json(path))
 
     text = ["# Cost models on " + ", ".join(os.path.relpath(x) for x in args.log), ""]
     for split in splits:

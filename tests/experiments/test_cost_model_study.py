@@ -61,6 +61,10 @@ def test_both_splits_are_stored_per_model_and_resumed_without_refitting(tmp_path
     assert 0.0 <= summary["splits"]["model"][1]["mean"]["pairwise"] <= 1.0
     assert os.path.getsize(out + ".png") > 0
 
+    # a run of one model alone (say beside another on the second core) still tabulates every stored pair
+    assert cost_model_study.main([*args, "--models", "mlp"]) == 0
+    assert [r["model"] for r in json.load(open(out + ".json"))["splits"]["task"]] == ["mlp", "rf"]
+
 
 def test_a_dataset_naming_no_networks_skips_the_network_split_with_its_reason(tmp_path, monkeypatch) -> None:
     from cost_models.feature_store import CACHE_ENV
