@@ -205,9 +205,22 @@ def test_leave_one_model_out_needs_two_named_models(tmp_path, contents, dataset_
         compare_models([path], ["rf"], split="network")
 
 
-def test_cli_default_models_are_the_evaluation_defaults():
+def test_cli_compares_every_evaluation_default_without_models(monkeypatch, tmp_path):
+    import cost_models.evaluate as evaluate
     from autosearch.cli import build_parser
-    from cost_models.evaluate import DEFAULT_MODELS
+    from tests.cost_models.conftest import DATASET
 
-    args = build_parser().parse_args(["compare-models", "--log", "x.jsonl"])
-    assert tuple(args.models.split(",")) == DEFAULT_MODELS and args.split == "task"
+    compared = []
+
+    class Stop(Exception):
+        pass
+
+    def record(logs, models, **kwargs):  # the comparison itself is tested above; here only what it is given
+        compared.append((list(logs), list(models), kwargs["split"]))
+        raise Stop
+
+    monkeypatch.setattr(evaluate, "compare_models", record)
+    args = build_parser().parse_args(["compare-models", "--log", DATASET, "--plot", str(tmp_path / "p.png")])
+    with pytest.raises(Stop):
+        args.func(args)
+    assert compared == [([DATASET], list(evaluate.DEFAULT_MODELS), "task")]
