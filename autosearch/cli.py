@@ -658,10 +658,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hold out only tasks with at least this many valid records (all tasks train)")
     p.set_defaults(func=cmd_compare_models)
 
+    from cost_models import PRETRAINED_FAMILIES
+
     p = sub.add_parser("train-model", help="pre-train a cost model on measured records, for run --cost-model DIR")
     p.add_argument("--log", action="append", required=True, help="tuning log or TVM database dir (repeatable)")
     p.add_argument("--out", required=True, help="directory to write (model.ubj + manifest.json)")
-    p.add_argument("--family", choices=["xgb-rank", "blend"], default="xgb-rank",
+    p.add_argument("--family", choices=PRETRAINED_FAMILIES, default="xgb-rank",
                    help="xgb-rank (default): XGBoost ranking; blend: it plus the mlp-rank network (needs PyTorch: "
                         "pip install -e '.[learned]')")
     p.add_argument("--folds", type=int, default=5, help="folds by task for the held-out accuracy")

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# what ``train-model`` trains and a pre-trained model directory may hold (here, not in ``cost_models.pretrained``,
+# so that the CLI's parser names them without importing NumPy)
+PRETRAINED_FAMILIES = ("xgb-rank", "blend")
+
 
 def scorer(model, space, task, **options: Any):
     """The ``ConfigScorer`` of one task for a model of this package: a :class:`cost_models.guidance.ModelScorer`."""

@@ -40,13 +40,13 @@ from typing import Any
 import numpy as np
 
 from autosearch.errors import UserError, install_hint
+from cost_models import PRETRAINED_FAMILIES
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 BOOSTER = "model.ubj"
 NETWORK = "network.npz"
-FAMILIES = ("xgb-rank", "blend")  # what train-model trains and a model directory may hold
 FORMAT = 1
 SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained_model")
 FEATURES = "loop"  # cheap (no build) and transferable across tasks; see cost_models.features
@@ -168,8 +168,9 @@ def read_manifest(path: str) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise UserError(f"{path}: cost model format {manifest.get('format') if isinstance(manifest, dict) else '?'}"
                         f" is not {FORMAT}; train it again with train-model")
-    if manifest.get("family") not in FAMILIES:
-        raise UserError(f"{path}: cost model family {manifest.get('family')!r} is not one of {', '.join(FAMILIES)}")
+    if manifest.get("family") not in PRETRAINED_FAMILIES:
+        raise UserError(f"{path}: cost model family {manifest.get('family')!r} is not one of "
+                        f"{', '.join(PRETRAINED_FAMILIES)}")
     if manifest.get("features") != FEATURES or manifest.get("feature_version") != feature_version():
         raise UserError(f"{path} was trained on features {manifest.get('features')!r} version "
                         f"{manifest.get('feature_version')}; this autosearch computes {FEATURES!r} version "
@@ -284,8 +285,8 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     from cost_models.feature_store import as_store
     from cost_models.features import build_dataset, read_logs
 
-    if family not in FAMILIES:
-        raise UserError(f"unknown family {family!r} for train-model; valid: {', '.join(FAMILIES)}")
+    if family not in PRETRAINED_FAMILIES:
+        raise UserError(f"unknown family {family!r} for train-model; valid: {', '.join(PRETRAINED_FAMILIES)}")
     model = make_cost_model(f"{family}@{FEATURES}", seed=seed)  # the registry's xgb-rank or blend (its members)
     if family == "blend":
         make_cost_model("mlp-rank", seed=seed)  # needs PyTorch: say so now, not after minutes of featurising

@@ -134,6 +134,9 @@ def test_usage_errors_are_one_line(files):
     _assert_one_line_error(proc, "--strategy")
     proc = run_cli("run", "--strategy", "random", "--trials", "many")
     _assert_one_line_error(proc, "invalid int value")
+    proc = run_cli("train-model", "--log", DATASET, "--out", str(files["dir"] / "m"), "--family", "lightgbm")
+    _assert_one_line_error(proc, "choose from 'xgb-rank', 'blend'")
+    assert not os.path.exists(files["dir"] / "m")
 
 
 @pytest.mark.parametrize("content, needle", [
