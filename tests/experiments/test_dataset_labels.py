@@ -30,7 +30,7 @@ def test_make_dataset_relabels_resumably_and_the_noise_ceiling_uses_its_settings
     only, labels from both rounds, and measurement_noise repeating the log's re-timing settings. (The small conv,
     not a tiny-YOLOv2 layer: importing tiny-YOLOv2, twice, was most of this test's time, and nothing here depends
     on which model the conv comes from.)"""
-    from experiments import make_dataset, measurement_noise, timing_noise_sources
+    from experiments import label_rounds, make_dataset, measurement_noise, timing_noise_sources
 
     model = str(tmp_path / "small_conv.onnx")
     small_conv_onnx(model)
@@ -81,3 +81,37 @@ def test_make_dataset_relabels_resumably_and_the_noise_ceiling_uses_its_settings
     assert workers[1] == workers[2] and len(workers[1]) == 1  # one process for both same-process passes
     assert len(workers[101] | workers[102]) == 2 and not (workers[101] | workers[102]) & workers[1]
     assert all(r.result.build_secs == 0.0 for r in timed)  # every kernel loaded from the dataset's build cache
+
+    # the ceiling as a function of rounds: 2 kernels in 2 fresh-process rounds (1-round labels), resumably
+    rounds = str(tmp_path / "rounds")
+    argv = ["--log", out, "--tasks", "1", "--per-task", "2", "--max-rounds", "1", "--project-to", "2", "--out", rounds]
+    assert label_rounds.main([*argv, "--max-minutes", "0"]) == 0  # the deadline passed at once: nothing timed
+    assert not [r for r in read_log(f"{rounds}.jsonl").records if r.kind == "retime"]
+    assert not os.path.exists(f"{rounds}.json")
+    assert label_rounds.main(argv) == 0
+    timed = [r for r in read_log(f"{rounds}.jsonl").records if r.kind == "retime"]
+    assert sorted(r.round for r in timed) == [1, 1, 2, 2] and all(r.result.build_secs == 0.0 for r in timed)
+    with open(f"{rounds}.json") as fh:
+        table = json.load(fh)["table"]
+    assert set(table) == {"1", "2"} and table["1"]["measured"] and not table["2"]["measured"]
+    assert 0.0 <= table["1"]["measured"]["pairwise"] <= 1.0 and os.path.exists(f"{rounds}.png")
+    assert label_rounds.main(argv) == 0  # resumed: nothing left to time
+    assert len([r for r in read_log(f"{rounds}.jsonl").records if r.kind == "retime"]) == 4
+
+
+def test_label_rounds_projection_matches_what_it_measures():
+    """Kernels with known levels, a per-round offset and Gaussian noise: the model's projected ceiling at R rounds
+    is what the R-round labels measure, and more rounds raise both."""
+    import numpy as np
+
+    from experiments.label_rounds import measured, projected, split_pairs
+
+    assert len(split_pairs(4, 1)) == 12 and len(split_pairs(4, 2)) == 6
+    assert all(not set(a) & set(b) for a, b in split_pairs(6, 3))
+    rng = np.random.default_rng(0)
+    levels, offsets = rng.normal(0, 0.3, 60), rng.normal(0, 0.05, 6)
+    timings = np.exp(levels[:, None] + offsets[None, :] + rng.normal(0, 0.08, (60, 6)))
+    got, model = measured(timings, 3), projected(timings, 6, rng=rng)
+    for r in (1, 2, 3):
+        assert abs(got[r]["pairwise"] - model[r]["pairwise"]) < 0.02, (r, got[r], model[r])
+    assert got[1]["pairwise"] < got[2]["pairwise"] and model[2]["pairwise"] < model[6]["pairwise"]
