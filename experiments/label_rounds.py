@@ -42,12 +42,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from autosearch.errors import UserError  # noqa: E402
 from autosearch.finalists import rotated  # noqa: E402
 from autosearch.records import Config, Record, TuningLog, read_log  # noqa: E402
 from cost_models.evaluate import pairwise_accuracy, spearman, top_k_score  # noqa: E402
 from cost_models.features import labelled_trials  # noqa: E402
 from experiments.lib.io import write_json, write_text  # noqa: E402
 from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime  # noqa: E402
+from experiments.lib.machine import describe, fingerprint, identity  # noqa: E402
 
 log = logging.getLogger("label_rounds")
 METRICS = ("pairwise", "pairwise_apart10", "spearman", "top1")
@@ -115,15 +117,20 @@ def sample(contents, tasks: int, per_task: int, seed: int) -> dict[str, list[Rec
                                                             replace=False))] for key in keys}
 
 
-def measure(args, contents, picked: dict[str, list[Record]]) -> dict[str, dict[Config, dict[int, float | None]]]:
+def measure(args, contents, picked: dict[str, list[Record]], target,
+            machine: dict) -> dict[str, dict[Config, dict[int, float | None]]]:
     """Time every picked kernel in every round that OUT.jsonl lacks; returns task -> config -> round -> median
-    seconds (None: failed), what was there before included."""
+    seconds (None: failed), what was there before included. A resume on another machine is refused: its
+    timings would be mixed with these."""
     from autosearch.measure.local import LocalRunner
-    from autosearch.target import parse_target
     from autosearch.task import TuningTask
 
     path = f"{args.out}.jsonl"
     before = read_log(path) if os.path.exists(path) else None
+    earlier = [run["machine"] for run in before.runs if isinstance(run.get("machine"), dict)] if before else []
+    if earlier and identity(earlier[-1]) != identity(machine):
+        raise UserError(f"{path} was timed on {describe(earlier[-1])}, this is {describe(machine)}: timings of two "
+                        "machines are not mixed; choose another --out")
     timings: dict[str, dict[Config, dict[int, float | None]]] = {key: {} for key in picked}
     for rec in before.records if before else ():
         if rec.kind == "retime" and rec.task_key in timings:
@@ -132,8 +139,9 @@ def measure(args, contents, picked: dict[str, list[Record]]) -> dict[str, dict[C
     build_cache = f"{args.log}.builds" if os.path.isdir(f"{args.log}.builds") else f"{args.out}.builds"
     deadline = time.time() + 60 * args.max_minutes if args.max_minutes is not None else float("inf")
     prepared: set[str] = set()
-    runner = LocalRunner(target=parse_target(None), seed=args.seed, evaluator=evaluator, build_cache=build_cache)
+    runner = LocalRunner(target=target, seed=args.seed, evaluator=evaluator, build_cache=build_cache)
     with TuningLog(path, resume=True) as out, runner:
+        out.write_run({"experiment": "label_rounds", "machine": machine})
         for key in picked:
             if before is None or key not in before.tasks:
                 out.write_task(contents.tasks[key])
@@ -196,12 +204,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_rounds < 1 or args.project_to < args.max_rounds:
         p.error("--max-rounds must be at least 1 and --project-to at least --max-rounds")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from autosearch.target import cpu_model
+    from autosearch.target import parse_target
 
     start = time.time()
     contents = read_log(args.log)
     picked = sample(contents, args.tasks, args.per_task, args.seed)
-    timings = measure(args, contents, picked)
+    target = parse_target(None)
+    machine = fingerprint(target)
+    try:
+        timings = measure(args, contents, picked, target, machine)
+    except UserError as exc:
+        p.error(str(exc))
     rounds = 2 * args.max_rounds
     complete = {key: np.array([[by_round[n] for n in range(1, rounds + 1)] for by_round in by_config.values()
                                if all(by_round.get(n) is not None for n in range(1, rounds + 1))])
@@ -229,7 +242,6 @@ def main(argv: list[str] | None = None) -> int:
     dataset_records = len(labelled_trials(contents))
     hours_per_round = dataset_records * secs_per_timing / 3600
     needed = next((r for r in sorted(table) if table[r]["projected"]["pairwise"] >= args.goal), None)
-    machine = f"{cpu_model()}, {os.cpu_count()} cores"
 
     lines = ["| rounds per label | pairwise | pairwise, pairs > 10% apart | Spearman | top-1 | projected pairwise "
              "| projected top-1 | re-timing the dataset |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -248,11 +260,13 @@ def main(argv: list[str] | None = None) -> int:
         f"(the mean over every pair of disjoint R-round subsets, then over tasks, ± the standard error over tasks), "
         f"projected by the Gaussian model of experiments/label_rounds.py. {len(complete)} tasks of {args.log}, "
         f"{n_kernels} kernels timed {rounds} times; {secs_per_timing:.2f} s per kernel and round "
-        f"(a fresh process per task and round, kernels loaded built). {machine}; {time.strftime('%Y-%m-%d')}.\n")
+        f"(a fresh process per task and round, kernels loaded built). {describe(machine)}; "
+        f"{time.strftime('%Y-%m-%d')}.\n")
     write_text(f"{args.out}.md", text)
     write_json(f"{args.out}.json", {
         "log": args.log, "tasks": len(complete), "per_task": args.per_task, "rounds_timed": rounds,
-        "machine": machine, "secs_per_timing": secs_per_timing, "dataset_records": dataset_records,
+        "machine": {k: v for k, v in machine.items() if k != "host"}, "secs_per_timing": secs_per_timing,
+        "dataset_records": dataset_records,
         "hours_per_round": hours_per_round, "goal": args.goal, "rounds_for_goal": needed,
         "table": {str(r): row for r, row in table.items()},
         "by_task": {contents.tasks[k]["name"]: {kind: {str(r): v for r, v in d.items()} for kind, d in vals.items()}

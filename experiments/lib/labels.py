@@ -55,6 +55,9 @@ def retime(runner, task, records: Sequence[Record], *, round_no: int, out: Tunin
     """Re-time ``records`` of ``task`` in a fresh measuring process (shuffled, ``BATCH`` at a time) and log each
     result as a ``retime`` record of round ``round_no``. Stops early at ``deadline`` (``time.time()``).
     ``fresh=False`` keeps the runner's current process (to tell per-process noise from per-call noise)."""
+    from autosearch.target import target_to_json
+
+    target = target_to_json(runner.target)  # what the kernels are built for here, not the record's (another machine's)
     if fresh:
         runner.refresh()
     order = [records[i] for i in rng.permutation(len(records))]
@@ -64,7 +67,7 @@ def retime(runner, task, records: Sequence[Record], *, round_no: int, out: Tunin
             break
         batch = order[start:start + BATCH]
         results = runner.measure(task, [schedule(task, r.trace) for r in batch])
-        retimed = [Record(kind="retime", task_key=r.task_key, task_name=r.task_name, target=r.target,
+        retimed = [Record(kind="retime", task_key=r.task_key, task_name=r.task_name, target=target,
                           config=r.config, result=res, flops=r.flops, trace=r.trace, strategy=r.strategy,
                           round=round_no, started=time.time() - res.build_secs - res.run_secs)
                    for r, res in zip(batch, results)]

@@ -82,20 +82,37 @@ def test_make_dataset_relabels_resumably_and_the_noise_ceiling_uses_its_settings
     assert len(workers[101] | workers[102]) == 2 and not (workers[101] | workers[102]) & workers[1]
     assert all(r.result.build_secs == 0.0 for r in timed)  # every kernel loaded from the dataset's build cache
 
-    # the ceiling as a function of rounds: 2 kernels in 2 fresh-process rounds (1-round labels), resumably
+    # the ceiling as a function of rounds: 2 kernels in 2 fresh-process rounds (1-round labels), resumably, of a
+    # dataset measured elsewhere (its records name another CPU; the kernels load from its build cache)
+    elsewhere = str(tmp_path / "elsewhere.jsonl")
+    with open(out) as src, open(elsewhere, "w") as dst:
+        dst.write(src.read().replace('"mcpu":"', '"mcpu":"zen9-'))
+    os.symlink(out + ".builds", elsewhere + ".builds")
     rounds = str(tmp_path / "rounds")
-    argv = ["--log", out, "--tasks", "1", "--per-task", "2", "--max-rounds", "1", "--project-to", "2", "--out", rounds]
+    argv = ["--log", elsewhere, "--tasks", "1", "--per-task", "2", "--max-rounds", "1", "--project-to", "2",
+            "--out", rounds]
     assert label_rounds.main([*argv, "--max-minutes", "0"]) == 0  # the deadline passed at once: nothing timed
     assert not [r for r in read_log(f"{rounds}.jsonl").records if r.kind == "retime"]
     assert not os.path.exists(f"{rounds}.json")
     assert label_rounds.main(argv) == 0
     timed = [r for r in read_log(f"{rounds}.jsonl").records if r.kind == "retime"]
     assert sorted(r.round for r in timed) == [1, 1, 2, 2] and all(r.result.build_secs == 0.0 for r in timed)
+    assert {r.target["mcpu"] for r in timed} == {r.target["mcpu"] for r in trials}  # this host's, not the log's
     with open(f"{rounds}.json") as fh:
-        table = json.load(fh)["table"]
+        summary = json.load(fh)
+    table = summary["table"]
+    assert summary["machine"]["mcpu"] == trials[0].target["mcpu"]
     assert set(table) == {"1", "2"} and table["1"]["measured"] and not table["2"]["measured"]
     assert 0.0 <= table["1"]["measured"]["pairwise"] <= 1.0 and os.path.exists(f"{rounds}.png")
     assert label_rounds.main(argv) == 0  # resumed: nothing left to time
+    assert len([r for r in read_log(f"{rounds}.jsonl").records if r.kind == "retime"]) == 4
+    with open(f"{rounds}.jsonl") as fh:
+        text = fh.read()
+    with open(f"{rounds}.jsonl", "w") as fh:  # as if the first rounds had run on another machine
+        fh.write(text.replace('"machine":{"cpu_model":"', '"machine":{"cpu_model":"Other '))
+    with pytest.raises(SystemExit) as refused:
+        label_rounds.main(argv)
+    assert refused.value.code == 2
     assert len([r for r in read_log(f"{rounds}.jsonl").records if r.kind == "retime"]) == 4
 
 
