@@ -118,10 +118,11 @@ def sample(contents, tasks: int, per_task: int, seed: int) -> dict[str, list[Rec
 
 
 def measure(args, contents, picked: dict[str, list[Record]], target,
-            machine: dict) -> dict[str, dict[Config, dict[int, float | None]]]:
+            machine: dict) -> tuple[dict[str, dict[Config, dict[int, float | None]]], list[float]]:
     """Time every picked kernel in every round that OUT.jsonl lacks; returns task -> config -> round -> median
-    seconds (None: failed), what was there before included. A resume on another machine is refused: its
-    timings would be mixed with these."""
+    seconds (None: failed), and the seconds each timing of the rounds after the first took (build and run: the
+    first round also builds the kernels), what was there before included. A resume on another machine is
+    refused: its timings would be mixed with these."""
     from autosearch.measure.local import LocalRunner
     from autosearch.task import TuningTask
 
@@ -132,9 +133,16 @@ def measure(args, contents, picked: dict[str, list[Record]], target,
         raise UserError(f"{path} was timed on {describe(earlier[-1])}, this is {describe(machine)}: timings of two "
                         "machines are not mixed; choose another --out")
     timings: dict[str, dict[Config, dict[int, float | None]]] = {key: {} for key in picked}
+    secs: list[float] = []
+
+    def add(rec: Record) -> None:
+        timings[rec.task_key].setdefault(rec.config, {})[rec.round] = rec.result.median if rec.ok else None
+        if rec.round > 1:
+            secs.append(rec.result.build_secs + rec.result.run_secs)
+
     for rec in before.records if before else ():
         if rec.kind == "retime" and rec.task_key in timings:
-            timings[rec.task_key].setdefault(rec.config, {})[rec.round] = rec.result.median if rec.ok else None
+            add(rec)
     evaluator = (logged_settings(contents) or (1, LABEL_EVALUATOR))[1]
     build_cache = f"{args.log}.builds" if os.path.isdir(f"{args.log}.builds") else f"{args.out}.builds"
     deadline = time.time() + 60 * args.max_minutes if args.max_minutes is not None else float("inf")
@@ -158,10 +166,10 @@ def measure(args, contents, picked: dict[str, list[Record]], target,
                 rng = np.random.default_rng([args.seed, round_no, zlib.crc32(key.encode())])
                 start = time.time()
                 for r in retime(runner, task, todo, round_no=round_no, out=out, rng=rng, deadline=deadline):
-                    timings[key].setdefault(r.config, {})[round_no] = r.result.median if r.ok else None
+                    add(r)
                 log.info("round %d/%d, %s: %d timed in %.0f s", round_no, 2 * args.max_rounds, task.name, len(todo),
                          time.time() - start)
-    return timings
+    return timings, secs
 
 
 def plot(path: str, table: dict[int, dict], goal: float) -> None:
@@ -212,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     target = parse_target(None)
     machine = fingerprint(target)
     try:
-        timings = measure(args, contents, picked, target, machine)
+        timings, secs = measure(args, contents, picked, target, machine)
     except UserError as exc:
         p.error(str(exc))
     rounds = 2 * args.max_rounds
@@ -236,9 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             if len(got) > 1 else {m: 0.0 for m in METRICS},
             "projected": {m: float(np.mean([v["projected"][r][m] for v in per_task.values()])) for m in METRICS},
         }
-    # time per kernel and round, from the rounds after the first (the first one also builds the kernels)
-    later = [r for r in read_log(f"{args.out}.jsonl").records if r.kind == "retime" and r.round > 1]
-    secs_per_timing = statistics.mean(r.result.build_secs + r.result.run_secs for r in later) if later else float("nan")
+    secs_per_timing = statistics.mean(secs) if secs else float("nan")  # per kernel and round, after the first
     dataset_records = len(labelled_trials(contents))
     hours_per_round = dataset_records * secs_per_timing / 3600
     needed = next((r for r in sorted(table) if table[r]["projected"]["pairwise"] >= args.goal), None)
