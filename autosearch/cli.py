@@ -683,6 +683,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from autosearch.tvm_compat import keep_torch_out_of_tvm
+
+    keep_torch_out_of_tvm()
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

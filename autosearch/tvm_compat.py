@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import os
 import sys
 import types
@@ -20,6 +22,49 @@ def _modules_for(mtriple: str) -> tuple[str, ...]:
     if arch.startswith("riscv"):
         return ("riscv_cpu",)
     return _LLVM_INTRINSICS
+
+
+class _TvmWithoutTorch(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``tvm`` once, and runs its package import with PyTorch hidden (see :func:`keep_torch_out_of_tvm`)."""
+
+    def __init__(self) -> None:
+        self.inner: importlib.abc.Loader | None = None
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "tvm":
+            return None
+        sys.meta_path.remove(self)  # one use; the lookup below goes to the finders after it
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or "torch" in sys.modules:
+            return spec
+        self.inner, spec.loader = spec.loader, self
+        return spec
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        module.__loader__ = module.__spec__.loader = self.inner  # the package as importlib would leave it
+        sys.modules["torch"] = None  # type: ignore[assignment]  # ``import torch`` raises ImportError
+        try:
+            self.inner.exec_module(module)
+        finally:
+            if "torch" in sys.modules and sys.modules["torch"] is None:
+                del sys.modules["torch"]
+
+
+def keep_torch_out_of_tvm() -> None:
+    """Import TVM, when this process first does, without PyTorch; torch stays importable afterwards.
+
+    TVM 0.27 and its ``tvm_ffi`` import PyTorch when it is installed (the ``[learned]`` extra), only to exchange
+    tensors with it, which autosearch never does: most of the time of ``import tvm``, in every process that
+    imports TVM. Hidden during TVM's own import, torch is found
+    normally when a learned cost model imports it later. For the processes autosearch starts itself (the
+    CLI, experiment scripts); the measuring workers block torch outright. A no-op once TVM or torch is loaded.
+    """
+    if "tvm" in sys.modules or "torch" in sys.modules or any(isinstance(f, _TvmWithoutTorch) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _TvmWithoutTorch())
 
 
 def import_tensor_intrinsics(target_kind: str = "llvm", mtriple: str = "") -> None:
@@ -46,7 +91,26 @@ def import_tensor_intrinsics(target_kind: str = "llvm", mtriple: str = "") -> No
     sys.modules[name] = package
     tvm.s_tir.tensor_intrin = package
     for sub in _modules_for(mtriple):
-        setattr(package, sub, importlib.import_module(f"{name}.{sub}"))
+        setattr(package, sub, _exec_module(f"{name}.{sub}"))
+
+
+def _exec_module(name: str) -> types.ModuleType:
+    """Import module ``name`` by running its code from here rather than through importlib's loader.
+
+    Every ``T.prim_func`` of an intrinsics module calls ``inspect.stack()``, which looks up the source file of
+    each frame on the stack. importlib's own frames are frozen, in no file, so each of those lookups walks all
+    of ``sys.modules``, most of the import's time, in every process that builds a design space. Run from here, the
+    module's code has only frames of real files below it. Its own imports go through importlib as usual.
+    """
+    spec = importlib.util.find_spec(name)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        exec(spec.loader.get_code(name), module.__dict__)  # noqa: S102 - the installed TVM's own module
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def to_plain_json(obj):

@@ -14,3 +14,8 @@
 - :mod:`.cli`: running ``python -m autosearch`` as a user would.
 - :mod:`.study`: the strategy study (``experiments/study.py``).
 """
+
+from autosearch.tvm_compat import keep_torch_out_of_tvm
+
+# Each script here runs as a process of its own (studies start one per run): TVM imported as the CLI imports it.
+keep_torch_out_of_tvm()

@@ -1,8 +1,13 @@
-"""A worker process starts lean: TVM without PyTorch (which tvm_ffi would import when it is installed)."""
+"""Processes start lean: TVM without PyTorch (which tvm_ffi would import when it is installed)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
+
+from tests.conftest import ROOT, small_conv_onnx
 
 
 def _maps(pid: int) -> str:
@@ -32,3 +37,23 @@ def test_a_worker_builds_and_runs_without_loading_torch(conv_task, conv_space):
         assert "libtvm" in maps and "libtorch" not in maps
     finally:
         w.close()
+
+
+def test_the_cli_imports_tvm_without_torch_and_a_learned_model_still_loads_it(tmp_path):
+    """The CLI's process (a fresh one: this one has imported TVM already) imports TVM with torch hidden; a
+    learned cost model imports torch afterwards, and it works."""
+    pytest.importorskip("torch")
+    model = str(tmp_path / "small.onnx")
+    small_conv_onnx(model)
+    code = ("import sys\n"
+            "from autosearch.cli import main\n"
+            f"assert main(['tasks', '--model', {model!r}]) == 0\n"
+            "import tvm\n"
+            "print('after tasks:', 'torch' in sys.modules, type(tvm.__loader__).__name__)\n"
+            "from autosearch.cost_model import make_cost_model\n"
+            "make_cost_model('mlp', seed=0)\n"
+            "import torch\n"
+            "print('after mlp:', float(torch.ones(3).sum()))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "after tasks: False SourceFileLoader" in proc.stdout and "after mlp: 3.0" in proc.stdout, proc.stdout
