@@ -58,9 +58,9 @@ def keep_torch_out_of_tvm() -> None:
 
     TVM 0.27 and its ``tvm_ffi`` import PyTorch when it is installed (the ``[learned]`` extra), only to exchange
     tensors with it, which autosearch never does: most of the time of ``import tvm``, in every process that
-    imports TVM. Hidden during TVM's own import, torch is found
-    normally when a learned cost model imports it later. For the processes autosearch starts itself (the
-    CLI, experiment scripts); the measuring workers block torch outright. A no-op once TVM or torch is loaded.
+    imports TVM. Hidden during TVM's own import, torch is found normally when a learned cost model imports it
+    later. For the processes autosearch starts itself that may need torch (the CLI, experiment scripts); the
+    measuring workers, which never do, block it outright. A no-op once TVM or torch is loaded.
     """
     if "tvm" in sys.modules or "torch" in sys.modules or any(isinstance(f, _TvmWithoutTorch) for f in sys.meta_path):
         return
@@ -99,8 +99,8 @@ def _exec_module(name: str) -> types.ModuleType:
 
     Every ``T.prim_func`` of an intrinsics module calls ``inspect.stack()``, which looks up the source file of
     each frame on the stack. importlib's own frames are frozen, in no file, so each of those lookups walks all
-    of ``sys.modules``, most of the import's time, in every process that builds a design space. Run from here, the
-    module's code has only frames of real files below it. Its own imports go through importlib as usual.
+    of ``sys.modules``: most of the import's time, in every process that builds a design space. Run from here,
+    the module's code has only frames of real files below it. Its own imports go through importlib as usual.
     """
     spec = importlib.util.find_spec(name)
     module = importlib.util.module_from_spec(spec)
