@@ -120,6 +120,9 @@ def load_model(library: str) -> LoadedModel:
     import tvm
     from tvm import relax
 
+    from autosearch.tensor_units.amx import request_permission
+
+    request_permission()  # a model with bf16 layers runs AMX tile instructions: Linux grants them on request
     vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
     arity = vm.module["get_function_arity"]("main")
     names = [str(vm.module["get_function_param_name"]("main", i)) for i in range(arity)]

@@ -19,7 +19,15 @@ import traceback
 
 from autosearch import __version__
 from autosearch.errors import UserError
-from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, FAST_MATH_MODES, LAYOUT_MODES, OLD_LOWERING
+from autosearch.lowering import (
+    DEFAULT_FAST_MATH,
+    DEFAULT_LAYOUT,
+    DEFAULT_PRECISION,
+    FAST_MATH_MODES,
+    LAYOUT_MODES,
+    OLD_LOWERING,
+    PRECISION_MODES,
+)
 
 DEFAULT_MODEL = "tiny-yolov2"
 DEFAULT_TRIALS = 400
@@ -86,7 +94,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     target = parse_target(args.target)
     start = time.perf_counter()
     model = import_model(args.model, target, input_shape=args.input_shape, winograd=args.winograd or "auto",
-                         layout=args.layout or DEFAULT_LAYOUT, fast_math=args.fast_math or DEFAULT_FAST_MATH)
+                         layout=args.layout or DEFAULT_LAYOUT, fast_math=args.fast_math or DEFAULT_FAST_MATH,
+                         precision=args.precision or DEFAULT_PRECISION)
     elapsed = time.perf_counter() - start
     if args.json:
         rows = [
@@ -113,6 +122,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     console.print(table)
     alternatives = (f", {model.alternatives} of them the winograd alternative of a layer (--winograd auto tunes "
                     "both and export keeps the faster)" if model.alternatives else "")
+    if model.bf16_alternatives:
+        alternatives += (f", {model.bf16_alternatives} the bf16 alternative of an NHWC layer (--precision auto tunes "
+                         "both and export keeps the faster)")
+    console.print(f"precision: {model.precision} ({model.precision_note})")
     console.print(f"total: {total / 1e9:.3f} GFLOP per forward pass (as TVM counts them, direct convolutions), "
                   f"{len(model.tasks)} tasks ({sum(1 for t in model.tasks if 'conv' in t.name)} conv{alternatives}) "
                   f"— extracted in {elapsed:.1f} s")
@@ -294,12 +307,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     resume = read_log(log_path) if args.resume else None
     winograd, layout = args.winograd or "auto", args.layout or DEFAULT_LAYOUT
     fast_math = args.fast_math or DEFAULT_FAST_MATH
+    precision = args.precision or DEFAULT_PRECISION
     if resume is not None:
         winograd = _resume_lowering(resume, "winograd", args.winograd, "auto")
         layout = _resume_lowering(resume, "layout", args.layout, DEFAULT_LAYOUT)
         fast_math = _resume_lowering(resume, "fast_math", args.fast_math, DEFAULT_FAST_MATH)
+        precision = _resume_lowering(resume, "precision", args.precision, DEFAULT_PRECISION)
     model = import_model(args.model, target, input_shape=args.input_shape, winograd=winograd, layout=layout,
-                         fast_math=fast_math)
+                         fast_math=fast_math, precision=precision)
     tasks = _select_tasks(model.tasks, args.tasks)
     if resume is not None and resume.corrupt:
         console.print(f"[yellow]warning[/yellow]: skipped {len(resume.corrupt)} corrupt line(s): {resume.corrupt[0]}")
@@ -312,7 +327,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(f"model {model.name}: {len(tasks)} of {len(model.tasks)} tasks, strategy [bold]{args.strategy}"
                   f"[/bold], conv2d {model.layout}, budget {_budget_text(args.trials, args.minutes)}, "
                   f"runner {args.runner}, target {dict(target.export()).get('mcpu', target.kind.name)} "
-                  f"x{dict(target.export()).get('num-cores', '?')} — log {log_path}\ncost model: {guidance}")
+                  f"x{dict(target.export()).get('num-cores', '?')} — log {log_path}\ncost model: {guidance}\n"
+                  f"precision: {model.precision} ({model.precision_note})")
     tuning_log.write_run({"strategy": args.strategy, "options": options, "cost_model": args.cost_model,
                           "guided_by": guidance, "trials": args.trials, "minutes": args.minutes, "batch": args.batch,
                           "seed": args.seed,
@@ -405,7 +421,9 @@ def database_winograd(args: argparse.Namespace):
 
     lowering = database_lowering(args.db)
     mode = args.winograd or str(lowering.get("winograd", "auto"))
-    return WinogradPolicy.of(mode, lowering.get("choices") if mode == "auto" else None)
+    precision = database_option(args, "precision")
+    measured = lowering.get("choices") if "auto" in (mode, precision) else None
+    return WinogradPolicy.of(mode, measured, precision=precision)
 
 
 def database_option(args: argparse.Namespace, option: str) -> str:
@@ -430,7 +448,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     db = load_database(args.db)
     policy = database_winograd(args)
     model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode,
-                         layout=database_option(args, "layout"), fast_math=database_option(args, "fast_math"))
+                         layout=database_option(args, "layout"), fast_math=database_option(args, "fast_math"),
+                         precision=policy.precision)
     compiled = compile_model(model.relax_mod, target, model.tasks, db, args.out, winograd=policy,
                              layout=model.layout, fast_math=model.fast_math)
     console = _console()
@@ -562,6 +581,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"sigmoid, exp and softmax as TVM's vectorisable approximations (default "
                             f"{DEFAULT_FAST_MATH}; off: libm's exact expf, called once per element). "
                             "compile/report default to what the database was tuned with")
+        p.add_argument("--precision", choices=PRECISION_MODES,
+                       help=f"convolution arithmetic (default {DEFAULT_PRECISION}): auto tunes each eligible NHWC "
+                            "convolution in fp32 and in bf16 (operands bf16, accumulation fp32, on AMX tiles) where "
+                            "the CPU has AMX-BF16, and compiles the faster, else fp32; bf16: every eligible one "
+                            "in bf16; fp32: exact fp32 everywhere. compile/report follow the database")
 
     p = sub.add_parser("tasks", help="list a model's tuning tasks")
     model_args(p, DEFAULT_MODEL)

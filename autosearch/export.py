@@ -59,7 +59,9 @@ def tuning_record(task: TuningTask, rec: Record, workload):
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
     from autosearch.target import target_to_json
+    from autosearch.tensor_units.amx import register_for
 
+    register_for(str(rec.trace))  # a trace tensorised onto AMX names its intrinsic
     return TuningRecord.from_json(
         [rec.trace, list(rec.result.latencies), target_to_json(task.target), _args_info_json(task)], workload,
     )
@@ -180,9 +182,10 @@ def _in_model(header: dict, lowering: dict) -> bool:
 
 
 def lowering_of(contents: LogContents) -> dict:
-    """How the log's tasks were lowered ({"winograd": mode, "layout": conv2d layout, "fast_math": on/off}:
-    logs from before an option have no value for it, and were tuned as its old default) and, for layers
-    tuned both ways, the faster algorithm (``choices``: layer key -> "direct" | "winograd", by weight x
+    """How the log's tasks were lowered ({"winograd": mode, "layout": conv2d layout, "fast_math": on/off,
+    "precision": fp32/bf16/auto}: logs from before an option have no value for it, and were tuned as its old
+    default) and, for layers tuned both ways, the faster algorithm (``choices``: layer key -> "direct" |
+    "winograd" | "fp32" | "bf16", by weight x
     best latency of their tasks). A ``--layout auto`` log gets the layout whose model is faster
     (:mod:`autosearch.alternatives`; ``layout_totals``: each layout's estimated model seconds)."""
     from autosearch.alternatives import AUTO, choose_layout, layout_totals, model_latency, task_layouts
@@ -194,9 +197,11 @@ def lowering_of(contents: LogContents) -> dict:
 
     modes = logged("winograd", "") - {""}
     layouts, fast = logged("layout", OLD_LOWERING["layout"]), logged("fast_math", OLD_LOWERING["fast_math"])
-    if len(modes) != 1 or len(layouts) != 1 or len(fast) != 1:
+    precisions = logged("precision", OLD_LOWERING["precision"])
+    if len(modes) != 1 or len(layouts) != 1 or len(fast) != 1 or len(precisions) != 1:
         return {}
-    out: dict = {"winograd": modes.pop(), "layout": layouts.pop(), "fast_math": fast.pop()}
+    out: dict = {"winograd": modes.pop(), "layout": layouts.pop(), "fast_math": fast.pop(),
+                 "precision": precisions.pop()}
     bests = {key: contents.best(key) for key in contents.tasks}
     headers = dict(contents.tasks)
     if out["layout"] == AUTO:  # tuned in both layouts: the faster model is the one compiled
@@ -243,17 +248,19 @@ def database_lowering(path: str) -> dict:
 
 def _lowering_problem(value) -> str:
     """What is wrong with a lowering file's contents ("" when nothing is)."""
-    from autosearch.lowering import FAST_MATH_MODES, LAYOUTS
-    from autosearch.winograd import ALGORITHMS, MODES
+    from autosearch.lowering import FAST_MATH_MODES, LAYOUTS, PRECISION_MODES
+    from autosearch.winograd import ALGORITHMS, MODES, PRECISIONS
 
     if not isinstance(value, dict):
         return "not a JSON object"
-    for option, valid in (("winograd", MODES), ("layout", LAYOUTS), ("fast_math", FAST_MATH_MODES)):
+    for option, valid in (("winograd", MODES), ("layout", LAYOUTS), ("fast_math", FAST_MATH_MODES),
+                          ("precision", PRECISION_MODES)):
         if option in value and value[option] not in valid:
             return f"{option} {value[option]!r} is none of {', '.join(valid)}"
     choices = value.get("choices", {})
-    if not isinstance(choices, dict) or not all(isinstance(k, str) and a in ALGORITHMS for k, a in choices.items()):
-        return f"choices must map layers to {' or '.join(ALGORITHMS)}"
+    algorithms = (*ALGORITHMS, *PRECISIONS)
+    if not isinstance(choices, dict) or not all(isinstance(k, str) and a in algorithms for k, a in choices.items()):
+        return f"choices must map layers to {' or '.join(algorithms)}"
     return ""
 
 
@@ -264,8 +271,12 @@ def load_database(path: str):
     missing = [f for f in (WORKLOAD_FILE, RECORD_FILE) if not os.path.isfile(os.path.join(path, f))]
     if missing:
         raise UserError(f"{path} is not a MetaSchedule database: missing {', '.join(missing)}")
+    from autosearch.tensor_units.amx import register_for
+
     try:
         _check_workload_hashes(os.path.join(path, WORKLOAD_FILE))
+        with open(os.path.join(path, RECORD_FILE)) as fh:
+            register_for(fh.read())  # records tensorised onto AMX: TVM looks their intrinsics up as it reads them
         return _database(path, create=False)
     except UserError:
         raise

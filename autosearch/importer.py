@@ -16,7 +16,7 @@ from typing import Any
 import onnx
 
 from autosearch.errors import UserError
-from autosearch.lowering import DEFAULT_FAST_MATH
+from autosearch.lowering import DEFAULT_FAST_MATH, OLD_LOWERING
 from autosearch.task import TuningTask, task_from_module
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ class ImportedModel:
     winograd: str = "auto"  # how conv2d was lowered (autosearch.lowering); the tuned build must match
     layout: str = "NCHW"  # conv2d layout of the lowering, or "auto": both, tuned side by side (autosearch.alternatives)
     fast_math: str = DEFAULT_FAST_MATH  # "on": vectorisable sigmoid / exp / softmax (autosearch.lowering)
+    precision: str = OLD_LOWERING["precision"]  # fp32 / bf16 / auto: bf16 convolutions (autosearch.tensor_units)
+    precision_note: str = ""  # why the precision is what it is on this target (run headers say it)
 
     @property
     def flops(self) -> float:
@@ -44,12 +46,17 @@ class ImportedModel:
         layouts = {layout for t in self.tasks for layout in task_layouts(t.lowering)}
         first = min(layouts, key=lambda layout: (layout != "NCHW", layout)) if layouts else ""
         return sum(t.flops * t.weight for t in self.tasks
-                   if t.lowering.get("algorithm") != "winograd" and first in task_layouts(t.lowering))
+                   if t.lowering.get("algorithm") not in ("winograd", "bf16") and first in task_layouts(t.lowering))
 
     @property
     def alternatives(self) -> int:
         """Layers offered to the tuner both ways (direct and winograd)."""
         return sum(1 for t in self.tasks if t.lowering.get("algorithm") == "winograd")
+
+    @property
+    def bf16_alternatives(self) -> int:
+        """Layers offered to the tuner in fp32 and in bf16."""
+        return sum(1 for t in self.tasks if t.lowering.get("algorithm") == "bf16")
 
 
 # name -> "module:function"; the function builds the model's ONNX graph (deterministic random weights
@@ -203,25 +210,28 @@ def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
 
 
 def legalize(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW",
-             fast_math: str = DEFAULT_FAST_MATH):
+             fast_math: str = DEFAULT_FAST_MATH, precision: str | None = None):
     """The preparation task extraction and the tuned build share (:mod:`autosearch.lowering`)."""
     from autosearch.lowering import lower
 
-    return lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
+    return lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math, precision=precision)
 
 
 def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = "NCHW",
-             fast_math: str = DEFAULT_FAST_MATH) -> list[TuningTask]:
+             fast_math: str = DEFAULT_FAST_MATH, precision: str = "fp32",
+             precision_label: str | None = None) -> list[TuningTask]:
     from tvm.s_tir import meta_schedule as ms
 
-    lowered = legalize(relax_mod, target, winograd=lowering_mode, layout=layout, fast_math=fast_math)
-    lowering = {"winograd": label, "layout": layout, "fast_math": fast_math}
+    lowered = legalize(relax_mod, target, winograd=lowering_mode, layout=layout, fast_math=fast_math,
+                       precision=precision)
+    lowering = {"winograd": label, "layout": layout, "fast_math": fast_math,
+                "precision": precision_label or precision}
     return [task_from_module(t.dispatched[0], target, name=t.task_name, weight=int(t.weight), lowering=lowering)
             for t in ms.relax_integration.extract_tasks(lowered, target)]
 
 
 def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW",
-                  fast_math: str = DEFAULT_FAST_MATH) -> list[TuningTask]:
+                  fast_math: str = DEFAULT_FAST_MATH, precision: str = "fp32") -> list[TuningTask]:
     """One TuningTask per distinct fused TIR function, heaviest (FLOPs x weight) first.
 
     ``winograd="auto"`` (CPU targets): the model is lowered twice, all direct and with every candidate
@@ -230,43 +240,74 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
     ``layout="NHWC"``: convolutions in NHWC (``lowering["layout"]``), all direct (winograd is NCHW only).
     ``layout="auto"`` (CPU targets): the tasks of both layouts, merged; each carries ``lowering["layout"] ==
     "auto"`` and ``lowering["layouts"]``, the layouts whose model runs it (:mod:`autosearch.alternatives`).
-    ``fast_math``: ``lowering["fast_math"]``.
+    ``fast_math``: ``lowering["fast_math"]``. ``precision`` (as :func:`autosearch.lowering.resolve_precision`
+    resolved it): ``bf16`` lowers the eligible NHWC convolutions to bf16; ``auto`` offers them both ways, like
+    winograd (algorithms ``fp32`` and ``bf16``); NCHW convolutions stay fp32. ``lowering["precision"]``.
     """
     from autosearch.lowering import LAYOUTS, converts_layout
     from autosearch.winograd import task_layer
 
     if layout == "auto":
         if target.kind.name != "llvm":  # NHWC is a CPU lowering: other targets keep the model's NCHW
-            return extract_tasks(relax_mod, target, winograd=winograd, layout="NCHW", fast_math=fast_math)
+            return extract_tasks(relax_mod, target, winograd=winograd, layout="NCHW", fast_math=fast_math,
+                                 precision=precision)
         merged: dict[str, tuple[TuningTask, list[str]]] = {}
         for concrete in LAYOUTS:
-            for t in extract_tasks(relax_mod, target, winograd=winograd, layout=concrete, fast_math=fast_math):
+            for t in extract_tasks(relax_mod, target, winograd=winograd, layout=concrete, fast_math=fast_math,
+                                   precision=precision):
                 merged.setdefault(t.workload_key, (t, []))[1].append(concrete)
         tasks = [TuningTask(**{**t.__dict__, "lowering": {**t.lowering, "layout": "auto", "layouts": layouts}})
                  for t, layouts in merged.values()]
     elif converts_layout(target, layout):
-        tasks = _extract(relax_mod, target, "off", winograd, layout, fast_math)
+        if precision == "auto":
+            fp32 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "fp32", precision)
+            bf16 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "candidates", precision)
+            tasks = _merge_alternatives(fp32, bf16, _precision_layer)
+        else:
+            tasks = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision)
     elif winograd == "off" or target.kind.name != "llvm":
-        tasks = _extract(relax_mod, target, "off", winograd, fast_math=fast_math)
+        tasks = _extract(relax_mod, target, "off", winograd, fast_math=fast_math, precision_label=precision)
     else:
-        direct = _extract(relax_mod, target, "off", winograd, fast_math=fast_math)
-        candidates = _extract(relax_mod, target, "candidates", winograd, fast_math=fast_math)
-        by_key = {t.workload_key: t for t in direct}
-        for t in candidates:
-            by_key.setdefault(t.workload_key, t)
-        found = {key: task_layer(t.name, t.args) for key, t in by_key.items()}
-        layers: dict[str, set[str]] = {}
-        for layer in filter(None, found.values()):
-            layers.setdefault(layer[0], set()).add(layer[1])
-        tasks = []
-        for key, t in by_key.items():
-            layer = found[key]
-            if layer is not None and len(layers[layer[0]]) > 1:  # a layer with both alternatives
-                t = TuningTask(**{**t.__dict__, "lowering": {**t.lowering, "layer": layer[0],
-                                                             "algorithm": layer[1]}})
-            tasks.append(t)
+        direct = _extract(relax_mod, target, "off", winograd, fast_math=fast_math, precision_label=precision)
+        candidates = _extract(relax_mod, target, "candidates", winograd, fast_math=fast_math,
+                              precision_label=precision)
+        tasks = _merge_alternatives(direct, candidates, task_layer)
     tasks.sort(key=lambda t: (-t.flops * t.weight, t.name))
     return [TuningTask(**{**t.__dict__, "index": i}) for i, t in enumerate(tasks)]
+
+
+def _precision_layer(name: str, args) -> tuple[str, str] | None:
+    """(layer key, "fp32" | "bf16") of an NHWC conv task, or None (:mod:`autosearch.tensor_units.conv`)."""
+    from autosearch.winograd import layer_key
+
+    if "conv2d" not in name or len(args) < 3:
+        return None
+    data, weight, out = tuple(args[0][0]), tuple(args[1][0]), tuple(args[-1][0])
+    if len(data) != 4 or len(out) != 4:
+        return None
+    if "amx_bf16" in name:
+        return layer_key(data, out), "bf16"
+    ok = len(weight) == 4 and weight[0] == out[3] and weight[3] == data[3]
+    return (layer_key(data, out), "fp32") if ok else None
+
+
+def _merge_alternatives(first: list[TuningTask], second: list[TuningTask], classify) -> list[TuningTask]:
+    """The tasks of two lowerings of one model, merged; a layer whose tasks differ between them (``classify``:
+    name, args -> (layer key, algorithm) or None) carries ``lowering["layer"]`` and ``lowering["algorithm"]``."""
+    by_key = {t.workload_key: t for t in first}
+    for t in second:
+        by_key.setdefault(t.workload_key, t)
+    found = {key: classify(t.name, t.args) for key, t in by_key.items()}
+    layers: dict[str, set[str]] = {}
+    for layer in filter(None, found.values()):
+        layers.setdefault(layer[0], set()).add(layer[1])
+    tasks = []
+    for key, t in by_key.items():
+        layer = found[key]
+        if layer is not None and len(layers[layer[0]]) > 1:  # a layer with both alternatives
+            t = TuningTask(**{**t.__dict__, "lowering": {**t.lowering, "layer": layer[0], "algorithm": layer[1]}})
+        tasks.append(t)
+    return tasks
 
 
 def _dynamic_shape_message(name: str, proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
@@ -286,20 +327,23 @@ def _dynamic_shape_message(name: str, proto: onnx.ModelProto, shapes: dict[str, 
 
 def import_model(model: str, target, *, input_shape: str | None = None, seed: int = 0,
                  winograd: str = "auto", layout: str = "NCHW",
-                 fast_math: str = DEFAULT_FAST_MATH) -> ImportedModel:
+                 fast_math: str = DEFAULT_FAST_MATH, precision: str = OLD_LOWERING["precision"]) -> ImportedModel:
     """The whole path: name or file -> ONNX -> Relax -> tasks for ``target`` (``winograd``: see
-    :mod:`autosearch.winograd`; ``layout``, ``fast_math``: :mod:`autosearch.lowering`)."""
-    from autosearch.lowering import LAYOUT_MODES, check_fast_math, check_layout, check_winograd
+    :mod:`autosearch.winograd`; ``layout``, ``fast_math``, ``precision``: :mod:`autosearch.lowering`;
+    ``precision`` is resolved for the target first: ``auto`` is fp32 where the CPU has no bf16 unit)."""
+    from autosearch.lowering import LAYOUT_MODES, check_fast_math, check_layout, check_winograd, resolve_precision
 
     check_winograd(winograd)
     check_layout(layout, modes=LAYOUT_MODES)
     check_fast_math(fast_math)
+    precision, precision_note = resolve_precision(precision, target, layout)
     name, proto = load_onnx(model, seed=seed)
     shapes = resolve_input_shapes(proto, parse_input_shapes(input_shape))
     proto = make_static(proto, shapes)
     relax_mod = to_relax(proto, shapes)
     try:
-        tasks = extract_tasks(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
+        tasks = extract_tasks(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math,
+                              precision=precision)
     except UserError:
         raise
     except Exception as exc:  # TVM on data-dependent shapes: AssertionError, TypeError, ...
@@ -313,4 +357,5 @@ def import_model(model: str, target, *, input_shape: str | None = None, seed: in
     if layout == "auto" and target.kind.name != "llvm":  # NHWC is a CPU lowering: the model keeps its NCHW
         layout = "NCHW"
     return ImportedModel(name=name, onnx_model=proto, input_shapes=shapes, relax_mod=relax_mod, tasks=tasks,
-                         winograd=winograd, layout=layout, fast_math=fast_math)
+                         winograd=winograd, layout=layout, fast_math=fast_math, precision=precision,
+                         precision_note=precision_note)

@@ -38,8 +38,12 @@ LAYOUT_MODES = ("auto", *LAYOUTS)
 DEFAULT_LAYOUT = "auto"
 FAST_MATH_MODES = ("on", "off")
 DEFAULT_FAST_MATH = "on"  # ONNX Runtime, the baseline, computes sigmoid and softmax with approximations too
+# --precision: fp32 everywhere; bf16 for every NHWC convolution the tensor units can compute; auto: where the CPU
+# has them, each such convolution tuned both ways and the faster kept (autosearch.tensor_units)
+PRECISION_MODES = ("auto", "fp32", "bf16")
+DEFAULT_PRECISION = "auto"  # OpenVINO's default on CPUs with bf16 units is bf16 too
 # the lowering options' values for logs and databases written before the option existed
-OLD_LOWERING = {"winograd": "auto", "layout": "NCHW", "fast_math": "off"}
+OLD_LOWERING = {"winograd": "auto", "layout": "NCHW", "fast_math": "off", "precision": "fp32"}
 DEFAULT_SCHEDULE = "ApplyDefaultSchedule"  # dlight's pass, the last of TVM's GPU legalisation (none on CPU)
 
 
@@ -67,15 +71,51 @@ def check_winograd(mode: str) -> str:
     return mode
 
 
-def winograd_policy(winograd):
-    """A WinogradPolicy from a policy or a mode name."""
+def winograd_policy(winograd, precision: str | None = None):
+    """A WinogradPolicy from a policy or a mode name; ``precision`` (a policy's precision mode) replaces the
+    policy's own when given."""
+    import dataclasses
+
     from autosearch.winograd import WinogradPolicy
 
-    if isinstance(winograd, WinogradPolicy):
-        return winograd
-    if winograd != "candidates":
-        check_winograd(winograd)
-    return WinogradPolicy.of(winograd)
+    if not isinstance(winograd, WinogradPolicy):
+        if winograd != "candidates":
+            check_winograd(winograd)
+        winograd = WinogradPolicy.of(winograd)
+    return winograd if precision is None else dataclasses.replace(winograd, precision=precision)
+
+
+def check_precision(mode: str) -> str:
+    from autosearch.errors import UserError
+
+    if mode not in PRECISION_MODES:
+        raise UserError(f"unknown --precision {mode!r}; valid precisions: {', '.join(PRECISION_MODES)}")
+    return mode
+
+
+def resolve_precision(mode: str, target, layout: str) -> tuple[str, str]:
+    """(the precision mode a lowering uses, why, in a few words) for ``--precision mode`` on ``target`` with
+    ``--layout layout``. bf16 convolutions need AMX-BF16 (the tile multiply autosearch lowers to) and NHWC
+    data (the flattened GEMM reads channels innermost): ``auto`` is fp32 without them, ``bf16`` an error."""
+    from autosearch.errors import UserError
+    from autosearch.tensor_units.cpu import has_amx_bf16, units
+
+    check_precision(mode)
+    if mode == "fp32":
+        return "fp32", "as asked"
+    if not has_amx_bf16(target):
+        found = units(target)
+        why = (f"this CPU has {', '.join(found)} but no AMX-BF16, the unit autosearch lowers bf16 to" if found
+               else "this CPU has no bf16 unit (AMX-BF16)")
+        if mode == "bf16":
+            raise UserError(f"--precision bf16: {why}; use --precision fp32 or auto")
+        return "fp32", why
+    if layout == "NCHW":
+        if mode == "bf16":
+            raise UserError("--precision bf16 needs NHWC convolutions: use --layout NHWC or auto")
+        return "fp32", "bf16 convolutions are NHWC and --layout is NCHW"
+    return mode, ("every eligible NHWC convolution in bf16 on AMX" if mode == "bf16"
+                  else "each eligible NHWC convolution tuned in fp32 and in bf16 on AMX, the faster kept")
 
 
 def check_fast_math(mode: str) -> str:
@@ -107,13 +147,60 @@ def _legalize_fast_sigmoid(bb, call):
     return bb.call_te(fast_sigmoid, call.args[0], primfunc_name_hint="fast_sigmoid")
 
 
-def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH) -> list[Any]:
-    """``winograd``: a mode name or an :class:`autosearch.winograd.WinogradPolicy` (measured choices);
-    ``layout``: the conv2d data layout, ``NCHW`` (as ONNX gives it) or ``NHWC``. Winograd applies to NCHW
-    convolutions only. ``fast_math="on"``: sigmoid, exp and softmax use TVM's vectorisable approximations."""
+def _bf16_conv2d(policy, fallback):
+    """The conv2d legalisation of a policy with bf16 layers: bf16 where it says so (:mod:`autosearch.tensor_units.
+    conv`), else ``fallback`` (winograd's) or TVM's own."""
+    from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
+
+    from autosearch.tensor_units.conv import flat_conv, legalize
+    from autosearch.winograd import layer_key
+
+    def conv2d(bb, call):
+        if flat_conv(call) is not None and policy.bf16(layer_key(call.args[0].ty.shape, call.ty.shape)):
+            return legalize(bb, call)
+        return (fallback or _nn_conv2d)(bb, call)
+
+    return conv2d
+
+
+def leaky_relu_as_maximum():
+    """A pass writing ``leakyrelu(x, a)`` as ``maximum(x, a * x)`` (the same for 0 <= a <= 1): Relax's
+    ``ConvertLayout`` has no layout rule for leakyrelu and wraps each one in two transposes back to NCHW and
+    forth, where maximum and multiply follow the convolution's layout and fuse into its epilogue."""
+    import tvm
     from tvm import relax
 
-    policy = winograd_policy(winograd)
+    @relax.expr_functor.mutator
+    class Rewrite(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.leakyrelu":
+                alpha = float(call.attrs.alpha)
+                if 0.0 <= alpha <= 1.0:
+                    x = call.args[0]
+                    return relax.op.maximum(x, relax.op.multiply(x, relax.const(alpha, str(x.ty.dtype))))
+            return call
+
+    @tvm.transform.module_pass(opt_level=0, name="LeakyReluAsMaximum")
+    def rewrite(mod, _ctx):
+        mutator = Rewrite(mod)
+        for gv, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                mutator.builder_.update_func(gv, mutator.visit_expr(func))
+        return mutator.builder_.get()
+
+    return rewrite
+
+
+def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH,
+                    precision: str | None = None) -> list[Any]:
+    """``winograd``: a mode name or an :class:`autosearch.winograd.WinogradPolicy` (measured choices);
+    ``layout``: the conv2d data layout, ``NCHW`` (as ONNX gives it) or ``NHWC``. Winograd applies to NCHW
+    convolutions only. ``fast_math="on"``: sigmoid, exp and softmax use TVM's vectorisable approximations.
+    ``precision``: the policy's precision mode (``WinogradPolicy.precision``), replacing the policy's own."""
+    from tvm import relax
+
+    policy = winograd_policy(winograd, precision)
     fast = check_fast_math(fast_math) == "on"
     legalize = [p for p in relax.pipeline.legalize_passes(target) if p.info.name != DEFAULT_SCHEDULE]
     custom = {"relax.sigmoid": _legalize_fast_sigmoid} if fast else {}
@@ -121,22 +208,25 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
         from autosearch.winograd import legalize_map
 
         custom.update(legalize_map(policy))
+    if policy.precision != "fp32" and target.kind.name == "llvm":
+        custom["relax.nn.conv2d"] = _bf16_conv2d(policy, custom.get("relax.nn.conv2d"))
     if custom:
         legalize = [relax.transform.LegalizeOps(customize_legalize_map=custom)
                     if p.info.name == "LegalizeOps" else p for p in legalize]
-    convert = [relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]})] if converts_layout(
-        target, layout) else []
+    convert = [leaky_relu_as_maximum(), relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]})] if (
+        converts_layout(target, layout)) else []
     fast_ops = [relax.transform.FastMathTransform()] if fast else []
     return [*convert, *fast_ops, *relax.pipeline.library_dispatch_passes(target), *legalize,
             relax.transform.AttachAttrLayoutFreeBuffers()]
 
 
-def lower(relax_mod, target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH):
+def lower(relax_mod, target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH,
+          precision: str | None = None):
     """The model as fused TIR functions: what task extraction and the tuned build both start from."""
     import tvm
 
     with target, tvm.transform.PassContext(opt_level=3):
-        passes = lowering_passes(target, winograd=winograd, layout=layout, fast_math=fast_math)
+        passes = lowering_passes(target, winograd=winograd, layout=layout, fast_math=fast_math, precision=precision)
         return tvm.transform.Sequential(passes)(relax_mod)
 
 
@@ -192,6 +282,11 @@ def apply_database(lowered, target, database, *, prepack: bool = True):
     import tvm
     from tvm import relax
 
+    from autosearch.tensor_units.amx import register_intrinsics
+    from autosearch.tensor_units.cpu import has_amx_bf16
+
+    if has_amx_bf16(target):  # the database's traces may tensorise onto them
+        register_intrinsics()
     with target, database, tvm.transform.PassContext(opt_level=3):
         mod = relax.transform.MetaScheduleApplyDatabase()(lowered)
         if prepack:
@@ -240,7 +335,8 @@ def build_tuned(relax_mod, target, database, *, winograd="auto", layout="NCHW",
                                      fast_math=fast_math), target)
 
 
-__all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "DEFAULT_SCHEDULE", "FAST_MATH_MODES", "LAYOUTS", "LAYOUT_MODES",
-           "OLD_LOWERING", "PLAN_MEMORY", "apply_database", "build_module", "build_tuned", "check_fast_math",
-           "check_layout", "default_schedules", "fast_sigmoid", "lower", "lowering_passes", "planning_passes",
-           "tuned_module", "untuned_module"]
+__all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "DEFAULT_PRECISION", "DEFAULT_SCHEDULE", "FAST_MATH_MODES", "LAYOUTS",
+           "LAYOUT_MODES", "OLD_LOWERING", "PLAN_MEMORY", "PRECISION_MODES", "apply_database", "build_module",
+           "build_tuned", "check_fast_math", "check_layout", "check_precision", "default_schedules", "fast_sigmoid",
+           "leaky_relu_as_maximum", "lower", "lowering_passes", "planning_passes", "resolve_precision", "tuned_module",
+           "untuned_module"]

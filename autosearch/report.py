@@ -200,7 +200,12 @@ def _time_runtimes(args, console: Console, model, target, db, threads: int, ov_p
         untuned = compile_model(model.relax_mod, target, model.tasks, None, os.path.join(work, "untuned.so"))
         tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
                               winograd=policy, layout=model.layout, fast_math=model.fast_math)
-        turns = [Runtime("ONNX Runtime", "ort", onnx_path), Runtime("TVM tuned", "tvm", tuned.path)]
+        bf16 = sum(1 for t in model.tasks if t.lowering.get("algorithm") == "bf16" and policy.uses(t.lowering))
+        if policy.precision == "bf16":  # every eligible layer, no alternative to count
+            bf16 = sum(1 for t in model.tasks if "amx_bf16" in t.name)
+        turns = [Runtime("ONNX Runtime", "ort", onnx_path),
+                 Runtime(f"TVM tuned (bf16 on {bf16} conv layers)", "tvm", tuned.path, precision="bf16") if bf16
+                 else Runtime("TVM tuned", "tvm", tuned.path)]
         if ov_precision is not None:
             turns.append(Runtime("OpenVINO (fp32)", "ov", onnx_path))
             if ov_precision != "f32":  # not comparable with the others: shown beside the fp32 row
@@ -239,7 +244,7 @@ def end_to_end_report(args, console: Console) -> dict:
     threads = args.threads or target_num_cores(target)
     policy = args.winograd_policy
     model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode,
-                         layout=args.layout_of_db, fast_math=args.fast_math_of_db)
+                         layout=args.layout_of_db, fast_math=args.fast_math_of_db, precision=policy.precision)
     ov_precision = openvino_default_precision()
     if ov_precision is None:
         console.print(OPENVINO_MISSING, markup=False)  # "[openvino]" is no style

@@ -28,12 +28,19 @@ def host_cores() -> int:
 
 
 def host_target(num_cores: int | None = None):
-    """The host CPU as TVM detects it, with all its cores (``num-cores``)."""
+    """The host CPU as TVM detects it, with all its cores (``num-cores``) and the tensor units the kernel reports
+    in ``mattr`` (:mod:`autosearch.tensor_units.cpu`)."""
     import tvm
+
+    from autosearch.tensor_units.cpu import features_for, host_flags
 
     detected = dict(tvm.target.Target.from_device("cpu").export())
     cfg = {k: v for k, v in detected.items() if k in ("kind", "mtriple", "mcpu", "mattr") and v}
     cfg["kind"] = "llvm"
+    # the units the kernel reports, which LLVM's name for the CPU may lack (a hypervisor's CPU model)
+    extra = [f for f in features_for(host_flags()) if f not in list(cfg.get("mattr") or ())]
+    if extra:
+        cfg["mattr"] = [*(cfg.get("mattr") or ()), *extra]
     cfg["num-cores"] = int(num_cores or host_cores())
     return tvm.target.Target(cfg)
 
@@ -98,7 +105,7 @@ def parse_target(spec: str | None):
                 raise UserError('malformed --target: a JSON target needs a "kind", e.g. {"kind": "llvm"}')
             if cfg["kind"] == "llvm" and "mcpu" not in cfg and "mtriple" not in cfg:
                 host = dict(host_target(cfg.get("num-cores")).export())
-                cfg = {**{k: host[k] for k in ("mtriple", "mcpu") if host.get(k)}, **cfg}
+                cfg = {**{k: host[k] for k in ("mtriple", "mcpu", "mattr") if host.get(k)}, **cfg}
             return tvm.target.Target(cfg)
         if spec == "cuda":
             return cuda_target()

@@ -34,6 +34,7 @@ MAX_FLOP_RATIO = 0.5
 # layers up to this ratio are tuned both ways (above it winograd's transforms dominate: 16 -> 32 channels is 1.05)
 CANDIDATE_RATIO = 0.75
 ALGORITHMS = ("direct", "winograd")
+PRECISIONS = ("fp32", "bf16")  # the algorithms of a layer tuned in both precisions (NHWC)
 
 
 @dataclass(frozen=True)
@@ -123,18 +124,29 @@ def choose_algorithms(totals: dict[str, dict[str, float]]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class WinogradPolicy:
-    """Which eligible convolutions the lowering turns into winograd.
+    """Which eligible convolutions the lowering turns into winograd, and which into bf16 (the per-layer
+    alternatives of a lowering).
 
     ``mode``: ``off`` (none), ``auto`` (the measured ``choices`` where given, else the FLOP rule) or
     ``candidates`` (every layer worth measuring; task extraction's second lowering).
+    ``precision`` (NHWC convolutions, :mod:`autosearch.tensor_units`): ``fp32`` (none in bf16), ``bf16`` (every
+    eligible one), ``candidates`` (every eligible one; extraction's second lowering) or ``auto`` (the measured
+    ``choices``: a layer tuned both ways has algorithm ``fp32`` or ``bf16``; unmeasured layers stay fp32).
     """
 
     mode: str = "auto"
     choices: tuple[tuple[str, str], ...] = ()  # (layer key, algorithm), from a database's export
+    precision: str = "fp32"
 
     @classmethod
-    def of(cls, mode: str, choices: dict[str, str] | None = None) -> WinogradPolicy:
-        return cls(mode, tuple(sorted((choices or {}).items())))
+    def of(cls, mode: str, choices: dict[str, str] | None = None, precision: str = "fp32") -> WinogradPolicy:
+        return cls(mode, tuple(sorted((choices or {}).items())), precision)
+
+    def bf16(self, key: str) -> bool:
+        """Whether the eligible NHWC convolution ``key`` (:func:`layer_key`) is lowered to bf16."""
+        if self.precision in ("bf16", "candidates"):
+            return True
+        return self.precision == "auto" and dict(self.choices).get(key) == "bf16"
 
     def converts(self, shape: ConvShape, key: str) -> bool:
         if self.mode == "off":
@@ -151,6 +163,8 @@ class WinogradPolicy:
         if "layer" not in lowering:
             return True
         layer = lowering["layer"]
+        if lowering.get("algorithm") in PRECISIONS:  # a layer tuned in fp32 and bf16
+            return (lowering["algorithm"] == "bf16") == self.bf16(layer)
         return self.converts(ConvShape.from_key(layer), layer) == (lowering.get("algorithm") == "winograd")
 
 
@@ -269,5 +283,5 @@ def legalize_map(policy: WinogradPolicy) -> dict[str, Any]:
     return {"relax.nn.conv2d": conv2d}
 
 
-__all__ = ["ALGORITHMS", "MODES", "TILE", "ConvShape", "WinogradPolicy", "choose_algorithms", "conv_shape",
-           "kernel_transform", "layer_key", "layer_totals", "legalize_map", "task_layer", "winograd_conv"]
+__all__ = ["ALGORITHMS", "MODES", "PRECISIONS", "TILE", "ConvShape", "WinogradPolicy", "choose_algorithms",
+           "conv_shape", "kernel_transform", "layer_key", "layer_totals", "legalize_map", "task_layer", "winograd_conv"]

@@ -37,12 +37,29 @@ def build(mod_json: str, target: dict[str, Any]) -> tuple[bytes, float]:
     return pack_artifact(data, plan), time.perf_counter() - start
 
 
+# bf16 keeps 8 significant bits: a product of two rounded operands is within 2^-8 of the exact one. A bf16
+# kernel and its reference round the same operands and differ in how they accumulate in fp32, which on a long
+# reduction can cancel to values far below the products: relative 2^-7 per value, and an absolute floor of 2^-8
+# of the output's largest value (the size of one rounding error of the largest terms).
+BF16_RTOL = 2.0**-7
+BF16_ATOL_SHARE = 2.0**-8
+
+
+def _host_array(x: np.ndarray) -> np.ndarray:
+    """bf16 arrays as fp32 (exact), for comparisons and for files numpy reads back without ml_dtypes."""
+    return x.astype(np.float32) if x.dtype.name == "bfloat16" else x
+
+
 def make_inputs(args: list[tuple[tuple[int, ...], str]], seed: int) -> list[np.ndarray]:
     """Deterministic random arguments; outputs are random too, so a kernel that skips writes is caught."""
     rng = np.random.default_rng(seed)
     out = []
     for shape, dtype in args:
-        if np.dtype(dtype).kind == "f":
+        if dtype == "bfloat16":
+            import ml_dtypes
+
+            out.append(rng.uniform(-1.0, 1.0, size=shape).astype(ml_dtypes.bfloat16))
+        elif np.dtype(dtype).kind == "f":
             out.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype))
         elif np.dtype(dtype).kind == "b":
             out.append(rng.integers(0, 2, size=shape).astype(dtype))
@@ -51,15 +68,26 @@ def make_inputs(args: list[tuple[tuple[int, ...], str]], seed: int) -> list[np.n
     return out
 
 
-def compare(outputs: list[np.ndarray], reference: list[np.ndarray], rtol: float) -> str:
-    """Empty string if every argument matches the reference, else what differs."""
+def check_tolerance(args: list[tuple[tuple[int, ...], str]], rtol: float) -> tuple[float, float]:
+    """(relative tolerance, absolute floor as a share of the output's largest value) for a task's arguments:
+    ``rtol`` and a tenth of it, or bf16's (:data:`BF16_RTOL`) when the task computes on bf16 operands."""
+    if any(dtype == "bfloat16" for _, dtype in args):
+        return max(rtol, BF16_RTOL), BF16_ATOL_SHARE
+    return rtol, rtol * 0.1
+
+
+def compare(outputs: list[np.ndarray], reference: list[np.ndarray], rtol: float,
+            atol_share: float | None = None) -> str:
+    """Empty string if every argument matches the reference, else what differs (``atol_share``: the absolute
+    tolerance as a share of the largest reference value, a tenth of ``rtol`` by default)."""
     for i, (got, want) in enumerate(zip(outputs, reference, strict=True)):
+        got, want = _host_array(got), _host_array(want)
         if got.shape != want.shape:
             return f"argument {i}: shape {got.shape} != {want.shape}"
         if not np.all(np.isfinite(got) == np.isfinite(want)):
             return f"argument {i}: non-finite values where the reference has none"
         scale = float(np.max(np.abs(want[np.isfinite(want)]))) if want.size else 0.0
-        atol = rtol * max(scale, 1e-6) * 0.1
+        atol = max(scale, 1e-6) * (rtol * 0.1 if atol_share is None else atol_share)
         bad = ~np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
         if bad.any():
             idx = tuple(int(x[0]) for x in np.nonzero(bad))
@@ -74,6 +102,10 @@ class KernelRunner:
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
         self._references: dict[str, list[np.ndarray]] = {}
+        if device == "cpu":  # AMX kernels need the tile state; Linux grants it per process, on request
+            from autosearch.tensor_units.amx import request_permission
+
+            request_permission()
 
     def _load(self, artifact: bytes):
         """(module, prepack plan or None) of a built artifact.
@@ -133,7 +165,7 @@ class KernelRunner:
 
         module, _ = self._load(artifact)
         inputs = make_inputs(args, seed)
-        outputs = self._call_once(module["main"], inputs)
+        outputs = [_host_array(a) for a in self._call_once(module["main"], inputs)]
         self._references[task_key] = outputs
         buf = io.BytesIO()
         np.savez(buf, **{f"a{i}": a for i, a in enumerate(outputs)})
@@ -171,8 +203,9 @@ class KernelRunner:
         once = time.perf_counter() - check_start  # the kernel alone: no host<->device copies
         outputs = [a.numpy() for a in arrays]
         skip = plan.replaced if plan is not None else set()  # prepacked weights: inputs in another layout
+        rtol, atol_share = check_tolerance(args, evaluator.get("check_rtol", 1e-3))
         mismatch = compare([o for i, o in enumerate(outputs) if i not in skip],
-                           [r for i, r in enumerate(reference) if i not in skip], evaluator.get("check_rtol", 1e-3))
+                           [r for i, r in enumerate(reference) if i not in skip], rtol, atol_share)
         if mismatch:
             return {"wrong_result": mismatch, "run_secs": time.perf_counter() - start}
         slow_after = evaluator.get("slow_after")

@@ -1,0 +1,137 @@
+"""AMX: the process's permission for tile state, and bf16 tile-multiply tensor intrinsics for TVM.
+
+Linux grants the AMX tile registers per process, on request (``arch_prctl(ARCH_REQ_XCOMP_PERM,
+XFEATURE_XTILEDATA)``); the first tile instruction of a process that did not ask kills it with SIGILL. So every
+process that runs an AMX kernel asks first: the measuring workers, ``compile`` / ``report``, and a deployed
+module's loader (:func:`request_permission` is the one call they make).
+
+The intrinsic ``amx_bf16_{mt}x{nt}x{kt}`` computes ``C[16 mt, 16 nt] += A[16 mt, 32 kt] * B`` with A and B in
+bf16 and C in fp32, on ``mt x nt`` accumulator tiles (at most 4: tmm0-3) fed by ``mt`` A tiles (tmm4-5) and ``nt``
+B tiles (tmm6-7). B is read in the layout ``tdpbf16ps`` wants, ``B[k // 2, n, k % 2]`` (pairs of k innermost);
+its rows and A's may have any stride, so A can be a window of a larger activation and B a slice of packed weights.
+The tile configuration is the same for all of them (8 tiles of 16 rows x 64 bytes) and is loaded at the start of
+each call: calls with more ``kt`` amortise it and the accumulator's load and store over more tile multiplies.
+
+Operands are addressed through ``uint16`` pointers: TVM's bf16 legalisation rewrites bf16 *values* to fp32, but
+the tile loads only take addresses, so no bf16 value ever reaches the code generator.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+import sys
+
+_SYS_ARCH_PRCTL = 158
+_ARCH_REQ_XCOMP_PERM = 0x1023
+_XFEATURE_XTILEDATA = 18
+
+TILE_ROWS = 16  # rows of every tile
+TILE_K = 32  # bf16 values per 64-byte tile row
+SHAPES = tuple((mt, nt, kt) for mt in (1, 2) for nt in (1, 2) for kt in (1, 2, 4, 8))
+
+
+def request_permission() -> bool:
+    """Ask Linux for this process's AMX tile state; True when granted (asking again is harmless)."""
+    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
+
+
+def intrin_name(mt: int, nt: int, kt: int) -> str:
+    return f"amx_bf16_{mt}x{nt}x{kt}"
+
+
+def register_intrinsics() -> tuple[str, ...]:
+    """Register every ``amx_bf16_*`` intrinsic with TVM (once per process; later calls only name them)."""
+    from tvm.s_tir import TensorIntrin
+
+    names = []
+    for mt, nt, kt in SHAPES:
+        name = intrin_name(mt, nt, kt)
+        try:
+            TensorIntrin.get(name)
+        except Exception:  # not registered yet: TVM raises when the name is unknown
+            TensorIntrin.register(name, *_intrin_funcs(mt, nt, kt))
+        names.append(name)
+    return tuple(names)
+
+
+def register_for(text: str) -> None:
+    """Register the intrinsics when ``text`` (a trace, a database file) names one: TVM looks a tensorising
+    trace's intrinsic up when it reads the trace, and registering all of them costs most of a second."""
+    if "amx_bf16_" in text:
+        register_intrinsics()
+
+
+def _intrin_funcs(mt: int, nt: int, kt: int):
+    """(description, implementation) PrimFuncs of one tile-multiply intrinsic."""
+    from tvm.script import tirx as T
+
+    m_i, n_i, k_i = TILE_ROWS * mt, TILE_ROWS * nt, TILE_K * kt
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (m_i, k_i), "bfloat16", offset_factor=1, strides=[T.int32(), 1])
+        B = T.match_buffer(b, (k_i // 2, n_i, 2), "bfloat16", offset_factor=1, strides=[T.int32(), 2, 1])
+        C = T.match_buffer(c, (m_i, n_i), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(C[0:m_i, 0:n_i], A[0:m_i, 0:k_i], B[0:k_i // 2, 0:n_i, 0:2])
+            T.writes(C[0:m_i, 0:n_i])
+            for i, j, k in T.grid(m_i, n_i, k_i):
+                with T.sblock("update"):
+                    vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                    C[vi, vj] = C[vi, vj] + T.cast(A[vi, vk], "float32") * T.cast(B[vk // 2, vj, vk % 2], "float32")
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        sa = T.int32()
+        sb = T.int32()
+        sc = T.int32()
+        A = T.match_buffer(a, (m_i, k_i), "bfloat16", offset_factor=1, strides=[sa, 1])
+        B = T.match_buffer(b, (k_i // 2, n_i, 2), "bfloat16", offset_factor=1, strides=[sb, 2, 1])
+        C = T.match_buffer(c, (m_i, n_i), "float32", offset_factor=1, strides=[sc, 1])
+        with T.sblock("root"):
+            T.reads(C[0:m_i, 0:n_i], A[0:m_i, 0:k_i], B[0:k_i // 2, 0:n_i, 0:2])
+            T.writes(C[0:m_i, 0:n_i])
+            # palette 1; 8 tiles of 16 rows x 64 bytes (bytes 16-31: bytes per row, 48-55: rows)
+            cfg = T.decl_buffer((16,), "uint32", scope="local")
+            for w in T.unroll(16):
+                cfg[w] = T.if_then_else(
+                    w == 0, T.uint32(1), T.if_then_else(
+                        4 <= w and w < 8, T.uint32(0x00400040),
+                        T.if_then_else(12 <= w and w < 14, T.uint32(0x10101010), T.uint32(0))))
+            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", cfg.access_ptr("r")))
+            for mi in T.unroll(mt):
+                for ni in T.unroll(nt):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tileloadd64", T.uint8(mi * nt + ni),
+                        C.access_ptr("r", offset=mi * 16 * sc + ni * 16), T.int64(sc * 4)))
+            for ko in range(kt):
+                for mi in T.unroll(mt):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tileloadd64", T.uint8(4 + mi),
+                        T.tvm_access_ptr(T.type_annotation("uint16"), A.data,
+                                         A.elem_offset + mi * 16 * sa + ko * 32, 16 * sa, 1),
+                        T.int64(sa * 2)))
+                for ni in T.unroll(nt):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tileloadd64", T.uint8(6 + ni),
+                        T.tvm_access_ptr(T.type_annotation("uint16"), B.data,
+                                         B.elem_offset + ko * 16 * sb + ni * 32, 16 * sb, 1),
+                        T.int64(sb * 2)))
+                for mi in T.unroll(mt):
+                    for ni in T.unroll(nt):
+                        T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tdpbf16ps", T.uint8(mi * nt + ni),
+                                                      T.uint8(4 + mi), T.uint8(6 + ni)))
+            for mi in T.unroll(mt):
+                for ni in T.unroll(nt):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tilestored64", T.uint8(mi * nt + ni),
+                        C.access_ptr("w", offset=mi * 16 * sc + ni * 16), T.int64(sc * 4)))
+
+    return desc, impl
+
+
+__all__ = ["SHAPES", "TILE_K", "TILE_ROWS", "intrin_name", "register_for", "register_intrinsics", "request_permission"]

@@ -1,0 +1,160 @@
+"""A conv2d (NHWC data, OHWI weights) lowered to a bf16 implicit GEMM that AMX tiles can compute.
+
+The tile multiply reads 16 rows of A at any fixed stride. A convolution's input rows for 16 consecutive
+output pixels of one image row are such rows, but the output width is rarely a multiple of 16 (13, 26, 52 and
+104 in tiny-YOLOv2). So the input is padded and *flattened*: with ``R`` the padded input width, output pixel
+``q = h * R + w`` reads input row ``q + kh * R + kw`` for filter tap ``(kh, kw)``, for every ``q`` of the flat
+range, including the ``R - out_w`` columns past the image's right edge, whose results are dropped. Any 16
+consecutive ``q`` are then 16 input rows one stride apart, whatever the width. This costs ``R / out_w`` more
+multiplies (15/13 at 13x13 with a 3x3 filter) and is for stride 1 only.
+
+Three blocks: ``amx_flat`` pads, flattens and rounds the input to bf16 (channels padded to a multiple of 32,
+one tile row); ``amx_gemm`` accumulates in fp32; ``amx_conv2d_nhwc`` keeps the real pixels and channels. The
+weights are a separate function of the constant kernel (``amx_pack_weight``), which Relax's ``FoldConstant``
+computes at compile time: bf16, ``(O / 32, KH, KW, C / 2, 32, 2)``, output channels in blocks of 32 with pairs of
+input channels innermost, the layout ``tdpbf16ps`` reads B in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+BLOCK_N = 32  # output channels per packed weight block: two 16-column B tiles
+BLOCK_K = 32  # input channels are padded to whole 64-byte tile rows
+MIN_CHANNELS = 16  # narrower inputs (the 3-channel stem) would be mostly padding
+GEMM_BLOCK = "amx_gemm"
+FLAT_BLOCK = "amx_flat"
+OUT_BLOCK = "amx_conv2d_nhwc"
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+@dataclass(frozen=True)
+class FlatConv:
+    """The geometry of one flattened convolution (batch 1 or more, stride 1, NHWC)."""
+
+    batch: int
+    height: int  # input
+    width: int
+    in_channels: int
+    out_channels: int
+    kernel: tuple[int, int]
+    padding: tuple[int, int, int, int]  # top, left, bottom, right
+
+    @property
+    def row(self) -> int:
+        """R: the padded input width, the flat distance between two image rows."""
+        return self.width + self.padding[1] + self.padding[3]
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        kh, kw = self.kernel
+        return self.height + self.padding[0] + self.padding[2] - kh + 1, self.row - kw + 1
+
+    @property
+    def rows(self) -> int:
+        """GEMM rows: the flat output range, rounded up to whole pairs of 16-row tiles."""
+        return _round_up(self.out_hw[0] * self.row, 32)
+
+    @property
+    def flat_length(self) -> int:
+        kh, kw = self.kernel
+        return self.rows + (kh - 1) * self.row + (kw - 1)
+
+    @property
+    def in_padded(self) -> int:
+        return _round_up(self.in_channels, BLOCK_K)
+
+    @property
+    def out_padded(self) -> int:
+        return _round_up(self.out_channels, BLOCK_N)
+
+
+def pack_weight(weight):
+    """OHWI fp32 weights -> bf16 ``(O / 32, KH, KW, C / 2, 32, 2)``, zero-padded (a constant function: folded)."""
+    from tvm import te, tirx
+
+    out_ch, kh, kw, in_ch = (int(s) for s in weight.shape)
+    shape = (_round_up(out_ch, BLOCK_N) // BLOCK_N, kh, kw, _round_up(in_ch, BLOCK_K) // 2, BLOCK_N, 2)
+
+    def value(cb, h, w, c2, co, e):
+        o, c = cb * BLOCK_N + co, c2 * 2 + e
+        inside = tirx.all(o < out_ch, c < in_ch)
+        return tirx.if_then_else(inside, weight[tirx.min(o, out_ch - 1), h, w, tirx.min(c, in_ch - 1)],
+                                 tirx.const(0, weight.dtype)).astype("bfloat16")
+
+    return te.compute(shape, value, name="amx_pack_weight")
+
+
+def conv2d_nhwc(data, packed, *, conv: FlatConv):
+    """The flattened bf16 convolution of ``data`` (NHWC, fp32) with ``packed`` (:func:`pack_weight`), fp32 out."""
+    from tvm import te, tirx
+
+    n_, h_, w_, c_ = conv.batch, conv.height, conv.width, conv.in_channels
+    pt, pl = conv.padding[0], conv.padding[1]
+    r = conv.row
+    kh_, kw_ = conv.kernel
+
+    def flat_value(n, q, c):
+        h, w = q // r - pt, q % r - pl
+        inside = tirx.all(h >= 0, h < h_, w >= 0, w < w_, c < c_)
+        load = data[n, tirx.max(tirx.min(h, h_ - 1), 0), tirx.max(tirx.min(w, w_ - 1), 0), tirx.min(c, c_ - 1)]
+        return tirx.if_then_else(inside, load, tirx.const(0, data.dtype)).astype("bfloat16")
+
+    flat = te.compute((n_, conv.flat_length, conv.in_padded), flat_value, name=FLAT_BLOCK)
+    rh = te.reduce_axis((0, kh_), name="rh")
+    rw = te.reduce_axis((0, kw_), name="rw")
+    rc = te.reduce_axis((0, conv.in_padded), name="rc")
+    gemm = te.compute(
+        (n_, conv.rows, conv.out_padded),
+        lambda n, q, co: te.sum(
+            flat[n, q + rh * r + rw, rc].astype("float32")
+            * packed[co // BLOCK_N, rh, rw, rc // 2, co % BLOCK_N, rc % 2].astype("float32"),
+            axis=[rh, rw, rc]),
+        name=GEMM_BLOCK)
+    out_h, out_w = conv.out_hw
+    return te.compute((n_, out_h, out_w, conv.out_channels), lambda n, h, w, co: gemm[n, h * r + w, co],
+                      name=OUT_BLOCK)
+
+
+def flat_conv(call) -> FlatConv | None:
+    """The geometry of a Relax ``nn.conv2d`` call this lowering computes (NHWC / OHWI, stride 1, no dilation,
+    one group, static fp32 shapes, at least :data:`MIN_CHANNELS` input channels), else None."""
+    attrs = call.attrs
+    try:
+        data = [int(s) for s in call.args[0].ty.shape]
+        weight = [int(s) for s in call.args[1].ty.shape]
+    except (TypeError, AttributeError, ValueError):  # symbolic shapes
+        return None
+    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout)) != (
+            "NHWC", "OHWI", "NHWC"):
+        return None
+    if int(attrs.groups) != 1 or [int(s) for s in attrs.strides] != [1, 1]:
+        return None
+    if [int(s) for s in attrs.dilation] != [1, 1] or len(data) != 4 or data[3] < MIN_CHANNELS:
+        return None
+    if str(call.args[0].ty.dtype) != "float32" or str(call.args[1].ty.dtype) != "float32":
+        return None
+    if attrs.out_dtype and str(attrs.out_dtype) not in ("", "float32"):
+        return None
+    pad = [int(p) for p in attrs.padding]
+    pad = pad * 2 if len(pad) == 2 else pad
+    return FlatConv(batch=data[0], height=data[1], width=data[2], in_channels=data[3], out_channels=weight[0],
+                    kernel=(weight[1], weight[2]), padding=(pad[0], pad[1], pad[2], pad[3]))
+
+
+def legalize(bb, call):
+    """``LegalizeOps`` entry for a conv2d that :func:`flat_conv` accepts: weights packed (a constant function),
+    then the flattened bf16 convolution. Returns None for any other conv2d."""
+    conv = flat_conv(call)
+    if conv is None:
+        return None
+    packed = bb.emit_te(pack_weight, call.args[1], primfunc_name_hint="amx_pack_weight")
+    return bb.call_te(partial(conv2d_nhwc, conv=conv), call.args[0], packed, primfunc_name_hint="conv2d_amx_bf16")
+
+
+__all__ = ["BLOCK_K", "BLOCK_N", "FLAT_BLOCK", "FlatConv", "GEMM_BLOCK", "MIN_CHANNELS", "OUT_BLOCK", "conv2d_nhwc",
+           "flat_conv", "legalize", "pack_weight"]

@@ -1,0 +1,67 @@
+"""Which tensor units the host CPU has, and the LLVM features that let TVM's code generator use them.
+
+Under KVM the CPU model the hypervisor reports decides LLVM's name for the host: a Xeon with AMX can be
+reported as a model whose LLVM name (e.g. ``rocketlake``) has neither AMX nor AVX512-BF16, and code built for
+that name never uses them. The kernel's own flags (``/proc/cpuinfo``) say what the CPU really executes, so the
+host target adds them as ``mattr``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# /proc/cpuinfo flag -> LLVM target feature (the units and dot products autosearch can lower to)
+FLAG_FEATURES = {
+    "avx512_bf16": "+avx512bf16",
+    "avx512_fp16": "+avx512fp16",
+    "avx512_vnni": "+avx512vnni",
+    "avx_vnni": "+avxvnni",
+    "amx_tile": "+amx-tile",
+    "amx_bf16": "+amx-bf16",
+    "amx_int8": "+amx-int8",
+}
+AMX_BF16 = ("+amx-tile", "+amx-bf16")  # what a target needs for the bf16 tile multiply
+AVX512_BF16 = ("+avx512bf16",)
+
+
+def host_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU flags the kernel reports (empty where there is no ``/proc/cpuinfo``)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def features_for(flags: Iterable[str]) -> list[str]:
+    """The LLVM ``mattr`` entries for the tensor units among ``flags``, in a fixed order."""
+    present = set(flags)
+    return [feature for flag, feature in FLAG_FEATURES.items() if flag in present]
+
+
+def target_features(target) -> frozenset[str]:
+    """The ``mattr`` entries of a TVM target."""
+    return frozenset(str(f) for f in (dict(target.export()).get("mattr") or ()))
+
+
+def has_amx_bf16(target) -> bool:
+    """Whether code for ``target`` may use the AMX bf16 tile multiply."""
+    return target.kind.name == "llvm" and set(AMX_BF16) <= target_features(target)
+
+
+def units(target) -> list[str]:
+    """Human-readable names of the bf16 units a target may use (for messages and run headers)."""
+    features = target_features(target) if target.kind.name == "llvm" else frozenset()
+    out = []
+    if set(AMX_BF16) <= features:
+        out.append("AMX-BF16")
+    if set(AVX512_BF16) <= features:
+        out.append("AVX512-BF16")
+    return out
+
+
+__all__ = ["AMX_BF16", "AVX512_BF16", "FLAG_FEATURES", "features_for", "has_amx_bf16", "host_flags",
+           "target_features", "units"]
