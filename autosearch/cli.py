@@ -386,9 +386,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         console.print(f"layout: {summary.layout}, the faster model as tuned ({totals}; sums of the tasks' best "
                       f"latencies); {summary.other_layout} task(s) of the other layout not exported")
     if summary.choices and budget is None:
-        wino = sorted(k for k, a in summary.choices.items() if a == "winograd")
-        console.print(f"layers tuned both ways: {len(wino)} of {len(summary.choices)} faster as winograd"
-                      + (f" ({', '.join(wino)})" if wino else "") + "; compile uses the faster")
+        for faster, rival in (("winograd", "direct"), ("bf16", "fp32")):  # the two kinds of per-layer alternative
+            layers = [a for a in summary.choices.values() if a in (faster, rival)]
+            if layers:
+                won = sorted(k for k, a in summary.choices.items() if a == faster)
+                console.print(f"layers tuned {rival} and {faster}: {len(won)} of {len(layers)} faster as {faster}"
+                              + (f" ({', '.join(won)})" if won and faster == "winograd" else "")
+                              + "; compile uses the faster")
     if budget is not None:
         from autosearch.memory import mib
 
@@ -421,6 +425,10 @@ def database_winograd(args: argparse.Namespace):
 
     lowering = database_lowering(args.db)
     mode = args.winograd or str(lowering.get("winograd", "auto"))
+    tuned = str(lowering.get("precision", OLD_LOWERING["precision"]))
+    if args.precision and args.precision != tuned:  # another precision lowers other tasks: none would be tuned
+        raise UserError(f"{args.db} was tuned with --precision {tuned}, not {args.precision}: leave --precision out "
+                        "to compile as it was tuned")
     precision = database_option(args, "precision")
     measured = lowering.get("choices") if "auto" in (mode, precision) else None
     return WinogradPolicy.of(mode, measured, precision=precision)

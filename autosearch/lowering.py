@@ -282,11 +282,6 @@ def apply_database(lowered, target, database, *, prepack: bool = True):
     import tvm
     from tvm import relax
 
-    from autosearch.tensor_units.amx import register_intrinsics
-    from autosearch.tensor_units.cpu import has_amx_bf16
-
-    if has_amx_bf16(target):  # the database's traces may tensorise onto them
-        register_intrinsics()
     with target, database, tvm.transform.PassContext(opt_level=3):
         mod = relax.transform.MetaScheduleApplyDatabase()(lowered)
         if prepack:

@@ -122,7 +122,8 @@ def main() -> int:
             summary.update(report=report_medians(fh.read()), report_secs=round(secs, 1))
         write_json(summary_path, summary)
     medians = summary["report"]
-    tuned, ort = medians.get("TVM tuned"), medians.get("ONNX Runtime")
+    tuned = next((v for k, v in medians.items() if k.startswith("TVM tuned")), None)  # "TVM tuned (bf16 on ...)"
+    ort = medians.get("ONNX Runtime")
     line = f"{model} ({tag}): run {summary['run_secs'] / 60:.1f} min; median ms " + ", ".join(
         f"{k} {v:g}" for k, v in medians.items())
     if tuned and ort:

@@ -28,7 +28,8 @@ _XFEATURE_XTILEDATA = 18
 
 TILE_ROWS = 16  # rows of every tile
 TILE_K = 32  # bf16 values per 64-byte tile row
-SHAPES = tuple((mt, nt, kt) for mt in (1, 2) for nt in (1, 2) for kt in (1, 2, 4, 8))
+KT_CHOICES = (1, 2, 4, 8, 16)  # tile multiplies per call along the reduction: K = 32 to 512 per call
+SHAPES = tuple((mt, nt, kt) for mt in (1, 2) for nt in (1, 2) for kt in KT_CHOICES)
 
 
 def request_permission() -> bool:
@@ -43,26 +44,31 @@ def intrin_name(mt: int, nt: int, kt: int) -> str:
     return f"amx_bf16_{mt}x{nt}x{kt}"
 
 
-def register_intrinsics() -> tuple[str, ...]:
-    """Register every ``amx_bf16_*`` intrinsic with TVM (once per process; later calls only name them)."""
+def register(mt: int, nt: int, kt: int) -> str:
+    """Register the intrinsic of one tile shape with TVM, once per process; returns its name."""
     from tvm.s_tir import TensorIntrin
 
-    names = []
-    for mt, nt, kt in SHAPES:
-        name = intrin_name(mt, nt, kt)
-        try:
-            TensorIntrin.get(name)
-        except Exception:  # not registered yet: TVM raises when the name is unknown
-            TensorIntrin.register(name, *_intrin_funcs(mt, nt, kt))
-        names.append(name)
-    return tuple(names)
+    name = intrin_name(mt, nt, kt)
+    try:
+        TensorIntrin.get(name)
+    except Exception:  # not registered yet: TVM raises when the name is unknown
+        TensorIntrin.register(name, *_intrin_funcs(mt, nt, kt))
+    return name
+
+
+def register_intrinsics() -> tuple[str, ...]:
+    """Register every ``amx_bf16_*`` intrinsic of :data:`SHAPES` (about a second: most callers register what they
+    use with :func:`register` or :func:`register_for`)."""
+    return tuple(register(*shape) for shape in SHAPES)
 
 
 def register_for(text: str) -> None:
-    """Register the intrinsics when ``text`` (a trace, a database file) names one: TVM looks a tensorising
-    trace's intrinsic up when it reads the trace, and registering all of them costs most of a second."""
-    if "amx_bf16_" in text:
-        register_intrinsics()
+    """Register the intrinsics ``text`` (a trace, a database file) names: TVM looks a tensorising trace's
+    intrinsic up when it reads the trace."""
+    import re
+
+    for mt, nt, kt in set(re.findall(r"amx_bf16_(\d+)x(\d+)x(\d+)", text)):
+        register(int(mt), int(nt), int(kt))
 
 
 def _intrin_funcs(mt: int, nt: int, kt: int):
@@ -134,4 +140,5 @@ def _intrin_funcs(mt: int, nt: int, kt: int):
     return desc, impl
 
 
-__all__ = ["SHAPES", "TILE_K", "TILE_ROWS", "intrin_name", "register_for", "register_intrinsics", "request_permission"]
+__all__ = ["KT_CHOICES", "SHAPES", "TILE_K", "TILE_ROWS", "intrin_name", "register", "register_for",
+           "register_intrinsics", "request_permission"]

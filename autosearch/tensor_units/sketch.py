@@ -5,12 +5,13 @@ dense; the flattened convolution's A operand is a strided window of the input, w
 schedule is written here, with TVM's primitives, and its open choices are TVM sampling instructions, so every
 strategy and cost model searches it like any MetaSchedule sketch and the exported trace replays in TVM:
 
-- the sketch (one per legal ``(mt, nt, kt)``: accumulator tiles along pixels and channels, tile multiplies
-  per intrinsic call) — a structural choice, as MetaSchedule makes one sketch per structure;
-- ``SamplePerfectTile`` of the pixel tiles and of the channel tiles into an outer (parallel) and an inner loop;
-- ``SampleCategorical``: the reduction over filter taps and channel chunks inside each output tile (the
-  accumulator stays in the tile registers' memory image for the whole reduction) or outside the inner tile
-  loops (each A window is reused across the inner channel tiles).
+- the sketch: one per accumulator shape ``(mt, nt)`` (tiles along pixels and along channels) and loop order,
+  as MetaSchedule makes one sketch per structure. Each call multiplies as many tiles along the reduction as the
+  channels allow (``kt`` up to 16, 512 channels): more per call amortises the tile configuration and the
+  accumulator's load and store. The two orders: pixel tiles outside channel tiles (an input window stays in
+  cache across the channel tiles) or channel tiles outside pixel tiles (a block of weights stays in cache
+  across the pixel tiles: the wide, small layers whose weights are megabytes);
+- ``SamplePerfectTile`` of the pixel tiles and of the channel tiles into an outer (parallel) and an inner loop.
 
 The padding/flattening block and the epilogue (bias, activation, the slice back to the real pixels) are
 parallel over rows and vectorised over channels.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autosearch.tensor_units.amx import SHAPES, TILE_K, TILE_ROWS, intrin_name, register_intrinsics
+from autosearch.tensor_units.amx import SHAPES, TILE_K, TILE_ROWS, register
 from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK
 
 
@@ -42,12 +43,12 @@ def amx_sketches(mod, target, *, seed: int) -> list[Any]:
 
     if not has_amx_bf16(target) or not is_amx_task(mod):
         return []
-    register_intrinsics()
     out = []
-    for mt, nt, kt in SHAPES:
-        sch = _sketch(mod, seed, mt, nt, kt)
-        if sch is not None:
-            out.append(sch)
+    for mt, nt in sorted({(mt, nt) for mt, nt, _ in SHAPES}):
+        for weights_outer in (False, True):
+            sch = _sketch(mod, seed, mt, nt, weights_outer)
+            if sch is not None:
+                out.append(sch)
     return out
 
 
@@ -55,27 +56,30 @@ def _extent(sch, loop) -> int:
     return int(sch.get(loop).extent)
 
 
-def _sketch(mod, seed: int, mt: int, nt: int, kt: int):
+def _sketch(mod, seed: int, mt: int, nt: int, weights_outer: bool):
     from tvm.s_tir import Schedule
 
     sch = Schedule(mod, seed=seed, debug_mask=0)
     _schedule_epilogue(sch)
     gemm = sch.get_sblock(GEMM_BLOCK)
     n, q, co, rh, rw, rc = sch.get_loops(gemm)
-    if _extent(sch, q) % (TILE_ROWS * mt) or _extent(sch, co) % (TILE_ROWS * nt) or _extent(sch, rc) % (TILE_K * kt):
+    legal = [kt for _, _, kt in SHAPES if _extent(sch, rc) % (TILE_K * kt) == 0]
+    if _extent(sch, q) % (TILE_ROWS * mt) or _extent(sch, co) % (TILE_ROWS * nt) or not legal:
         return None
+    kt = max(legal)
     q_o, q_i = sch.split(q, [None, TILE_ROWS * mt])
     co_o, co_i = sch.split(co, [None, TILE_ROWS * nt])
     rc_o, rc_i = sch.split(rc, [None, TILE_K * kt])
     q1, q2 = sch.split(q_o, sch.sample_perfect_tile(q_o, n=2, max_innermost_factor=16))
     c1, c2 = sch.split(co_o, sch.sample_perfect_tile(co_o, n=2, max_innermost_factor=16))
-    sch.reorder(n, q1, c1, q2, c2, rh, rw, rc_o, q_i, co_i, rc_i)
+    inner = (c2, q2) if weights_outer else (q2, c2)
+    sch.reorder(n, q1, c1, *inner, rh, rw, rc_o, q_i, co_i, rc_i)
     sch.parallel(sch.fuse(n, q1, c1))
     sch.decompose_reduction(gemm, rh)
     init = sch.get_sblock(f"{GEMM_BLOCK}_init")
     sch.vectorize(sch.get_loops(init)[-1])
     _schedule_elementwise(sch, sch.get_sblock(FLAT_BLOCK))
-    sch.tensorize(q_i, intrin_name(mt, nt, kt))
+    sch.tensorize(q_i, register(mt, nt, kt))
     return sch
 
 

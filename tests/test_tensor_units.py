@@ -1,0 +1,221 @@
+"""The CPU's tensor units: host features in the target, the AMX tile multiply on a matmul and a conv against
+NumPy, bf16 tasks tuned by two strategies, precision recorded in the database and followed by ``compile``, and the
+one-line errors. Tests that need a unit the CPU lacks skip, naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from autosearch.tensor_units import cpu
+from tests.conftest import run_cli, small_conv_onnx, tune_and_export
+
+
+def _needs_amx(target) -> None:
+    if not cpu.has_amx_bf16(target):
+        pytest.skip("this CPU has no AMX (amx_tile and amx_bf16 in /proc/cpuinfo)")
+
+
+def _to_bf16(x: np.ndarray) -> np.ndarray:
+    import ml_dtypes
+
+    return x.astype(ml_dtypes.bfloat16)
+
+
+def test_kernel_flags_become_llvm_features(tmp_path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor : 0\nflags\t\t: fpu sse avx512f avx512_bf16 amx_tile amx_bf16 avx512_vnni\n")
+    flags = cpu.host_flags(str(info))
+    assert {"amx_tile", "amx_bf16", "avx512_bf16"} <= flags
+    assert cpu.features_for(flags) == ["+avx512bf16", "+avx512vnni", "+amx-tile", "+amx-bf16"]
+    assert cpu.features_for({"avx2", "fma"}) == []
+    assert cpu.host_flags(str(tmp_path / "missing")) == frozenset()
+
+
+def test_units_are_read_from_a_targets_features() -> None:
+    import tvm
+
+    amx = tvm.target.Target({"kind": "llvm", "mcpu": "rocketlake", "mattr": ["+amx-tile", "+amx-bf16", "+avx512bf16"]})
+    zen4 = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "mattr": ["+avx512bf16"]})
+    plain = tvm.target.Target({"kind": "llvm", "mcpu": "rocketlake"})
+    assert cpu.has_amx_bf16(amx) and cpu.units(amx) == ["AMX-BF16", "AVX512-BF16"]
+    assert not cpu.has_amx_bf16(zen4) and cpu.units(zen4) == ["AVX512-BF16"]
+    assert not cpu.has_amx_bf16(plain) and cpu.units(plain) == []
+
+
+def test_host_target_has_every_unit_the_kernel_reports(target) -> None:
+    """Under KVM, LLVM may name the host after a CPU without these units (a Xeon with AMX as ``rocketlake``): the
+    target must carry what the kernel reports, whatever LLVM calls the CPU."""
+    wanted = set(cpu.features_for(cpu.host_flags()))
+    assert wanted <= cpu.target_features(target)
+    if "amx_tile" in cpu.host_flags() and "amx_bf16" in cpu.host_flags():
+        assert cpu.has_amx_bf16(target)
+
+
+def test_amx_permission_is_granted_on_a_cpu_with_amx(target) -> None:
+    from autosearch.tensor_units.amx import request_permission
+
+    _needs_amx(target)
+    assert request_permission() and request_permission()  # asking twice is harmless
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 2, 4), (2, 1, 2)])
+def test_amx_intrinsic_on_a_matmul_matches_numpy(target, shape) -> None:
+    import tvm
+    from tvm import s_tir, te
+
+    from autosearch.tensor_units.amx import TILE_K, TILE_ROWS, intrin_name, register_intrinsics, request_permission
+
+    _needs_amx(target)
+    register_intrinsics()
+    request_permission()
+    mt, nt, kt = shape
+    m, n, k = 2 * TILE_ROWS * mt, 2 * TILE_ROWS * nt, 2 * TILE_K * kt  # two calls along each axis
+    a = te.placeholder((m, k), "bfloat16", name="A")
+    b = te.placeholder((k // 2, n, 2), "bfloat16", name="B")
+    r = te.reduce_axis((0, k), name="r")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r].astype("float32") * b[r // 2, j, r % 2].astype("float32"),
+                                               axis=r), name="C")
+    sch = s_tir.Schedule(te.create_prim_func([a, b, c]))
+    i, j, kk = sch.get_loops(sch.get_sblock("C"))
+    i0, i1 = sch.split(i, [None, TILE_ROWS * mt])
+    j0, j1 = sch.split(j, [None, TILE_ROWS * nt])
+    k0, k1 = sch.split(kk, [None, TILE_K * kt])
+    sch.reorder(i0, j0, k0, i1, j1, k1)
+    sch.decompose_reduction(sch.get_sblock("C"), k0)
+    sch.tensorize(i1, intrin_name(mt, nt, kt))
+    lib = tvm.compile(sch.mod, target=target)
+    rng = np.random.default_rng(0)
+    a_np, b_np = _to_bf16(rng.uniform(-1, 1, (m, k))), _to_bf16(rng.uniform(-1, 1, (k, n)))
+    packed = b_np.reshape(k // 2, 2, n).transpose(0, 2, 1).copy()
+    dev = tvm.cpu()
+    out = tvm.runtime.tensor(np.full((m, n), np.nan, "float32"), dev)
+    lib(tvm.runtime.tensor(a_np, dev), tvm.runtime.tensor(packed, dev), out)
+    want = a_np.astype(np.float64) @ b_np.astype(np.float64)  # the same rounded operands, exact products
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def _conv_nhwc_relu(x: np.ndarray, w_ohwi: np.ndarray) -> np.ndarray:
+    """relu(conv(x, w)), NHWC / OHWI, 3x3, padding 1, stride 1, in float64."""
+    _, h, wd, c = x.shape
+    o, kh, kw, _ = w_ohwi.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    cols = np.stack([xp[0, i:i + h, j:j + wd, :] for i in range(kh) for j in range(kw)], axis=2)  # h, w, taps, c
+    out = cols.reshape(h * wd, kh * kw * c) @ w_ohwi.astype(np.float64).reshape(o, kh * kw * c).T
+    return np.maximum(out.reshape(1, h, wd, o), 0.0)
+
+
+@pytest.mark.parametrize("hw", [13, 16])  # 13: the flat rows run past the image's right edge and are dropped
+def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw) -> None:
+    """Every sketch of a bf16 conv task, as the tuner would build it, against NumPy on the same rounded operands."""
+    import tvm
+
+    from autosearch.importer import import_model
+    from autosearch.space import DecisionSpace
+    from autosearch.tensor_units.amx import request_permission
+    from autosearch.tensor_units.conv import BLOCK_K, BLOCK_N
+
+    _needs_amx(target)
+    request_permission()
+    path = str(tmp_path / "conv.onnx")
+    small_conv_onnx(path, cin=32, cout=48, hw=hw)
+    model = import_model(path, target, layout="NHWC", precision="bf16")
+    task = next(t for t in model.tasks if "amx_bf16" in t.name)
+    space = DecisionSpace(task.mod, task.target)
+    assert len(space.sketches) >= 2  # one per tile shape the extents allow
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (1, hw, hw, 32)).astype("float32")
+    w = _to_bf16(rng.uniform(-1, 1, (48, 3, 3, 32)))  # OHWI, rounded as the packing rounds it
+    packed = np.zeros(task.args[1][0], dtype=w.dtype)  # (O / 32, 3, 3, C / 2, 32, 2)
+    for o in range(48):
+        packed[o // BLOCK_N, :, :, :, o % BLOCK_N, :] = w[o].reshape(3, 3, BLOCK_K // 2, 2)
+    want = _conv_nhwc_relu(_to_bf16(x), w)
+    dev = tvm.cpu()
+    for sketch in space.sketches:
+        applied = space.apply(space.default(sketch.index))
+        assert applied.ok, applied.error
+        lib = tvm.compile(applied.mod, target=target)
+        out = tvm.runtime.tensor(np.full(want.shape, np.nan, "float32"), dev)
+        lib(tvm.runtime.tensor(x, dev), tvm.runtime.tensor(packed, dev), out)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max(),
+                                   err_msg=f"sketch {sketch.index}")
+
+
+def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path, target) -> None:
+    """A real run in fp32 and bf16 (random), more trials on the bf16 task (optuna, resumed), export: the database
+    records the precision and the layer's choice; compile follows it and the model's output is within bf16's
+    tolerance of ONNX Runtime's."""
+    _needs_amx(target)
+    from autosearch.cli import main
+    from autosearch.export import database_lowering
+
+    run = tune_and_export(tmp_path, lambda p: small_conv_onnx(p, cin=32, cout=64, hw=16), trials=6, batch=3,
+                          options=("--layout", "NHWC", "--precision", "auto"))
+    headers = [json.loads(line)["task"] for line in open(run["log"]) if '"kind":"task"' in line]
+    assert {h["lowering"]["precision"] for h in headers} == {"auto"}
+    assert {h["lowering"].get("algorithm") for h in headers if "layer" in h["lowering"]} == {"fp32", "bf16"}
+    proc = run_cli("run", "--strategy", "optuna", "--model", run["model"], "--layout", "NHWC", "--trials", "4",
+                   "--batch", "2", "--tasks", "amx", "--log", run["log"], "--resume", "--finalist-rounds", "0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    bf16_keys = {h["workload_key"] for h in headers if h["lowering"].get("algorithm") == "bf16"}
+    trials = [r for r in map(json.loads, open(run["log"])) if r["kind"] == "trial" and r["task"]["key"] in bf16_keys]
+    assert {r.get("strategy") for r in trials} >= {"random", "optuna"}
+    assert len(trials) >= 4 and all(r["result"]["status"] == "ok" for r in trials), [r["result"] for r in trials]
+    db = str(tmp_path / "db2")
+    assert main(["export", "--log", run["log"], "--out", db]) == 0
+    lowering = database_lowering(db)
+    assert lowering["precision"] == "auto" and set(lowering["choices"].values()) <= {"fp32", "bf16"}
+    library = str(tmp_path / "model.so")
+    proc = run_cli("compile", "--model", run["model"], "--db", db, "--out", library)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "tuned tasks" in proc.stdout and os.path.exists(library)
+    import onnxruntime as ort
+
+    from autosearch.artifact import load_model
+
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 32, 16, 16)).astype("float32")
+    import tvm
+
+    got = load_model(library)(tvm.runtime.tensor(x, tvm.cpu())).numpy()
+    want = ort.InferenceSession(run["model"], providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=5e-2, atol=2e-2 * np.abs(want).max())
+
+
+def test_bf16_on_a_cpu_without_amx_is_a_one_line_error() -> None:
+    proc = run_cli("tasks", "--model", "tiny-yolov2", "--precision", "bf16", "--target",
+                   '{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}')
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--precision bf16" in proc.stderr and "AMX" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_auto_precision_without_amx_is_fp32_and_says_why(capfd) -> None:
+    from tests.conftest import run_cli_here
+
+    proc = run_cli_here(capfd, "tasks", "--model", "tiny-yolov2", "--layout", "NHWC", "--target",
+                        '{"kind": "llvm", "mcpu": "znver4", "mattr": ["+avx512bf16"], "num-cores": 2}')
+    assert proc.returncode == 0
+    assert "precision: fp32 (this CPU has AVX512-BF16 but no AMX-BF16" in proc.stdout.replace("\n", " ")
+    assert "amx_bf16" not in proc.stdout
+
+
+def test_unknown_precision_is_a_usage_error() -> None:
+    proc = run_cli("tasks", "--model", "tiny-yolov2", "--precision", "fp16")
+    assert proc.returncode == 2 and "invalid choice: 'fp16'" in proc.stderr
+
+
+def test_a_database_of_another_precision_is_a_one_line_error(tmp_path) -> None:
+    from autosearch.export import LOWERING_FILE
+
+    db = tmp_path / "db"
+    db.mkdir()
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        (db / name).write_text("")
+    (db / LOWERING_FILE).write_text(json.dumps({"winograd": "auto", "layout": "NHWC", "fast_math": "on",
+                                                "precision": "fp32"}))
+    proc = run_cli("compile", "--model", "tiny-yolov2", "--db", str(db), "--out", str(tmp_path / "m.so"),
+                   "--precision", "bf16")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "tuned with --precision fp32, not bf16" in proc.stderr
