@@ -229,7 +229,7 @@ def resolve_guidance(spec: str | None, target, strategy: str, *, seed: int) -> t
     if spec in (None, "", "none"):
         return None, "none"
     if spec == "auto":
-        from cost_models.pretrained import shipped_for
+        from autosearch.cost_models.pretrained import shipped_for
 
         if not guided_by_default(strategy):
             return None, f"none (auto guides optuna; name a model, e.g. --cost-model pretrained, to guide {strategy})"
@@ -239,7 +239,7 @@ def resolve_guidance(spec: str | None, target, strategy: str, *, seed: int) -> t
             return None, f"none ({why})"
         spec = PRETRAINED
     if spec == PRETRAINED or (spec not in COST_MODELS and os.path.isdir(spec)):  # registry names first
-        from cost_models.pretrained import SHIPPED_DIR, describe, load_model_dir
+        from autosearch.cost_models.pretrained import SHIPPED_DIR, describe, load_model_dir
 
         directory = SHIPPED_DIR if spec == PRETRAINED else spec
         model = load_model_dir(directory, target, seed=seed, trees_without_torch=spec == PRETRAINED)
@@ -497,7 +497,7 @@ def report_options(args: argparse.Namespace) -> argparse.Namespace:
 # ---------------------------------------------------------------------------------------------- compare-models
 def cmd_compare_models(args: argparse.Namespace) -> int:
     from autosearch.cost_model import make_cost_model
-    from cost_models.evaluate import DEFAULT_MODELS, compare_models
+    from autosearch.cost_models.evaluate import DEFAULT_MODELS, compare_models
 
     models = list(DEFAULT_MODELS) if args.models is None else [m.strip() for m in args.models.split(",") if m.strip()]
     if not models:
@@ -532,7 +532,7 @@ def cmd_compare_models(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- train-model
 def cmd_train_model(args: argparse.Namespace) -> int:
-    from cost_models.pretrained import MANIFEST, describe, train_model
+    from autosearch.cost_models.pretrained import MANIFEST, describe, train_model
 
     for path in args.log:
         if not os.path.exists(path):
@@ -677,7 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", action="append", required=True, help="tuning log or TVM database dir (repeatable)")
     p.add_argument("--models",
                    help="comma-separated cost models (default: every tree and learned one, "
-                        "cost_models.evaluate.DEFAULT_MODELS); model@features picks the "
+                        "autosearch.cost_models.evaluate.DEFAULT_MODELS); model@features picks the "
                         "features of a tabular one (loop, pooled, pooled+loop, asm, loop+asm, encoding) or of seq "
                         "(sequence, sequence+loop, sequence+loop+asm)")
     p.add_argument("--split", choices=("task", "model"), default="task",
@@ -690,7 +690,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hold out only tasks with at least this many valid records (all tasks train)")
     p.set_defaults(func=cmd_compare_models)
 
-    from cost_models import PRETRAINED_FAMILIES
+    from autosearch.cost_models import PRETRAINED_FAMILIES
 
     p = sub.add_parser("train-model", help="pre-train a cost model on measured records, for run --cost-model DIR")
     p.add_argument("--log", action="append", required=True, help="tuning log or TVM database dir (repeatable)")

@@ -27,22 +27,22 @@ PRETRAINED = "pretrained"
 # The registry: name -> "module:factory"; the factory is called as factory(name, seed=...) -> CostModel.
 # The SKLEARN_PREFIX entry takes every "sklearn:<EstimatorName>".
 COST_MODELS: dict[str, str] = {
-    "xgb": "cost_models.xgboost_model:create",
-    "xgb-rank": "cost_models.xgboost_model:create",
-    "rf": "cost_models.sklearn_model:create",
-    "gbr": "cost_models.sklearn_model:create",
-    "mlp": "cost_models.learned:create",
-    "tvm-xgb": "cost_models.tvm_xgb:create",
-    "tvm-mlp": "cost_models.tvm_mlp:create",
-    "seq": "cost_models.sequence_model:create",
-    "mlp-rank": "cost_models.mlp_rank:create",
-    "blend": "cost_models.blend:create",
-    SKLEARN_PREFIX: "cost_models.sklearn_model:create",
+    "xgb": "autosearch.cost_models.xgboost_model:create",
+    "xgb-rank": "autosearch.cost_models.xgboost_model:create",
+    "rf": "autosearch.cost_models.sklearn_model:create",
+    "gbr": "autosearch.cost_models.sklearn_model:create",
+    "mlp": "autosearch.cost_models.learned:create",
+    "tvm-xgb": "autosearch.cost_models.tvm_xgb:create",
+    "tvm-mlp": "autosearch.cost_models.tvm_mlp:create",
+    "seq": "autosearch.cost_models.sequence_model:create",
+    "mlp-rank": "autosearch.cost_models.mlp_rank:create",
+    "blend": "autosearch.cost_models.blend:create",
+    SKLEARN_PREFIX: "autosearch.cost_models.sklearn_model:create",
     # pre-trained and refit online: "pretrained" is the model autosearch ships; a directory that
     # train-model wrote is taken by the same factory (``--cost-model DIR``)
-    PRETRAINED: "cost_models.pretrained:create",
+    PRETRAINED: "autosearch.cost_models.pretrained:create",
 }
-# What the top-level package of a registry entry exposes to turn one of its models into a task's
+# What the package of a registry entry's module exposes to turn one of its models into a task's
 # ConfigScorer: scorer(model, space, task, *, seed, warm_start, **options). A package, not each family
 # module, because featurising a task's configs (and caching it) depends on the model's input, not on the
 # model, so one scorer serves every family of a package; and the core then finds it through the registry
@@ -126,9 +126,11 @@ def make_cost_model(name: str, *, seed: int = 0) -> CostModel:
 def make_scorer(name: str, space, task, *, seed: int = 0, warm_start: Sequence[Any] = (),
                 **options: Any) -> ConfigScorer:
     """A config scorer for one task, backed by the named cost model and made by its package's
-    ``SCORER_FACTORY``; ``options`` go to the scorer (for ``cost_models``: ``features="tvm"`` for program
-    features, ``cache_dir`` for the featurised warm start, see ``cost_models.guidance``)."""
+    ``SCORER_FACTORY``; ``options`` go to the scorer (for ``autosearch.cost_models``: ``features="tvm"`` for program
+    features, ``cache_dir`` for the featurised warm start, see ``autosearch.cost_models.guidance``)."""
     model = make_cost_model(name, seed=seed)
-    package = _entry(split_features(name)[0]).partition(":")[0].partition(".")[0]
+    module_path = _entry(split_features(name)[0]).partition(":")[0]
+    # the package the factory's module is in (imported by make_cost_model above); a top-level module: itself
+    package = importlib.import_module(module_path).__package__ or module_path
     factory = _resolve(f"{package}:{SCORER_FACTORY}")
     return factory(model, space, task, seed=seed, warm_start=warm_start, **options)

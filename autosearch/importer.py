@@ -1,6 +1,6 @@
 """ONNX model (built-in YOLO or a user's file) -> Relax -> MetaSchedule tuning tasks.
 
-The built-in models live in the ``workloads`` plug-in package; the core finds them by name through
+The built-in models live in the ``autosearch.workloads`` plug-in package; the core finds them by name through
 :data:`BUILTIN_MODELS`, resolved lazily, so importing the core imports no model builder.
 """
 
@@ -62,10 +62,10 @@ class ImportedModel:
 # name -> "module:function"; the function builds the model's ONNX graph (deterministic random weights
 # from a keyword-only ``seed``), so nothing is downloaded.
 BUILTIN_MODELS: dict[str, str] = {
-    "tiny-yolov2": "workloads.tiny_yolov2:build",
-    "yolov3-tiny": "workloads.yolov3_tiny:build",
-    "yolov8n": "workloads.yolov8n:build",
-    "yolo11n": "workloads.yolo11n:build",
+    "tiny-yolov2": "autosearch.workloads.tiny_yolov2:build",
+    "yolov3-tiny": "autosearch.workloads.yolov3_tiny:build",
+    "yolov8n": "autosearch.workloads.yolov8n:build",
+    "yolo11n": "autosearch.workloads.yolo11n:build",
 }
 
 

@@ -19,10 +19,10 @@ from autosearch.records import Config, MeasureResult
 
 # name -> module path; the module defines STRATEGY (the class) and OPTIONS (the options table).
 STRATEGIES: dict[str, str] = {
-    "random": "strategies.random_search",
-    "annealing": "strategies.annealing",
-    "optuna": "strategies.optuna_search",
-    "coordinate_descent": "strategies.coordinate_descent",
+    "random": "autosearch.strategies.random_search",
+    "annealing": "autosearch.strategies.annealing",
+    "optuna": "autosearch.strategies.optuna_search",
+    "coordinate_descent": "autosearch.strategies.coordinate_descent",
 }
 
 

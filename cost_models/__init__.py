@@ -1,5 +1,5 @@
-"""cost_models plug-ins for autosearch: one module per model family, their features, and the scorer that
-guides search with any of them.
+"""Cost-model plug-ins for autosearch (``autosearch.cost_models``): one module per model family, their features,
+and the scorer that guides search with any of them.
 
 ``autosearch.cost_model``'s registry names each family's ``create``; the scorer is found here, on the
 package (``scorer``), because one scorer serves every family: what it does for a task (featurise configs
@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-# what ``train-model`` trains and a pre-trained model directory may hold (here, not in ``cost_models.pretrained``,
-# so that the CLI's parser names them without importing NumPy)
+# what ``train-model`` trains and a pre-trained model directory may hold (here, not in
+# ``autosearch.cost_models.pretrained``, so that the CLI's parser names them without importing NumPy)
 PRETRAINED_FAMILIES = ("xgb-rank", "blend")
 
 
 def scorer(model, space, task, **options: Any):
-    """The ``ConfigScorer`` of one task for a model of this package: a :class:`cost_models.guidance.ModelScorer`."""
-    from cost_models.guidance import ModelScorer
+    """The ``ConfigScorer`` of one task for a model of this package: a
+    :class:`autosearch.cost_models.guidance.ModelScorer`."""
+    from autosearch.cost_models.guidance import ModelScorer
 
     return ModelScorer(model, space, task, **options)

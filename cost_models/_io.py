@@ -23,14 +23,14 @@ from autosearch.errors import UserError
 FORMAT_VERSION = 1
 # family (as written in the header) -> module with a ``load_from(header, arrays)`` function
 FAMILIES = {
-    "xgboost": "cost_models.xgboost_model",
-    "sklearn": "cost_models.sklearn_model",
-    "mlp": "cost_models.learned",
-    "tvm-xgb": "cost_models.tvm_xgb",
-    "tvm-mlp": "cost_models.tvm_mlp",
-    "seq": "cost_models.sequence_model",
-    "mlp-rank": "cost_models.mlp_rank",
-    "blend": "cost_models.blend",
+    "xgboost": "autosearch.cost_models.xgboost_model",
+    "sklearn": "autosearch.cost_models.sklearn_model",
+    "mlp": "autosearch.cost_models.learned",
+    "tvm-xgb": "autosearch.cost_models.tvm_xgb",
+    "tvm-mlp": "autosearch.cost_models.tvm_mlp",
+    "seq": "autosearch.cost_models.sequence_model",
+    "mlp-rank": "autosearch.cost_models.mlp_rank",
+    "blend": "autosearch.cost_models.blend",
 }
 # what np.load and the header check raise for a file that is not (or no longer) one of ours
 UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)

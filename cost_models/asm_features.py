@@ -1,6 +1,6 @@
 """Assembly features: the instruction mix of a compiled kernel's hot loops, read off LLVM's x86-64 assembly.
 
-The loop features (:mod:`cost_models.loop_features`) predict what LLVM will make of a schedule; these
+The loop features (:mod:`autosearch.cost_models.loop_features`) predict what LLVM will make of a schedule; these
 read what it made. Each schedule is compiled (``tvm.compile`` for the task's target, the build the
 measurement would do) and its assembly parsed:
 
@@ -23,7 +23,7 @@ against ``loop``) is in README (Results: cost models).
 
 Cost: one LLVM build per schedule, about two orders of magnitude more than the loop features (README's
 feature table), spread over ``workers`` threads. That suits comparing models on measured records (their
-features are cached, :mod:`cost_models.feature_store`) and guiding search on a device whose measurements
+features are cached, :mod:`autosearch.cost_models.feature_store`) and guiding search on a device whose measurements
 are slow, not scoring thousands of candidates a batch on a fast one. x86-64 targets only: other ISAs'
 mnemonics are not parsed (a clear error).
 """
@@ -39,10 +39,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from autosearch.cost_models._scaling import signed_log
 from autosearch.errors import UserError
-from cost_models._scaling import signed_log
 
-# Bump when the features of an assembly text change: cached features (cost_models.feature_store) of an
+# Bump when the features of an assembly text change: cached features (autosearch.cost_models.feature_store) of an
 # older version are then recomputed.
 VERSION = 1
 ISSUE, LOADS, STORES, FP_PIPES = 6, 3, 2, 2  # per cycle, a generic wide x86-64 core

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from cost_models._io import load_npz, model_from, read_npz, write_npz
+from autosearch.cost_models._io import load_npz, model_from, read_npz, write_npz
 
 MEMBERS = ("xgb-rank", "mlp-rank")
 
@@ -75,6 +75,6 @@ def load(path: str) -> BlendRanker:
 
 def create(name: str, *, seed: int = 0, input_kind: str = "loop") -> BlendRanker:
     """Registry factory for ``blend`` (``blend@loop+asm`` and the other tabular feature sets)."""
-    from cost_models.features import tabular_kind
+    from autosearch.cost_models.features import tabular_kind
 
     return BlendRanker(input_kind=tabular_kind(name, input_kind), seed=seed)

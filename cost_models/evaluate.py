@@ -41,7 +41,7 @@ import numpy as np
 from autosearch.errors import UserError
 
 if TYPE_CHECKING:
-    from cost_models.feature_store import FeatureStore
+    from autosearch.cost_models.feature_store import FeatureStore
 
 log = logging.getLogger(__name__)
 
@@ -378,8 +378,8 @@ def comparison_dataset(logs: Sequence[str], models: Sequence[str], *, seed: int 
     features of every model's input kind. ``split="model"`` checks the log headers name 2 networks before
     minutes of featurising."""
     from autosearch.cost_model import make_cost_model
-    from cost_models.feature_store import as_store
-    from cost_models.features import build_dataset, read_logs
+    from autosearch.cost_models.feature_store import as_store
+    from autosearch.cost_models.features import build_dataset, read_logs
 
     if isinstance(logs, str):
         logs = [logs]

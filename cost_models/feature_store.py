@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_models._io import UNREADABLE, load_npz, write_npz
+from autosearch.cost_models._io import UNREADABLE, load_npz, write_npz
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Feature sets, as kinds of model input (``INPUT_KINDS``):
 
-- ``loop`` (the default of the tabular models): :mod:`cost_models.loop_features`, a model of what the
+- ``loop`` (the default of the tabular models): :mod:`autosearch.cost_models.loop_features`, a model of what the
   CPU does with the schedule (vector loop, unrolled body, accesses kept in registers, an instruction
   and cache-traffic estimate), read off the scheduled TensorIR. A model on them ranks held-out tasks
   better than the same model on ``pooled`` (README, Results: cost models).
@@ -13,12 +13,12 @@ Feature sets, as kinds of model input (``INPUT_KINDS``):
 - ``pooled``: sum, max and mean over the stores plus log2 FLOPs of the task, a fixed-length vector
   for tabular models (TenSet pools the same way for its tree models).
 - ``pooled+loop``: both, side by side.
-- ``asm`` / ``loop+asm``: :mod:`cost_models.asm_features`, the instruction mix of the compiled kernel's
+- ``asm`` / ``loop+asm``: :mod:`autosearch.cost_models.asm_features`, the instruction mix of the compiled kernel's
   hot loops (FMA lanes per cycle, spills, shuffles, gathers) read off its x86-64 assembly; one LLVM
   build per schedule: the costliest features, and with ``loop+asm`` the most accurate (README).
 - ``encoding``: :meth:`DecisionSpace.encode` of the config, padded with zeros to a common width.
   It needs no trace replay (microseconds per config), but only means something within one task.
-- ``sequence``: the record's trace as tokens, one per instruction (:mod:`cost_models.trace_tokens`), for the
+- ``sequence``: the record's trace as tokens, one per instruction (:mod:`autosearch.cost_models.trace_tokens`), for the
   sequence model; no replay either. ``sequence+loop`` and ``sequence+loop+asm`` join the loop (+ assembly)
   features to it: one 2-D array per call, the vector first (``trace_tokens.sequence_input``).
 
@@ -34,7 +34,7 @@ Cost: for a logged record, replaying its trace is most of the cost of the loop f
 ``PerStoreFeature``, and an LLVM build dominates the assembly features; for a config, ``DecisionSpace.apply``
 takes the replay's place. The decision encoding needs neither. ``FeatureDataset`` reports the seconds spent
 per extractor (``compare-models`` prints them; README's feature table has the figures), and with a
-``FeatureStore`` a record is featurised once and read back afterwards (:mod:`cost_models.feature_store`).
+``FeatureStore`` a record is featurised once and read back afterwards (:mod:`autosearch.cost_models.feature_store`).
 """
 
 from __future__ import annotations
@@ -49,17 +49,17 @@ from typing import Any
 
 import numpy as np
 
+from autosearch.cost_models import asm_features as asm_module
+from autosearch.cost_models import loop_features as loop_module
+from autosearch.cost_models.asm_features import WIDTH as ASM_WIDTH
+from autosearch.cost_models.asm_features import asm_features
+from autosearch.cost_models.feature_store import FeatureKey, FeatureStore, record_key
+from autosearch.cost_models.loop_features import WIDTH as LOOP_WIDTH
+from autosearch.cost_models.loop_features import Machine, loop_features
+from autosearch.cost_models.trace_tokens import sequence_input, trace_tokens
 from autosearch.errors import UserError
 from autosearch.finalists import current_retimes
 from autosearch.records import Config, LogContents, Record
-from cost_models import asm_features as asm_module
-from cost_models import loop_features as loop_module
-from cost_models.asm_features import WIDTH as ASM_WIDTH
-from cost_models.asm_features import asm_features
-from cost_models.feature_store import FeatureKey, FeatureStore, record_key
-from cost_models.loop_features import WIDTH as LOOP_WIDTH
-from cost_models.loop_features import Machine, loop_features
-from cost_models.trace_tokens import sequence_input, trace_tokens
 
 log = logging.getLogger(__name__)
 

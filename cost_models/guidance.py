@@ -18,7 +18,7 @@ Two feature sets (``features=``):
 The default (``features=None``) is ``"tvm"`` when the model needs it or when the warm start holds
 records of other tasks (the only way they can help), else ``"encoding"``; see ``DEFAULT_FEATURES``.
 
-The warm start goes through a :class:`~cost_models.feature_store.FeatureStore` (``feature_store=``, by
+The warm start goes through a :class:`~autosearch.cost_models.feature_store.FeatureStore` (``feature_store=``, by
 default the user's cache directory): the first scorer that needs a record's features computes them, and
 the other scorers of the run (the tuner makes one per task) and later runs read them, so a warm start is
 featurised once, not once per task. Features of new configs are kept in memory per config, so re-scoring
@@ -41,10 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from autosearch.records import Config, LogContents, MeasureResult, Record
-from autosearch.target import host_cores
-from cost_models.feature_store import FeatureStore, as_store
-from cost_models.features import (
+from autosearch.cost_models.feature_store import FeatureStore, as_store
+from autosearch.cost_models.features import (
     ASM_WIDTH,
     LOOP_WIDTH,
     SEQUENCE_KINDS,
@@ -56,7 +54,9 @@ from cost_models.features import (
     read_logs,
     stack_per_store,
 )
-from cost_models.trace_tokens import sequence_input, trace_tokens
+from autosearch.cost_models.trace_tokens import sequence_input, trace_tokens
+from autosearch.records import Config, LogContents, MeasureResult, Record
+from autosearch.target import host_cores
 
 log = logging.getLogger(__name__)
 

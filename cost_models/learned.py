@@ -28,9 +28,9 @@ import torch
 from sklearn.base import BaseEstimator
 from torch import nn
 
-from cost_models._io import read_npz, write_npz
-from cost_models._torch import pair_loss, session
-from cost_models.features import N_STORE_FEATURES, store_mask
+from autosearch.cost_models._io import read_npz, write_npz
+from autosearch.cost_models._torch import pair_loss, session
+from autosearch.cost_models.features import N_STORE_FEATURES, store_mask
 
 # saved arrays: (in, out) weights and biases of the four dense layers (the layout of the numpy model this
 # replaces, so its saved files still load)

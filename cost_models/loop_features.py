@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from tvm.tirx import ForKind, IterVar
 
-from cost_models._scaling import signed_log
+from autosearch.cost_models._scaling import signed_log
 
 # Bump when the features of a schedule change (a new effect, a changed estimate, renamed or reordered
-# names): cached features (cost_models.feature_store) of an older version are then recomputed.
+# names): cached features (autosearch.cost_models.feature_store) of an older version are then recomputed.
 VERSION = 1
 LLVM_FULL_UNROLL = 8  # LLVM fully unrolls inner loops of a few constant steps even without TVM's pragma
 CACHE_LEVELS = ("reg", "l1", "l2", "l3")

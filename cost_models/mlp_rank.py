@@ -26,9 +26,9 @@ import torch
 from sklearn.base import BaseEstimator
 from torch import nn
 
-from cost_models._io import read_npz, write_npz
-from cost_models._torch import fit_ranker, load_state, ranking_steps, session, state_arrays
-from cost_models.features import tabular_kind
+from autosearch.cost_models._io import read_npz, write_npz
+from autosearch.cost_models._torch import fit_ranker, load_state, ranking_steps, session, state_arrays
+from autosearch.cost_models.features import tabular_kind
 
 
 class PiecewiseLinear:

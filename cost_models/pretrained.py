@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from autosearch.cost_models import PRETRAINED_FAMILIES
 from autosearch.errors import UserError, install_hint
-from cost_models import PRETRAINED_FAMILIES
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ BOOSTER = "model.ubj"
 NETWORK = "network.npz"
 FORMAT = 1
 SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained_model")
-FEATURES = "loop"  # cheap (no build) and transferable across tasks; see cost_models.features
+FEATURES = "loop"  # cheap (no build) and transferable across tasks; see autosearch.cost_models.features
 ONLINE_ROUNDS = 30  # trees grown on a task's own measurements at each refit, on top of the pre-trained ones
 
 
@@ -57,7 +57,7 @@ ONLINE_ROUNDS = 30  # trees grown on a task's own measurements at each refit, on
 def target_facts(target) -> dict[str, Any]:
     """What the loop features assume of the target (``loop_features.Machine``) and its ISA: a model trained
     on one kind of CPU ranks another's configs by the wrong machine."""
-    from cost_models.loop_features import Machine
+    from autosearch.cost_models.loop_features import Machine
 
     machine = Machine.from_target(target)
     cfg = dict(target.export())
@@ -82,7 +82,7 @@ def fits(facts: dict[str, Any], trained: dict[str, Any]) -> str:
 
 
 def feature_version() -> int:
-    from cost_models import loop_features
+    from autosearch.cost_models import loop_features
 
     return int(loop_features.VERSION)
 
@@ -99,7 +99,7 @@ class PretrainedModel:
     booster: Any  # xgboost.Booster, as loaded
     manifest: dict[str, Any]
     directory: str
-    network: Any = None  # cost_models.mlp_rank.RankingMLP of a blend, as loaded
+    network: Any = None  # autosearch.cost_models.mlp_rank.RankingMLP of a blend, as loaded
     seed: int = 0
     note: str = ""  # why part of the model is not in use (a blend's network without PyTorch)
     online_rounds: int = ONLINE_ROUNDS
@@ -119,7 +119,7 @@ class PretrainedModel:
         each refit starts from what was shipped, plus all the task's records so far)."""
         import xgboost as xgb
 
-        from cost_models.xgboost_model import ranking_data
+        from autosearch.cost_models.xgboost_model import ranking_data
 
         X, relevance, qid = ranking_data(X, y, groups)
         data = xgb.DMatrix(X, label=relevance, qid=qid)
@@ -216,7 +216,7 @@ def load_model_dir(path: str, target=None, *, seed: int = 0, trees_without_torch
 def _load_network(path: str, manifest: dict[str, Any]):
     """A blend's network; it needs PyTorch (a one-line error naming how to install it when it is missing)."""
     try:
-        from cost_models.mlp_rank import load
+        from autosearch.cost_models.mlp_rank import load
     except ImportError as exc:
         raise UserError(f"{path} is a blend of trees and a network: it needs the package {exc.name!r}: "
                         f"{install_hint(exc.name or 'torch')}") from exc
@@ -280,10 +280,10 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     everything."""
     from autosearch import __version__
     from autosearch.cost_model import make_cost_model
+    from autosearch.cost_models.evaluate import pairwise_accuracy, top_k_score
+    from autosearch.cost_models.feature_store import as_store
+    from autosearch.cost_models.features import build_dataset, read_logs
     from autosearch.target import parse_target
-    from cost_models.evaluate import pairwise_accuracy, top_k_score
-    from cost_models.feature_store import as_store
-    from cost_models.features import build_dataset, read_logs
 
     if family not in PRETRAINED_FAMILIES:
         raise UserError(f"unknown family {family!r} for train-model; valid: {', '.join(PRETRAINED_FAMILIES)}")

@@ -3,7 +3,7 @@
 TLP (ASPLOS'23) scores a schedule from the sequence of its schedule primitives rather than from features of
 the program they produce: each step becomes a vector, a self-attention network reads the sequence, and a
 LambdaRank loss trains it to order the schedules of one task. Here the steps are MetaSchedule's trace
-instructions (:mod:`cost_models.trace_tokens`: kind, names, decision, resolved integer inputs), and:
+instructions (:mod:`autosearch.cost_models.trace_tokens`: kind, names, decision, resolved integer inputs), and:
 
 - embedding: per token, the sum of learned embeddings of its kind, name and literal (hash buckets), a
   linear map of its numbers (standardised on the training tokens) and of its position in the trace;
@@ -31,11 +31,11 @@ import torch
 from sklearn.base import BaseEstimator
 from torch import nn
 
+from autosearch.cost_models._io import read_npz, write_npz
+from autosearch.cost_models._torch import fit_ranker, load_state, ranking_steps, session, state_arrays
+from autosearch.cost_models.features import SEQUENCE_KINDS, vector_width
+from autosearch.cost_models.trace_tokens import BUCKETS, N_KINDS, NUMERIC, split_sequence_input
 from autosearch.errors import UserError
-from cost_models._io import read_npz, write_npz
-from cost_models._torch import fit_ranker, load_state, ranking_steps, session, state_arrays
-from cost_models.features import SEQUENCE_KINDS, vector_width
-from cost_models.trace_tokens import BUCKETS, N_KINDS, NUMERIC, split_sequence_input
 
 _FLAG = 3  # the postproc flag column: fed with the numbers
 _PREDICT_CHUNK = 512  # records per forward pass when predicting (bounds memory on large calls)

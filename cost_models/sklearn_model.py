@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from autosearch.cost_models._io import read_npz, write_npz
 from autosearch.errors import UserError
-from cost_models._io import read_npz, write_npz
 
 PREFIX = "sklearn:"
 
@@ -114,7 +114,7 @@ def load(path: str) -> SklearnCostModel:
 
 def create(name: str, *, seed: int = 0, input_kind: str = "loop") -> SklearnCostModel:
     """Registry factory: ``rf``, ``gbr`` or ``sklearn:<RegressorClassName>``."""
-    from cost_models.features import tabular_kind
+    from autosearch.cost_models.features import tabular_kind
 
     input_kind = tabular_kind(name, input_kind)
     if name in PRESETS:

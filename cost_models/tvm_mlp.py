@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator
 
-from cost_models._io import read_npz, write_npz
-from cost_models._torch import load_state, session, state_arrays
-from cost_models._tvm_programs import KnownFeatures, groups_of, own_extractor
+from autosearch.cost_models._io import read_npz, write_npz
+from autosearch.cost_models._torch import load_state, session, state_arrays
+from autosearch.cost_models._tvm_programs import KnownFeatures, groups_of, own_extractor
 
 INPUT_DIM = 172  # PerStoreFeature(extract_workload=True): 164 per-store + 8 workload features
 

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from cost_models._io import read_npz, write_npz
-from cost_models._tvm_programs import KnownFeatures, groups_of, own_extractor
+from autosearch.cost_models._io import read_npz, write_npz
+from autosearch.cost_models._tvm_programs import KnownFeatures, groups_of, own_extractor
 
 
 class TVMXGBModel(BaseEstimator):

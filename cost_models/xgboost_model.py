@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from cost_models._io import read_npz, write_npz
+from autosearch.cost_models._io import read_npz, write_npz
 
 OBJECTIVES = {"xgb": "reg:squarederror", "xgb-rank": "rank:pairwise"}
 RELEVANCE_LEVELS = 31  # graded relevance 0..31 from normalised throughput, for the ranking objective
@@ -132,6 +132,6 @@ def load(path: str) -> XGBCostModel:
 
 def create(name: str, *, seed: int = 0, input_kind: str = "loop") -> XGBCostModel:
     """Registry factory: ``xgb`` (regression) or ``xgb-rank`` (pairwise ranking within a task)."""
-    from cost_models.features import tabular_kind
+    from autosearch.cost_models.features import tabular_kind
 
     return XGBCostModel(objective=OBJECTIVES[name], seed=seed, input_kind=tabular_kind(name, input_kind))

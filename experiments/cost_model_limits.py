@@ -24,8 +24,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from autosearch.cost_model import make_cost_model  # noqa: E402
-from cost_models.evaluate import pairwise_accuracy, task_metrics  # noqa: E402
-from cost_models.features import build_dataset, read_logs  # noqa: E402
+from autosearch.cost_models.evaluate import pairwise_accuracy, task_metrics  # noqa: E402
+from autosearch.cost_models.features import build_dataset, read_logs  # noqa: E402
 from experiments.lib.loo import task_splits  # noqa: E402
 from experiments.lib.stats import close_share, pairs_by_ratio, pairwise_accuracy_apart  # noqa: E402
 

@@ -7,7 +7,7 @@ result the moment it ends (a line of ``OUT/<split>/<model>.folds.jsonl``) and ea
 its last fold ends (``OUT/<split>/<model>.json``, with the machine): run the same command again after a stop
 and what was finished is read, not refitted; a pair resumes at its first unfinished fold. The logs are read
 and featurised once per run, for every model still to run (features come from the feature store,
-``cost_models.feature_store``, after the first run). Two runs with disjoint ``--models`` use both cores; the
+``autosearch.cost_models.feature_store``, after the first run). Two runs with disjoint ``--models`` use both cores; the
 tables either writes hold every pair stored under ``OUT``, not only its own.
 
 The ceiling (``--ceiling``, what ``experiments/measurement_noise.py --log DATASET --out STEM`` wrote as
@@ -41,8 +41,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from autosearch.cost_models.evaluate import DEFAULT_MODELS, METRICS, SPLITS, ModelResult  # noqa: E402
 from autosearch.errors import UserError  # noqa: E402
-from cost_models.evaluate import DEFAULT_MODELS, METRICS, SPLITS, ModelResult  # noqa: E402
 from experiments.lib.io import read_json, write_json, write_text  # noqa: E402
 from experiments.lib.tables import fmt, markdown_table  # noqa: E402
 
@@ -96,7 +96,7 @@ def read_folds(path: str, *, repair: bool = True) -> dict[str, dict[str, Any]]:
 def run_pair(dataset, folds, spec: str, split: str, *, logs: list[str], out: str, seed: int) -> dict[str, Any]:
     """One model on one split, fold by fold: each fold's result is appended to ``OUT/<split>/<model>.folds.jsonl``
     when it ends, and the folds found there are not fitted again. Returns the pair's stored result."""
-    from cost_models.evaluate import ModelResult, comparison_report, evaluate_model
+    from autosearch.cost_models.evaluate import ModelResult, comparison_report, evaluate_model
 
     path = folds_path(out, split, spec)
     done = read_folds(path)
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             pending[split].append(f"{spec} ({stored_folds} folds stored)")
         todo = set()
     if todo:  # read and featurise once, for every model still to run (a finished study only re-tabulates)
-        from cost_models.evaluate import comparison_dataset
+        from autosearch.cost_models.evaluate import comparison_dataset
 
         dataset = comparison_dataset(args.log, sorted({spec for _, spec in todo}), seed=args.seed)
     for split in splits:
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.report_only:
                 continue
             if folds is None:
-                from cost_models.evaluate import comparison_folds
+                from autosearch.cost_models.evaluate import comparison_folds
 
                 try:
                     folds = comparison_folds(dataset, split, args.min_records)

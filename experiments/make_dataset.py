@@ -9,7 +9,7 @@ search-free stand-in for what a tuner visits late in a run.
 Labels: with ``--retime-rounds R`` (R > 0), once every task has its trials, every valid trial is re-timed R
 times, each time in a fresh measuring process with more repeats and no slow-kernel shortcut
 (``experiments/lib/labels.py``); the dataset's label of a record is then the median over those rounds
-(``cost_models.features.labelled_trials``), not its in-search timing. The settings go into the log (a run
+(``autosearch.cost_models.features.labelled_trials``), not its in-search timing. The settings go into the log (a run
 header), and ``experiments/measurement_noise.py --log OUT`` re-labels a sample the same way to measure the
 ceiling of the new labels. Each task header names the models the task is a layer of (``"models"``; a conv
 shared by two networks is measured once): ``compare-models --split model`` holds out one model at a time.

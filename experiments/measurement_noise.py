@@ -7,7 +7,7 @@ perfect predictor of the re-timed latency would score against the log's label: p
 Spearman's rho and top-1 score. No model can expect to beat these figures on the log's labels by more
 than luck.
 
-The label is what ``compare-models`` learns from (``cost_models.features.labelled_trials``): the trials'
+The label is what ``compare-models`` learns from (``autosearch.cost_models.features.labelled_trials``): the trials'
 own timings, or, in a dataset that ``experiments/make_dataset.py --retime-rounds`` re-timed, the median over
 its re-timing rounds. The second measurement is made the same way: ``--rounds`` fresh measuring processes
 (default: the rounds the log's re-timing used, else 1), with the log's re-timing evaluator (else the
@@ -35,10 +35,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from autosearch.cost_models.evaluate import pairwise_accuracy, spearman, top_k_score  # noqa: E402
+from autosearch.cost_models.features import labelled_trials  # noqa: E402
 from autosearch.measure.base import EvaluatorConfig  # noqa: E402
 from autosearch.records import Config, MeasureResult, Record, TuningLog, read_log  # noqa: E402
-from cost_models.evaluate import pairwise_accuracy, spearman, top_k_score  # noqa: E402
-from cost_models.features import labelled_trials  # noqa: E402
 from experiments.lib.labels import logged_settings, retime  # noqa: E402
 
 log = logging.getLogger("measurement_noise")

@@ -1,9 +1,9 @@
 """How should a pre-trained model take in a run's own measurements? A simulation of a run's first records.
 
-A pre-trained model guides a run from its first batch and is refit after each one (``cost_models.pretrained``).
-This simulates that on a re-timed dataset without tuning anything: leave one network out, pre-train on the others'
-tasks, then for each held-out task draw ``k`` of its records at random as "what the run has measured", refit on
-them the way the product does, and rank the task's other records. Variants:
+A pre-trained model guides a run from its first batch and is refit after each one
+(``autosearch.cost_models.pretrained``). This simulates that on a re-timed dataset without tuning anything: leave
+one network out, pre-train on the others' tasks, then for each held-out task draw ``k`` of its records at random as
+"what the run has measured", refit on them the way the product does, and rank the task's other records. Variants:
 
 - ``xgb-rank pre-trained`` / ``online``: the booster alone, as shipped / after ``online_rounds`` trees grown on the
   ``k`` records on top of it (XGBoost's continued training: ``PretrainedModel.fit``);
@@ -44,7 +44,7 @@ VARIANTS = ("xgb-rank pre-trained", "xgb-rank online", "mlp-rank pre-trained", "
 
 def fine_tuned(network, X: np.ndarray, y: np.ndarray, *, seed: int):
     """A copy of a fitted ``RankingMLP`` trained further on one task's records, from its weights and encoding."""
-    from cost_models._torch import fit_ranker, ranking_steps, session
+    from autosearch.cost_models._torch import fit_ranker, ranking_steps, session
 
     tuned = copy.deepcopy(network)
     Z = tuned.encoder_(X)
@@ -64,8 +64,8 @@ def run_fold(dataset, fold, ks: list[int], *, seed: int) -> dict[str, Any]:
     import xgboost as xgb
 
     from autosearch.cost_model import make_cost_model
-    from cost_models.evaluate import task_metrics
-    from cost_models.pretrained import PretrainedModel
+    from autosearch.cost_models.evaluate import task_metrics
+    from autosearch.cost_models.pretrained import PretrainedModel
 
     X, y, groups = dataset.X("loop"), dataset.y, dataset.groups
     train = np.isin(groups, fold.train)
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if done["k"] != ks or done["seed"] != args.seed:
         p.error(f"{store} holds k={done['k']}, seed {done['seed']}: use another --out")
 
-    from cost_models.evaluate import comparison_dataset, comparison_folds
+    from autosearch.cost_models.evaluate import comparison_dataset, comparison_folds
 
     dataset = comparison_dataset(args.log, ["blend@loop"], seed=args.seed, split="model")
     finished = {f["fold"] for f in done["folds"]}

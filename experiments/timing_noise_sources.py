@@ -36,8 +36,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from autosearch.cost_models.features import labelled_trials  # noqa: E402
 from autosearch.records import Record, TuningLog, read_log  # noqa: E402
-from cost_models.features import labelled_trials  # noqa: E402
 from experiments.lib.io import write_json, write_text  # noqa: E402
 from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime  # noqa: E402
 

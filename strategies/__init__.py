@@ -11,10 +11,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "RandomSearch": "strategies.random_search",
-    "SimulatedAnnealing": "strategies.annealing",
-    "OptunaSearch": "strategies.optuna_search",
-    "CoordinateDescent": "strategies.coordinate_descent",
+    "RandomSearch": "autosearch.strategies.random_search",
+    "SimulatedAnnealing": "autosearch.strategies.annealing",
+    "OptunaSearch": "autosearch.strategies.optuna_search",
+    "CoordinateDescent": "autosearch.strategies.coordinate_descent",
 }
 
 __all__ = ["CoordinateDescent", "OptunaSearch", "RandomSearch", "SimulatedAnnealing"]
@@ -23,4 +23,4 @@ __all__ = ["CoordinateDescent", "OptunaSearch", "RandomSearch", "SimulatedAnneal
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'strategies' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

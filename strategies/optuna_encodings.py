@@ -1,6 +1,6 @@
 """Optuna parameters for the decision space, and back: one encoding per kind of sampler.
 
-Part of the ``optuna`` strategy (:mod:`strategies.optuna_search`), in its own module because the two
+Part of the ``optuna`` strategy (:mod:`autosearch.strategies.optuna_search`), in its own module because the two
 encodings are a job of their own. An encoding turns a :class:`Config` into the parameters of a trial
 (``params``, with their ``distributions``, for ``enqueue_trial`` and ``create_trial``) and a trial's
 suggestions into a config (``suggest``); every config must come back from its own parameters unchanged.
@@ -25,7 +25,7 @@ suggestions into a config (``suggest``); every config must come back from its ow
 
   A parameter the trial's sketch lacks is suggested all the same (ignored, ``0.5`` in the parameters
   of a given config), so the sampler sees one fixed space. Many parameter vectors map to one config:
-  the strategy answers such repeats with the known result (see :mod:`strategies.optuna_search`).
+  the strategy answers such repeats with the known result (see :mod:`autosearch.strategies.optuna_search`).
 """
 
 from __future__ import annotations

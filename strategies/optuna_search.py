@@ -1,6 +1,6 @@
 """Optuna over the decision space, with the parameters each kind of sampler can model.
 
-Two encodings (:mod:`strategies.optuna_encodings`), chosen by the sampler:
+Two encodings (:mod:`autosearch.strategies.optuna_encodings`), chosen by the sampler:
 
 - TPE and random: ``sketch``, then one categorical parameter per decision of that sketch,
   ``s{k}.{decision}`` (conditional on the sketch). Each parameter vector is exactly one config, so the
@@ -66,8 +66,8 @@ from autosearch.cost_model import ConfigScorer
 from autosearch.errors import UserError, install_hint
 from autosearch.records import Config, MeasureResult
 from autosearch.space import DecisionSpace, config_key, pick_diverse
+from autosearch.strategies.optuna_encodings import CategoricalEncoding, Encoding, OrdinalEncoding
 from autosearch.strategy import Option
-from strategies.optuna_encodings import CategoricalEncoding, Encoding, OrdinalEncoding
 
 log = logging.getLogger(__name__)
 

@@ -79,7 +79,7 @@ def two_wide_convs_onnx(path: str | None = None) -> onnx.ModelProto:
 def _own_feature_cache(tmp_path_factory):
     """The suite's own feature cache (every ``run`` a test starts inherits it): tests must neither read the
     user's cache (a stale entry would hide a bug) nor fill it."""
-    from cost_models.feature_store import CACHE_ENV
+    from autosearch.cost_models.feature_store import CACHE_ENV
 
     before = os.environ.get(CACHE_ENV)
     os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("feature-cache"))

@@ -18,8 +18,8 @@ CHANNELS, HEADS = 128, 2
 
 
 def attention_onnx(path: str) -> onnx.ModelProto:
-    from workloads.builder import GraphBuilder
-    from workloads.yolo11n import P5, attention
+    from autosearch.workloads.builder import GraphBuilder
+    from autosearch.workloads.yolo11n import P5, attention
 
     b = GraphBuilder(seed=0)
     shape = (1, CHANNELS, P5, P5)

@@ -29,7 +29,7 @@ def test_tiny_yolov2_has_its_nine_conv_tasks(models):
 
 @pytest.mark.parametrize("name", ["tiny-yolov2", "yolov3-tiny", "yolov8n", "yolo11n"])
 def test_task_flops_match_an_independent_count_of_the_onnx_graph(models, name):
-    from workloads.onnx_flops import count_flops
+    from autosearch.workloads.onnx_flops import count_flops
 
     model = models[name]
     conv_flops = sum(t.flops * t.weight for t in model.tasks if "conv2d" in t.name or "matmul" in t.name)

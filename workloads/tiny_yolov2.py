@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import onnx
 
-from workloads.builder import LINEAR_GAIN, GraphBuilder
+from autosearch.workloads.builder import LINEAR_GAIN, GraphBuilder
 
 INPUT_NAME = "image"
 OUTPUT_NAME = "grid"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from workloads.builder import LINEAR_GAIN, SILU_GAIN, GraphBuilder
+from autosearch.workloads.builder import LINEAR_GAIN, SILU_GAIN, GraphBuilder
 
 IMAGE_SIZE = 640
 NUM_CLASSES = 80

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import onnx
 
-from workloads.builder import LINEAR_GAIN, GraphBuilder
-from workloads.ultralytics import (
+from autosearch.workloads.builder import LINEAR_GAIN, GraphBuilder
+from autosearch.workloads.ultralytics import (
     IMAGE_SIZE,
     NUM_ANCHORS,
     NUM_CLASSES,

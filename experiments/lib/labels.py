@@ -6,7 +6,7 @@ with the evaluator a tuner can afford (a slow kernel is timed once). As a label 
 therefore re-times every valid trial of every task after the trials, in ``rounds``: each round times each
 task's kernels in a fresh measuring process, in an order shuffled per round, with more repeats and no
 slow-kernel shortcut (:data:`LABEL_EVALUATOR`). A record's label is then the median over rounds of its
-per-round medians (``cost_models.features.labelled_trials``, the rule of ``autosearch.finalists``), and
+per-round medians (``autosearch.cost_models.features.labelled_trials``, the rule of ``autosearch.finalists``), and
 ``experiments/measurement_noise.py`` re-labels a sample the same way to measure how far two such labels agree.
 
 The settings are written to the log as a run header (``{"experiment": "make_dataset", "retime": ...}``) so the
@@ -81,7 +81,7 @@ def relabel(contents: LogContents, tasks: dict[str, Any], runner, out: TuningLog
     """Re-time every valid trial of ``tasks`` (key -> TuningTask) that lacks a re-time of some round 1..``rounds``
     after its task's last trial; one fresh measuring process per task and round, tasks in an order rotated from
     round to round. Resumable: what ``contents`` already holds is not measured again. Returns the re-times logged."""
-    from cost_models.features import valid_trials
+    from autosearch.cost_models.features import valid_trials
 
     trials: dict[str, list[Record]] = {}
     for rec in valid_trials(contents):

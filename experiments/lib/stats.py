@@ -4,7 +4,7 @@
 - :func:`pairwise_accuracy_apart` / :func:`close_share`: how well an order agrees with measured throughputs on
   the pairs that differ by more than a ratio (``ratio=1.1``: "pairs more than 10% apart", the pairs that a
   re-measurement orders the same way; closer pairs are mostly noise). One tie rule: a tie in the order being
-  judged counts half, as :func:`cost_models.evaluate.pairwise_accuracy` counts it.
+  judged counts half, as :func:`autosearch.cost_models.evaluate.pairwise_accuracy` counts it.
 - :func:`trials_to_reach`, :func:`median_trials`: the first trial whose result reaches a target, and the median
   over runs where "never" counts as more than any number.
 """

@@ -20,7 +20,7 @@ HELD_OUT = 2  # task index held out by the contract tests (conv2d 128->256 at 26
 def feature_cache(tmp_path_factory, monkeypatch) -> str:
     """Each test's own feature cache directory: scorers and compare_models default to the user's cache,
     which tests must neither read (a stale entry would hide a bug) nor fill."""
-    from cost_models.feature_store import CACHE_ENV
+    from autosearch.cost_models.feature_store import CACHE_ENV
 
     path = str(tmp_path_factory.mktemp("feature-cache"))
     monkeypatch.setenv(CACHE_ENV, path)
@@ -41,7 +41,7 @@ def contents():
 
 @pytest.fixture(scope="session")
 def dataset(contents):
-    from cost_models.features import build_dataset
+    from autosearch.cost_models.features import build_dataset
 
     return build_dataset([contents])  # every input kind
 

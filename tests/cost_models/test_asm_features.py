@@ -7,8 +7,7 @@ import platform
 import numpy as np
 import pytest
 
-from autosearch.errors import UserError
-from cost_models.asm_features import (
+from autosearch.cost_models.asm_features import (
     FEATURE_NAMES,
     WIDTH,
     assembly_features,
@@ -17,7 +16,8 @@ from cost_models.asm_features import (
     kernel_assembly,
     parse,
 )
-from cost_models.evaluate import pairwise_accuracy
+from autosearch.cost_models.evaluate import pairwise_accuracy
+from autosearch.errors import UserError
 from tests.cost_models.test_loop_features import _matmul, _schedule, held_out_pairwise
 
 x86_host = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="builds for an x86-64 host")
@@ -95,7 +95,7 @@ def test_vector_matmul_compiles_to_wider_fmas_than_a_scalar_one(target):
 def test_other_isas_are_refused_with_a_clear_error():
     import tvm
 
-    from cost_models.asm_features import asm_features
+    from autosearch.cost_models.asm_features import asm_features
 
     arm = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu"})
     with pytest.raises(UserError, match="x86-64"):
@@ -104,7 +104,7 @@ def test_other_isas_are_refused_with_a_clear_error():
 
 @x86_host
 def test_dataset_asm_features(dataset):
-    from cost_models.loop_features import WIDTH as LOOP_WIDTH
+    from autosearch.cost_models.loop_features import WIDTH as LOOP_WIDTH
 
     X = dataset.X("asm")
     assert X.shape == (160, WIDTH) and np.isfinite(X).all()
@@ -129,9 +129,9 @@ def test_guided_search_scores_configs_on_assembly_features(contents, task_spaces
     task, a 1x1 conv2d: the cheapest of its tasks to build, about a sixth of the costliest's build time; the
     scorer learns from the task's own records, so no task is held out here)."""
     from autosearch.cost_model import make_cost_model
-    from cost_models.asm_features import asm_vector
-    from cost_models.features import TaskFeaturizer
-    from cost_models.guidance import ModelScorer
+    from autosearch.cost_models.asm_features import asm_vector
+    from autosearch.cost_models.features import TaskFeaturizer
+    from autosearch.cost_models.guidance import ModelScorer
 
     task, space = next(iter(task_spaces.values()))
     assert task.name.startswith("fused_conv2d8_")

@@ -6,9 +6,18 @@ import numpy as np
 import pytest
 
 from autosearch.cost_model import CostModel, make_cost_model
+from autosearch.cost_models import (
+    blend,
+    learned,
+    mlp_rank,
+    sequence_model,
+    sklearn_model,
+    tvm_mlp,
+    tvm_xgb,
+    xgboost_model,
+)
+from autosearch.cost_models.evaluate import pairwise_accuracy as pairwise
 from autosearch.errors import UserError
-from cost_models import blend, learned, mlp_rank, sequence_model, sklearn_model, tvm_mlp, tvm_xgb, xgboost_model
-from cost_models.evaluate import pairwise_accuracy as pairwise
 
 MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "tvm-mlp", "seq", "seq@sequence+loop", "mlp-rank",
           "mlp-rank@loop+asm", "blend", "xgb@pooled", "rf@pooled+loop", "xgb-rank@loop+asm",
@@ -58,7 +67,7 @@ def test_contract(name, fitted, dataset, split, tmp_path):
     loaded = LOADERS[type(model)](path)
     assert loaded.input_kind == model.input_kind  # a saved model knows which features to be fed
     np.testing.assert_array_equal(loaded.predict(X[test]), pred)
-    from cost_models._io import load_model
+    from autosearch.cost_models._io import load_model
 
     np.testing.assert_array_equal(load_model(path).predict(X[test]), pred)  # dispatch on the file's header
 

@@ -8,9 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from autosearch.errors import UserError
-from autosearch.records import LogContents, TuningLog
-from cost_models.evaluate import (
+from autosearch.cost_models.evaluate import (
     EvaluationReport,
     ModelResult,
     compare_models,
@@ -19,6 +17,8 @@ from cost_models.evaluate import (
     model_folds,
     task_folds,
 )
+from autosearch.errors import UserError
+from autosearch.records import LogContents, TuningLog
 
 
 def test_compare_models_table_and_png(tmp_path, dataset_path):
@@ -183,8 +183,8 @@ def test_leave_one_model_out(tmp_path, contents, monkeypatch):
 
 
 def test_model_folds_skip_tasks_of_no_model_and_small_tasks(tmp_path, contents):
+    from autosearch.cost_models.features import build_dataset
     from autosearch.records import read_log
-    from cost_models.features import build_dataset
 
     path, _ = _log_naming_models(tmp_path, contents, [["net-a"], [], ["net-b"], ["net-c"]])
     dataset = build_dataset([read_log(path)], kinds=("sequence",))  # no replay: the folds need only the headers
@@ -206,7 +206,7 @@ def test_leave_one_model_out_needs_two_named_models(tmp_path, contents, dataset_
 
 
 def test_cli_compares_every_evaluation_default_without_models(monkeypatch, tmp_path):
-    import cost_models.evaluate as evaluate
+    import autosearch.cost_models.evaluate as evaluate
     from autosearch.cli import build_parser
     from tests.cost_models.conftest import DATASET
 

@@ -8,11 +8,11 @@ import os
 import numpy as np
 import pytest
 
+from autosearch.cost_models import features as features_module
+from autosearch.cost_models import loop_features
+from autosearch.cost_models.feature_store import FeatureKey, FeatureStore, default_cache_dir, record_key
+from autosearch.cost_models.features import build_dataset, feature_key
 from autosearch.records import LogContents
-from cost_models import features as features_module
-from cost_models import loop_features
-from cost_models.feature_store import FeatureKey, FeatureStore, default_cache_dir, record_key
-from cost_models.features import build_dataset, feature_key
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_a_corrupt_cache_file_is_ignored_with_a_warning_and_rebuilt(contents, tm
     (path,) = [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files]
     with open(path, "wb") as fh:
         fh.write(b"PK\x03\x04 not a zip any more")
-    with caplog.at_level(logging.WARNING, logger="cost_models.feature_store"):
+    with caplog.at_level(logging.WARNING, logger="autosearch.cost_models.feature_store"):
         rebuilt = build_dataset([few], kinds=("loop",), store=FeatureStore(tmp_path))
     assert rebuilt.featurised == 3
     assert any("unreadable" in r.getMessage() and path in r.getMessage() for r in caplog.records)
@@ -130,7 +130,7 @@ def test_an_unwritable_cache_warns_once_and_keeps_the_rows(tmp_path, caplog):
     blocker.write_text("")
     store = FeatureStore(blocker)
     key = FeatureKey("loop", "1", "wk", {})
-    with caplog.at_level(logging.WARNING, logger="cost_models.feature_store"):
+    with caplog.at_level(logging.WARNING, logger="autosearch.cost_models.feature_store"):
         store.put(key, {"a": np.ones(2, np.float32)})
         store.put(key, {"b": np.ones(2, np.float32)})
     assert sum("not writable" in r.getMessage() for r in caplog.records) == 1

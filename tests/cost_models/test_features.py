@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cost_models.features import (
+from autosearch.cost_models.features import (
     N_STORE_FEATURES,
     POOLED_WIDTH,
     TaskFeaturizer,

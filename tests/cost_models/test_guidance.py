@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from autosearch.cost_model import ConfigScorer, make_cost_model, make_scorer
+from autosearch.cost_models.evaluate import pairwise_accuracy
+from autosearch.cost_models.guidance import ModelScorer
 from autosearch.records import Config, LogContents
-from cost_models.evaluate import pairwise_accuracy
-from cost_models.guidance import ModelScorer
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +152,7 @@ def test_models_of_every_family_guide(held_out_task, task_records, name):
 
 def test_scoring_more_configs_than_the_cache_holds(held_out_task, task_records, monkeypatch):
     """One call may score more configs than the feature cache keeps (annealing scores thousands)."""
-    import cost_models.guidance as guidance
+    import autosearch.cost_models.guidance as guidance
 
     monkeypatch.setattr(guidance, "_DEFAULT_CACHE_SIZE", 16)
     task, space = held_out_task
@@ -167,7 +167,7 @@ def test_scoring_more_configs_than_the_cache_holds(held_out_task, task_records, 
 
 def test_warm_start_is_featurised_once_per_run_and_across_runs(contents, task_spaces, held_out_task, tmp_path):
     """The tuner makes one scorer per task, each with the same warm start: only the first featurises it."""
-    from cost_models.feature_store import FeatureStore
+    from autosearch.cost_models.feature_store import FeatureStore
 
     task, space = held_out_task
     own = task.workload_key
@@ -204,9 +204,9 @@ def test_scorer_defaults_to_the_user_feature_cache(contents, held_out_task, feat
 def test_make_scorer_finds_the_scorer_through_the_registry(held_out_task):
     """The core names no scorer module: the package of each registry entry makes the scorer."""
     from autosearch.cost_model import cost_model_names
-    from cost_models.learned import SegmentSumMLP
-    from cost_models.sklearn_model import SklearnCostModel
-    from cost_models.xgboost_model import XGBCostModel
+    from autosearch.cost_models.learned import SegmentSumMLP
+    from autosearch.cost_models.sklearn_model import SklearnCostModel
+    from autosearch.cost_models.xgboost_model import XGBCostModel
 
     task, space = held_out_task
     for name, cls in (("xgb-rank", XGBCostModel), ("sklearn:KNeighborsRegressor", SklearnCostModel),

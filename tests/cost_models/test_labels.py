@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autosearch.cost_models.features import build_dataset, labelled_trials
 from autosearch.records import Config, LogContents, MeasureResult, Record, Status
-from cost_models.features import build_dataset, labelled_trials
 
 
 def _record(kind: str, key: str, config: Config, latency: float | None, round_no: int = 0) -> Record:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from tvm.tirx import ForKind
 
-from cost_models.evaluate import pairwise_accuracy
-from cost_models.loop_features import (
+from autosearch.cost_models.evaluate import pairwise_accuracy
+from autosearch.cost_models.loop_features import (
     FEATURE_NAMES,
     WIDTH,
     Machine,
@@ -174,7 +174,7 @@ def test_dataset_loop_features(dataset):
 
 def test_dataset_builds_only_what_its_kinds_need(contents, dataset):
     """Loop-feature models skip TVM's PerStoreFeature (~10 ms per record): the same rows, nothing else."""
-    from cost_models.features import build_dataset
+    from autosearch.cost_models.features import build_dataset
 
     progress = []
     only_loop = build_dataset([contents], kinds=("loop",), on_progress=lambda *done_total: progress.append(done_total))
@@ -204,7 +204,7 @@ def test_loop_features_transfer_better_than_tvm_pooled(dataset):
 
 def test_loop_features_of_a_record_match_the_scorer_path(contents, held_out_task):
     """Replaying the logged trace and applying the config give the same loop features."""
-    from cost_models.features import TaskFeaturizer
+    from autosearch.cost_models.features import TaskFeaturizer
 
     task, space = held_out_task
     feat = TaskFeaturizer(task)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from cost_models.evaluate import pairwise_accuracy, rmse, spearman, task_metrics, top_k_score
+from autosearch.cost_models.evaluate import pairwise_accuracy, rmse, spearman, task_metrics, top_k_score
 
 Y = np.array([0.1, 0.4, 1.0, 0.25, 0.7])  # normalised throughput, best = index 2
 

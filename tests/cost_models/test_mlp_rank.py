@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cost_models.mlp_rank import PiecewiseLinear, RankingMLP
+from autosearch.cost_models.mlp_rank import PiecewiseLinear, RankingMLP
 
 
 def test_piecewise_linear_encodes_the_position_within_each_quantile_bin():

@@ -35,8 +35,8 @@ def trained_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def blend_dir(tmp_path_factory) -> str:
     """A blend (booster + mlp-rank network) trained by ``train-model --family blend``, its held-out task left out."""
+    from autosearch.cost_models.pretrained import train_model
     from autosearch.records import read_log
-    from cost_models.pretrained import train_model
 
     held_out = list(read_log(DATASET).tasks)[HELD_OUT]
     out = str(tmp_path_factory.mktemp("blend") / "m")
@@ -52,8 +52,8 @@ def _held_out_records(contents, key: str) -> list:
 
 def _held_out_features(contents, key: str) -> np.ndarray:
     """The loop features of one task's valid records of the dataset, in log order."""
+    from autosearch.cost_models.features import TaskFeaturizer
     from autosearch.task import TuningTask
-    from cost_models.features import TaskFeaturizer
 
     featurizer = TaskFeaturizer(TuningTask.from_json(contents.tasks[key]))
     schedules = [featurizer.schedule_from_trace(r.trace) for r in _held_out_records(contents, key)]
@@ -62,15 +62,15 @@ def _held_out_features(contents, key: str) -> np.ndarray:
 
 def _held_out_ranking(model, contents, key: str) -> float:
     """Pairwise accuracy of ``model`` on one task's records of the dataset (no fitting)."""
-    from cost_models.evaluate import pairwise_accuracy
+    from autosearch.cost_models.evaluate import pairwise_accuracy
 
     throughput = np.asarray([1.0 / r.latency for r in _held_out_records(contents, key)])
     return pairwise_accuracy(throughput, model.predict(_held_out_features(contents, key)))
 
 
 def test_shipped_model_loads_its_manifest_is_checked_and_it_ranks_an_unseen_task(contents, target):
-    from cost_models.loop_features import WIDTH
-    from cost_models.pretrained import SHIPPED_DIR, feature_version, load_model_dir, shipped_for
+    from autosearch.cost_models.loop_features import WIDTH
+    from autosearch.cost_models.pretrained import SHIPPED_DIR, feature_version, load_model_dir, shipped_for
 
     directory, why = shipped_for(target)
     assert directory == SHIPPED_DIR and not why  # x86-64 CPUs are what it is for
@@ -87,7 +87,7 @@ def test_shipped_model_loads_its_manifest_is_checked_and_it_ranks_an_unseen_task
 
 
 def test_train_model_round_trip_ranks_the_task_it_never_saw(trained_dir, contents, target):
-    from cost_models.pretrained import load_model_dir
+    from autosearch.cost_models.pretrained import load_model_dir
 
     model = load_model_dir(trained_dir, target)
     key = list(contents.tasks)[HELD_OUT]
@@ -100,8 +100,8 @@ def test_a_blend_directory_holds_both_members_ranks_the_unseen_task_and_refits_o
     import torch
     import xgboost as xgb
 
-    from cost_models.mlp_rank import RankingMLP
-    from cost_models.pretrained import NETWORK, load_model_dir
+    from autosearch.cost_models.mlp_rank import RankingMLP
+    from autosearch.cost_models.pretrained import NETWORK, load_model_dir
 
     model = load_model_dir(blend_dir, target)
     manifest = model.manifest
@@ -130,12 +130,12 @@ def test_without_pytorch_the_shipped_way_ranks_by_the_blends_trees_and_a_named_b
 
     import xgboost as xgb
 
+    from autosearch.cost_models.pretrained import describe, load_model_dir
     from autosearch.errors import UserError
-    from cost_models.pretrained import describe, load_model_dir
 
     X = _held_out_features(contents, list(contents.tasks)[HELD_OUT])
     monkeypatch.setitem(sys.modules, "torch", None)  # an install without the [learned] extra
-    monkeypatch.delitem(sys.modules, "cost_models.mlp_rank", raising=False)
+    monkeypatch.delitem(sys.modules, "autosearch.cost_models.mlp_rank", raising=False)
     model = load_model_dir(blend_dir, target, trees_without_torch=True)
     assert model.network is None and "needs PyTorch" in describe(model.manifest, model.note)
     np.testing.assert_allclose(model.predict(X), model.booster.predict(xgb.DMatrix(X.astype(np.float32))), rtol=1e-6)
@@ -144,8 +144,8 @@ def test_without_pytorch_the_shipped_way_ranks_by_the_blends_trees_and_a_named_b
 
 
 def test_a_blend_directory_without_its_network_is_a_one_line_error(blend_dir, tmp_path, target):
+    from autosearch.cost_models.pretrained import NETWORK, load_model_dir
     from autosearch.errors import UserError
-    from cost_models.pretrained import NETWORK, load_model_dir
 
     broken = str(tmp_path / "no-network")
     shutil.copytree(blend_dir, broken)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cost_models.trace_tokens import KINDS, TOKEN_WIDTH, sequence_input, split_sequence_input, trace_tokens
+from autosearch.cost_models.trace_tokens import KINDS, TOKEN_WIDTH, sequence_input, split_sequence_input, trace_tokens
 
 
 def _log2(x):

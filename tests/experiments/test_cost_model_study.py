@@ -25,7 +25,7 @@ def _naming_models(tmp_path) -> str:
 
 
 def test_both_splits_are_stored_per_model_and_resumed_without_refitting(tmp_path, monkeypatch) -> None:
-    from cost_models.feature_store import CACHE_ENV
+    from autosearch.cost_models.feature_store import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "features"))
     log = _naming_models(tmp_path)
@@ -67,7 +67,7 @@ def test_both_splits_are_stored_per_model_and_resumed_without_refitting(tmp_path
 
 
 def test_a_dataset_naming_no_networks_skips_the_network_split_with_its_reason(tmp_path, monkeypatch) -> None:
-    from cost_models.feature_store import CACHE_ENV
+    from autosearch.cost_models.feature_store import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "features"))
     out = str(tmp_path / "cms")
@@ -82,7 +82,7 @@ def test_a_stopped_pair_resumes_at_its_first_unfinished_fold(tmp_path, monkeypat
     """A stop between folds (here: the pair's result gone, 2 of 4 folds and half a line left in its folds
     file) costs only the unfinished folds: the finished ones are read, not refitted, and the result is that of
     an uninterrupted run."""
-    from cost_models.feature_store import CACHE_ENV
+    from autosearch.cost_models.feature_store import CACHE_ENV
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "features"))
     out = str(tmp_path / "cms")

@@ -9,8 +9,8 @@ import types
 
 import pytest
 
+from autosearch.cost_models.features import labelled_trials
 from autosearch.records import read_log
-from cost_models.features import labelled_trials
 from tests.conftest import small_conv_onnx
 
 

@@ -280,7 +280,7 @@ def test_options_table_matches_the_constructor(name: str) -> None:
 def test_random_search_exhausts_a_tiny_space_exactly(conv_space) -> None:
     """A space small enough to list is enumerated: every config exactly once, then nothing."""
     from autosearch.space import enumerate_space
-    from strategies.random_search import RandomSearch
+    from autosearch.strategies.random_search import RandomSearch
 
     small = _TinySpace(conv_space)
     everything = set(enumerate_space(small))

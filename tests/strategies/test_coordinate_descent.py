@@ -10,7 +10,7 @@ from strategy_helpers import OracleScorer
 
 from autosearch.records import Config, MeasureResult, Status
 from autosearch.space import hamming
-from strategies.coordinate_descent import CoordinateDescent
+from autosearch.strategies.coordinate_descent import CoordinateDescent
 from tests.strategies.replay import ReplayRunner, SyntheticLatency, best_latency, run_strategy
 
 

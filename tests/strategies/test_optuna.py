@@ -15,9 +15,9 @@ from strategy_helpers import EncodingRidgeScorer
 from autosearch.errors import UserError
 from autosearch.records import Config, MeasureResult, Status
 from autosearch.space import config_key
-from strategies import optuna_search
-from strategies.optuna_search import SAMPLERS, OptunaSearch, make_sampler
-from strategies.random_search import RandomSearch
+from autosearch.strategies import optuna_search
+from autosearch.strategies.optuna_search import SAMPLERS, OptunaSearch, make_sampler
+from autosearch.strategies.random_search import RandomSearch
 from tests.strategies.replay import ReplayRunner, SyntheticLatency, best_latency, run_strategy
 
 
@@ -230,7 +230,7 @@ def test_cost_model_picks_a_share_of_each_batch_with_real_results(sampler: str, 
 def test_model_ranks_a_pool_in_proportion_to_its_picks(conv_space, synthetic) -> None:
     """A batch that lets the model pick one config ranks CANDIDATES_PER_PICK candidates, not a full pool:
     every candidate is applied and featurised, which cost more than measuring a small batch."""
-    from strategies.optuna_search import CANDIDATES_PER_PICK
+    from autosearch.strategies.optuna_search import CANDIDATES_PER_PICK
 
     scorer = EncodingRidgeScorer(conv_space)
     sizes: list[int] = []

@@ -9,7 +9,7 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FixedTrial
 
 from autosearch.records import Config
-from strategies.optuna_encodings import CategoricalEncoding, OrdinalEncoding
+from autosearch.strategies.optuna_encodings import CategoricalEncoding, OrdinalEncoding
 
 
 def _decode(encoding, params: dict) -> Config:

@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 
 from autosearch.errors import UserError
 from autosearch.importer import BUILTIN_MODELS, build_model
-from workloads.onnx_flops import count_flops
+from autosearch.workloads.onnx_flops import count_flops
 
 EXPECTED_IO = {
     "tiny-yolov2": (("image", (1, 3, 416, 416)), {"grid": (1, 125, 13, 13)}),
