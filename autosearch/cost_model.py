@@ -14,34 +14,22 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from autosearch import plugins
 from autosearch.errors import UserError, install_hint
 from autosearch.records import Config, MeasureResult
 
 SKLEARN_PREFIX = "sklearn:"  # sklearn:<EstimatorName>, e.g. sklearn:KNeighborsRegressor
 PRETRAINED = "pretrained"
-# The registry: name -> "module:factory"; the factory is called as factory(name, seed=...) -> CostModel.
-# The SKLEARN_PREFIX entry takes every "sklearn:<EstimatorName>".
-COST_MODELS: dict[str, str] = {
-    "xgb": "autosearch.cost_models.xgboost_model:create",
-    "xgb-rank": "autosearch.cost_models.xgboost_model:create",
-    "rf": "autosearch.cost_models.sklearn_model:create",
-    "gbr": "autosearch.cost_models.sklearn_model:create",
-    "mlp": "autosearch.cost_models.learned:create",
-    "tvm-xgb": "autosearch.cost_models.tvm_xgb:create",
-    "tvm-mlp": "autosearch.cost_models.tvm_mlp:create",
-    "seq": "autosearch.cost_models.sequence_model:create",
-    "mlp-rank": "autosearch.cost_models.mlp_rank:create",
-    "blend": "autosearch.cost_models.blend:create",
-    SKLEARN_PREFIX: "autosearch.cost_models.sklearn_model:create",
-    # pre-trained and refit online: "pretrained" is the model autosearch ships; a directory that
-    # train-model wrote is taken by the same factory (``--cost-model DIR``)
-    PRETRAINED: "autosearch.cost_models.pretrained:create",
-}
+# The registry: name -> "module:factory", a view of the plug-in registry's group "autosearch.cost_models"
+# (autosearch.plugins); the factory is called as factory(name, seed=...) -> CostModel. The SKLEARN_PREFIX entry
+# takes every "sklearn:<EstimatorName>"; PRETRAINED, pre-trained and refit online, is the model autosearch ships,
+# and its factory also takes a directory that train-model wrote (``--cost-model DIR``).
+COST_MODELS: Mapping[str, str] = plugins.View(plugins.COST_MODELS)
 # What the package of a registry entry's module exposes to turn one of its models into a task's
 # ConfigScorer: scorer(model, space, task, *, seed, warm_start, **options). A package, not each family
 # module, because featurising a task's configs (and caching it) depends on the model's input, not on the
@@ -49,9 +37,10 @@ COST_MODELS: dict[str, str] = {
 # entry it already resolved, with no second plug-in path to keep in step.
 SCORER_FACTORY = "scorer"
 # "model@features" picks the feature set of a tabular model (xgb, xgb-rank, rf, gbr, sklearn:...) or of the
-# sequence model (seq: the trace's tokens, alone or joined with loop (+ assembly) features)
-FEATURE_SETS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding",
-                "sequence", "sequence+loop", "sequence+loop+asm")
+# sequence model (seq: the trace's tokens, alone or joined with loop (+ assembly) features). The sets are named
+# by the package of a registry entry's module, as its FEATURE_SETS; this module's FEATURE_SETS (read on use,
+# :func:`feature_sets`) are those of the registered models' packages.
+FEATURE_SETS_ATTR = "FEATURE_SETS"
 
 
 @runtime_checkable
@@ -75,15 +64,43 @@ class ConfigScorer(Protocol):
         """Learn from a measured batch (configs as applied, results in the same order)."""
 
 
+def _missing(package: str) -> str:
+    return f"cost model needs the package {package!r}: {install_hint(package)}"
+
+
+def _import(module_path: str):
+    try:
+        return importlib.import_module(module_path)
+    except ImportError as exc:
+        raise UserError(_missing(exc.name or str(exc))) from exc
+
+
 def _resolve(spec: str):
     module_path, _, attr = spec.partition(":")
+    return getattr(_import(module_path), attr)
+
+
+def _package(name: str) -> str:
+    """The package of the registry entry ``name`` (where its ``scorer`` and ``FEATURE_SETS`` are)."""
     try:
-        module = importlib.import_module(module_path)
+        return plugins.package(plugins.COST_MODELS, name)
     except ImportError as exc:
-        missing = exc.name or str(exc)
-        how = install_hint(missing)
-        raise UserError(f"cost model needs the package {missing!r}: {how}") from exc
-    return getattr(module, attr)
+        raise UserError(_missing(exc.name or str(exc))) from exc
+
+
+def feature_sets() -> tuple[str, ...]:
+    """What may follow '@' in a cost-model name: the ``FEATURE_SETS`` of the packages the registered models are
+    in, in order, each once. Those packages are imported, not the models' modules."""
+    found: dict[str, None] = {}
+    for package in dict.fromkeys(_package(name) for name in COST_MODELS):
+        found.update(dict.fromkeys(getattr(_import(package), FEATURE_SETS_ATTR, ())))
+    return tuple(found)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FEATURE_SETS":  # a view of the registry, as COST_MODELS
+        return feature_sets()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def cost_model_names() -> list[str]:
@@ -92,21 +109,21 @@ def cost_model_names() -> list[str]:
 
 
 def _entry(base: str) -> str:
-    """The registry entry ("module:factory") of a model name without its feature set (a directory: a model
-    that train-model wrote)."""
+    """The registry name of a model name without its feature set (a directory: a model that train-model
+    wrote: ``PRETRAINED``)."""
     key = SKLEARN_PREFIX if base.startswith(SKLEARN_PREFIX) else base
     if key not in COST_MODELS and os.path.isdir(base):  # registry names first: a folder named "xgb" is not one
         key = PRETRAINED
     if key not in COST_MODELS:
         raise UserError(f"unknown cost model {base!r}; valid cost models: {', '.join(cost_model_names())}, none")
-    return COST_MODELS[key]
+    return key
 
 
 def split_features(spec: str) -> tuple[str, str | None]:
     """``"xgb@pooled"`` -> ``("xgb", "pooled")``; ``"xgb"`` -> ``("xgb", None)``."""
     name, sep, features = spec.partition("@")
-    if sep and features not in FEATURE_SETS:
-        raise UserError(f"cost model {spec!r}: the feature set after '@' must be one of {', '.join(FEATURE_SETS)}")
+    if sep and features not in (valid := feature_sets()):
+        raise UserError(f"cost model {spec!r}: the feature set after '@' must be one of {', '.join(valid)}")
     return name, features or None
 
 
@@ -117,7 +134,7 @@ def make_cost_model(name: str, *, seed: int = 0) -> CostModel:
     default is ``loop``; and for ``seq``: ``seq@sequence+loop`` (its default: ``sequence``)."""
     base, features = split_features(name)
     kwargs = {"input_kind": features} if features else {}
-    factory = _resolve(_entry(base))
+    factory = plugins.load(plugins.COST_MODELS, _entry(base), missing=_missing)
     if kwargs and "input_kind" not in inspect.signature(factory).parameters:  # mlp: per-store, tvm-xgb: programs
         raise UserError(f"cost model {base!r} has its own input; it takes no '@{features}'")
     return factory(base, seed=seed, **kwargs)
@@ -129,8 +146,5 @@ def make_scorer(name: str, space, task, *, seed: int = 0, warm_start: Sequence[A
     ``SCORER_FACTORY``; ``options`` go to the scorer (for ``autosearch.cost_models``: ``features="tvm"`` for program
     features, ``cache_dir`` for the featurised warm start, see ``autosearch.cost_models.guidance``)."""
     model = make_cost_model(name, seed=seed)
-    module_path = _entry(split_features(name)[0]).partition(":")[0]
-    # the package the factory's module is in (imported by make_cost_model above); a top-level module: itself
-    package = importlib.import_module(module_path).__package__ or module_path
-    factory = _resolve(f"{package}:{SCORER_FACTORY}")
+    factory = _resolve(f"{_package(_entry(split_features(name)[0]))}:{SCORER_FACTORY}")
     return factory(model, space, task, seed=seed, warm_start=warm_start, **options)

@@ -1,20 +1,22 @@
 """ONNX model (built-in YOLO or a user's file) -> Relax -> MetaSchedule tuning tasks.
 
 The built-in models live in the ``autosearch.workloads`` plug-in package; the core finds them by name through
-:data:`BUILTIN_MODELS`, resolved lazily, so importing the core imports no model builder.
+the plug-in registry (:data:`BUILTIN_MODELS`, a view of :mod:`autosearch.plugins`), resolved lazily, so importing
+the core imports no model builder.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import onnx
 
+from autosearch import plugins
 from autosearch.errors import UserError
 from autosearch.lowering import DEFAULT_FAST_MATH, OLD_LOWERING
 from autosearch.task import TuningTask, task_from_module
@@ -59,22 +61,17 @@ class ImportedModel:
         return sum(1 for t in self.tasks if t.lowering.get("algorithm") == "bf16")
 
 
-# name -> "module:function"; the function builds the model's ONNX graph (deterministic random weights
-# from a keyword-only ``seed``), so nothing is downloaded.
-BUILTIN_MODELS: dict[str, str] = {
-    "tiny-yolov2": "autosearch.workloads.tiny_yolov2:build",
-    "yolov3-tiny": "autosearch.workloads.yolov3_tiny:build",
-    "yolov8n": "autosearch.workloads.yolov8n:build",
-    "yolo11n": "autosearch.workloads.yolo11n:build",
-}
+# name -> "module:function", a view of the plug-in registry's group "autosearch.workloads" (autosearch.plugins);
+# the function builds the model's ONNX graph (deterministic random weights from a keyword-only ``seed``), so
+# nothing is downloaded.
+BUILTIN_MODELS: Mapping[str, str] = plugins.View(plugins.WORKLOADS)
 
 
 def build_model(name: str, *, seed: int = 0) -> onnx.ModelProto:
     """The built-in model ``name`` with random weights drawn from ``seed``."""
     if name not in BUILTIN_MODELS:
         raise UserError(f"unknown built-in model {name!r}; built-in models: {', '.join(sorted(BUILTIN_MODELS))}")
-    module_path, _, function = BUILTIN_MODELS[name].partition(":")
-    return getattr(importlib.import_module(module_path), function)(seed=seed)
+    return plugins.load(plugins.WORKLOADS, name)(seed=seed)
 
 
 def load_onnx(model: str, *, seed: int = 0) -> tuple[str, onnx.ModelProto]:

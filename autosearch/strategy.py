@@ -14,16 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from autosearch import plugins
 from autosearch.errors import UserError
 from autosearch.records import Config, MeasureResult
 
-# name -> module path; the module defines STRATEGY (the class) and OPTIONS (the options table).
-STRATEGIES: dict[str, str] = {
-    "random": "autosearch.strategies.random_search",
-    "annealing": "autosearch.strategies.annealing",
-    "optuna": "autosearch.strategies.optuna_search",
-    "coordinate_descent": "autosearch.strategies.coordinate_descent",
-}
+# name -> module path: a view of the plug-in registry's group "autosearch.strategies" (autosearch.plugins), whose
+# entry points name the classes; the class's module defines OPTIONS (the options table), and AUTO_GUIDANCE if any.
+STRATEGIES: Mapping[str, str] = plugins.View(plugins.STRATEGIES, lambda ep: ep.module)
 
 
 @dataclass(frozen=True)
@@ -56,15 +53,18 @@ class Strategy(Protocol):
         it is only never to be asked."""
 
 
-def _load(name: str):
+def strategy_class(name: str) -> type:
+    """The class of a strategy, by name, found through the registry (its module imported now)."""
     if name not in STRATEGIES:
         raise UserError(f"unknown strategy {name!r}; valid strategies: {', '.join(sorted(STRATEGIES))}")
-    module_path = STRATEGIES[name]
-    try:
-        return importlib.import_module(module_path)
-    except ImportError as exc:
-        missing = exc.name or str(exc)
-        raise UserError(f"strategy {name!r} needs the package {missing!r}: pip install {missing}") from exc
+    return plugins.load(plugins.STRATEGIES, name, missing=lambda missing: (
+        f"strategy {name!r} needs the package {missing!r}: pip install {missing}"))
+
+
+def _load(name: str):
+    """The module of a strategy's class: its ``OPTIONS`` and ``AUTO_GUIDANCE``."""
+    strategy_class(name)
+    return importlib.import_module(STRATEGIES[name])
 
 
 def guided_by_default(name: str) -> bool:
@@ -104,5 +104,5 @@ def parse_options(name: str, raw: Mapping[str, Any]) -> dict[str, Any]:
 
 def make_strategy(name: str, space, *, seed: int, cost_model=None, task_id: str = "", **options: Any) -> Strategy:
     """Instantiate a strategy by name for one task's space."""
-    module = _load(name)
-    return module.STRATEGY(space, seed=seed, cost_model=cost_model, task_id=task_id, **parse_options(name, options))
+    cls = strategy_class(name)
+    return cls(space, seed=seed, cost_model=cost_model, task_id=task_id, **parse_options(name, options))

@@ -15,6 +15,16 @@ from typing import Any
 # ``autosearch.cost_models.pretrained``, so that the CLI's parser names them without importing NumPy)
 PRETRAINED_FAMILIES = ("xgb-rank", "blend")
 
+# The feature sets a model of this package can be fed, by name (``autosearch.cost_models.features`` computes them;
+# named here so that the core reads them without importing NumPy or TVM). Fixed-length vectors, which any regressor
+# takes:
+TABULAR_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding")
+# the sequence kinds: tokens of the trace, joined with the vector of this tabular kind (None: tokens alone)
+SEQUENCE_KINDS = {"sequence": None, "sequence+loop": "loop", "sequence+loop+asm": "loop+asm"}
+# what may follow '@' in a model's name (xgb@pooled, seq@sequence+loop): the core's
+# ``autosearch.cost_model.FEATURE_SETS`` reads it here, through the registry
+FEATURE_SETS = (*TABULAR_KINDS, *SEQUENCE_KINDS)
+
 
 def scorer(model, space, task, **options: Any):
     """The ``ConfigScorer`` of one task for a model of this package: a

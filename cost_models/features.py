@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from autosearch.cost_models import SEQUENCE_KINDS, TABULAR_KINDS
 from autosearch.cost_models import asm_features as asm_module
 from autosearch.cost_models import loop_features as loop_module
 from autosearch.cost_models.asm_features import WIDTH as ASM_WIDTH
@@ -68,12 +69,10 @@ N_STORE_FEATURES = 164  # PerStoreFeature() with its defaults (5 buffers per sto
 # cache key anyway): cached per-store features of an older version are then recomputed.
 PER_STORE_VERSION = 1
 POOLED_WIDTH = 3 * N_STORE_FEATURES + 1
-# the sequence kinds: tokens of the trace, joined with the vector of this tabular kind (None: tokens alone)
-SEQUENCE_KINDS = {"sequence": None, "sequence+loop": "loop", "sequence+loop+asm": "loop+asm"}
+# TABULAR_KINDS (fixed-length vectors: any regressor takes them) and SEQUENCE_KINDS (trace tokens, alone or joined
+# with a vector) are named in the package (autosearch.cost_models), with the feature sets a model name may pick
 INPUT_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "per_store", "encoding", "program",
                *SEQUENCE_KINDS)
-# fixed-length vectors: any regressor takes them
-TABULAR_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding")
 _SCHEDULE_SEED = 1_234_567_891  # as autosearch.space: every sampled decision is replayed explicitly
 
 

@@ -354,7 +354,6 @@ class SimulatedAnnealing:
         return picked + self._random(n - len(picked), set(picked))
 
 
-STRATEGY = SimulatedAnnealing
 # --cost-model auto leaves it unguided: its model walk scores up to parallel_size x n_iter configs per ask, each
 # applied and featurised (seconds to minutes per ask); name a model (--cost-model pretrained) to guide it
 AUTO_GUIDANCE = False

@@ -359,7 +359,6 @@ class CoordinateDescent:
         return out
 
 
-STRATEGY = CoordinateDescent
 # --cost-model auto leaves it unguided: a pure search baseline; name a model (--cost-model pretrained) and the
 # model orders each centre's neighbours (one scoring of ~100 configs per move)
 AUTO_GUIDANCE = False

@@ -401,6 +401,5 @@ class OptunaSearch:
         return pick_diverse([candidates[int(i)] for i in order], n)
 
 
-STRATEGY = OptunaSearch
 # --cost-model auto guides it: the model ranks a pool of ``pool_size`` candidates per batch, a second or two
 AUTO_GUIDANCE = True

@@ -87,5 +87,4 @@ class RandomSearch:
         self._asked.update(configs)
 
 
-STRATEGY = RandomSearch
 AUTO_GUIDANCE = False  # random search asks no model: a scorer would only cost time

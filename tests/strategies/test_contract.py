@@ -17,7 +17,7 @@ from strategy_helpers import EncodingRidgeScorer, OracleScorer
 
 from autosearch.errors import UserError
 from autosearch.records import Config, MeasureResult, Status
-from autosearch.strategy import STRATEGIES, Strategy, make_strategy, parse_options, strategy_options
+from autosearch.strategy import STRATEGIES, Strategy, make_strategy, parse_options, strategy_class, strategy_options
 from tests.strategies.replay import ReplayRunner, SyntheticLatency, best_latency, run_strategy
 
 # the model-guided walk is kept small so the suite stays fast; its defaults are tested elsewhere
@@ -265,7 +265,7 @@ def test_options_table_matches_the_constructor(name: str) -> None:
     import importlib
 
     module = importlib.import_module(STRATEGIES[name])
-    params = inspect.signature(module.STRATEGY).parameters
+    params = inspect.signature(strategy_class(name)).parameters
     keyword = {
         k: p.default
         for k, p in params.items()

@@ -1,0 +1,102 @@
+"""Plug-ins by name: one registry, read from the entry points of the installed distributions.
+
+Strategies, cost models and workloads are found by name in three entry-point groups, :data:`STRATEGIES`
+(``autosearch.strategies``: name -> the strategy's class), :data:`COST_MODELS` (``autosearch.cost_models``:
+name -> the factory ``create``) and :data:`WORKLOADS` (``autosearch.workloads``: name -> the builder ``build``).
+autosearch declares its own built-ins there (``[project.entry-points."autosearch.strategies"]`` ... in
+``pyproject.toml``); another distribution adds a plug-in by declaring an entry point in one of these groups in its
+own metadata, and the core finds it without being edited. Runners are not plug-ins (the CLI chooses between the
+two that exist), so they have no group.
+
+The names are read from the installed metadata at every look-up (a few milliseconds), so a plug-in installed
+while a process runs is found; a plug-in's module is imported only when its name is used, so one plug-in's
+dependencies (Optuna, PyTorch) are never imported for another. The name registries of the core
+(:data:`autosearch.strategy.STRATEGIES`, :data:`autosearch.cost_model.COST_MODELS`,
+:data:`autosearch.importer.BUILTIN_MODELS`) are views of these groups (:class:`View`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterator, Mapping
+from importlib import metadata
+from typing import Any
+
+from autosearch.errors import UserError
+
+STRATEGIES = "autosearch.strategies"
+COST_MODELS = "autosearch.cost_models"
+WORKLOADS = "autosearch.workloads"
+GROUPS = (STRATEGIES, COST_MODELS, WORKLOADS)
+
+
+def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
+    """The plug-ins of ``group`` by name, in the order the installed metadata lists them: the source every
+    look-up reads. A name two distributions declare is the first one's (as imports take the first on the path)."""
+    found: dict[str, metadata.EntryPoint] = {}
+    for ep in metadata.entry_points(group=group):
+        found.setdefault(ep.name, ep)
+    if not found and group in GROUPS:  # autosearch declares built-ins in each: its metadata is not the installed one
+        raise UserError(f"no plug-ins in the entry-point group {group!r}, not even autosearch's own: Python reads "
+                        "stale autosearch metadata (an autosearch.egg-info in the working directory? delete it) "
+                        "or autosearch is not installed (pip install -e .)")
+    return found
+
+
+def names(group: str) -> list[str]:
+    """The names of the plug-ins of ``group``, sorted."""
+    return sorted(entry_points(group))
+
+
+def entry_point(group: str, name: str) -> metadata.EntryPoint:
+    """The entry point of the plug-in ``name`` of ``group``; ``KeyError`` when there is none (the callers
+    word the one-line error, with the valid names)."""
+    return entry_points(group)[name]
+
+
+def load(group: str, name: str, *, missing: Callable[[str], str] | None = None) -> Any:
+    """The object the plug-in's entry point names, its module imported now. A package the module needs that is
+    not installed: ``UserError(missing(package))``, one line (``missing`` None: the ``ImportError`` itself)."""
+    ep = entry_point(group, name)
+    try:
+        return ep.load()
+    except ImportError as exc:
+        if missing is None:
+            raise
+        raise UserError(missing(exc.name or str(exc))) from exc
+
+
+def package(group: str, name: str) -> str:
+    """The package the plug-in's module is in (the module itself when it is a package or a top-level module),
+    found without importing the module."""
+    module = entry_point(group, name).module
+    spec = importlib.util.find_spec(module)
+    return (spec.parent if spec is not None else "") or module
+
+
+class View(Mapping[str, str]):
+    """A read-only ``dict`` of one group, name -> ``value(entry point)`` (by default its ``"module:attr"``),
+    read live from the registry: every plug-in installed is in it, and nothing else."""
+
+    def __init__(self, group: str, value: Callable[[metadata.EntryPoint], str] | None = None) -> None:
+        self.group = group
+        self._value = value or (lambda ep: ep.value)
+
+    def __getitem__(self, name: str) -> str:
+        return self._value(entry_point(self.group, name))
+
+    def __contains__(self, name: object) -> bool:
+        return name in entry_points(self.group)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(entry_points(self.group)))
+
+    def __len__(self) -> int:
+        return len(entry_points(self.group))
+
+    def __repr__(self) -> str:
+        return f"View({self.group!r}, {dict(self)!r})"
+
+
+__all__ = ["COST_MODELS", "GROUPS", "STRATEGIES", "WORKLOADS", "View", "entry_point", "entry_points", "load",
+           "names", "package"]

@@ -1,0 +1,185 @@
+"""The plug-in registry (:mod:`autosearch.plugins`): every built-in of each entry-point group is listed, an unknown
+name is the same one-line error as before the registry, and a plug-in another distribution declares is found
+without editing the core. Pure Python: no model is trained, no kernel built."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from importlib import metadata
+
+import pytest
+
+from autosearch import plugins
+from autosearch.errors import UserError
+
+BUILTINS = {
+    plugins.STRATEGIES: {"random", "annealing", "optuna", "coordinate_descent"},
+    plugins.COST_MODELS: {"xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "tvm-mlp", "seq", "mlp-rank", "blend",
+                          "sklearn:", "pretrained"},
+    plugins.WORKLOADS: {"tiny-yolov2", "yolov3-tiny", "yolov8n", "yolo11n"},
+}
+
+
+def _declare(monkeypatch, *extra: metadata.EntryPoint) -> None:
+    """As if another installed distribution declared ``extra`` in its metadata."""
+    installed = metadata.entry_points
+
+    def entry_points(**params):
+        if not params:
+            return installed()
+        return metadata.EntryPoints([*installed(**params), *(ep for ep in extra if ep.matches(**params))])
+
+    monkeypatch.setattr(metadata, "entry_points", entry_points)
+
+
+def _one_line_error(call, *args, **kwargs) -> str:
+    with pytest.raises(UserError) as err:
+        call(*args, **kwargs)
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------- built-ins
+@pytest.mark.parametrize("group", plugins.GROUPS)
+def test_the_registry_lists_every_built_in(group: str) -> None:
+    assert BUILTINS[group] <= set(plugins.names(group))
+    for name in BUILTINS[group]:
+        ep = plugins.entry_point(group, name)
+        # in the package the group is named after, and the module defines what the entry point names (read from
+        # its source: importing every built-in would import Optuna, XGBoost, PyTorch)
+        assert ep.module.startswith(f"{group}."), ep
+        spec = importlib.util.find_spec(ep.module)
+        with open(spec.origin, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+        assert ep.attr in {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)}, ep
+
+
+def test_the_core_registries_are_views_of_the_registry() -> None:
+    import autosearch.strategies
+    from autosearch.cost_model import COST_MODELS, FEATURE_SETS
+    from autosearch.importer import BUILTIN_MODELS
+    from autosearch.strategy import STRATEGIES
+
+    assert set(STRATEGIES) == set(plugins.names(plugins.STRATEGIES))
+    assert set(COST_MODELS) == set(plugins.names(plugins.COST_MODELS))
+    assert set(BUILTIN_MODELS) == set(plugins.names(plugins.WORKLOADS))
+    # the values the callers read, as before the registry: the module of a strategy, "module:function" otherwise
+    assert STRATEGIES["optuna"] == "autosearch.strategies.optuna_search"
+    assert COST_MODELS["sklearn:"] == "autosearch.cost_models.sklearn_model:create"
+    assert BUILTIN_MODELS["yolov8n"] == "autosearch.workloads.yolov8n:build"
+    assert FEATURE_SETS == ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding",
+                            "sequence", "sequence+loop", "sequence+loop+asm")
+    assert autosearch.strategies.__all__ == ["CoordinateDescent", "OptunaSearch", "RandomSearch", "SimulatedAnnealing"]
+
+
+# ---------------------------------------------------------------------------------------------- unknown names
+def test_an_unknown_name_is_the_same_one_line_error() -> None:
+    from autosearch.cost_model import make_cost_model
+    from autosearch.importer import build_model, load_onnx
+    from autosearch.strategy import make_strategy, strategy_options
+
+    strategies = "unknown strategy 'hillclimb'; valid strategies: annealing, coordinate_descent, optuna, random"
+    assert _one_line_error(make_strategy, "hillclimb", None, seed=0) == strategies
+    assert _one_line_error(strategy_options, "hillclimb") == strategies
+    assert _one_line_error(make_cost_model, "magic") == (
+        "unknown cost model 'magic'; valid cost models: blend, gbr, mlp, mlp-rank, pretrained, rf, seq, tvm-mlp, "
+        "tvm-xgb, xgb, xgb-rank, sklearn:<Regressor>, <model>@<features>, <directory>, none")
+    assert _one_line_error(make_cost_model, "xgb@tokens") == (
+        "cost model 'xgb@tokens': the feature set after '@' must be one of loop, pooled, pooled+loop, asm, loop+asm, "
+        "encoding, sequence, sequence+loop, sequence+loop+asm")
+    assert _one_line_error(build_model, "yolov99") == (
+        "unknown built-in model 'yolov99'; built-in models: tiny-yolov2, yolo11n, yolov3-tiny, yolov8n")
+    assert _one_line_error(load_onnx, "yolov99") == (
+        "unknown model 'yolov99'; built-in models: tiny-yolov2, yolo11n, yolov3-tiny, yolov8n, or a path to an .onnx "
+        "file")
+
+
+def test_stale_metadata_is_a_one_line_error(monkeypatch) -> None:
+    """An old autosearch.egg-info in the working directory shadows the installed metadata: no built-ins at all."""
+    from autosearch.strategy import make_strategy
+
+    monkeypatch.setattr(metadata, "entry_points", lambda **params: metadata.EntryPoints([]))
+    assert "no plug-ins in the entry-point group 'autosearch.strategies'" in _one_line_error(
+        make_strategy, "random", None, seed=0)
+
+
+# ---------------------------------------------------------------------------------------------- a new plug-in
+TOY_MODULE = "autosearch_toy_plugin"
+TOY_SOURCE = '''
+from autosearch.strategy import Option
+
+OPTIONS = {"step": Option("how far a move goes", 1, int)}
+AUTO_GUIDANCE = True
+
+
+class Toy:
+    def __init__(self, space, *, seed, cost_model=None, task_id="", step=1):
+        self.space, self.seed, self.step = space, seed, step
+
+    def ask(self, n):
+        return []
+
+    def tell(self, configs, results):
+        pass
+
+    def resume(self, configs, results):
+        pass
+
+
+class ToyModel:
+    def __init__(self, name, seed):
+        self.name, self.seed = name, seed
+
+
+def create(name, *, seed=0):
+    return ToyModel(name, seed)
+
+
+def build(*, seed=0):
+    return ("toy graph", seed)
+'''
+
+
+@pytest.fixture
+def toy_plugin(tmp_path, monkeypatch):
+    """A module on the path and its entry points in all three groups, as a plug-in distribution installs them."""
+    (tmp_path / f"{TOY_MODULE}.py").write_text(TOY_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _declare(monkeypatch,
+             metadata.EntryPoint("toy", f"{TOY_MODULE}:Toy", plugins.STRATEGIES),
+             metadata.EntryPoint("toy", f"{TOY_MODULE}:create", plugins.COST_MODELS),
+             metadata.EntryPoint("toy-net", f"{TOY_MODULE}:build", plugins.WORKLOADS))
+    yield
+    sys.modules.pop(TOY_MODULE, None)
+
+
+def test_a_plug_in_added_at_run_time_is_found_without_editing_the_core(toy_plugin) -> None:
+    from autosearch.cost_model import COST_MODELS, cost_model_names, make_cost_model
+    from autosearch.importer import BUILTIN_MODELS, build_model, load_onnx
+    from autosearch.strategy import STRATEGIES, guided_by_default, make_strategy, strategy_options
+
+    assert STRATEGIES["toy"] == TOY_MODULE and "toy" in plugins.names(plugins.STRATEGIES)
+    assert list(strategy_options("toy")) == ["step"] and guided_by_default("toy")
+    strategy = make_strategy("toy", "a space", seed=3, step="2")  # options parsed by the plug-in's own table
+    assert (type(strategy).__name__, strategy.space, strategy.seed, strategy.step) == ("Toy", "a space", 3, 2)
+    assert "optuna, random, toy" in _one_line_error(make_strategy, "hillclimb", None, seed=0)
+
+    assert COST_MODELS["toy"] == f"{TOY_MODULE}:create" and "toy" in cost_model_names()
+    model = make_cost_model("toy", seed=4)
+    assert (type(model).__name__, model.name, model.seed) == ("ToyModel", "toy", 4)
+    assert _one_line_error(make_cost_model, "toy@loop") == "cost model 'toy' has its own input; it takes no '@loop'"
+
+    assert BUILTIN_MODELS["toy-net"] == f"{TOY_MODULE}:build"
+    assert build_model("toy-net", seed=5) == ("toy graph", 5)
+    assert load_onnx("toy-net", seed=6) == ("toy-net", ("toy graph", 6))
+
+
+def test_a_plug_in_gone_is_gone(toy_plugin, monkeypatch) -> None:
+    """The views read the registry at every look-up: nothing is cached past the plug-in's uninstall."""
+    from autosearch.strategy import STRATEGIES
+
+    assert "toy" in STRATEGIES
+    monkeypatch.undo()
+    assert "toy" not in STRATEGIES and set(STRATEGIES) == BUILTINS[plugins.STRATEGIES]
