@@ -6,7 +6,7 @@ the same measurement settings (number/repeat/min_repeat_ms, cache flush, threads
 default builder and once with a builder that skips the tensor-intrinsic import. All in one script,
 one after the other (never two measurements at once).
 
-    python experiments/bench_pipeline.py [--task 1x64x52x52->1x128x52x52/direct] [--trials 32] [--skip-default-builder]
+    python -m experiments.bench_pipeline [--task 1x64x52x52->1x128x52x52/direct] [--trials 32] [--skip-default-builder]
 
 Writes experiments/results/bench_pipeline.json and .md.
 """
@@ -20,18 +20,16 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.importer import import_model  # noqa: E402
-from autosearch.measure.base import EvaluatorConfig  # noqa: E402
-from autosearch.measure.local import LocalRunner  # noqa: E402
-from autosearch.records import TuningLog  # noqa: E402
-from autosearch.target import parse_target  # noqa: E402
-from autosearch.tuner import Tuner  # noqa: E402
-from experiments.lib.io import results_path, write_json, write_text  # noqa: E402
-from experiments.lib.metaschedule import tune_tir  # noqa: E402
-from experiments.lib.tables import markdown_table  # noqa: E402
-from experiments.lib.tasks import TaskSpec, pick_task  # noqa: E402
+from autosearch.importer import import_model
+from autosearch.measure.base import EvaluatorConfig
+from autosearch.measure.local import LocalRunner
+from autosearch.records import TuningLog
+from autosearch.target import parse_target
+from autosearch.tuner import Tuner
+from experiments.lib.io import results_path, write_json, write_text
+from experiments.lib.metaschedule import tune_tir
+from experiments.lib.tables import markdown_table
+from experiments.lib.tasks import TaskSpec, pick_task
 
 
 def bench_autosearch(task, target, trials: int, batch: int, evaluator: EvaluatorConfig, strategy: str) -> dict:

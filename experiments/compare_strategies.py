@@ -6,7 +6,7 @@ measurement settings, several seeds, all in one script, one run at a time. The b
 after B trials (for every budget B) is re-timed in a fresh measuring process, so no tool is credited
 with a lucky in-run timing.
 
-    python experiments/compare_strategies.py --tasks tiny-yolov2:1x64x52x52->1x128x52x52/winograd,... \
+    python -m experiments.compare_strategies --tasks tiny-yolov2:1x64x52x52->1x128x52x52/winograd,... \
         --budgets 64,128 --seeds 3 [--methods random,annealing,optuna,metaschedule]
 
 Writes experiments/results/compare_strategies.{json,md,png}.
@@ -20,21 +20,19 @@ import statistics
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.importer import import_model  # noqa: E402
-from autosearch.measure.base import EvaluatorConfig  # noqa: E402
-from autosearch.records import read_log  # noqa: E402
-from autosearch.strategy import parse_options  # noqa: E402
-from autosearch.target import parse_target  # noqa: E402
-from experiments.lib.io import results_path, write_json, write_text  # noqa: E402
-from experiments.lib.loo import without_task  # noqa: E402
-from experiments.lib.metaschedule import tune_tir  # noqa: E402
-from experiments.lib.retime import retime_secs  # noqa: E402
-from experiments.lib.stats import NEVER, median_trials, trials_to_reach  # noqa: E402
-from experiments.lib.tables import fmt, markdown_table  # noqa: E402
-from experiments.lib.tasks import TaskSpec, pick_task  # noqa: E402
-from experiments.lib.tuning import best_so_far, best_within, run_autosearch  # noqa: E402
+from autosearch.importer import import_model
+from autosearch.measure.base import EvaluatorConfig
+from autosearch.records import read_log
+from autosearch.strategy import parse_options
+from autosearch.target import parse_target
+from experiments.lib.io import results_path, write_json, write_text
+from experiments.lib.loo import without_task
+from experiments.lib.metaschedule import tune_tir
+from experiments.lib.retime import retime_secs
+from experiments.lib.stats import NEVER, median_trials, trials_to_reach
+from experiments.lib.tables import fmt, markdown_table
+from experiments.lib.tasks import TaskSpec, pick_task
+from experiments.lib.tuning import best_so_far, best_within, run_autosearch
 
 # a direct conv, a winograd conv (both 0.40 GFLOP as direct convolutions) and YOLOv8n's most frequent layer
 DEFAULT_TASKS = ("tiny-yolov2:1x32x104x104->1x64x104x104/direct", "tiny-yolov2:1x64x52x52->1x128x52x52/winograd",

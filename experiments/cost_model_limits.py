@@ -8,7 +8,7 @@
 4. Data: leave-one-task-out over the tasks of the ``--log`` logs, training on their other tasks and,
    with ``--extra-log``, on every record of those logs too (records of the held-out task excluded).
 
-    python experiments/cost_model_limits.py --log experiments/results/dataset-yolo.jsonl \\
+    python -m experiments.cost_model_limits --log experiments/results/dataset-yolo.jsonl \\
         --log experiments/results/dataset-yolo-2.jsonl [--model xgb-rank@loop+asm]
 """
 
@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.cost_model import make_cost_model  # noqa: E402
-from autosearch.cost_models.evaluate import pairwise_accuracy, task_metrics  # noqa: E402
-from autosearch.cost_models.features import build_dataset, read_logs  # noqa: E402
-from experiments.lib.loo import task_splits  # noqa: E402
-from experiments.lib.stats import close_share, pairs_by_ratio, pairwise_accuracy_apart  # noqa: E402
+from autosearch.cost_model import make_cost_model
+from autosearch.cost_models.evaluate import pairwise_accuracy, task_metrics
+from autosearch.cost_models.features import build_dataset, read_logs
+from experiments.lib.loo import task_splits
+from experiments.lib.stats import close_share, pairs_by_ratio, pairwise_accuracy_apart
 
 log = logging.getLogger("cost_model_limits")
 

@@ -18,7 +18,7 @@ tree model on held-out pairwise accuracy and top-1, and held-out top-1 >= 0.92 (
 >= 0.90. Means of 36 tasks differ by luck too, so the verdict adds the paired difference per task (learned minus
 tree, with its standard error): a lead smaller than two of those is a tie.
 
-    python experiments/cost_model_study.py --log experiments/results/dataset-study.jsonl \\
+    python -m experiments.cost_model_study --log experiments/results/dataset-study.jsonl \\
         --ceiling experiments/results/measurement_noise-study.json --out experiments/results/cost_model_study
 
 ``--report-only`` fits nothing: it tabulates the finished pairs and lists the unfinished ones (safe beside a run
@@ -39,12 +39,10 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.cost_models.evaluate import DEFAULT_MODELS, METRICS, SPLITS, ModelResult  # noqa: E402
-from autosearch.errors import UserError  # noqa: E402
-from experiments.lib.io import read_json, write_json, write_text  # noqa: E402
-from experiments.lib.tables import fmt, markdown_table  # noqa: E402
+from autosearch.cost_models.evaluate import DEFAULT_MODELS, METRICS, SPLITS, ModelResult
+from autosearch.errors import UserError
+from experiments.lib.io import read_json, write_json, write_text
+from experiments.lib.tables import fmt, markdown_table
 
 log = logging.getLogger("cost_model_study")
 

@@ -4,7 +4,7 @@ Runs the product's own commands, one model after the other:
 ``run --strategy optuna`` over all tasks -> ``export`` -> ``report`` (TVM untuned vs tuned vs ONNX
 Runtime, same threads, each timed in its own process). Tables go to experiments/results/.
 
-    python experiments/end_to_end.py --models tiny-yolov2:1200,yolov8n:2400:NHWC [--strategy optuna]
+    python -m experiments.end_to_end --models tiny-yolov2:1200,yolov8n:2400:NHWC [--strategy optuna]
 
 ``MODEL:TRIALS[:LAYOUT]``: the conv2d layout of the lowering (``run --layout``, default NCHW); a non-default
 layout's files are named ``e2e-MODEL-LAYOUT*``, so both layouts' results can sit side by side.
@@ -18,10 +18,8 @@ import shutil
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from experiments.lib.cli import autosearch  # noqa: E402
-from experiments.lib.io import read_json, results_path, write_json  # noqa: E402
+from experiments.lib.cli import autosearch
+from experiments.lib.io import read_json, results_path, write_json
 
 
 def cli(*args: str):

@@ -19,7 +19,7 @@ that mean still holds. The projection is checked against the measured R <= N in 
 rounds a ceiling (``--goal``) needs and the hours a dataset of the log's size would take to re-time that often,
 at the time per kernel and round measured here.
 
-    python experiments/label_rounds.py --log experiments/results/dataset-study.jsonl --tasks 12 --per-task 40 \\
+    python -m experiments.label_rounds --log experiments/results/dataset-study.jsonl --tasks 12 --per-task 40 \\
         --max-rounds 3 --out experiments/results/label_rounds
 
 Resumable: the timings go to OUT.jsonl as they are made (retime records); run the same command again and it times
@@ -40,16 +40,14 @@ import zlib
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.cost_models.evaluate import pairwise_accuracy, spearman, top_k_score  # noqa: E402
-from autosearch.cost_models.features import labelled_trials  # noqa: E402
-from autosearch.errors import UserError  # noqa: E402
-from autosearch.finalists import rotated  # noqa: E402
-from autosearch.records import Config, Record, TuningLog, read_log  # noqa: E402
-from experiments.lib.io import write_json, write_text  # noqa: E402
-from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime  # noqa: E402
-from experiments.lib.machine import describe, fingerprint, identity  # noqa: E402
+from autosearch.cost_models.evaluate import pairwise_accuracy, spearman, top_k_score
+from autosearch.cost_models.features import labelled_trials
+from autosearch.errors import UserError
+from autosearch.finalists import rotated
+from autosearch.records import Config, Record, TuningLog, read_log
+from experiments.lib.io import write_json, write_text
+from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime
+from experiments.lib.machine import describe, fingerprint, identity
 
 log = logging.getLogger("label_rounds")
 METRICS = ("pairwise", "pairwise_apart10", "spearman", "top1")

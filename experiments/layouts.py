@@ -4,7 +4,7 @@ Each layer is taken from the model lowered both ways (``--winograd off``: direct
 tuned with the same strategy, budget and seed, one run at a time, and the best config of each run is
 re-timed in a fresh measuring process. Layers are named by their NCHW shapes (``1x16x320x320->1x32x160x160``).
 
-    python experiments/layouts.py --model yolov8n --budget 64 [--layers LAYER,...]
+    python -m experiments.layouts --model yolov8n --budget 64 [--layers LAYER,...]
 
 Writes experiments/results/layouts-MODEL.{json,md,png}.
 """
@@ -12,19 +12,16 @@ Writes experiments/results/layouts-MODEL.{json,md,png}.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.importer import import_model  # noqa: E402
-from autosearch.measure.base import EvaluatorConfig  # noqa: E402
-from autosearch.target import parse_target  # noqa: E402
-from experiments.lib.io import results_path, write_json, write_text  # noqa: E402
-from experiments.lib.retime import retime_secs  # noqa: E402
-from experiments.lib.tables import markdown_table  # noqa: E402
-from experiments.lib.tasks import pick_task  # noqa: E402
-from experiments.lib.tuning import best_within, run_autosearch  # noqa: E402
+from autosearch.importer import import_model
+from autosearch.measure.base import EvaluatorConfig
+from autosearch.target import parse_target
+from experiments.lib.io import results_path, write_json, write_text
+from experiments.lib.retime import retime_secs
+from experiments.lib.tables import markdown_table
+from experiments.lib.tasks import pick_task
+from experiments.lib.tuning import best_within, run_autosearch
 
 # YOLOv8n: the stem, the stride-2 downsamplers, a 1x1 at 160x160, the 3x3 layers that repeat most
 DEFAULT_LAYERS = ("1x3x640x640->1x16x320x320", "1x16x320x320->1x32x160x160", "1x32x160x160->1x64x80x80",

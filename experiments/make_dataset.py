@@ -19,13 +19,13 @@ with ``--resume`` after an interruption or a ``--max-minutes`` stop). ``spread:N
 evenly over the model's FLOPs range; a layer two networks share is one task, so the 8 + 8 + 10 + 12 picks below are
 36 tasks, not 38 (tiny-YOLOv2 and YOLOv3-tiny share two):
 
-    python experiments/make_dataset.py --model tiny-yolov2 --tasks spread:8 --model yolov3-tiny --tasks spread:8 \\
+    python -m experiments.make_dataset --model tiny-yolov2 --tasks spread:8 --model yolov3-tiny --tasks spread:8 \\
         --model yolov8n --tasks spread:10 --model yolo11n --tasks spread:12 --per-task 300 --retime-rounds 2 \\
         --out experiments/results/dataset-study.jsonl --resume --max-minutes 1440
 
 Example (the committed test dataset, ~4-5 minutes on 2 cores):
 
-    python experiments/make_dataset.py --model tiny-yolov2 --tasks 8,6,5,4 --per-task 40 \\
+    python -m experiments.make_dataset --model tiny-yolov2 --tasks 8,6,5,4 --per-task 40 \\
         --out tests/data/small_dataset.jsonl --seed 0
 
 ``--tasks 4`` (a count) takes the 4 cheapest conv2d tasks; ``spread:4`` 4 conv2d tasks spread evenly from
@@ -38,7 +38,7 @@ task goes on from its logged configs (none is measured twice), and the re-timing
 logged. ``--model`` and ``--tasks`` repeat, pairwise, for a dataset of several models (the compare-models
 dataset of the README, ~45 minutes on 2 cores):
 
-    python experiments/make_dataset.py --model tiny-yolov2 --tasks 5,6,7,8,12,14 \\
+    python -m experiments.make_dataset --model tiny-yolov2 --tasks 5,6,7,8,12,14 \\
         --model yolov8n --tasks 1,6,8,12,16,37,40 --per-task 180 \\
         --out experiments/results/dataset-yolo.jsonl --max-minutes 80
 
@@ -46,14 +46,14 @@ The training set of the shipped pre-trained cost model (13 YOLOv8n NHWC conv tas
 tasks, direct and Winograd, 64 configs each; gzipped and committed; then ``train-model --log
 experiments/results/dataset-pretrain.jsonl.gz --out cost_models/pretrained_model``):
 
-    python experiments/make_dataset.py --model yolov8n:NHWC --tasks 0,1,2,4,5,7,10,12,17,19,27,29,31 \\
+    python -m experiments.make_dataset --model yolov8n:NHWC --tasks 0,1,2,4,5,7,10,12,17,19,27,29,31 \\
         --model tiny-yolov2 --tasks 14,13,12,11,10,9,8,7,6,5,4,3,2,1,0 --per-task 64 --seed 3 \\
         --out experiments/results/dataset-pretrain.jsonl --resume --max-minutes 45
 
 and the second part of the compare-models dataset (three more Winograd kernels, two more direct ones; 11
 minutes), read together with the first (``compare-models --log dataset-yolo.jsonl --log dataset-yolo-2.jsonl``):
 
-    python experiments/make_dataset.py --model yolov8n --tasks 5,24,27,43,45 --per-task 180 \\
+    python -m experiments.make_dataset --model yolov8n --tasks 5,24,27,43,45 --per-task 180 \\
         --out experiments/results/dataset-yolo-2.jsonl --seed 1 --max-minutes 35
 """
 
@@ -68,12 +68,10 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.records import Config, Record, TuningLog, read_log  # noqa: E402
-from autosearch.space import DecisionSpace  # noqa: E402
-from experiments.lib.labels import LABEL_EVALUATOR, LABEL_ROUNDS, relabel, settings_json  # noqa: E402
-from experiments.lib.tasks import select_tasks  # noqa: E402
+from autosearch.records import Config, Record, TuningLog, read_log
+from autosearch.space import DecisionSpace
+from experiments.lib.labels import LABEL_EVALUATOR, LABEL_ROUNDS, relabel, settings_json
+from experiments.lib.tasks import select_tasks
 
 log = logging.getLogger("make_dataset")
 

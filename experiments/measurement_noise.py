@@ -14,9 +14,9 @@ its re-timing rounds. The second measurement is made the same way: ``--rounds`` 
 runner's default), its median over rounds compared with the label. For a re-timed dataset that is the
 agreement of two independent labels of the same kind: the ceiling of the new labels.
 
-    python experiments/measurement_noise.py --log experiments/results/dataset-yolo.jsonl --per-task 40 \\
+    python -m experiments.measurement_noise --log experiments/results/dataset-yolo.jsonl --per-task 40 \\
         --out experiments/results/measurement_noise
-    python experiments/measurement_noise.py --log experiments/results/dataset-study.jsonl --per-task 40 \\
+    python -m experiments.measurement_noise --log experiments/results/dataset-study.jsonl --per-task 40 \\
         --out experiments/results/measurement_noise-study
 """
 
@@ -33,13 +33,11 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.cost_models.evaluate import pairwise_accuracy, spearman, top_k_score  # noqa: E402
-from autosearch.cost_models.features import labelled_trials  # noqa: E402
-from autosearch.measure.base import EvaluatorConfig  # noqa: E402
-from autosearch.records import Config, MeasureResult, Record, TuningLog, read_log  # noqa: E402
-from experiments.lib.labels import logged_settings, retime  # noqa: E402
+from autosearch.cost_models.evaluate import pairwise_accuracy, spearman, top_k_score
+from autosearch.cost_models.features import labelled_trials
+from autosearch.measure.base import EvaluatorConfig
+from autosearch.records import Config, MeasureResult, Record, TuningLog, read_log
+from experiments.lib.labels import logged_settings, retime
 
 log = logging.getLogger("measurement_noise")
 

@@ -22,9 +22,9 @@ measured; predicted against measured memory and latency.
 Resumable: each finished variant (or budget) is kept in ``RESULTS/memory-MODEL/state.json``; a rerun measures
 only what is missing. Writes ``RESULTS/memory-MODEL.{md,json,png}`` (``memory-front-MODEL.*`` with ``--front``).
 
-    python experiments/memory.py --model tiny-yolov2 --log experiments/results/e2e-tiny-yolov2.jsonl
-    python experiments/memory.py --model yolov8n --log experiments/results/e2e-yolov8n.jsonl --no-per-layer
-    python experiments/memory.py --model tiny-yolov2 --log experiments/results/e2e-tiny-yolov2.jsonl --front
+    python -m experiments.memory --model tiny-yolov2 --log experiments/results/e2e-tiny-yolov2.jsonl
+    python -m experiments.memory --model yolov8n --log experiments/results/e2e-yolov8n.jsonl --no-per-layer
+    python -m experiments.memory --model tiny-yolov2 --log experiments/results/e2e-tiny-yolov2.jsonl --front
 """
 
 from __future__ import annotations
@@ -38,13 +38,11 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 
+from experiments.lib.io import RESULTS
+from experiments.lib.machine import cpu_model as cpu_name
+from experiments.time_to_quality import State
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from experiments.lib.io import RESULTS  # noqa: E402
-from experiments.lib.machine import cpu_model as cpu_name  # noqa: E402
-from experiments.time_to_quality import State  # noqa: E402
-
 PEERS = {"ort": ("ONNX Runtime", "ort"), "ort-no-arena": ("ONNX Runtime, arena off", "ort-no-arena"),
          "openvino": ("OpenVINO fp32", "ov")}  # variant -> (label, autosearch.bench kind)
 MIB = 2**20

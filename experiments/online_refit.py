@@ -16,7 +16,7 @@ Every model is fitted with the product's classes (``PretrainedModel``, ``Ranking
 is this script's (the product does not fine-tune: this measures whether it should). Each network's fold is stored
 when it ends; a killed run continues at the next fold.
 
-    python experiments/online_refit.py --log experiments/results/dataset-study.jsonl.gz \\
+    python -m experiments.online_refit --log experiments/results/dataset-study.jsonl.gz \\
         --out experiments/results/online_refit
 """
 
@@ -32,10 +32,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from experiments.lib.io import read_json, write_json, write_text  # noqa: E402
-from experiments.lib.tables import fmt, markdown_table  # noqa: E402
+from experiments.lib.io import read_json, write_json, write_text
+from experiments.lib.tables import fmt, markdown_table
 
 log = logging.getLogger("online_refit")
 VARIANTS = ("xgb-rank pre-trained", "xgb-rank online", "mlp-rank pre-trained", "mlp-rank fine-tuned",

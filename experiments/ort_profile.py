@@ -4,7 +4,7 @@ The peer baseline's per-layer times, to put next to the per-task table of ``repo
 autosearch's schedules still lose on, and where ORT runs extra passes: SiLU as separate QuickGelu
 nodes, NCHWc reorders).
 
-    python experiments/ort_profile.py --model yolov8n [--threads 2] [--runs 25]
+    python -m experiments.ort_profile --model yolov8n [--threads 2] [--runs 25]
 
 Writes experiments/results/ort_profile-MODEL.md. The profiler adds overhead: compare layers, not totals.
 """
@@ -20,11 +20,9 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.importer import load_onnx, resolve_input_shapes  # noqa: E402
-from experiments.lib.io import results_path, write_text  # noqa: E402
-from experiments.lib.tables import markdown_table  # noqa: E402
+from autosearch.importer import load_onnx, resolve_input_shapes
+from experiments.lib.io import results_path, write_text
+from experiments.lib.tables import markdown_table
 
 
 def conv_layers(proto) -> dict[str, str]:

@@ -5,7 +5,7 @@ processes), then by the embedded Ray pool with 1 and with 2 build workers, one r
 (never two measurements at once). Start-up (workers / Ray, reference and baseline) is reported apart
 from the measuring loop, and the per-config latencies are compared with LocalRunner's.
 
-    python experiments/ray_overhead.py [--trials 32] [--batch 16] [--task N]
+    python -m experiments.ray_overhead [--trials 32] [--batch 16] [--task N]
 
 Writes experiments/results/ray_overhead.json and prints a table.
 """
@@ -13,23 +13,20 @@ Writes experiments/results/ray_overhead.json and prints a table.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.importer import import_model  # noqa: E402
-from autosearch.measure.base import EvaluatorConfig  # noqa: E402
-from autosearch.measure.local import LocalRunner  # noqa: E402
-from autosearch.space import DecisionSpace  # noqa: E402
-from autosearch.target import parse_target  # noqa: E402
-from experiments.lib.io import results_path, write_json  # noqa: E402
-from experiments.lib.tables import markdown_table  # noqa: E402
-from experiments.lib.tasks import pick_task  # noqa: E402
+from autosearch.importer import import_model
+from autosearch.measure.base import EvaluatorConfig
+from autosearch.measure.local import LocalRunner
+from autosearch.space import DecisionSpace
+from autosearch.target import parse_target
+from experiments.lib.io import results_path, write_json
+from experiments.lib.tables import markdown_table
+from experiments.lib.tasks import pick_task
 
 
 def sample_mods(space: DecisionSpace, n: int, seed: int) -> list:

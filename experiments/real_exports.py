@@ -16,7 +16,7 @@ load beside the CPU torch. So the exports run in a separate virtualenv, never th
     /work/ultra-venv/bin/pip install --no-deps ultralytics "torchvision==0.28.*"
     /work/ultra-venv/bin/pip install numpy pillow pyyaml matplotlib opencv-python-headless polars psutil \\
         requests ultralytics-thop onnx onnxslim
-    python experiments/real_exports.py --ultralytics-python /work/ultra-venv/bin/python
+    python -m experiments.real_exports --ultralytics-python /work/ultra-venv/bin/python
 
 torchvision registers fake kernels for its ``nms`` / ``qnms`` ops at import and fails when its C++ library
 did not define them; the export script defines their schemas first (an export never calls them).
@@ -29,14 +29,11 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.errors import UserError  # noqa: E402
+from autosearch.errors import UserError
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MODELS = ("yolov8n", "yolo11n")  # Ultralytics' yaml names are the built-in names
@@ -163,7 +160,7 @@ def write(rows: list[dict], versions: dict) -> None:
     lines = [
         "# Real Ultralytics exports vs the built-in models",
         "",
-        f"`python experiments/real_exports.py`; Ultralytics {meta.get('ultralytics')} (torch {meta.get('torch')}), "
+        f"`python -m experiments.real_exports`; Ultralytics {meta.get('ultralytics')} (torch {meta.get('torch')}), "
         f"random weights from the yaml, 640x640, opset 17; TVM {meta['tvm']}, onnxsim {meta['onnxsim']}; "
         "tasks as `tasks --winograd off --layout NCHW` lists them.",
         "",

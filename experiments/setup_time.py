@@ -12,7 +12,7 @@ Three passes over every task of a model, each with a fresh runner, nothing else 
 - ``chunked``: the tuner's set-up now: chunks of :data:`~autosearch.tuner.SETUP_CHUNK` tasks whose untuned
   modules build on every build worker while their design spaces are built (``Runner.prepare_many``).
 
-    python experiments/setup_time.py --model yolo11n
+    python -m experiments.setup_time --model yolo11n
 
 Writes ``experiments/results/setup-MODEL.{md,json,png}``.
 """
@@ -24,11 +24,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from experiments.lib.io import results_path, write_json, write_text  # noqa: E402
-from experiments.lib.machine import describe, fingerprint  # noqa: E402
-from experiments.lib.tables import fmt, markdown_table  # noqa: E402
+from experiments.lib.io import results_path, write_json, write_text
+from experiments.lib.machine import describe, fingerprint
+from experiments.lib.tables import fmt, markdown_table
 
 
 def every_location(space, trace, position: int) -> tuple[int, ...]:

@@ -11,9 +11,9 @@ sittings and machines, all filling one results directory (``experiments/results/
 ``experiments/results/NAME.{md,json}``, ``NAME-profile.png``, ``NAME-tasks.png`` and ``NAME-readme.md``; with
 ``--readme`` it also rewrites README's study block.
 
-    python experiments/study.py experiments/study-smoke.toml                  # run (or continue) the study
-    python experiments/study.py experiments/study.toml --shard 0/2            # this machine: tasks 0, 2, 4, ...
-    python experiments/study.py experiments/study.toml --aggregate --readme   # tables, plots, README block
+    python -m experiments.study experiments/study-smoke.toml                  # run (or continue) the study
+    python -m experiments.study experiments/study.toml --shard 0/2            # this machine: tasks 0, 2, 4, ...
+    python -m experiments.study experiments/study.toml --aggregate --readme   # tables, plots, README block
 """
 
 from __future__ import annotations
@@ -24,13 +24,11 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.errors import UserError  # noqa: E402
-from experiments.lib.io import ROOT, results_path, write_text  # noqa: E402
-from experiments.lib.study.config import ConfigError, StudyConfig, load_config  # noqa: E402
-from experiments.lib.study.store import RunKey, Store, shard_tasks  # noqa: E402
-from experiments.lib.tasks import TaskSpec  # noqa: E402
+from autosearch.errors import UserError
+from experiments.lib.io import ROOT, results_path, write_text
+from experiments.lib.study.config import ConfigError, StudyConfig, load_config
+from experiments.lib.study.store import RunKey, Store, shard_tasks
+from experiments.lib.tasks import TaskSpec
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -122,7 +120,7 @@ def run(config: StudyConfig, store: Store, args) -> int:
                  after_task=None if args.no_retime else _retimer(config, store))
     print(f"{len(report.done)} runs done now, {len(report.skipped)} skipped (finished before or held elsewhere), "
           f"{len(report.failed)} failed" + (" (see the .error files; --retry-failed)" if report.failed else ""))
-    print(f"next: python experiments/study.py {os.path.relpath(config.path, ROOT)} --aggregate")
+    print(f"next: python -m experiments.study {os.path.relpath(config.path, ROOT)} --aggregate")
     return 1 if report.failed else 0
 
 

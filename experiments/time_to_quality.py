@@ -20,8 +20,8 @@ Resumable: tuning state, builds and timing rounds are kept in ``experiments/resu
 killed autosearch tuning continues with ``run --resume`` for the minutes it still owes, a killed MetaSchedule
 tuning starts again (it cannot resume). Tables and the PNG: ``experiments/results/time_to_quality-MODEL.*``.
 
-    python experiments/time_to_quality.py --model tiny-yolov2 --minutes 30 --every 3
-    python experiments/time_to_quality.py --model yolov8n --methods default,none,metaschedule
+    python -m experiments.time_to_quality --model tiny-yolov2 --minutes 30 --every 3
+    python -m experiments.time_to_quality --model yolov8n --methods default,none,metaschedule
 """
 
 from __future__ import annotations
@@ -39,13 +39,11 @@ import sys
 import time
 from collections.abc import Callable
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from experiments.lib.cli import autosearch as cli  # noqa: E402
-from experiments.lib.io import ROOT, read_json, results_path, write_json, write_text  # noqa: E402
-from experiments.lib.machine import cpu_model  # noqa: E402
-from experiments.lib.metaschedule import RECORD_FILE, RecordClock  # noqa: E402
-from experiments.lib.tables import fmt, markdown_table  # noqa: E402
+from experiments.lib.cli import autosearch as cli
+from experiments.lib.io import ROOT, read_json, results_path, write_json, write_text
+from experiments.lib.machine import cpu_model
+from experiments.lib.metaschedule import RECORD_FILE, RecordClock
+from experiments.lib.tables import fmt, markdown_table
 
 METHODS = {"default": [], "none": ["--cost-model", "none"]}  # autosearch run's extra arguments
 PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO fp32"}  # autosearch.bench kinds -> names
@@ -223,7 +221,7 @@ def tune_metaschedule(state: State, args, work: str) -> None:
     ms_dir = os.path.join(work, "metaschedule")
     shutil.rmtree(ms_dir, ignore_errors=True)  # MetaSchedule cannot resume: a killed tuning starts again
     trials = int(math.ceil(args.minutes * args.trials_per_minute * 4))  # time, not trials, ends it
-    cmd = [sys.executable, os.path.abspath(__file__), "--metaschedule-child", "--model", args.model,
+    cmd = [sys.executable, "-m", "experiments.time_to_quality", "--metaschedule-child", "--model", args.model,
            "--work-dir", ms_dir, "--trials", str(trials), "--seed", str(args.seed)]
     print(f"[metaschedule] tuning {args.minutes} min", flush=True)
     start = time.perf_counter()

@@ -18,7 +18,7 @@ spread of the repeats within one call. If the same-process spread is as large as
 noise is drawn per call (placement of the arrays), and labels get cleaner by timing each kernel over several
 calls (allocations); if it is small, the noise is drawn per process, and only more processes help.
 
-    python experiments/timing_noise_sources.py --log experiments/results/dataset-study.jsonl --tasks 8 \\
+    python -m experiments.timing_noise_sources --log experiments/results/dataset-study.jsonl --tasks 8 \\
         --per-task 12 --passes 3 --out experiments/results/timing_noise_sources
 
 Writes OUT.md, OUT.json (and OUT.jsonl: every timing, as retime records). Time it alone on the machine.
@@ -34,12 +34,10 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.cost_models.features import labelled_trials  # noqa: E402
-from autosearch.records import Record, TuningLog, read_log  # noqa: E402
-from experiments.lib.io import write_json, write_text  # noqa: E402
-from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime  # noqa: E402
+from autosearch.cost_models.features import labelled_trials
+from autosearch.records import Record, TuningLog, read_log
+from experiments.lib.io import write_json, write_text
+from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime
 
 log = logging.getLogger("timing_noise_sources")
 CONDITIONS = ("same process", "fresh process")

@@ -3,8 +3,8 @@
 README's figures for the user's path (the quick start's minutes and its model against ONNX Runtime and OpenVINO;
 a time-limited ``run --minutes`` on a bigger model) come from here, not from commands typed by hand:
 
-    python experiments/user_path.py                                  # README's first command, then report
-    python experiments/user_path.py --model yolov8n --minutes 15 --seed 1
+    python -m experiments.user_path                                  # README's first command, then report
+    python -m experiments.user_path --model yolov8n --minutes 15 --seed 1
 
 Each step is the CLI in a fresh process, as a user would type it (``--log`` and ``--out`` point into the
 results; the feature cache starts empty unless ``--keep-cache``: a new user has none). Writes
@@ -23,10 +23,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from experiments.lib.io import ROOT, read_json, results_path, write_json  # noqa: E402
-from experiments.lib.machine import cpu_model  # noqa: E402
+from experiments.lib.io import ROOT, read_json, results_path, write_json
+from experiments.lib.machine import cpu_model
 
 
 def _cli(args: list[str], out_path: str, env: dict[str, str]) -> tuple[int, float]:

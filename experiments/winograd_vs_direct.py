@@ -6,7 +6,7 @@ the FLOP rule (``MAX_FLOP_RATIO``, used where nothing was measured) picks the fa
 Latency is what counts (FLOPs differ between the algorithms); the table also gives direct-equivalent
 GFLOPS (the direct convolution's FLOPs / latency).
 
-    python experiments/winograd_vs_direct.py --model tiny-yolov2 --trials 64 [--strategy optuna]
+    python -m experiments.winograd_vs_direct --model tiny-yolov2 --trials 64 [--strategy optuna]
 
 Writes experiments/results/winograd_vs_direct-<model>.{json,md,png}.
 """
@@ -14,17 +14,14 @@ Writes experiments/results/winograd_vs_direct-<model>.{json,md,png}.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from autosearch.importer import import_model  # noqa: E402
-from autosearch.measure.base import EvaluatorConfig  # noqa: E402
-from autosearch.target import parse_target  # noqa: E402
-from experiments.lib.io import results_path, write_json, write_text  # noqa: E402
-from experiments.lib.tables import markdown_table  # noqa: E402
-from experiments.lib.tuning import run_autosearch  # noqa: E402
+from autosearch.importer import import_model
+from autosearch.measure.base import EvaluatorConfig
+from autosearch.target import parse_target
+from experiments.lib.io import results_path, write_json, write_text
+from experiments.lib.tables import markdown_table
+from experiments.lib.tuning import run_autosearch
 
 
 def tune(task, target, strategy: str, trials: int, batch: int, seed: int) -> dict:

@@ -123,7 +123,7 @@ def test_memory_experiment_measures_its_variants_and_resumes(tuned, tmp_path):
 
     from tests.conftest import ROOT
 
-    cmd = [sys.executable, os.path.join(ROOT, "experiments", "memory.py"), "--model", tuned["model"], "--log",
+    cmd = [sys.executable, "-m", "experiments.memory", "--model", tuned["model"], "--log",
            tuned["log"], "--results", str(tmp_path), "--only", "tuned,ort-no-arena", "--runs", "1", "--rounds", "1"]
     first = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert first.returncode == 0, first.stderr[-2000:]

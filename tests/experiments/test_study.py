@@ -340,8 +340,8 @@ def test_bad_configurations_are_one_line_errors(tmp_path, extra, method_block, m
 def test_the_study_command_reports_a_bad_configuration_in_one_line(tmp_path) -> None:
     path = tmp_path / "bad.toml"
     path.write_text('[study]\ntasks = ["m:1x1x4x4->1x1x4x4"]\n[[method]]\nname = "a"\nstrategy = "hillclimb"\n')
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "study.py"), str(path)],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "experiments.study", str(path)], capture_output=True, text=True,
+                          cwd=ROOT)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "hillclimb" in proc.stderr and "Traceback" not in proc.stderr
     smoke = load_config(os.path.join(ROOT, "experiments", "study-smoke.toml"))

@@ -18,7 +18,7 @@ from tests.conftest import small_conv_onnx
 
 def _study(*args: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": ROOT}
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, "experiments", "study.py"), *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "experiments.study", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, **kw)
 
 

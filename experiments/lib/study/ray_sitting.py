@@ -65,7 +65,7 @@ def task_on_node(config_text: str, name: str, spec: str, slug: str, files: dict[
         with open(config, "w") as fh:
             fh.write(config_text)
         add_files(results, files)
-        cmd = [sys.executable, os.path.join(ROOT, "experiments", "study.py"), config, "--results", results,
+        cmd = [sys.executable, "-m", "experiments.study", config, "--results", results,
                "--task", spec, *(["--retry-failed"] if retry_failed else [])]
         env = {**os.environ, "PYTHONPATH": ROOT}
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)

@@ -282,7 +282,7 @@ def caption(config: StudyConfig, progress: dict[str, Any], *, date: str) -> str:
             f"{config.max_budget}th trial. "
             f"{'**Partial**: ' if partial else ''}{progress['runs_done']} of {progress['runs_total']} runs, "
             f"{progress['tasks_retimed']} of {len(config.tasks)} tasks re-timed. Machine: {machines}. {date}; "
-            f"`python experiments/study.py {os.path.relpath(config.path, ROOT)} --aggregate`.")
+            f"`python -m experiments.study {os.path.relpath(config.path, ROOT)} --aggregate`.")
 
 
 def goals_text(config: StudyConfig, rows: dict[str, dict[str, Any]]) -> str:

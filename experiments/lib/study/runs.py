@@ -120,9 +120,8 @@ def run_one(config: StudyConfig, store: Store, key: RunKey) -> RunResult:
 def launch_child(config: StudyConfig, store: Store, key: RunKey) -> bool:
     """Run ``key`` in a fresh process (``study.py --child``); True if it stored a result. Its output goes to
     ``WORK.out``; a failure leaves ``.error`` with the tail of it."""
-    script = os.path.join(ROOT, "experiments", "study.py")
-    cmd = [sys.executable, script, config.path, "--results", store.root, "--child", str(key.task), key.method,
-           str(key.seed)]
+    cmd = [sys.executable, "-m", "experiments.study", config.path, "--results", store.root, "--child", str(key.task),
+           key.method, str(key.seed)]
     out_path = store.work_dir(key) + ".out"
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
