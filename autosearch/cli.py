@@ -258,6 +258,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from autosearch.records import read_log
     from autosearch.strategy import STRATEGIES, parse_options
     from autosearch.target import parse_target
+    from autosearch.tuner import pretrained_model
 
     if args.strategy not in STRATEGIES:
         raise UserError(f"unknown strategy {args.strategy!r}; valid strategies: {', '.join(sorted(STRATEGIES))}")
@@ -328,7 +329,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"[/bold], conv2d {model.layout}, budget {_budget_text(args.trials, args.minutes)}, "
                   f"runner {args.runner}, target {dict(target.export()).get('mcpu', target.kind.name)} "
                   f"x{dict(target.export()).get('num-cores', '?')} — log {log_path}\ncost model: {guidance}\n"
-                  f"precision: {model.precision} ({model.precision_note})")
+                  f"precision: {model.precision} ({model.precision_note})"
+                  + ("; the bf16 tasks run unguided: the pre-trained model has no bf16 records"
+                     if model.bf16_tasks and cost_model and pretrained_model(cost_model) else ""))
     tuning_log.write_run({"strategy": args.strategy, "options": options, "cost_model": args.cost_model,
                           "guided_by": guidance, "trials": args.trials, "minutes": args.minutes, "batch": args.batch,
                           "seed": args.seed,

@@ -60,6 +60,13 @@ class ImportedModel:
         """Layers offered to the tuner in fp32 and in bf16."""
         return sum(1 for t in self.tasks if t.lowering.get("algorithm") == "bf16")
 
+    @property
+    def bf16_tasks(self) -> int:
+        """Tasks of bf16 convolutions on AMX (alternatives or not)."""
+        from autosearch.tensor_units.conv import TASK_NAME
+
+        return sum(1 for t in self.tasks if TASK_NAME in t.name)
+
 
 # name -> "module:function", a view of the plug-in registry's group "autosearch.workloads" (autosearch.plugins);
 # the function builds the model's ONNX graph (deterministic random weights from a keyword-only ``seed``), so
@@ -275,6 +282,7 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
 
 def _precision_layer(name: str, args) -> tuple[str, str] | None:
     """(layer key, "fp32" | "bf16") of an NHWC conv task, or None (:mod:`autosearch.tensor_units.conv`)."""
+    from autosearch.tensor_units.conv import TASK_NAME
     from autosearch.winograd import layer_key
 
     if "conv2d" not in name or len(args) < 3:
@@ -282,7 +290,7 @@ def _precision_layer(name: str, args) -> tuple[str, str] | None:
     data, weight, out = tuple(args[0][0]), tuple(args[1][0]), tuple(args[-1][0])
     if len(data) != 4 or len(out) != 4:
         return None
-    if "amx_bf16" in name:
+    if TASK_NAME in name:
         return layer_key(data, out), "bf16"
     ok = len(weight) == 4 and weight[0] == out[3] and weight[3] == data[3]
     return (layer_key(data, out), "fp32") if ok else None

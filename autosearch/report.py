@@ -202,7 +202,7 @@ def _time_runtimes(args, console: Console, model, target, db, threads: int, ov_p
                               winograd=policy, layout=model.layout, fast_math=model.fast_math)
         bf16 = sum(1 for t in model.tasks if t.lowering.get("algorithm") == "bf16" and policy.uses(t.lowering))
         if policy.precision == "bf16":  # every eligible layer, no alternative to count
-            bf16 = sum(1 for t in model.tasks if "amx_bf16" in t.name)
+            bf16 = model.bf16_tasks
         turns = [Runtime("ONNX Runtime", "ort", onnx_path),
                  Runtime(f"TVM tuned (bf16 on {bf16} conv layers)", "tvm", tuned.path, precision="bf16") if bf16
                  else Runtime("TVM tuned", "tvm", tuned.path)]

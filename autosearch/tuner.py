@@ -165,6 +165,18 @@ class TuneSummary:
         return out
 
 
+
+def pretrained_model(spec: str) -> bool:
+    """Whether a ``--cost-model`` is trained before the run (the shipped model, a train-model directory): its
+    records are fp32 schedules, so it does not guide the tasks tensorised onto AMX (they run unguided; ``run`` says
+    so). A model trained online learns from the run's own measurements, those tasks' included."""
+    import os
+
+    from autosearch.cost_model import COST_MODELS, PRETRAINED
+
+    return spec == PRETRAINED or (spec not in COST_MODELS and os.path.isdir(spec))
+
+
 class Tuner:
     """Tunes a list of tasks with one strategy, writing every measurement to an append-only log."""
 
@@ -275,7 +287,9 @@ class Tuner:
         self.on_event(TuneEvent(state, self.trials_done, self.budget, [baseline], self._elapsed(), "baseline"))
         # a resumed task draws a fresh random stream: the first run's would propose the logged configs again
         task_seed = (self.seed * 1_000_003 + task.index * 7919 + state.resumed * 104_729) % (2**31 - 1)
-        if self.cost_model:
+        from autosearch.tensor_units.sketch import is_amx_task
+
+        if self.cost_model and not (pretrained_model(self.cost_model) and is_amx_task(task.mod)):
             from autosearch.cost_model import make_scorer
 
             state.scorer = make_scorer(self.cost_model, state.space, task, seed=task_seed,

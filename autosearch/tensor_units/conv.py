@@ -26,6 +26,7 @@ MIN_CHANNELS = 16  # narrower inputs (the 3-channel stem) would be mostly paddin
 GEMM_BLOCK = "amx_gemm"
 FLAT_BLOCK = "amx_flat"
 OUT_BLOCK = "amx_conv2d_nhwc"
+TASK_NAME = "conv2d_amx_bf16"  # the PrimFunc's name hint: every fused task of such a convolution contains it
 
 
 def _round_up(x: int, m: int) -> int:
@@ -153,8 +154,8 @@ def legalize(bb, call):
     if conv is None:
         return None
     packed = bb.emit_te(pack_weight, call.args[1], primfunc_name_hint="amx_pack_weight")
-    return bb.call_te(partial(conv2d_nhwc, conv=conv), call.args[0], packed, primfunc_name_hint="conv2d_amx_bf16")
+    return bb.call_te(partial(conv2d_nhwc, conv=conv), call.args[0], packed, primfunc_name_hint=TASK_NAME)
 
 
-__all__ = ["BLOCK_K", "BLOCK_N", "FLAT_BLOCK", "FlatConv", "GEMM_BLOCK", "MIN_CHANNELS", "OUT_BLOCK", "conv2d_nhwc",
-           "flat_conv", "legalize", "pack_weight"]
+__all__ = ["BLOCK_K", "BLOCK_N", "FLAT_BLOCK", "FlatConv", "GEMM_BLOCK", "MIN_CHANNELS", "OUT_BLOCK", "TASK_NAME",
+           "conv2d_nhwc", "flat_conv", "legalize", "pack_weight"]
