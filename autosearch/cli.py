@@ -239,12 +239,12 @@ def resolve_guidance(spec: str | None, target, strategy: str, *, seed: int) -> t
             return None, f"none ({why})"
         spec = PRETRAINED
     if spec == PRETRAINED or (spec not in COST_MODELS and os.path.isdir(spec)):  # registry names first
-        from autosearch.cost_models.pretrained import SHIPPED_DIR, describe, load_model_dir
+        from autosearch.cost_models.pretrained import SHIPPED_DIR, describe, family_note, load_model_dir
 
         directory = SHIPPED_DIR if spec == PRETRAINED else spec
         model = load_model_dir(directory, target, seed=seed, trees_without_torch=spec == PRETRAINED)
         what = "the shipped model" if spec == PRETRAINED else directory
-        return spec, f"{what}, {describe(model.manifest, model.note)}"
+        return spec, f"{what}, {describe(model.manifest, model.note)}; {family_note(model.manifest, target)}"
     make_cost_model(spec, seed=seed)  # fail fast on an unknown name
     return spec, f"{spec}, trained online on this run's measurements"
 

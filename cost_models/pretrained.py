@@ -175,6 +175,11 @@ def read_manifest(path: str) -> dict[str, Any]:
         raise UserError(f"{path} was trained on features {manifest.get('features')!r} version "
                         f"{manifest.get('feature_version')}; this autosearch computes {FEATURES!r} version "
                         f"{feature_version()}: train it again with train-model")
+    cpus = manifest.get("cpus", [])
+    if not isinstance(cpus, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("family"), str) and isinstance(c.get("mcpu"), str)
+            and isinstance(c.get("records"), int) and c["records"] >= 0 for c in cpus):
+        raise UserError(f"{path}/{MANIFEST} is corrupt: cpus must list {{family, mcpu, records}} per log")
     return manifest
 
 
@@ -239,11 +244,24 @@ def shipped_for(target) -> tuple[str | None, str]:
     return (None, f"the shipped model does not fit this target: {why}") if why else (SHIPPED_DIR, "")
 
 
+def family_note(manifest: dict[str, Any], target) -> str:
+    """Whether the model was trained on records of ``target``'s CPU family (for the run header): a model transfers
+    across families, less well than within one (the manifest's ``held_out.by_family``)."""
+    family = family_of_mcpu(str(dict(target.export()).get("mcpu", "") or ""))
+    trained = [c.get("family") for c in manifest.get("cpus", [])] or [family_of_mcpu(
+        str(manifest.get("target", {}).get("mcpu", "")))]
+    if family in trained:
+        return f"records of this CPU family ({family}) among them"
+    return f"no records of this CPU family ({family}): trained on {', '.join(sorted(set(trained)))}"
+
+
 def describe(manifest: dict[str, Any], note: str = "") -> str:
     """One line for a run's header: what the model is, how well it ranked held-out tasks, and ``note``."""
     held = manifest.get("held_out", {})
+    cpus = ", ".join(f"{c['family']} {c['mcpu']}" for c in manifest.get("cpus", []))
     return (f"{manifest.get('family')} on {manifest.get('features')} features, pre-trained on "
-            f"{manifest.get('records')} records of {manifest.get('tasks')} tasks (held-out pairwise "
+            f"{manifest.get('records')} records of {manifest.get('tasks')} tasks{f' ({cpus})' if cpus else ''} "
+            f"(held-out pairwise "
             f"{held.get('pairwise', float('nan')):.2f}, top-1 {held.get('top1', float('nan')):.2f})"
             + (f"; {note}" if note else ""))
 
@@ -282,7 +300,7 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     from autosearch.cost_model import make_cost_model
     from autosearch.cost_models.evaluate import pairwise_accuracy, top_k_score
     from autosearch.cost_models.feature_store import as_store
-    from autosearch.cost_models.features import build_dataset, read_logs
+    from autosearch.cost_models.features import build_dataset, labelled_trials, read_logs
     from autosearch.target import parse_target
 
     if family not in PRETRAINED_FAMILIES:
@@ -296,16 +314,33 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
         for c in contents:
             c.records = [r for r in c.records if r.task_key not in exclude]
     # through the feature cache, as compare-models and warm starts: training again (another family, seed or
-    # exclusion) featurises nothing twice
-    dataset = build_dataset(contents, kinds=(FEATURES,), on_progress=on_progress, store=as_store(None))
-    if len(dataset) < 2 or len(dataset.task_keys) < 2:
-        raise UserError(f"train-model needs valid records of at least 2 tasks; the logs hold {len(dataset)} "
-                        f"record(s) of {len(dataset.task_keys)} task(s)")
-    X, y, groups = dataset.X(FEATURES), dataset.y, dataset.groups
+    # exclusion) featurises nothing twice. One dataset per log: a log is measured on one machine, and labels
+    # (throughput normalised per task) compare configs of one machine only; the same task measured on two CPUs
+    # is two groups of the ranker
+    totals = [len(labelled_trials(c)) for c in contents]
+
+    def progress(base: int):
+        return None if on_progress is None else (lambda done, _total: on_progress(base + done, sum(totals)))
+
+    parts = [build_dataset([c], kinds=(FEATURES,), store=as_store(None), on_progress=progress(sum(totals[:i])))
+             for i, c in enumerate(contents)]
+    keys = list(dict.fromkeys(k for part in parts for k in part.task_keys))
+    records = sum(len(part) for part in parts)
+    if records < 2 or len(keys) < 2:
+        raise UserError(f"train-model needs valid records of at least 2 tasks; the logs hold {records} "
+                        f"record(s) of {len(keys)} task(s)")
+    X = np.vstack([part.X(FEATURES) for part in parts if len(part)])
+    y = np.concatenate([part.y for part in parts if len(part)])
+    offsets = np.cumsum([0] + [len(part.task_keys) for part in parts])
+    groups = np.concatenate([part.groups + offsets[i] for i, part in enumerate(parts) if len(part)])
+    # a task's groups on every machine fall in one fold (task index by workload key): held out is held out
+    task_of_group = np.asarray([keys.index(k) for part in parts for k in part.task_keys])
+    machines = [cpu_family(c) for c in contents]
+    machine_of_group = np.asarray([machines[i] for i, part in enumerate(parts) for _ in part.task_keys])
     rng = np.random.default_rng(seed)
-    tasks = rng.permutation(len(dataset.task_keys))
+    tasks = rng.permutation(len(keys))
     fold_of = {int(t): i % max(2, min(folds, len(tasks))) for i, t in enumerate(tasks)}
-    task_fold = np.asarray([fold_of[int(g)] for g in groups])
+    task_fold = np.asarray([fold_of[int(task_of_group[g])] for g in groups])
     results = []
     for fold in sorted(set(fold_of.values())):
         test = task_fold == fold
@@ -314,6 +349,8 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
         top1 = [top_k_score(y[test][groups[test] == g], pred[groups[test] == g], 1) for g in np.unique(groups[test])]
         results.append({"pairwise": pairwise_accuracy(y[test], pred, groups[test]), "top1": float(np.mean(top1)),
                         "tasks": int(len(np.unique(groups[test])))})
+    by_family = (cross_family_accuracy(model, X, y, groups, task_of_group, machine_of_group, task_fold)
+                 if len(set(machines)) > 1 else {})
     model.fit(X, y, groups)
     trees, network = (model.members_[0], model.members_[1]) if family == "blend" else (model, None)
     booster = trees.estimator_.get_booster()
@@ -334,13 +371,17 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
         "trained_on": [{"log": os.path.basename(p), "sha256": _sha256(p), "records": int(
             sum(1 for r in c.trials() if r.ok)), "tasks": len({r.task_key for r in c.trials()})}
             for p, c in zip(logs, contents)],
-        "records": len(dataset),
-        "tasks": len(dataset.task_keys),
-        "task_keys": list(dataset.task_keys),  # what it has seen: evaluate it on other tasks
+        "records": records,
+        "tasks": len(keys),
+        "task_keys": keys,  # what it has seen: evaluate it on other tasks
+        # the CPUs the records were measured on, one entry per log
+        "cpus": [{"family": m, "mcpu": _log_mcpu(c), "records": len(part), "tasks": len(part.task_keys)}
+                 for m, c, part in zip(machines, contents, parts)],
         "excluded": sorted(exclude),
         "held_out": {"folds": len(results), "by": "task",
                      "pairwise": float(np.average([r["pairwise"] for r in results], weights=weights)),
-                     "top1": float(np.average([r["top1"] for r in results], weights=weights))},
+                     "top1": float(np.average([r["top1"] for r in results], weights=weights)),
+                     **({"by_family": by_family} if by_family else {})},
         "versions": {"autosearch": __version__, "xgboost": _version("xgboost"), "tvm": _version("tvm"),
                      **({"torch": _version("torch")} if family == "blend" else {})},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -349,11 +390,59 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     return TrainReport(manifest=manifest, folds=results, secs=time.perf_counter() - start)
 
 
+def _log_mcpu(contents) -> str:
+    """The LLVM CPU name of a log's records (its first record with a target)."""
+    return next((str(r.target.get("mcpu", "")) for r in contents.records if r.target), "")
+
+
+def family_of_mcpu(mcpu: str) -> str:
+    """The CPU family an LLVM CPU name belongs to, as far as the features care: ``AMD`` (znver*), ``Intel`` (the
+    other x86 names LLVM knows), else the name itself."""
+    if mcpu.startswith("znver") or mcpu in ("btver2", "bdver4"):
+        return "AMD"
+    return "Intel" if mcpu else "unknown"
+
+
+def cpu_family(contents) -> str:
+    """The CPU family a log was measured on (:func:`family_of_mcpu` of its records' target)."""
+    return family_of_mcpu(_log_mcpu(contents))
+
+
+def cross_family_accuracy(model, X, y, groups, task_of_group, machine_of_group, task_fold) -> dict[str, dict]:
+    """Held-out pairwise accuracy per tested family and training set, on the folds by task of ``task_fold``: per
+    family F, a model trained on F's other tasks ("same"), on another family's ("from X"), and on every family's
+    ("all"). The first run on a CPU family a model has not seen is the "from" column."""
+    from autosearch.cost_models.evaluate import pairwise_accuracy
+
+    fam = machine_of_group[groups]
+    families = sorted(set(fam))
+    out: dict[str, dict] = {}
+    for tested in families:
+        sources = {"same": fam == tested, "all": np.ones(len(y), dtype=bool),
+                   **{f"from {other}": fam == other for other in families if other != tested}}
+        scores: dict[str, list[tuple[float, int]]] = {name: [] for name in sources}
+        for fold in np.unique(task_fold):
+            test = (task_fold == fold) & (fam == tested)
+            if not test.any():
+                continue
+            for name, train_rows in sources.items():
+                train = train_rows & (task_fold != fold)
+                if len(np.unique(groups[train])) < 2:
+                    continue
+                model.fit(X[train], y[train], groups[train])
+                tasks = len(np.unique(groups[test]))
+                scores[name].append((pairwise_accuracy(y[test], model.predict(X[test]), groups[test]), tasks))
+        out[tested] = {name: float(np.average([a for a, _ in v], weights=[n for _, n in v]))
+                       for name, v in scores.items() if v}
+    return out
+
+
 def _version(package: str) -> str:
     import importlib
 
     return str(getattr(importlib.import_module(package), "__version__", ""))
 
 
-__all__ = ["FEATURES", "PretrainedModel", "SHIPPED_DIR", "TrainReport", "create", "describe", "fits",
-           "load_model_dir", "read_manifest", "shipped_for", "target_facts", "train_model"]
+__all__ = ["FEATURES", "PretrainedModel", "SHIPPED_DIR", "TrainReport", "cpu_family", "create",
+           "cross_family_accuracy", "describe", "family_note", "family_of_mcpu", "fits", "load_model_dir",
+           "read_manifest", "shipped_for", "target_facts", "train_model"]

@@ -11,6 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
+from autosearch.errors import UserError
 from tests.conftest import run_cli, run_cli_here, small_conv_onnx
 from tests.cost_models.conftest import DATASET, HELD_OUT
 
@@ -248,3 +249,59 @@ def test_bad_model_directories_are_one_line_errors(capfd, tmp_path, trained_dir)
         assert len(err.strip().splitlines()) == 1
     proc = run_cli_here(capfd, "train-model", "--log", DATASET, "--out", trained_dir)
     assert proc.returncode == 2 and "already holds a cost model" in proc.stderr  # never overwritten unasked
+
+
+def test_the_manifests_cpu_list_is_checked_on_load(trained_dir, tmp_path) -> None:
+    import shutil
+
+    from autosearch.cost_models.pretrained import MANIFEST, read_manifest
+
+    bad = tmp_path / "bad"
+    shutil.copytree(trained_dir, bad)
+    manifest = json.loads((bad / MANIFEST).read_text())
+    assert [c["family"] for c in manifest["cpus"]] and all(c["records"] > 0 for c in manifest["cpus"])
+    manifest["cpus"] = [{"family": "AMD", "mcpu": "znver4"}]  # no record count
+    (bad / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match="cpus must list"):
+        read_manifest(str(bad))
+
+
+@pytest.mark.parametrize("mcpu, family", [("znver4", "AMD"), ("znver3", "AMD"), ("sapphirerapids", "Intel"),
+                                          ("rocketlake", "Intel")])
+def test_the_run_header_says_whether_the_hosts_cpu_family_was_trained_on(mcpu, family) -> None:
+    import tvm
+
+    from autosearch.cost_models.pretrained import family_note, family_of_mcpu
+
+    assert family_of_mcpu(mcpu) == family
+    manifest = {"cpus": [{"family": "AMD", "mcpu": "znver4", "records": 10, "tasks": 2}]}
+    note = family_note(manifest, tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
+    if family == "AMD":
+        assert note == "records of this CPU family (AMD) among them"
+    else:
+        assert note == "no records of this CPU family (Intel): trained on AMD"
+
+
+def test_a_model_trained_on_two_cpu_families_lists_them_and_its_accuracy_across_them(tmp_path) -> None:
+    """The same tasks measured on two CPUs are two groups each (labels compare configs of one machine); the manifest
+    names both CPUs and gives held-out accuracy per family: trained on the same family, on the other, on all."""
+    from autosearch.cost_models.pretrained import train_model
+
+    intel = tmp_path / "intel.jsonl"
+    rng = np.random.default_rng(0)
+    lines = []
+    for line in open(DATASET):
+        obj = json.loads(line)
+        if obj.get("kind") == "trial" and obj["result"].get("latencies"):  # another machine: other timings
+            obj["result"]["latencies"] = [x * float(rng.uniform(0.7, 1.3)) for x in obj["result"]["latencies"]]
+        lines.append(json.dumps(obj).replace('"mcpu": "znver4"', '"mcpu": "sapphirerapids"'))
+    intel.write_text("\n".join(lines) + "\n")
+    report = train_model([DATASET, str(intel)], str(tmp_path / "model"), folds=2)
+    manifest = report.manifest
+    assert [(c["family"], c["mcpu"]) for c in manifest["cpus"]] == [("AMD", "znver4"), ("Intel", "sapphirerapids")]
+    assert manifest["tasks"] == 4 and manifest["records"] == sum(c["records"] for c in manifest["cpus"]) == 320
+    by_family = manifest["held_out"]["by_family"]
+    assert set(by_family) == {"AMD", "Intel"}
+    assert set(by_family["AMD"]) == {"same", "from Intel", "all"} and set(by_family["Intel"]) == {"same", "from AMD",
+                                                                                                     "all"}
+    assert all(0.5 < v <= 1.0 for scores in by_family.values() for v in scores.values())
