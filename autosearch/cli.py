@@ -293,7 +293,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         quick_start = len(defaults) == 2  # README's first command: its minutes are known
         console.print(f"[bold]autosearch[/bold]: no {'/'.join(defaults)} given: tuning "
                       f"{', '.join(defaults.values())} (all tasks, batch {args.batch})"
-                      + ("; about 10 minutes on 2 cores." if quick_start else "."))
+                      + ("; 7-15 minutes on the 2-core machines measured so far (the progress bar's estimate follows "
+                         "this run's own pace)." if quick_start else "."))
 
     from autosearch.importer import import_model
     from autosearch.records import TuningLog
@@ -434,6 +435,13 @@ def database_winograd(args: argparse.Namespace):
                         "to compile as it was tuned")
     precision = database_option(args, "precision")
     measured = lowering.get("choices") if "auto" in (mode, precision) else None
+    if precision == "bf16" or "bf16" in (measured or {}).values():
+        from autosearch.target import parse_target
+        from autosearch.tensor_units.cpu import has_amx_bf16
+
+        if not has_amx_bf16(parse_target(args.target)):
+            raise UserError(f"{args.db} has convolutions tuned in bf16 on AMX tiles; this target has no AMX-BF16 "
+                            "(tune the model again here, or compile it on a CPU with AMX)")
     return WinogradPolicy.of(mode, measured, precision=precision)
 
 

@@ -103,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         raise SystemExit(f"{args.log} has no layer tuned in both precisions (run --precision auto on a CPU with AMX)")
     title = f"fp32 vs bf16 per layer: {os.path.relpath(args.log)}"
-    text = [f"# {title}", "", f"CPU: {cpu_model()}", "", layer_table(rows), ""]
+    text = [f"**{title}** (CPU: {cpu_model()})", "", layer_table(rows), ""]
     if args.summary:
-        text += ["## End to end (report, runtimes taking turns)", "", end_to_end_table(args.summary), ""]
+        text += ["**End to end** (report, runtimes taking turns)", "", end_to_end_table(args.summary), ""]
     out = results_path(args.out)
     write_text(out + ".md", "\n".join(text))
     plot(rows, out + ".png", title)

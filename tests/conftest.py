@@ -150,6 +150,8 @@ def tune_and_export(work, make_onnx, *, trials: int, batch: int, options: tuple[
     make_onnx(model)
     log = str(work / "run.jsonl")
     pinned = () if "--layout" in options else ("--layout", "NCHW")  # one layout unless the test is about layouts
+    if "--precision" not in options:  # fp32 unless the test is about precision: on a CPU with AMX, auto adds tasks
+        pinned += ("--precision", "fp32")
     if "--finalist-rounds" not in options:  # one re-timing round: the rounds are test_finalists' subject
         pinned += ("--finalist-rounds", "1")
     proc = run_cli("run", "--strategy", "random", "--model", model, "--trials", str(trials), "--batch", str(batch),

@@ -25,7 +25,8 @@ def test_nhwc_tasks_are_nhwc_convolutions(imported):
     nchw = imported("tiny-yolov2", winograd="auto")
     nhwc = imported("tiny-yolov2", winograd="auto", layout="NHWC")
     assert nhwc.layout == "NHWC" and nhwc.alternatives == 0 < nchw.alternatives  # winograd is NCHW only
-    assert nhwc.flops == pytest.approx(nchw.flops)  # same convolutions, other layout
+    # same convolutions, other layout; NHWC writes leakyrelu as maximum(x, 0.1 * x): one multiply more per element
+    assert nhwc.flops == pytest.approx(nchw.flops, rel=2e-3)
     convs = [t for t in nhwc.tasks if "conv2d" in t.name]
     assert convs and all(t.lowering["layout"] == "NHWC" for t in nhwc.tasks)
     for t in convs:  # data N,H,W,C and weights O,H,W,I: the channels are the last axis of both
