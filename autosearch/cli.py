@@ -548,11 +548,15 @@ def cmd_train_model(args: argparse.Namespace) -> int:
     for path in args.log:
         if not os.path.exists(path):
             raise UserError(f"log not found: {path}")
+    if not args.log and not args.measure:
+        raise UserError("train-model needs --log (measured records) or --measure (measure them here first)")
     if os.path.exists(os.path.join(args.out, MANIFEST)) and not args.force:
         raise UserError(f"{args.out} already holds a cost model; choose another --out or pass --force")
     if args.folds < 2:
         raise UserError("--folds must be at least 2")
     console = _console()
+    if args.measure:
+        args.log = [*args.log, _measure_dataset(args, console)]
 
     with _progress_bars(console) as update:
         report = train_model(args.log, args.out, family=args.family, seed=args.seed, folds=args.folds,
@@ -569,6 +573,34 @@ def cmd_train_model(args: argparse.Namespace) -> int:
     console.print(f"wrote {args.out}: {describe(report.manifest)}, in {report.secs:.0f} s\n"
                   f"use it: python -m autosearch run --cost-model {args.out} ...")
     return 0
+
+
+def _measure_dataset(args: argparse.Namespace, console) -> str:
+    """``train-model --measure``: measure (or go on measuring) DIR/dataset.jsonl for ``--minutes``; its path."""
+    from autosearch.dataset import DATASET_FILE, dataset_tasks, measure_dataset
+    from autosearch.target import parse_target
+
+    if args.minutes is None or not (math.isfinite(args.minutes) and args.minutes > 0):
+        raise UserError("train-model --measure needs --minutes, a positive number (the measuring budget)")
+    if args.tasks_per_layout <= 0 or args.per_task <= 0:
+        raise UserError("--tasks-per-layout and --per-task must be positive")
+    try:
+        os.makedirs(args.out, exist_ok=True)
+        probe = os.path.join(args.out, ".write-test")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as exc:
+        raise UserError(f"cannot write to {args.out}: {exc.strerror}") from exc
+    target = parse_target(None)  # this machine's CPU, all its cores
+    tasks = dataset_tasks(args.model, target, count=args.tasks_per_layout)
+    path = os.path.join(args.out, DATASET_FILE)
+    console.print(f"measuring a dataset on this machine: {len(tasks)} conv tasks of {args.model} (both layouts), up to "
+                  f"{args.per_task} configs each, {args.minutes:g} min -> {path}")
+    with _progress_bars(console) as update:
+        measure_dataset(tasks, path, target=target, seconds=60 * args.minutes, per_task=args.per_task, seed=args.seed,
+                        on_progress=lambda done, total: update("measuring configs", done, total))
+    return path
 
 
 # ---------------------------------------------------------------------------------------------- parser
@@ -704,7 +736,15 @@ def build_parser() -> argparse.ArgumentParser:
     from autosearch.cost_models import PRETRAINED_FAMILIES
 
     p = sub.add_parser("train-model", help="pre-train a cost model on measured records, for run --cost-model DIR")
-    p.add_argument("--log", action="append", required=True, help="tuning log or TVM database dir (repeatable)")
+    p.add_argument("--log", action="append", default=[], help="tuning log or TVM database dir (repeatable)")
+    p.add_argument("--measure", action="store_true",
+                   help="measure a dataset on this machine first (DIR/dataset.jsonl; the same command again goes "
+                        "on from it): random configs and mutations of the best, of conv tasks spread over --model's "
+                        "FLOPs in both layouts, round-robin for --minutes; then train on it (and on any --log)")
+    p.add_argument("--minutes", type=float, help="--measure: the measuring budget (required)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"--measure: whose tasks (default {DEFAULT_MODEL})")
+    p.add_argument("--tasks-per-layout", type=int, default=6, help="--measure: conv tasks per layout (default 6)")
+    p.add_argument("--per-task", type=int, default=64, help="--measure: at most this many configs per task")
     p.add_argument("--out", required=True, help="directory to write (model.ubj + manifest.json)")
     p.add_argument("--family", choices=PRETRAINED_FAMILIES, default="xgb-rank",
                    help="xgb-rank (default): XGBoost ranking; blend: it plus the mlp-rank network (needs PyTorch: "

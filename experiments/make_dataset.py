@@ -68,32 +68,12 @@ import time
 
 import numpy as np
 
-from autosearch.records import Config, Record, TuningLog, read_log
-from autosearch.space import DecisionSpace
+from autosearch.dataset import RANDOM_FRACTION, TaskSampler
+from autosearch.records import Record, TuningLog, read_log
 from experiments.lib.labels import LABEL_EVALUATOR, LABEL_ROUNDS, relabel, settings_json
 from experiments.lib.tasks import select_tasks
 
 log = logging.getLogger("make_dataset")
-
-
-def propose(space: DecisionSpace, measured: dict[Config, float], seen: set[Config], n: int, random_left: int,
-            rng: np.random.Generator) -> list[tuple[Config, str]]:
-    """The next batch: random configs first, then mutations of the best few measured so far."""
-    out: list[tuple[Config, str]] = []
-    tries = 0
-    while len(out) < n and tries < 50 * n:
-        tries += 1
-        if random_left > 0 or not measured:
-            cfg, kind = space.sample(rng), "random"
-        else:
-            best = sorted(measured, key=measured.get)[: max(1, min(4, len(measured) // 4))]
-            cfg, kind = space.mutate(best[int(rng.integers(len(best)))], rng), "mutation"
-        if cfg in seen:
-            continue
-        seen.add(cfg)
-        out.append((cfg, kind))
-        random_left -= kind == "random"
-    return out
 
 
 def measure_task(task, runner, tuning_log: TuningLog, *, per_task: int, random_fraction: float, batch: int,
@@ -101,54 +81,17 @@ def measure_task(task, runner, tuning_log: TuningLog, *, per_task: int, random_f
                  models: list[str] = ()) -> int:
     """Baseline, then ``per_task`` trials of one task (``logged``: its records from an interrupted call, which
     count and are not measured again; ``models``: the networks the task is a layer of, for its header); returns
-    the number of trials logged now."""
-    from autosearch.target import target_to_json
-
-    target = target_to_json(task.target)
-    trials = [r for r in logged if r.kind == "trial" and r.config is not None]
-    if not logged:
-        tuning_log.write_task({**task.to_json(), "models": list(models)})
-    baseline = runner.prepare(task)
-    if not any(r.kind == "baseline" for r in logged):
-        tuning_log.append([Record(kind="baseline", task_key=task.workload_key, task_name=task.name, target=target,
-                                  config=None, result=baseline, flops=task.flops)])
-    space = DecisionSpace(task.mod, task.target)
-    measured: dict[Config, float] = {r.config: r.result.median for r in trials if r.result.ok}
-    seen: set[Config] = {r.config for r in trials} | {r.requested for r in trials if r.requested is not None}
-    random_left = round(per_task * random_fraction) - sum(r.strategy == "random" for r in trials)
-    effective: set[Config] = {r.config for r in trials}
-    done = len(trials)
-    start_done = done
-    while done < per_task and time.time() < deadline:
-        batch_cfgs = propose(space, measured, seen, min(batch, per_task - done), random_left, rng)
-        if not batch_cfgs:
-            break
-        random_left -= sum(kind == "random" for _, kind in batch_cfgs)
-        applied = [space.apply(cfg) for cfg, _ in batch_cfgs]
-        ok = []
-        for i, a in enumerate(applied):
-            if a.ok and a.config not in effective:  # TVM may map two requests onto one program
-                effective.add(a.config)
-                ok.append(i)
-        results = dict(zip(ok, runner.measure(task, [applied[i].mod for i in ok])))
-        records = []
-        for i, ((requested, kind), app) in enumerate(zip(batch_cfgs, applied)):
-            if i not in results:
-                continue  # not applicable: nothing measured, nothing to learn from
-            result = results[i]
-            done += 1
-            if result.ok:
-                measured[app.config] = result.median
-            records.append(Record(
-                kind="trial", task_key=task.workload_key, task_name=task.name, target=target,
-                config=app.config, requested=requested, result=result, flops=task.flops,
-                trace=app.trace_json(), strategy=kind, trial=done,
-            ))
-        tuning_log.append(records)
+    the number of trials logged now (:class:`autosearch.dataset.TaskSampler`, one task at a time)."""
+    sampler = TaskSampler(task, runner, tuning_log, per_task=per_task, random_fraction=random_fraction, rng=rng,
+                          logged=logged, models=models)
+    start_done = sampler.done
+    while not sampler.finished and time.time() < deadline:
+        sampler.step(batch)
+    measured = sampler.measured
     best = min(measured.values()) if measured else float("inf")
-    log.info("%s: %d trials, %d ok, best %.1f GFLOPS (baseline %.2f GFLOPS)", task.name, done, len(measured),
-             task.flops / best / 1e9 if measured else 0.0, baseline.gflops(task.flops))
-    return done - start_done
+    log.info("%s: %d trials, %d ok, best %.1f GFLOPS (baseline %.2f GFLOPS)", task.name, sampler.done, len(measured),
+             task.flops / best / 1e9 if measured else 0.0, sampler.baseline.gflops(task.flops))
+    return sampler.done - start_done
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", action="append", help="per --model, in order: a count (cheapest conv2d "
                    "tasks) or task indices: 8,6,5 (default 4)")
     p.add_argument("--per-task", type=int, default=40, help="measured trials per task")
-    p.add_argument("--random-fraction", type=float, default=0.6, help="share of random configs, rest mutated")
+    p.add_argument("--random-fraction", type=float, default=RANDOM_FRACTION,
+                   help="share of random configs, rest mutated")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--out", required=True, help="tuning log to write (must not exist, unless --resume)")
     p.add_argument("--resume", action="store_true", help="continue the log --out that an earlier call wrote")

@@ -1,0 +1,173 @@
+"""Measure a cost-model dataset on this machine: random configs and mutations of the best, per task, into a log.
+
+A ranker needs, per task, the spread of configs it must order (random ones) and the good configs where search needs
+it to be right (mutations of the best measured so far, one decision changed: a search-free stand-in for what a tuner
+visits late in a run). Each trial is measured by the real pipeline (import, DecisionSpace, LocalRunner) and logged
+with its applied trace, so ``train-model`` featurises it like any tuning log.
+
+:func:`measure_dataset` spreads a time budget over its tasks round-robin, a batch per task at a time, so a short
+budget still covers every task; it resumes a log an interrupted call wrote (nothing is measured twice: the
+configs logged, requested and effective, are not proposed again). ``experiments/make_dataset.py`` (the study
+datasets) measures task by task with the same :class:`TaskSampler`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from autosearch.records import Config, Record, TuningLog
+
+log = logging.getLogger(__name__)
+
+RANDOM_FRACTION = 0.6  # the rest: mutations of the best configs measured so far
+DATASET_FILE = "dataset.jsonl"  # train-model --measure: the log inside the model directory
+
+
+def propose(space, measured: dict[Config, float], seen: set[Config], n: int, random_left: int,
+            rng: np.random.Generator) -> list[tuple[Config, str]]:
+    """The next batch: random configs first, then mutations of the best few measured so far."""
+    out: list[tuple[Config, str]] = []
+    tries = 0
+    while len(out) < n and tries < 50 * n:
+        tries += 1
+        if random_left > 0 or not measured:
+            cfg, kind = space.sample(rng), "random"
+        else:
+            best = sorted(measured, key=measured.get)[: max(1, min(4, len(measured) // 4))]
+            cfg, kind = space.mutate(best[int(rng.integers(len(best)))], rng), "mutation"
+        if cfg in seen:
+            continue
+        seen.add(cfg)
+        out.append((cfg, kind))
+        random_left -= kind == "random"
+    return out
+
+
+class TaskSampler:
+    """One task's dataset trials, a batch at a time: its header and baseline logged once, its logged trials (of an
+    interrupted call) counted and never proposed again."""
+
+    def __init__(self, task, runner, tuning_log: TuningLog, *, per_task: int, random_fraction: float = RANDOM_FRACTION,
+                 rng: np.random.Generator, logged: Sequence[Record] = (), models: Sequence[str] = ()) -> None:
+        from autosearch.space import DecisionSpace
+        from autosearch.target import target_to_json
+
+        self.task, self.runner, self.log, self.rng = task, runner, tuning_log, rng
+        self.per_task = per_task
+        self.target = target_to_json(task.target)
+        trials = [r for r in logged if r.kind == "trial" and r.config is not None]
+        if not logged:
+            tuning_log.write_task({**task.to_json(), "models": list(models)})
+        self.baseline = runner.prepare(task)
+        if not any(r.kind == "baseline" for r in logged):
+            tuning_log.append([Record(kind="baseline", task_key=task.workload_key, task_name=task.name,
+                                      target=self.target, config=None, result=self.baseline, flops=task.flops)])
+        self.space = DecisionSpace(task.mod, task.target)
+        self.measured: dict[Config, float] = {r.config: r.result.median for r in trials if r.result.ok}
+        self.seen: set[Config] = {r.config for r in trials} | {r.requested for r in trials if r.requested is not None}
+        self.random_left = round(per_task * random_fraction) - sum(r.strategy == "random" for r in trials)
+        self.effective: set[Config] = {r.config for r in trials}
+        self.done = len(trials)
+        self.exhausted = False  # no new config could be proposed
+
+    @property
+    def finished(self) -> bool:
+        return self.exhausted or self.done >= self.per_task
+
+    def step(self, batch: int) -> int:
+        """Measure and log one batch; returns the trials logged."""
+        task = self.task
+        batch_cfgs = propose(self.space, self.measured, self.seen, min(batch, self.per_task - self.done),
+                             self.random_left, self.rng)
+        if not batch_cfgs:
+            self.exhausted = True
+            return 0
+        self.random_left -= sum(kind == "random" for _, kind in batch_cfgs)
+        applied = [self.space.apply(cfg) for cfg, _ in batch_cfgs]
+        ok = []
+        for i, a in enumerate(applied):
+            if a.ok and a.config not in self.effective:  # TVM may map two requests onto one program
+                self.effective.add(a.config)
+                ok.append(i)
+        results = dict(zip(ok, self.runner.measure(task, [applied[i].mod for i in ok])))
+        records = []
+        for i, ((requested, kind), app) in enumerate(zip(batch_cfgs, applied)):
+            if i not in results:
+                continue  # not applicable: nothing measured, nothing to learn from
+            result = results[i]
+            self.done += 1
+            if result.ok:
+                self.measured[app.config] = result.median
+            records.append(Record(kind="trial", task_key=task.workload_key, task_name=task.name, target=self.target,
+                                  config=app.config, requested=requested, result=result, flops=task.flops,
+                                  trace=app.trace_json(), strategy=kind, trial=self.done))
+        self.log.append(records)
+        return len(records)
+
+
+def spread(tasks: Sequence, count: int) -> list:
+    """``count`` tasks spread evenly over ``tasks`` ordered by FLOPs (cheapest to costliest), each once."""
+    ordered = sorted(tasks, key=lambda t: t.flops)
+    if count >= len(ordered):
+        return ordered
+    picks = np.linspace(0, len(ordered) - 1, count).round().astype(int)
+    return [ordered[i] for i in dict.fromkeys(picks.tolist())]
+
+
+def dataset_tasks(model: str, target, *, count: int) -> list:
+    """The conv tasks a dataset for ``model`` measures: ``count`` spread over FLOPs from each of its fp32 lowerings
+    (NCHW direct and Winograd, NHWC), the tasks a tuning run of it guides; one task per workload."""
+    from autosearch.importer import import_model
+
+    found: dict[str, object] = {}
+    for layout in ("NCHW", "NHWC"):
+        convs = [t for t in import_model(model, target, layout=layout).tasks if "conv2d" in t.name]
+        for task in spread(convs, count):
+            found.setdefault(task.workload_key, task)
+    return list(found.values())
+
+
+def measure_dataset(tasks: Sequence, out_path: str, *, target, seconds: float, per_task: int, batch: int = 8,
+                    seed: int = 0, on_progress: Callable[[int, int], None] | None = None) -> int:
+    """Measure ``tasks`` round-robin, a batch each in turn, for ``seconds`` or until each has ``per_task`` trials,
+    into the log ``out_path`` (continued when it exists); returns the trials logged now.
+    ``on_progress(trials in the log, trials wanted)`` after each batch."""
+    import os
+
+    from autosearch.measure.local import LocalRunner
+    from autosearch.records import read_log
+
+    resume = os.path.exists(out_path)
+    logged: dict[str, list[Record]] = {}
+    if resume:
+        for rec in read_log(out_path).records:
+            logged.setdefault(rec.task_key, []).append(rec)
+    deadline = time.monotonic() + seconds
+    total = 0
+    with TuningLog(out_path, resume=resume) as tuning_log, LocalRunner(target=target, seed=seed) as runner:
+        tuning_log.write_run({"dataset": "train-model --measure", "tasks": len(tasks), "per_task": per_task,
+                              "seconds": seconds, "seed": seed, "resumed": resume})
+        samplers = []
+        for i, task in enumerate(tasks):
+            if time.monotonic() >= deadline:
+                break
+            previous = logged.get(task.workload_key, [])
+            samplers.append(TaskSampler(task, runner, tuning_log, per_task=per_task, logged=previous,
+                                        rng=np.random.default_rng([seed, i, len(previous)])))
+        wanted = per_task * len(tasks)
+        while time.monotonic() < deadline and any(not s.finished for s in samplers):
+            for sampler in samplers:
+                if sampler.finished or time.monotonic() >= deadline:
+                    continue
+                total += sampler.step(batch)
+                if on_progress is not None:
+                    on_progress(sum(s.done for s in samplers), wanted)
+    log.info("dataset %s: %d trials logged now", out_path, total)
+    return total
+
+
+__all__ = ["DATASET_FILE", "RANDOM_FRACTION", "TaskSampler", "dataset_tasks", "measure_dataset", "propose", "spread"]
