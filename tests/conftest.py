@@ -20,6 +20,30 @@ keep_torch_out_of_tvm()  # TVM imported as the CLI imports it; torch still loads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The fast tier, ``pytest -m "not slow"`` (the inner loop, a few minutes on 2 cores): the modules whose tests tune,
+# build and time whole models, run the CLI in fresh processes, start Ray clusters or train models, and the tests on
+# the featurised dataset, are "slow". README's test command (and CI) runs every test.
+SLOW_MODULES = frozenset({
+    "tests/cost_models/test_asm_features.py", "tests/cost_models/test_cost_model_contract.py",
+    "tests/cost_models/test_evaluate.py", "tests/cost_models/test_guidance.py", "tests/cost_models/test_pretrained.py",
+    "tests/measure/test_ray_pool.py", "tests/test_export.py",
+    "tests/test_fast_math.py", "tests/test_faults_in_a_run.py", "tests/test_finalists.py", "tests/test_layout.py",
+    "tests/test_measure.py", "tests/test_memory.py", "tests/test_memory_budget.py", "tests/test_reliability.py",
+    "tests/test_report.py", "tests/test_run.py", "tests/test_tasks.py", "tests/test_tensor_units.py",
+    "tests/test_train_measure.py", "tests/test_winograd.py",
+})
+
+
+SLOW_FIXTURES = frozenset({"dataset", "split"})  # the committed dataset featurised (tens of seconds, once a session)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if (module in SLOW_MODULES or module.startswith("tests/experiments/")
+                or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.slow)
+
 
 def small_conv_onnx(path: str | None = None, *, cin: int = 16, cout: int = 32, hw: int = 28) -> onnx.ModelProto:
     """Conv 3x3 + Relu + MaxPool: two tasks, the conv one ~7 MFLOP (a ~0.1-1 ms kernel)."""
