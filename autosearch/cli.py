@@ -644,7 +644,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_tasks)
 
     p = sub.add_parser("run", help="tune a model's tasks with a search strategy")
-    p.add_argument("--strategy", required=True, help="random, annealing or optuna")
+    p.add_argument("--strategy", required=True,
+                   help="a registered search strategy: random, annealing, optuna, coordinate_descent or a plug-in's")
     model_args(p)
     p.add_argument("--tasks", help="task indices (0,3 or 0-4) or name fragments (conv); default all")
     p.add_argument("--trials", type=int, help=f"total measurement budget over all tasks (default {DEFAULT_TRIALS}, "
@@ -701,7 +702,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shared library to write, e.g. model.so; its weights go beside it (model.params)")
     p.set_defaults(func=cmd_compile)
 
-    p = sub.add_parser("report", help="end-to-end latency: TVM untuned vs tuned vs ONNX Runtime vs OpenVINO")
+    p = sub.add_parser("report", help="end-to-end latency, peak memory and output deviation: TVM untuned vs tuned "
+                                      "vs ONNX Runtime vs OpenVINO (fp32 and its default precision), per-task table")
     model_args(p, DEFAULT_MODEL)
     p.add_argument("--db", required=True, help="MetaSchedule JSONDatabase directory")
     p.add_argument("--log", help="tuning log, for per-task untuned latencies")
