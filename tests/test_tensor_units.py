@@ -206,31 +206,29 @@ def test_unknown_precision_is_a_usage_error() -> None:
     assert proc.returncode == 2 and "invalid choice: 'fp16'" in proc.stderr
 
 
-def test_a_database_of_another_precision_is_a_one_line_error(tmp_path) -> None:
+def _database_with_lowering(tmp_path, **lowering) -> str:
+    """An empty database directory whose lowering file says how it was tuned (NHWC, fast math, and ``lowering``)."""
     from autosearch.export import LOWERING_FILE
 
     db = tmp_path / "db"
     db.mkdir()
     for name in ("database_workload.json", "database_tuning_record.json"):
         (db / name).write_text("")
-    (db / LOWERING_FILE).write_text(json.dumps({"winograd": "auto", "layout": "NHWC", "fast_math": "on",
-                                                "precision": "fp32"}))
-    proc = run_cli("compile", "--model", "tiny-yolov2", "--db", str(db), "--out", str(tmp_path / "m.so"),
+    (db / LOWERING_FILE).write_text(json.dumps({"winograd": "auto", "layout": "NHWC", "fast_math": "on", **lowering}))
+    return str(db)
+
+
+def test_a_database_of_another_precision_is_a_one_line_error(tmp_path) -> None:
+    db = _database_with_lowering(tmp_path, precision="fp32")
+    proc = run_cli("compile", "--model", "tiny-yolov2", "--db", db, "--out", str(tmp_path / "m.so"),
                    "--precision", "bf16")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "tuned with --precision fp32, not bf16" in proc.stderr
 
 
 def test_a_bf16_database_on_a_target_without_amx_is_a_one_line_error(tmp_path) -> None:
-    from autosearch.export import LOWERING_FILE
-
-    db = tmp_path / "db"
-    db.mkdir()
-    for name in ("database_workload.json", "database_tuning_record.json"):
-        (db / name).write_text("")
-    (db / LOWERING_FILE).write_text(json.dumps({"winograd": "auto", "layout": "NHWC", "fast_math": "on",
-                                                "precision": "auto", "choices": {"1x13x13x64->1x13x13x64": "bf16"}}))
-    proc = run_cli("compile", "--model", "tiny-yolov2", "--db", str(db), "--out", str(tmp_path / "m.so"),
+    db = _database_with_lowering(tmp_path, precision="auto", choices={"1x13x13x64->1x13x13x64": "bf16"})
+    proc = run_cli("compile", "--model", "tiny-yolov2", "--db", db, "--out", str(tmp_path / "m.so"),
                    "--target", '{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "tuned in bf16 on AMX tiles; this target has no AMX-BF16" in proc.stderr
