@@ -67,10 +67,9 @@ def test_amx_intrinsic_on_a_matmul_matches_numpy(target, shape) -> None:
     import tvm
     from tvm import s_tir, te
 
-    from autosearch.tensor_units.amx import TILE_K, TILE_ROWS, intrin_name, register_intrinsics, request_permission
+    from autosearch.tensor_units.amx import TILE_K, TILE_ROWS, register, request_permission
 
     _needs_amx(target)
-    register_intrinsics()
     request_permission()
     mt, nt, kt = shape
     m, n, k = 2 * TILE_ROWS * mt, 2 * TILE_ROWS * nt, 2 * TILE_K * kt  # two calls along each axis
@@ -86,7 +85,7 @@ def test_amx_intrinsic_on_a_matmul_matches_numpy(target, shape) -> None:
     k0, k1 = sch.split(kk, [None, TILE_K * kt])
     sch.reorder(i0, j0, k0, i1, j1, k1)
     sch.decompose_reduction(sch.get_sblock("C"), k0)
-    sch.tensorize(i1, intrin_name(mt, nt, kt))
+    sch.tensorize(i1, register(mt, nt, kt))
     lib = tvm.compile(sch.mod, target=target)
     rng = np.random.default_rng(0)
     a_np, b_np = _to_bf16(rng.uniform(-1, 1, (m, k))), _to_bf16(rng.uniform(-1, 1, (k, n)))

@@ -56,15 +56,9 @@ def register(mt: int, nt: int, kt: int) -> str:
     return name
 
 
-def register_intrinsics() -> tuple[str, ...]:
-    """Register every ``amx_bf16_*`` intrinsic of :data:`SHAPES` (about a second: most callers register what they
-    use with :func:`register` or :func:`register_for`)."""
-    return tuple(register(*shape) for shape in SHAPES)
-
-
 def register_for(text: str) -> None:
     """Register the intrinsics ``text`` (a trace, a database file) names: TVM looks a tensorising trace's
-    intrinsic up when it reads the trace."""
+    intrinsic up when it reads the trace, and registering all of them would cost about a second."""
     import re
 
     for mt, nt, kt in set(re.findall(r"amx_bf16_(\d+)x(\d+)x(\d+)", text)):
@@ -141,4 +135,4 @@ def _intrin_funcs(mt: int, nt: int, kt: int):
 
 
 __all__ = ["KT_CHOICES", "SHAPES", "TILE_K", "TILE_ROWS", "intrin_name", "register", "register_for",
-           "register_intrinsics", "request_permission"]
+           "request_permission"]
