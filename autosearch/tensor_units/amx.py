@@ -56,6 +56,29 @@ def register(mt: int, nt: int, kt: int) -> str:
     return name
 
 
+def conv_intrin_name(mt: int, nt: int, kh: int, kw: int, row: int, channels: int) -> str:
+    return f"amx_conv_bf16_{mt}x{nt}_k{kh}x{kw}_r{row}_c{channels}"
+
+
+def register_conv(mt: int, nt: int, kh: int, kw: int, row: int, channels: int) -> str:
+    """Register the whole-reduction intrinsic of one flattened convolution (:mod:`.conv`) and tile shape, once per
+    process; returns its name.
+
+    ``C[16 mt, 16 nt] += sum over (kh, kw, c) of A[i + kh * row + kw, c] * B[kh, kw, c // 2, j, c % 2]``: all the
+    filter taps and channels of one accumulator block in one call, so the accumulators stay in tile registers for
+    the whole reduction and the tile configuration, the accumulator load and its store happen once per block
+    rather than once per tap and channel slice (which dominated the narrow layers: 16 or 32 channels make one tile
+    multiply per tap). ``row`` (the padded input width) is part of the description, so each layer has its own."""
+    from tvm.s_tir import TensorIntrin
+
+    name = conv_intrin_name(mt, nt, kh, kw, row, channels)
+    try:
+        TensorIntrin.get(name)
+    except Exception:  # not registered yet: TVM raises when the name is unknown
+        TensorIntrin.register(name, *_conv_intrin_funcs(mt, nt, kh, kw, row, channels))
+    return name
+
+
 def register_for(text: str) -> None:
     """Register the intrinsics ``text`` (a trace, a database file) names: TVM looks a tensorising trace's
     intrinsic up when it reads the trace, and registering all of them would cost about a second."""
@@ -63,6 +86,8 @@ def register_for(text: str) -> None:
 
     for mt, nt, kt in set(re.findall(r"amx_bf16_(\d+)x(\d+)x(\d+)", text)):
         register(int(mt), int(nt), int(kt))
+    for found in set(re.findall(r"amx_conv_bf16_(\d+)x(\d+)_k(\d+)x(\d+)_r(\d+)_c(\d+)", text)):
+        register_conv(*(int(v) for v in found))
 
 
 def _intrin_funcs(mt: int, nt: int, kt: int):
@@ -134,5 +159,80 @@ def _intrin_funcs(mt: int, nt: int, kt: int):
     return desc, impl
 
 
-__all__ = ["KT_CHOICES", "SHAPES", "TILE_K", "TILE_ROWS", "intrin_name", "register", "register_for",
-           "request_permission"]
+def _conv_intrin_funcs(mt: int, nt: int, kh: int, kw: int, row: int, channels: int):
+    """(description, implementation) PrimFuncs of one whole-reduction convolution intrinsic."""
+    from tvm.script import tirx as T
+
+    m_i, n_i = TILE_ROWS * mt, TILE_ROWS * nt
+    span = m_i + (kh - 1) * row + kw - 1  # input rows one accumulator block reads
+    k_tiles = channels // TILE_K
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (span, channels), "bfloat16", offset_factor=1, strides=[T.int32(), 1])
+        B = T.match_buffer(b, (kh, kw, channels // 2, n_i, 2), "bfloat16", offset_factor=1,
+                           strides=[T.int32(), T.int32(), T.int32(), 2, 1])
+        C = T.match_buffer(c, (m_i, n_i), "float32", offset_factor=1, strides=[T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(C[0:m_i, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:kw, 0:channels // 2, 0:n_i, 0:2])
+            T.writes(C[0:m_i, 0:n_i])
+            for i, j, r, s, k in T.grid(m_i, n_i, kh, kw, channels):
+                with T.sblock("update"):
+                    vi, vj, vr, vs, vk = T.axis.remap("SSRRR", [i, j, r, s, k])
+                    C[vi, vj] = C[vi, vj] + T.cast(A[vi + vr * row + vs, vk], "float32") * T.cast(
+                        B[vr, vs, vk // 2, vj, vk % 2], "float32")
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        sa = T.int32()
+        sb0 = T.int32()
+        sb1 = T.int32()
+        sb2 = T.int32()
+        sc = T.int32()
+        A = T.match_buffer(a, (span, channels), "bfloat16", offset_factor=1, strides=[sa, 1])
+        B = T.match_buffer(b, (kh, kw, channels // 2, n_i, 2), "bfloat16", offset_factor=1,
+                           strides=[sb0, sb1, sb2, 2, 1])
+        C = T.match_buffer(c, (m_i, n_i), "float32", offset_factor=1, strides=[sc, 1])
+        with T.sblock("root"):
+            T.reads(C[0:m_i, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:kw, 0:channels // 2, 0:n_i, 0:2])
+            T.writes(C[0:m_i, 0:n_i])
+            cfg = T.decl_buffer((16,), "uint32", scope="local")
+            for w in T.unroll(16):
+                cfg[w] = T.if_then_else(
+                    w == 0, T.uint32(1), T.if_then_else(
+                        4 <= w and w < 8, T.uint32(0x00400040),
+                        T.if_then_else(12 <= w and w < 14, T.uint32(0x10101010), T.uint32(0))))
+            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", cfg.access_ptr("r")))
+            for mi in T.unroll(mt):
+                for ni in T.unroll(nt):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tileloadd64", T.uint8(mi * nt + ni),
+                        C.access_ptr("r", offset=mi * 16 * sc + ni * 16), T.int64(sc * 4)))
+            for r, s, ko in T.grid(kh, kw, k_tiles):
+                for mi in T.unroll(mt):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tileloadd64", T.uint8(4 + mi),
+                        T.tvm_access_ptr(T.type_annotation("uint16"), A.data,
+                                         A.elem_offset + (mi * 16 + r * row + s) * sa + ko * 32, 16 * sa, 1),
+                        T.int64(sa * 2)))
+                for ni in T.unroll(nt):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tileloadd64", T.uint8(6 + ni),
+                        T.tvm_access_ptr(T.type_annotation("uint16"), B.data,
+                                         B.elem_offset + r * sb0 + s * sb1 + ko * 16 * sb2 + ni * 32, 16 * sb2, 1),
+                        T.int64(sb2 * 2)))
+                for mi in T.unroll(mt):
+                    for ni in T.unroll(nt):
+                        T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tdpbf16ps", T.uint8(mi * nt + ni),
+                                                      T.uint8(4 + mi), T.uint8(6 + ni)))
+            for mi in T.unroll(mt):
+                for ni in T.unroll(nt):
+                    T.evaluate(T.call_llvm_intrin(
+                        "void", "llvm.x86.tilestored64", T.uint8(mi * nt + ni),
+                        C.access_ptr("w", offset=mi * 16 * sc + ni * 16), T.int64(sc * 4)))
+
+    return desc, impl
+
+
+__all__ = ["KT_CHOICES", "SHAPES", "TILE_K", "TILE_ROWS", "conv_intrin_name", "intrin_name", "register",
+           "register_conv", "register_for", "request_permission"]

@@ -6,11 +6,12 @@ schedule is written here, with TVM's primitives, and its open choices are TVM sa
 strategy and cost model searches it like any MetaSchedule sketch and the exported trace replays in TVM:
 
 - the sketch: one per accumulator shape ``(mt, nt)`` (tiles along pixels and along channels) and loop order,
-  as MetaSchedule makes one sketch per structure. Each call multiplies as many tiles along the reduction as the
-  channels allow (``kt`` up to 16, 512 channels): more per call amortises the tile configuration and the
-  accumulator's load and store. The two orders: pixel tiles outside channel tiles (an input window stays in
-  cache across the channel tiles) or channel tiles outside pixel tiles (a block of weights stays in cache
-  across the pixel tiles: the wide, small layers whose weights are megabytes);
+  as MetaSchedule makes one sketch per structure. One intrinsic call computes an accumulator block over the
+  whole reduction, every filter tap and channel (``amx.register_conv``), so the accumulators stay in tile
+  registers and the tile configuration and the accumulator's load and store come once per block (a 1x1 filter
+  calls the plain tile multiply, up to 512 channels per call). The two orders: pixel tiles outside channel
+  tiles (an input window stays in cache across the channel tiles) or channel tiles outside pixel tiles (a block
+  of weights stays in cache across the pixel tiles: the wide, small layers whose weights are megabytes);
 - ``SamplePerfectTile`` of the pixel tiles and of the channel tiles into an outer (parallel) and an inner loop.
 
 The padding/flattening block and the epilogue (bias, activation, the slice back to the real pixels) are
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autosearch.tensor_units.amx import SHAPES, TILE_K, TILE_ROWS, register
+from autosearch.tensor_units.amx import SHAPES, TILE_K, TILE_ROWS, register, register_conv
 from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK
 
 
@@ -63,23 +64,31 @@ def _sketch(mod, seed: int, mt: int, nt: int, weights_outer: bool):
     _schedule_epilogue(sch)
     gemm = sch.get_sblock(GEMM_BLOCK)
     n, q, co, rh, rw, rc = sch.get_loops(gemm)
-    legal = [kt for _, _, kt in SHAPES if _extent(sch, rc) % (TILE_K * kt) == 0]
-    if _extent(sch, q) % (TILE_ROWS * mt) or _extent(sch, co) % (TILE_ROWS * nt) or not legal:
+    kh, kw, channels, rows = (_extent(sch, loop) for loop in (rh, rw, rc, q))
+    legal = [kt for _, _, kt in SHAPES if channels % (TILE_K * kt) == 0]
+    if rows % (TILE_ROWS * mt) or _extent(sch, co) % (TILE_ROWS * nt) or not legal:
         return None
-    kt = max(legal)
     q_o, q_i = sch.split(q, [None, TILE_ROWS * mt])
     co_o, co_i = sch.split(co, [None, TILE_ROWS * nt])
-    rc_o, rc_i = sch.split(rc, [None, TILE_K * kt])
     q1, q2 = sch.split(q_o, sch.sample_perfect_tile(q_o, n=2, max_innermost_factor=16))
     c1, c2 = sch.split(co_o, sch.sample_perfect_tile(co_o, n=2, max_innermost_factor=16))
     inner = (c2, q2) if weights_outer else (q2, c2)
-    sch.reorder(n, q1, c1, *inner, rh, rw, rc_o, q_i, co_i, rc_i)
+    if kh > 1 and kw > 1:  # the whole reduction in one call (TVM drops unit loops, which the description has)
+        flat = next(b for b in sch.get(sch.get_sblock("root")).alloc_buffers if b.name == FLAT_BLOCK)
+        row = (int(flat.shape[1]) - rows - (kw - 1)) // (kh - 1)  # the flat length is rows + (kh-1) R + kw-1
+        sch.reorder(n, q1, c1, *inner, q_i, co_i, rh, rw, rc)
+        intrin, reduction = register_conv(mt, nt, kh, kw, row, channels), q_i
+    else:  # a 1x1 (or 1xk) filter: as many tile multiplies per call as the channels allow
+        kt = max(legal)
+        rc_o, rc_i = sch.split(rc, [None, TILE_K * kt])
+        sch.reorder(n, q1, c1, *inner, rh, rw, rc_o, q_i, co_i, rc_i)
+        intrin, reduction = register(mt, nt, kt), rh
     sch.parallel(sch.fuse(n, q1, c1))
-    sch.decompose_reduction(gemm, rh)
+    sch.decompose_reduction(gemm, reduction)
     init = sch.get_sblock(f"{GEMM_BLOCK}_init")
     sch.vectorize(sch.get_loops(init)[-1])
     _schedule_elementwise(sch, sch.get_sblock(FLAT_BLOCK))
-    sch.tensorize(q_i, register(mt, nt, kt))
+    sch.tensorize(q_i, intrin)
     return sch
 
 
