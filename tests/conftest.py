@@ -45,13 +45,15 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.slow)
 
 
-def small_conv_onnx(path: str | None = None, *, cin: int = 16, cout: int = 32, hw: int = 28) -> onnx.ModelProto:
-    """Conv 3x3 + Relu + MaxPool: two tasks, the conv one ~7 MFLOP (a ~0.1-1 ms kernel)."""
+def small_conv_onnx(path: str | None = None, *, cin: int = 16, cout: int = 32, hw: int = 28,
+                    kernel: int = 3) -> onnx.ModelProto:
+    """Conv 3x3 (or ``kernel`` x ``kernel``, same padding) + Relu + MaxPool: two tasks, the conv one ~7 MFLOP (a
+    ~0.1-1 ms kernel)."""
     rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array((rng.standard_normal((cout, cin, 3, 3)) * 0.1).astype("float32"), "W")
+    weight = numpy_helper.from_array((rng.standard_normal((cout, cin, kernel, kernel)) * 0.1).astype("float32"), "W")
     graph = helper.make_graph(
         [
-            helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Conv", ["x", "W"], ["c"], pads=[kernel // 2] * 4),
             helper.make_node("Relu", ["c"], ["r"]),
             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
         ],

@@ -98,17 +98,19 @@ def test_amx_intrinsic_on_a_matmul_matches_numpy(target, shape) -> None:
 
 
 def _conv_nhwc_relu(x: np.ndarray, w_ohwi: np.ndarray) -> np.ndarray:
-    """relu(conv(x, w)), NHWC / OHWI, 3x3, padding 1, stride 1, in float64."""
+    """relu(conv(x, w)), NHWC / OHWI, same padding, stride 1, in float64."""
     _, h, wd, c = x.shape
     o, kh, kw, _ = w_ohwi.shape
-    xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    xp = np.pad(x.astype(np.float64), ((0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2), (0, 0)))
     cols = np.stack([xp[0, i:i + h, j:j + wd, :] for i in range(kh) for j in range(kw)], axis=2)  # h, w, taps, c
     out = cols.reshape(h * wd, kh * kw * c) @ w_ohwi.astype(np.float64).reshape(o, kh * kw * c).T
     return np.maximum(out.reshape(1, h, wd, o), 0.0)
 
 
-@pytest.mark.parametrize("hw", [13, 16])  # 13: the flat rows run past the image's right edge and are dropped
-def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw) -> None:
+# 13: the last pixel tile of a row runs past the image's right edge (dropped), and the rows are odd (a junk row);
+# 32: two pixel tiles side by side in a row; 1x1: the plain tile multiply instead of the whole-reduction one
+@pytest.mark.parametrize(("hw", "kernel"), [(13, 3), (16, 3), (32, 3), (13, 1)])
+def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel) -> None:
     """Every sketch of a bf16 conv task, as the tuner would build it, against NumPy on the same rounded operands."""
     import tvm
 
@@ -120,27 +122,29 @@ def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw) -> None:
     _needs_amx(target)
     request_permission()
     path = str(tmp_path / "conv.onnx")
-    small_conv_onnx(path, cin=32, cout=48, hw=hw)
+    small_conv_onnx(path, cin=32, cout=48, hw=hw, kernel=kernel)
     model = import_model(path, target, layout="NHWC", precision="bf16")
     task = next(t for t in model.tasks if "amx_bf16" in t.name)
     space = DecisionSpace(task.mod, task.target)
-    assert len(space.sketches) >= 2  # one per tile shape the extents allow
+    # tile shapes (rows x 16-pixel tiles x channel tiles) x 2 loop orders; two rows of tiles take a 3x3 filter
+    assert len(space.sketches) == {(13, 3): 8, (16, 3): 8, (32, 3): 12, (13, 1): 4}[(hw, kernel)]
     rng = np.random.default_rng(1)
     x = rng.uniform(-1, 1, (1, hw, hw, 32)).astype("float32")
-    w = _to_bf16(rng.uniform(-1, 1, (48, 3, 3, 32)))  # OHWI, rounded as the packing rounds it
-    packed = np.zeros(task.args[1][0], dtype=w.dtype)  # (O / 32, 3, 3, C / 2, 32, 2)
+    w = _to_bf16(rng.uniform(-1, 1, (48, kernel, kernel, 32)))  # OHWI, rounded as the packing rounds it
+    packed = np.zeros(task.args[1][0], dtype=w.dtype)  # (O / 32, KH, KW, C / 2, 32, 2)
     for o in range(48):
-        packed[o // BLOCK_N, :, :, :, o % BLOCK_N, :] = w[o].reshape(3, 3, BLOCK_K // 2, 2)
+        packed[o // BLOCK_N, :, :, :, o % BLOCK_N, :] = w[o].reshape(kernel, kernel, BLOCK_K // 2, 2)
     want = _conv_nhwc_relu(_to_bf16(x), w)
     dev = tvm.cpu()
     for sketch in space.sketches:
-        applied = space.apply(space.default(sketch.index))
-        assert applied.ok, applied.error
-        lib = tvm.compile(applied.mod, target=target)
-        out = tvm.runtime.tensor(np.full(want.shape, np.nan, "float32"), dev)
-        lib(tvm.runtime.tensor(x, dev), tvm.runtime.tensor(packed, dev), out)
-        np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max(),
-                                   err_msg=f"sketch {sketch.index}")
+        for config in (space.default(sketch.index), space.sample(rng)):
+            applied = space.apply(config)
+            assert applied.ok, applied.error
+            lib = tvm.compile(applied.mod, target=target)
+            out = tvm.runtime.tensor(np.full(want.shape, np.nan, "float32"), dev)
+            lib(tvm.runtime.tensor(x, dev), tvm.runtime.tensor(packed, dev), out)
+            np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max(),
+                                       err_msg=f"config {config}")
 
 
 def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path, target) -> None:

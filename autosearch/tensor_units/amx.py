@@ -56,26 +56,27 @@ def register(mt: int, nt: int, kt: int) -> str:
     return name
 
 
-def conv_intrin_name(mt: int, nt: int, kh: int, kw: int, row: int, channels: int) -> str:
-    return f"amx_conv_bf16_{mt}x{nt}_k{kh}x{kw}_r{row}_c{channels}"
+def conv_intrin_name(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, channels: int) -> str:
+    return f"amx_conv_bf16_{mh}x{mw}x{nt}_k{kh}x{kw}_r{row}_c{channels}"
 
 
-def register_conv(mt: int, nt: int, kh: int, kw: int, row: int, channels: int) -> str:
+def register_conv(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, channels: int) -> str:
     """Register the whole-reduction intrinsic of one flattened convolution (:mod:`.conv`) and tile shape, once per
     process; returns its name.
 
-    ``C[16 mt, 16 nt] += sum over (kh, kw, c) of A[i + kh * row + kw, c] * B[kh, kw, c // 2, j, c % 2]``: all the
-    filter taps and channels of one accumulator block in one call, so the accumulators stay in tile registers for
-    the whole reduction and the tile configuration, the accumulator load and its store happen once per block
+    ``C[h, w, j] += sum over (kh, kw, c) of A[h * row + w + kh * row + kw, c] * B[kh, kw, c // 2, j, c % 2]`` for
+    an accumulator block of ``mh`` output rows x ``16 mw`` pixels x ``16 nt`` channels (``mh * mw`` <= 2 pixel
+    tiles): all the filter taps and channels of the block in one call, so the accumulators stay in tile registers
+    for the whole reduction and the tile configuration, the accumulator load and its store happen once per block
     rather than once per tap and channel slice (which dominated the narrow layers: 16 or 32 channels make one tile
     multiply per tap). ``row`` (the padded input width) is part of the description, so each layer has its own."""
     from tvm.s_tir import TensorIntrin
 
-    name = conv_intrin_name(mt, nt, kh, kw, row, channels)
+    name = conv_intrin_name(mh, mw, nt, kh, kw, row, channels)
     try:
         TensorIntrin.get(name)
     except Exception:  # not registered yet: TVM raises when the name is unknown
-        TensorIntrin.register(name, *_conv_intrin_funcs(mt, nt, kh, kw, row, channels))
+        TensorIntrin.register(name, *_conv_intrin_funcs(mh, mw, nt, kh, kw, row, channels))
     return name
 
 
@@ -86,7 +87,7 @@ def register_for(text: str) -> None:
 
     for mt, nt, kt in set(re.findall(r"amx_bf16_(\d+)x(\d+)x(\d+)", text)):
         register(int(mt), int(nt), int(kt))
-    for found in set(re.findall(r"amx_conv_bf16_(\d+)x(\d+)_k(\d+)x(\d+)_r(\d+)_c(\d+)", text)):
+    for found in set(re.findall(r"amx_conv_bf16_(\d+)x(\d+)x(\d+)_k(\d+)x(\d+)_r(\d+)_c(\d+)", text)):
         register_conv(*(int(v) for v in found))
 
 
@@ -159,27 +160,46 @@ def _intrin_funcs(mt: int, nt: int, kt: int):
     return desc, impl
 
 
-def _conv_intrin_funcs(mt: int, nt: int, kh: int, kw: int, row: int, channels: int):
-    """(description, implementation) PrimFuncs of one whole-reduction convolution intrinsic."""
+def _conv_intrin_funcs(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, channels: int):
+    """(description, implementation) PrimFuncs of one whole-reduction convolution intrinsic. The pixel tiles of a
+    block lie side by side in one output row (``mw`` = 2) or one above the other (``mh`` = 2): the second A tile
+    starts 16 input rows or one image row (``row``) further, the second C tile 16 pixels or one output row."""
     from tvm.script import tirx as T
 
-    m_i, n_i = TILE_ROWS * mt, TILE_ROWS * nt
-    span = m_i + (kh - 1) * row + kw - 1  # input rows one accumulator block reads
+    w_i, n_i = TILE_ROWS * mw, TILE_ROWS * nt
+    span = (mh - 1) * row + w_i + (kh - 1) * row + kw - 1  # input rows one accumulator block reads
     k_tiles = channels // TILE_K
+    a_step = row if mh == 2 else TILE_ROWS  # input rows from one pixel tile to the next
+    by_row, by_pixels = (1, 0) if mh == 2 else (0, TILE_ROWS)  # C offset of the next pixel tile: sh or 16 sw
 
     @T.prim_func(s_tir=True)
-    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+    def desc_1(a: T.handle, b: T.handle, c: T.handle) -> None:
         A = T.match_buffer(a, (span, channels), "bfloat16", offset_factor=1, strides=[T.int32(), 1])
         B = T.match_buffer(b, (kh, kw, channels // 2, n_i, 2), "bfloat16", offset_factor=1,
                            strides=[T.int32(), T.int32(), T.int32(), 2, 1])
-        C = T.match_buffer(c, (m_i, n_i), "float32", offset_factor=1, strides=[T.int32(), 1])
+        C = T.match_buffer(c, (mh, w_i, n_i), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
         with T.sblock("root"):
-            T.reads(C[0:m_i, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:kw, 0:channels // 2, 0:n_i, 0:2])
-            T.writes(C[0:m_i, 0:n_i])
-            for i, j, r, s, k in T.grid(m_i, n_i, kh, kw, channels):
+            T.reads(C[0:mh, 0:w_i, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:kw, 0:channels // 2, 0:n_i, 0:2])
+            T.writes(C[0:mh, 0:w_i, 0:n_i])
+            for i, j, r, s, k in T.grid(w_i, n_i, kh, kw, channels):
                 with T.sblock("update"):
                     vi, vj, vr, vs, vk = T.axis.remap("SSRRR", [i, j, r, s, k])
-                    C[vi, vj] = C[vi, vj] + T.cast(A[vi + vr * row + vs, vk], "float32") * T.cast(
+                    C[0, vi, vj] = C[0, vi, vj] + T.cast(A[vi + vr * row + vs, vk], "float32") * T.cast(
+                        B[vr, vs, vk // 2, vj, vk % 2], "float32")
+
+    @T.prim_func(s_tir=True)
+    def desc_2(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (span, channels), "bfloat16", offset_factor=1, strides=[T.int32(), 1])
+        B = T.match_buffer(b, (kh, kw, channels // 2, n_i, 2), "bfloat16", offset_factor=1,
+                           strides=[T.int32(), T.int32(), T.int32(), 2, 1])
+        C = T.match_buffer(c, (mh, w_i, n_i), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+        with T.sblock("root"):
+            T.reads(C[0:mh, 0:w_i, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:kw, 0:channels // 2, 0:n_i, 0:2])
+            T.writes(C[0:mh, 0:w_i, 0:n_i])
+            for h, i, j, r, s, k in T.grid(mh, w_i, n_i, kh, kw, channels):
+                with T.sblock("update"):
+                    vh, vi, vj, vr, vs, vk = T.axis.remap("SSSRRR", [h, i, j, r, s, k])
+                    C[vh, vi, vj] = C[vh, vi, vj] + T.cast(A[vh * row + vi + vr * row + vs, vk], "float32") * T.cast(
                         B[vr, vs, vk // 2, vj, vk % 2], "float32")
 
     @T.prim_func(s_tir=True)
@@ -188,14 +208,16 @@ def _conv_intrin_funcs(mt: int, nt: int, kh: int, kw: int, row: int, channels: i
         sb0 = T.int32()
         sb1 = T.int32()
         sb2 = T.int32()
-        sc = T.int32()
+        sh = T.int32()
+        sw = T.int32()
         A = T.match_buffer(a, (span, channels), "bfloat16", offset_factor=1, strides=[sa, 1])
         B = T.match_buffer(b, (kh, kw, channels // 2, n_i, 2), "bfloat16", offset_factor=1,
                            strides=[sb0, sb1, sb2, 2, 1])
-        C = T.match_buffer(c, (m_i, n_i), "float32", offset_factor=1, strides=[sc, 1])
+        C = T.match_buffer(c, (mh, w_i, n_i), "float32", offset_factor=1, strides=[sh, sw, 1])
         with T.sblock("root"):
-            T.reads(C[0:m_i, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:kw, 0:channels // 2, 0:n_i, 0:2])
-            T.writes(C[0:m_i, 0:n_i])
+            T.reads(C[0:mh, 0:w_i, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:kw, 0:channels // 2, 0:n_i, 0:2])
+            T.writes(C[0:mh, 0:w_i, 0:n_i])
+            # palette 1; 8 tiles of 16 rows x 64 bytes (bytes 16-31: bytes per row, 48-55: rows)
             cfg = T.decl_buffer((16,), "uint32", scope="local")
             for w in T.unroll(16):
                 cfg[w] = T.if_then_else(
@@ -203,17 +225,17 @@ def _conv_intrin_funcs(mt: int, nt: int, kh: int, kw: int, row: int, channels: i
                         4 <= w and w < 8, T.uint32(0x00400040),
                         T.if_then_else(12 <= w and w < 14, T.uint32(0x10101010), T.uint32(0))))
             T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", cfg.access_ptr("r")))
-            for mi in T.unroll(mt):
+            for mi in T.unroll(mh * mw):
                 for ni in T.unroll(nt):
                     T.evaluate(T.call_llvm_intrin(
                         "void", "llvm.x86.tileloadd64", T.uint8(mi * nt + ni),
-                        C.access_ptr("r", offset=mi * 16 * sc + ni * 16), T.int64(sc * 4)))
+                        C.access_ptr("r", offset=mi * (by_row * sh + by_pixels * sw) + ni * 16), T.int64(sw * 4)))
             for r, s, ko in T.grid(kh, kw, k_tiles):
-                for mi in T.unroll(mt):
+                for mi in T.unroll(mh * mw):
                     T.evaluate(T.call_llvm_intrin(
                         "void", "llvm.x86.tileloadd64", T.uint8(4 + mi),
                         T.tvm_access_ptr(T.type_annotation("uint16"), A.data,
-                                         A.elem_offset + (mi * 16 + r * row + s) * sa + ko * 32, 16 * sa, 1),
+                                         A.elem_offset + (mi * a_step + r * row + s) * sa + ko * 32, 16 * sa, 1),
                         T.int64(sa * 2)))
                 for ni in T.unroll(nt):
                     T.evaluate(T.call_llvm_intrin(
@@ -221,17 +243,17 @@ def _conv_intrin_funcs(mt: int, nt: int, kh: int, kw: int, row: int, channels: i
                         T.tvm_access_ptr(T.type_annotation("uint16"), B.data,
                                          B.elem_offset + r * sb0 + s * sb1 + ko * 16 * sb2 + ni * 32, 16 * sb2, 1),
                         T.int64(sb2 * 2)))
-                for mi in T.unroll(mt):
+                for mi in T.unroll(mh * mw):
                     for ni in T.unroll(nt):
                         T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tdpbf16ps", T.uint8(mi * nt + ni),
                                                       T.uint8(4 + mi), T.uint8(6 + ni)))
-            for mi in T.unroll(mt):
+            for mi in T.unroll(mh * mw):
                 for ni in T.unroll(nt):
                     T.evaluate(T.call_llvm_intrin(
                         "void", "llvm.x86.tilestored64", T.uint8(mi * nt + ni),
-                        C.access_ptr("w", offset=mi * 16 * sc + ni * 16), T.int64(sc * 4)))
+                        C.access_ptr("w", offset=mi * (by_row * sh + by_pixels * sw) + ni * 16), T.int64(sw * 4)))
 
-    return desc, impl
+    return (desc_2 if mh == 2 else desc_1), impl
 
 
 __all__ = ["KT_CHOICES", "SHAPES", "TILE_K", "TILE_ROWS", "conv_intrin_name", "intrin_name", "register",

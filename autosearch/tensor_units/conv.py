@@ -3,10 +3,12 @@
 The tile multiply reads 16 rows of A at any fixed stride. A convolution's input rows for 16 consecutive
 output pixels of one image row are such rows, but the output width is rarely a multiple of 16 (13, 26, 52 and
 104 in tiny-YOLOv2). So the input is padded and *flattened*: with ``R`` the padded input width, output pixel
-``q = h * R + w`` reads input row ``q + kh * R + kw`` for filter tap ``(kh, kw)``, for every ``q`` of the flat
-range, including the ``R - out_w`` columns past the image's right edge, whose results are dropped. Any 16
-consecutive ``q`` are then 16 input rows one stride apart, whatever the width. This costs ``R / out_w`` more
-multiplies (15/13 at 13x13 with a 3x3 filter) and is for stride 1 only.
+``(h, w)`` reads flat input row ``h * R + w + kh * R + kw`` for filter tap ``(kh, kw)``. The GEMM computes each
+output row in whole 16-pixel tiles (and the rows in pairs): the pixels past the image's right edge read the next
+rows' first columns and their results are dropped. Any 16 consecutive pixels of a row are then 16 input rows one
+stride apart, whatever the width, and a block of output rows is a block of the GEMM, so the epilogue can run on
+each block as soon as it is done. This costs ``16 * ceil(out_w / 16) / out_w`` more multiplies (16/13 at 13x13)
+and is for stride 1 only.
 
 Three blocks: ``amx_flat`` pads, flattens and rounds the input to bf16 (channels padded to a multiple of 32,
 one tile row); ``amx_gemm`` accumulates in fp32; ``amx_conv2d_nhwc`` keeps the real pixels and channels. The
@@ -22,10 +24,12 @@ from functools import partial
 
 BLOCK_N = 32  # output channels per packed weight block: two 16-column B tiles
 BLOCK_K = 32  # input channels are padded to whole 64-byte tile rows
+TILE = 16  # output pixels per tile (its rows)
 MIN_CHANNELS = 16  # narrower inputs (the 3-channel stem) would be mostly padding
 GEMM_BLOCK = "amx_gemm"
 FLAT_BLOCK = "amx_flat"
 OUT_BLOCK = "amx_conv2d_nhwc"
+ROW_ATTR = "amx_flat_row"  # the GEMM block's annotation: R, which the tile intrinsics are specialised to
 TASK_NAME = "conv2d_amx_bf16"  # the PrimFunc's name hint: every fused task of such a convolution contains it
 
 
@@ -56,14 +60,17 @@ class FlatConv:
         return self.height + self.padding[0] + self.padding[2] - kh + 1, self.row - kw + 1
 
     @property
-    def rows(self) -> int:
-        """GEMM rows: the flat output range, rounded up to whole pairs of 16-row tiles."""
-        return _round_up(self.out_hw[0] * self.row, 32)
+    def gemm_hw(self) -> tuple[int, int]:
+        """The GEMM's output rows and pixels per row: the output's, rounded up to pairs of rows and to whole
+        16-pixel tiles (a tile then never straddles two rows, so each block of rows is a block of the output)."""
+        out_h, out_w = self.out_hw
+        return _round_up(out_h, 2), _round_up(out_w, TILE)
 
     @property
     def flat_length(self) -> int:
         kh, kw = self.kernel
-        return self.rows + (kh - 1) * self.row + (kw - 1)
+        gh, gw = self.gemm_hw
+        return (gh - 1 + kh - 1) * self.row + gw + kw - 1
 
     @property
     def in_padded(self) -> int:
@@ -109,16 +116,16 @@ def conv2d_nhwc(data, packed, *, conv: FlatConv):
     rh = te.reduce_axis((0, kh_), name="rh")
     rw = te.reduce_axis((0, kw_), name="rw")
     rc = te.reduce_axis((0, conv.in_padded), name="rc")
+    gemm_h, gemm_w = conv.gemm_hw
     gemm = te.compute(
-        (n_, conv.rows, conv.out_padded),
-        lambda n, q, co: te.sum(
-            flat[n, q + rh * r + rw, rc].astype("float32")
+        (n_, gemm_h, gemm_w, conv.out_padded),
+        lambda n, h, w, co: te.sum(
+            flat[n, h * r + w + rh * r + rw, rc].astype("float32")
             * packed[co // BLOCK_N, rh, rw, rc // 2, co % BLOCK_N, rc % 2].astype("float32"),
             axis=[rh, rw, rc]),
-        name=GEMM_BLOCK)
+        name=GEMM_BLOCK, attrs={ROW_ATTR: r})
     out_h, out_w = conv.out_hw
-    return te.compute((n_, out_h, out_w, conv.out_channels), lambda n, h, w, co: gemm[n, h * r + w, co],
-                      name=OUT_BLOCK)
+    return te.compute((n_, out_h, out_w, conv.out_channels), lambda n, h, w, co: gemm[n, h, w, co], name=OUT_BLOCK)
 
 
 def flat_conv(call) -> FlatConv | None:
@@ -157,5 +164,6 @@ def legalize(bb, call):
     return bb.call_te(partial(conv2d_nhwc, conv=conv), call.args[0], packed, primfunc_name_hint=TASK_NAME)
 
 
-__all__ = ["BLOCK_K", "BLOCK_N", "FLAT_BLOCK", "FlatConv", "GEMM_BLOCK", "MIN_CHANNELS", "OUT_BLOCK", "TASK_NAME",
+__all__ = ["BLOCK_K", "BLOCK_N", "FLAT_BLOCK", "FlatConv", "GEMM_BLOCK", "MIN_CHANNELS", "OUT_BLOCK", "ROW_ATTR",
+           "TASK_NAME", "TILE",
            "conv2d_nhwc", "flat_conv", "legalize", "pack_weight"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from autosearch.tensor_units.amx import SHAPES, TILE_K, TILE_ROWS, register, register_conv
-from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK
+from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, ROW_ATTR
 
 
 def is_amx_task(mod) -> bool:
@@ -38,18 +38,19 @@ def is_amx_task(mod) -> bool:
 
 
 def amx_sketches(mod, target, *, seed: int) -> list[Any]:
-    """Traced Schedules for ``mod``, one per tile shape the GEMM's extents allow; [] for other tasks or targets
-    without AMX-BF16."""
+    """Traced Schedules for ``mod``, one per tile shape the GEMM's extents allow and loop order; [] for other tasks
+    or targets without AMX-BF16."""
     from autosearch.tensor_units.cpu import has_amx_bf16
 
     if not has_amx_bf16(target) or not is_amx_task(mod):
         return []
     out = []
-    for mt, nt in sorted({(mt, nt) for mt, nt, _ in SHAPES}):
-        for weights_outer in (False, True):
-            sch = _sketch(mod, seed, mt, nt, weights_outer)
-            if sch is not None:
-                out.append(sch)
+    for pixels in ((1, 1), (1, 2), (2, 1)):
+        for nt in (1, 2):
+            for weights_outer in (False, True):
+                sch = _sketch(mod, seed, pixels, nt, weights_outer)
+                if sch is not None:
+                    out.append(sch)
     return out
 
 
@@ -57,38 +58,55 @@ def _extent(sch, loop) -> int:
     return int(sch.get(loop).extent)
 
 
-def _sketch(mod, seed: int, mt: int, nt: int, weights_outer: bool):
+def _sketch(mod, seed: int, pixels: tuple[int, int], nt: int, weights_outer: bool):
+    """One sketch: accumulator blocks of ``pixels`` = (rows, 16-pixel tiles per row) x ``nt`` channel tiles."""
     from tvm.s_tir import Schedule
 
+    mh, mw = pixels
     sch = Schedule(mod, seed=seed, debug_mask=0)
-    _schedule_epilogue(sch)
+    epilogue = _inline_epilogue(sch)
     gemm = sch.get_sblock(GEMM_BLOCK)
-    n, q, co, rh, rw, rc = sch.get_loops(gemm)
-    kh, kw, channels, rows = (_extent(sch, loop) for loop in (rh, rw, rc, q))
+    n, h, w, co, rh, rw, rc = sch.get_loops(gemm)
+    kh, kw, channels = (_extent(sch, loop) for loop in (rh, rw, rc))
+    whole = kh > 1 and kw > 1  # the whole reduction in one call (TVM drops unit loops, which it describes)
     legal = [kt for _, _, kt in SHAPES if channels % (TILE_K * kt) == 0]
-    if rows % (TILE_ROWS * mt) or _extent(sch, co) % (TILE_ROWS * nt) or not legal:
+    if (_extent(sch, h) % 2 or _extent(sch, w) % (TILE_ROWS * mw) or _extent(sch, co) % (TILE_ROWS * nt)
+            or not legal or (mh > 1 and not whole)):
         return None
-    q_o, q_i = sch.split(q, [None, TILE_ROWS * mt])
+    # rows go in pairs (the GEMM has an even number), so a parallel block never has a single row: loops of
+    # extent 1 vanish, and a trace must find the same loops whatever its tile sizes
+    h_o, h_p = sch.split(h, [None, 2])
+    w_o, w_i = sch.split(w, [None, TILE_ROWS * mw])
     co_o, co_i = sch.split(co, [None, TILE_ROWS * nt])
-    q1, q2 = sch.split(q_o, sch.sample_perfect_tile(q_o, n=2, max_innermost_factor=16))
+    h1, h2 = sch.split(h_o, sch.sample_perfect_tile(h_o, n=2, max_innermost_factor=16))
     c1, c2 = sch.split(co_o, sch.sample_perfect_tile(co_o, n=2, max_innermost_factor=16))
-    inner = (c2, q2) if weights_outer else (q2, c2)
-    if kh > 1 and kw > 1:  # the whole reduction in one call (TVM drops unit loops, which the description has)
-        flat = next(b for b in sch.get(sch.get_sblock("root")).alloc_buffers if b.name == FLAT_BLOCK)
-        row = (int(flat.shape[1]) - rows - (kw - 1)) // (kh - 1)  # the flat length is rows + (kh-1) R + kw-1
-        sch.reorder(n, q1, c1, *inner, q_i, co_i, rh, rw, rc)
-        intrin, reduction = register_conv(mt, nt, kh, kw, row, channels), q_i
+    pair = () if mh > 1 else (h_p,)  # two rows of pixel tiles: the pair is the tile's; else a loop over it
+    inner = (c2, h2, *pair, w_o) if weights_outer else (h2, *pair, w_o, c2)
+    tile = ((h_p,) if mh > 1 else ()) + (w_i, co_i)
+    if whole:
+        row = int(sch.get(gemm).annotations[ROW_ATTR])
+        sch.reorder(n, h1, c1, *inner, *tile, rh, rw, rc)
+        intrin, reduction = register_conv(mh, mw, nt, kh, kw, row, channels), tile[0]
     else:  # a 1x1 (or 1xk) filter: as many tile multiplies per call as the channels allow
         kt = max(legal)
         rc_o, rc_i = sch.split(rc, [None, TILE_K * kt])
-        sch.reorder(n, q1, c1, *inner, rh, rw, rc_o, q_i, co_i, rc_i)
-        intrin, reduction = register(mt, nt, kt), rh
-    sch.parallel(sch.fuse(n, q1, c1))
+        sch.reorder(n, h1, c1, *inner, rh, rw, rc_o, *tile, rc_i)
+        intrin, reduction = register(mw, nt, kt), rh
+    block = sch.fuse(n, h1, c1)
+    sch.parallel(block)
     sch.decompose_reduction(gemm, reduction)
     init = sch.get_sblock(f"{GEMM_BLOCK}_init")
     sch.vectorize(sch.get_loops(init)[-1])
-    _schedule_elementwise(sch, sch.get_sblock(FLAT_BLOCK))
-    sch.tensorize(q_i, intrin)
+    flat = sch.get_sblock(FLAT_BLOCK)
+    if weights_outer:  # the whole input once, up front: each parallel block reads all of it
+        _schedule_elementwise(sch, flat)
+    else:  # the input rows of each parallel block, converted where they are read (in cache)
+        sch.compute_at(flat, block)
+        sch.vectorize(sch.get_loops(flat)[-1])
+    if epilogue is not None:  # bias, activation and the slice to the real pixels, on each block as it is done
+        sch.reverse_compute_at(epilogue, block)
+        sch.vectorize(sch.get_loops(epilogue)[-1])
+    sch.tensorize(tile[0], intrin)
     return sch
 
 
@@ -100,16 +118,15 @@ def _schedule_elementwise(sch, block) -> None:
     sch.vectorize(loops[-1])
 
 
-def _schedule_epilogue(sch) -> None:
-    """Inline everything after the GEMM into the task's last block, which is then parallel and vectorised."""
+def _inline_epilogue(sch):
+    """Inline everything after the GEMM into the task's last block; that block (None if there is none)."""
     root = sch.get_sblock("root")
     blocks = list(sch.get_child_blocks(root))
     names = [sch.get(b).name_hint for b in blocks]
     after = blocks[names.index(GEMM_BLOCK) + 1:]
     for block in after[:-1]:
         sch.compute_inline(block)
-    if after:
-        _schedule_elementwise(sch, after[-1])
+    return after[-1] if after else None
 
 
 __all__ = ["amx_sketches", "is_amx_task"]
