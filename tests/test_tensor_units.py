@@ -108,9 +108,10 @@ def _conv_nhwc_relu(x: np.ndarray, w_ohwi: np.ndarray) -> np.ndarray:
 
 
 # 13: the last pixel tile of a row runs past the image's right edge (dropped), and the rows are odd (a junk row);
-# 32: two pixel tiles side by side in a row; 1x1: the plain tile multiply instead of the whole-reduction one
-@pytest.mark.parametrize(("hw", "kernel"), [(13, 3), (16, 3), (32, 3), (13, 1)])
-def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel) -> None:
+# 32: two pixel tiles side by side in a row; 1x1: the plain tile multiply instead of the whole-reduction one;
+# stride 2: the tile's input rows two apart
+@pytest.mark.parametrize(("hw", "kernel", "stride"), [(13, 3, 1), (16, 3, 1), (32, 3, 1), (13, 1, 1), (26, 3, 2)])
+def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel, stride) -> None:
     """Every sketch of a bf16 conv task, as the tuner would build it, against NumPy on the same rounded operands."""
     import tvm
 
@@ -122,19 +123,19 @@ def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel) -> No
     _needs_amx(target)
     request_permission()
     path = str(tmp_path / "conv.onnx")
-    small_conv_onnx(path, cin=32, cout=48, hw=hw, kernel=kernel)
+    small_conv_onnx(path, cin=32, cout=48, hw=hw, kernel=kernel, stride=stride)
     model = import_model(path, target, layout="NHWC", precision="bf16")
     task = next(t for t in model.tasks if "amx_bf16" in t.name)
     space = DecisionSpace(task.mod, task.target)
     # tile shapes (rows x 16-pixel tiles x channel tiles) x 2 loop orders; two rows of tiles take a 3x3 filter
-    assert len(space.sketches) == {(13, 3): 8, (16, 3): 8, (32, 3): 12, (13, 1): 4}[(hw, kernel)]
+    assert len(space.sketches) == {(13, 3): 8, (16, 3): 8, (32, 3): 12, (13, 1): 4, (26, 3): 8}[(hw, kernel)]
     rng = np.random.default_rng(1)
     x = rng.uniform(-1, 1, (1, hw, hw, 32)).astype("float32")
     w = _to_bf16(rng.uniform(-1, 1, (48, kernel, kernel, 32)))  # OHWI, rounded as the packing rounds it
     packed = np.zeros(task.args[1][0], dtype=w.dtype)  # (O / 32, KH, KW, C / 2, 32, 2)
     for o in range(48):
         packed[o // BLOCK_N, :, :, :, o % BLOCK_N, :] = w[o].reshape(kernel, kernel, BLOCK_K // 2, 2)
-    want = _conv_nhwc_relu(_to_bf16(x), w)
+    want = _conv_nhwc_relu(_to_bf16(x), w)[:, ::stride, ::stride]
     dev = tvm.cpu()
     for sketch in space.sketches:
         for config in (space.default(sketch.index), space.sample(rng)):

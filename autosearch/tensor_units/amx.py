@@ -56,27 +56,28 @@ def register(mt: int, nt: int, kt: int) -> str:
     return name
 
 
-def conv_intrin_name(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, channels: int) -> str:
-    return f"amx_conv_bf16_{mh}x{mw}x{nt}_k{kh}x{kw}_r{row}_c{channels}"
+def conv_intrin_name(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, channels: int, stride: int) -> str:
+    return f"amx_conv_bf16_{mh}x{mw}x{nt}_k{kh}x{kw}_r{row}_c{channels}_s{stride}"
 
 
-def register_conv(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, channels: int) -> str:
+def register_conv(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, channels: int, stride: int) -> str:
     """Register the whole-reduction intrinsic of one flattened convolution (:mod:`.conv`) and tile shape, once per
     process; returns its name.
 
-    ``C[h, w, j] += sum over (kh, kw, c) of A[h * row + w + kh * row + kw, c] * B[kh, kw, c // 2, j, c % 2]`` for
+    ``C[h, w, j] += sum over (kh, kw, c) of A[(s h + kh) row + s w + kw, c] * B[kh, kw, c // 2, j, c % 2]`` for
     an accumulator block of ``mh`` output rows x ``16 mw`` pixels x ``16 nt`` channels (``mh * mw`` <= 2 pixel
     tiles): all the filter taps and channels of the block in one call, so the accumulators stay in tile registers
     for the whole reduction and the tile configuration, the accumulator load and its store happen once per block
     rather than once per tap and channel slice (which dominated the narrow layers: 16 or 32 channels make one tile
-    multiply per tap). ``row`` (the padded input width) is part of the description, so each layer has its own."""
+    multiply per tap). ``row`` (the padded input width) and the stride ``s`` are part of the description, so each
+    layer has its own."""
     from tvm.s_tir import TensorIntrin
 
-    name = conv_intrin_name(mh, mw, nt, kh, kw, row, channels)
+    name = conv_intrin_name(mh, mw, nt, kh, kw, row, channels, stride)
     try:
         TensorIntrin.get(name)
     except Exception:  # not registered yet: TVM raises when the name is unknown
-        TensorIntrin.register(name, *_conv_intrin_funcs(mh, mw, nt, kh, kw, row, channels))
+        TensorIntrin.register(name, *_conv_intrin_funcs(mh, mw, nt, kh, kw, row, channels, stride))
     return name
 
 
@@ -87,7 +88,7 @@ def register_for(text: str) -> None:
 
     for mt, nt, kt in set(re.findall(r"amx_bf16_(\d+)x(\d+)x(\d+)", text)):
         register(int(mt), int(nt), int(kt))
-    for found in set(re.findall(r"amx_conv_bf16_(\d+)x(\d+)x(\d+)_k(\d+)x(\d+)_r(\d+)_c(\d+)", text)):
+    for found in set(re.findall(r"amx_conv_bf16_(\d+)x(\d+)x(\d+)_k(\d+)x(\d+)_r(\d+)_c(\d+)_s(\d+)", text)):
         register_conv(*(int(v) for v in found))
 
 
@@ -160,16 +161,18 @@ def _intrin_funcs(mt: int, nt: int, kt: int):
     return desc, impl
 
 
-def _conv_intrin_funcs(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, channels: int):
+def _conv_intrin_funcs(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, channels: int, stride: int):
     """(description, implementation) PrimFuncs of one whole-reduction convolution intrinsic. The pixel tiles of a
     block lie side by side in one output row (``mw`` = 2) or one above the other (``mh`` = 2): the second A tile
-    starts 16 input rows or one image row (``row``) further, the second C tile 16 pixels or one output row."""
+    starts 16 pixels or one output row further (``16 s`` input rows or ``s`` image rows), the second C tile 16
+    pixels or one output row further; a tile's input rows are ``s`` rows apart."""
     from tvm.script import tirx as T
 
     w_i, n_i = TILE_ROWS * mw, TILE_ROWS * nt
-    span = (mh - 1) * row + w_i + (kh - 1) * row + kw - 1  # input rows one accumulator block reads
+    s_ = stride
+    span = (s_ * (mh - 1) + kh - 1) * row + s_ * (w_i - 1) + kw  # input rows one accumulator block reads
     k_tiles = channels // TILE_K
-    a_step = row if mh == 2 else TILE_ROWS  # input rows from one pixel tile to the next
+    a_step = s_ * row if mh == 2 else s_ * TILE_ROWS  # input rows from one pixel tile to the next
     by_row, by_pixels = (1, 0) if mh == 2 else (0, TILE_ROWS)  # C offset of the next pixel tile: sh or 16 sw
 
     @T.prim_func(s_tir=True)
@@ -184,7 +187,7 @@ def _conv_intrin_funcs(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, ch
             for i, j, r, s, k in T.grid(w_i, n_i, kh, kw, channels):
                 with T.sblock("update"):
                     vi, vj, vr, vs, vk = T.axis.remap("SSRRR", [i, j, r, s, k])
-                    C[0, vi, vj] = C[0, vi, vj] + T.cast(A[vi + vr * row + vs, vk], "float32") * T.cast(
+                    C[0, vi, vj] = C[0, vi, vj] + T.cast(A[vr * row + vi * s_ + vs, vk], "float32") * T.cast(
                         B[vr, vs, vk // 2, vj, vk % 2], "float32")
 
     @T.prim_func(s_tir=True)
@@ -199,7 +202,8 @@ def _conv_intrin_funcs(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, ch
             for h, i, j, r, s, k in T.grid(mh, w_i, n_i, kh, kw, channels):
                 with T.sblock("update"):
                     vh, vi, vj, vr, vs, vk = T.axis.remap("SSSRRR", [h, i, j, r, s, k])
-                    C[vh, vi, vj] = C[vh, vi, vj] + T.cast(A[vh * row + vi + vr * row + vs, vk], "float32") * T.cast(
+                    C[vh, vi, vj] = C[vh, vi, vj] + T.cast(
+                        A[(vh * s_ + vr) * row + vi * s_ + vs, vk], "float32") * T.cast(
                         B[vr, vs, vk // 2, vj, vk % 2], "float32")
 
     @T.prim_func(s_tir=True)
@@ -235,8 +239,8 @@ def _conv_intrin_funcs(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, ch
                     T.evaluate(T.call_llvm_intrin(
                         "void", "llvm.x86.tileloadd64", T.uint8(4 + mi),
                         T.tvm_access_ptr(T.type_annotation("uint16"), A.data,
-                                         A.elem_offset + (mi * a_step + r * row + s) * sa + ko * 32, 16 * sa, 1),
-                        T.int64(sa * 2)))
+                                         A.elem_offset + (mi * a_step + r * row + s) * sa + ko * 32, 16 * s_ * sa, 1),
+                        T.int64(sa * 2 * s_)))
                 for ni in T.unroll(nt):
                     T.evaluate(T.call_llvm_intrin(
                         "void", "llvm.x86.tileloadd64", T.uint8(6 + ni),

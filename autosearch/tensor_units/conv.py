@@ -7,8 +7,9 @@ output pixels of one image row are such rows, but the output width is rarely a m
 output row in whole 16-pixel tiles (and the rows in pairs): the pixels past the image's right edge read the next
 rows' first columns and their results are dropped. Any 16 consecutive pixels of a row are then 16 input rows one
 stride apart, whatever the width, and a block of output rows is a block of the GEMM, so the epilogue can run on
-each block as soon as it is done. This costs ``16 * ceil(out_w / 16) / out_w`` more multiplies (16/13 at 13x13)
-and is for stride 1 only.
+each block as soon as it is done. This costs ``16 * ceil(out_w / 16) / out_w`` more multiplies (16/13 at 13x13).
+With stride ``s`` the same holds with ``s * h`` and ``s * w`` in place of ``h`` and ``w``: the tile's input rows
+are then ``s`` rows apart, a stride the tile load takes as it is (the downsampling convolutions of YOLOv8n).
 
 Three blocks: ``amx_flat`` pads, flattens and rounds the input to bf16 (channels padded to a multiple of 32,
 one tile row); ``amx_gemm`` accumulates in fp32; ``amx_conv2d_nhwc`` keeps the real pixels and channels. The
@@ -25,11 +26,12 @@ from functools import partial
 BLOCK_N = 32  # output channels per packed weight block: two 16-column B tiles
 BLOCK_K = 32  # input channels are padded to whole 64-byte tile rows
 TILE = 16  # output pixels per tile (its rows)
-MIN_CHANNELS = 16  # narrower inputs (the 3-channel stem) would be mostly padding
+MIN_CHANNELS = 16  # narrower inputs (the 3-channel stem) or outputs (YOLOv8's 1-channel DFL) would be mostly padding
 GEMM_BLOCK = "amx_gemm"
 FLAT_BLOCK = "amx_flat"
 OUT_BLOCK = "amx_conv2d_nhwc"
-ROW_ATTR = "amx_flat_row"  # the GEMM block's annotation: R, which the tile intrinsics are specialised to
+ROW_ATTR = "amx_flat_row"  # the GEMM block's annotations: R and the stride, which the tile intrinsics are
+STRIDE_ATTR = "amx_stride"  # specialised to
 TASK_NAME = "conv2d_amx_bf16"  # the PrimFunc's name hint: every fused task of such a convolution contains it
 
 
@@ -39,7 +41,7 @@ def _round_up(x: int, m: int) -> int:
 
 @dataclass(frozen=True)
 class FlatConv:
-    """The geometry of one flattened convolution (batch 1 or more, stride 1, NHWC)."""
+    """The geometry of one flattened convolution (batch 1 or more, NHWC)."""
 
     batch: int
     height: int  # input
@@ -48,6 +50,7 @@ class FlatConv:
     out_channels: int
     kernel: tuple[int, int]
     padding: tuple[int, int, int, int]  # top, left, bottom, right
+    stride: int = 1
 
     @property
     def row(self) -> int:
@@ -57,7 +60,8 @@ class FlatConv:
     @property
     def out_hw(self) -> tuple[int, int]:
         kh, kw = self.kernel
-        return self.height + self.padding[0] + self.padding[2] - kh + 1, self.row - kw + 1
+        s = self.stride
+        return (self.height + self.padding[0] + self.padding[2] - kh) // s + 1, (self.row - kw) // s + 1
 
     @property
     def gemm_hw(self) -> tuple[int, int]:
@@ -70,7 +74,8 @@ class FlatConv:
     def flat_length(self) -> int:
         kh, kw = self.kernel
         gh, gw = self.gemm_hw
-        return (gh - 1 + kh - 1) * self.row + gw + kw - 1
+        s = self.stride
+        return (s * (gh - 1) + kh - 1) * self.row + s * (gw - 1) + kw
 
     @property
     def in_padded(self) -> int:
@@ -103,7 +108,7 @@ def conv2d_nhwc(data, packed, *, conv: FlatConv):
 
     n_, h_, w_, c_ = conv.batch, conv.height, conv.width, conv.in_channels
     pt, pl = conv.padding[0], conv.padding[1]
-    r = conv.row
+    r, s = conv.row, conv.stride
     kh_, kw_ = conv.kernel
 
     def flat_value(n, q, c):
@@ -120,17 +125,17 @@ def conv2d_nhwc(data, packed, *, conv: FlatConv):
     gemm = te.compute(
         (n_, gemm_h, gemm_w, conv.out_padded),
         lambda n, h, w, co: te.sum(
-            flat[n, h * r + w + rh * r + rw, rc].astype("float32")
+            flat[n, (s * h + rh) * r + s * w + rw, rc].astype("float32")
             * packed[co // BLOCK_N, rh, rw, rc // 2, co % BLOCK_N, rc % 2].astype("float32"),
             axis=[rh, rw, rc]),
-        name=GEMM_BLOCK, attrs={ROW_ATTR: r})
+        name=GEMM_BLOCK, attrs={ROW_ATTR: r, STRIDE_ATTR: s})
     out_h, out_w = conv.out_hw
     return te.compute((n_, out_h, out_w, conv.out_channels), lambda n, h, w, co: gemm[n, h, w, co], name=OUT_BLOCK)
 
 
 def flat_conv(call) -> FlatConv | None:
-    """The geometry of a Relax ``nn.conv2d`` call this lowering computes (NHWC / OHWI, stride 1, no dilation,
-    one group, static fp32 shapes, at least :data:`MIN_CHANNELS` input channels), else None."""
+    """The geometry of a Relax ``nn.conv2d`` call this lowering computes (NHWC / OHWI, equal strides, no dilation,
+    one group, static fp32 shapes, at least :data:`MIN_CHANNELS` input and output channels), else None."""
     attrs = call.attrs
     try:
         data = [int(s) for s in call.args[0].ty.shape]
@@ -140,9 +145,12 @@ def flat_conv(call) -> FlatConv | None:
     if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout)) != (
             "NHWC", "OHWI", "NHWC"):
         return None
-    if int(attrs.groups) != 1 or [int(s) for s in attrs.strides] != [1, 1]:
+    strides = [int(s) for s in attrs.strides]
+    if int(attrs.groups) != 1 or strides[0] != strides[1]:
         return None
-    if [int(s) for s in attrs.dilation] != [1, 1] or len(data) != 4 or data[3] < MIN_CHANNELS:
+    if strides[0] > 1 and (weight[1] == 1 or weight[2] == 1):  # only the whole-reduction intrinsic takes a stride
+        return None
+    if [int(s) for s in attrs.dilation] != [1, 1] or len(data) != 4 or min(data[3], weight[0]) < MIN_CHANNELS:
         return None
     if str(call.args[0].ty.dtype) != "float32" or str(call.args[1].ty.dtype) != "float32":
         return None
@@ -151,7 +159,7 @@ def flat_conv(call) -> FlatConv | None:
     pad = [int(p) for p in attrs.padding]
     pad = pad * 2 if len(pad) == 2 else pad
     return FlatConv(batch=data[0], height=data[1], width=data[2], in_channels=data[3], out_channels=weight[0],
-                    kernel=(weight[1], weight[2]), padding=(pad[0], pad[1], pad[2], pad[3]))
+                    kernel=(weight[1], weight[2]), padding=(pad[0], pad[1], pad[2], pad[3]), stride=strides[0])
 
 
 def legalize(bb, call):
@@ -165,5 +173,5 @@ def legalize(bb, call):
 
 
 __all__ = ["BLOCK_K", "BLOCK_N", "FLAT_BLOCK", "FlatConv", "GEMM_BLOCK", "MIN_CHANNELS", "OUT_BLOCK", "ROW_ATTR",
-           "TASK_NAME", "TILE",
+           "STRIDE_ATTR", "TASK_NAME", "TILE",
            "conv2d_nhwc", "flat_conv", "legalize", "pack_weight"]

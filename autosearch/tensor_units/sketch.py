@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from autosearch.tensor_units.amx import SHAPES, TILE_K, TILE_ROWS, register, register_conv
-from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, ROW_ATTR
+from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, ROW_ATTR, STRIDE_ATTR
 
 
 def is_amx_task(mod) -> bool:
@@ -84,9 +84,10 @@ def _sketch(mod, seed: int, pixels: tuple[int, int], nt: int, weights_outer: boo
     inner = (c2, h2, *pair, w_o) if weights_outer else (h2, *pair, w_o, c2)
     tile = ((h_p,) if mh > 1 else ()) + (w_i, co_i)
     if whole:
-        row = int(sch.get(gemm).annotations[ROW_ATTR])
+        annotations = sch.get(gemm).annotations
+        row, stride = int(annotations[ROW_ATTR]), int(annotations[STRIDE_ATTR])
         sch.reorder(n, h1, c1, *inner, *tile, rh, rw, rc)
-        intrin, reduction = register_conv(mh, mw, nt, kh, kw, row, channels), tile[0]
+        intrin, reduction = register_conv(mh, mw, nt, kh, kw, row, channels, stride), tile[0]
     else:  # a 1x1 (or 1xk) filter: as many tile multiplies per call as the channels allow
         kt = max(legal)
         rc_o, rc_i = sch.split(rc, [None, TILE_K * kt])
