@@ -89,3 +89,21 @@ def test_a_tuned_log_is_not_tuned_again_without_resume(tuned, work):
         autosearch.tune(str(work / "small.onnx"), strategy="random", tasks="conv", trials=4, log=result.log,
                         measure=FAST, **FP32_NCHW)
     assert len(read_log(result.log).trials()) == 4
+
+
+def test_a_plug_in_strategy_tunes_real_kernels_through_the_api(work):
+    """The example plug-in package's strategy (examples/autosearch-restarts), found by name through the registry,
+    tunes a real kernel like a built-in: autosearch's code knows nothing of it."""
+    from autosearch.strategy import STRATEGIES
+
+    if "restarts" not in STRATEGIES:
+        pytest.skip("the example plug-in package autosearch-restarts is not installed: pip install -e "
+                    "examples/autosearch-restarts (CI installs it)")
+    result = autosearch.tune(str(work / "small.onnx"), strategy="restarts", options={"patience": "1"}, tasks="conv",
+                             trials=8, batch=4, finalist_rounds=0, log=str(work / "restarts.jsonl"), measure=FAST,
+                             plot=False, **FP32_NCHW)
+    [task] = result.tasks
+    assert task.trials == 8 and task.best_secs < task.untuned_secs and result.plot is None
+    contents = read_log(result.log)
+    assert len({r.config for r in contents.trials()}) == 8  # never the same config twice
+    assert contents.runs[0]["strategy"] == "restarts" and contents.runs[0]["options"] == {"patience": 1}
