@@ -1,4 +1,5 @@
-"""Command line: argument parsing and printing only; the one place that names plug-ins.
+"""Command line: argument parsing and printing only, over the Python API (:mod:`autosearch.api`: each command
+calls one of its functions and prints the result, :mod:`autosearch.console`); the one place that names plug-ins.
 
 Every bad input ends as one line on stderr and exit code 2 (``UserError``), never a traceback (with ``-v``,
 the traceback of the internal error behind it, if any, comes first). Internal errors keep their traceback.
