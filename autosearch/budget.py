@@ -71,7 +71,7 @@ class BudgetChoice:
     predicted_secs: float
 
     def lowering(self, base: dict) -> dict:
-        """The lowering record ``export`` writes (``base``: the log's, :func:`autosearch.export.lowering_of`)."""
+        """The lowering record ``export`` writes (``base``: the log's, :func:`autosearch.database.lowering_of`)."""
         return {**base, "layout": self.layout, "choices": dict(self.choices),
                 "memory_budget": {"budget_bytes": self.budget_bytes, "predicted_bytes": self.predicted.peak_bytes(),
                                   "predicted_secs": self.predicted_secs, "estimate": self.predicted.to_json()}}
@@ -108,7 +108,7 @@ def _winograd_extra_bytes(layer: str, occurrences: int, *, value_bytes: int = 4)
 
 def model_options(contents: LogContents, relax_mod, target, database, *, fast_math: str) -> list[ModelOption]:
     """The models the log can compile under a budget, one per layout it was tuned in, with their memory
-    (computed with ``database``, the log's best records: :func:`autosearch.export.memory_database`;
+    (computed with ``database``, the log's best records: :func:`autosearch.database.memory_database`;
     ``fast_math``: as the log was tuned)."""
     from autosearch.alternatives import model_latency, task_layouts
     from autosearch.lowering import tuned_module
@@ -175,7 +175,7 @@ def choose(options: list[ModelOption], budget_bytes: int) -> tuple[ModelOption, 
 def import_tuned_model(contents: LogContents, model: str, target, *, input_shape: str | None = None):
     """The model the log was tuned on, imported (:class:`autosearch.importer.ImportedModel`), as ``export
     --memory-budget`` needs it to compute memory; a one-line error if the log has none of its tasks."""
-    from autosearch.export import lowering_of
+    from autosearch.database import lowering_of
     from autosearch.importer import import_model
 
     base = lowering_of(contents) or {}
@@ -191,7 +191,7 @@ def budget_choice(contents: LogContents, relax_mod, target, budget_mib: float) -
     """The fastest model of the log whose predicted peak memory is at most ``budget_mib`` MiB (see the module
     docstring) and the lowering record ``export`` writes for it; ``relax_mod``: the model the log was tuned on,
     imported (:func:`import_tuned_model`)."""
-    from autosearch.export import lowering_of, memory_database
+    from autosearch.database import lowering_of, memory_database
     from autosearch.lowering import tuned_module
     from autosearch.memory import estimate_memory
     from autosearch.winograd import WinogradPolicy

@@ -1,4 +1,5 @@
-"""Command line: argument parsing and printing only; the one place that names plug-ins.
+"""Command line: argument parsing and printing only, over the Python API (:mod:`autosearch.api`: each command
+calls one of its functions and prints the result, :mod:`autosearch.console`); the one place that names plug-ins.
 
 Every bad input ends as one line on stderr and exit code 2 (``UserError``), never a traceback (with ``-v``,
 the traceback of the internal error behind it, if any, comes first). Internal errors keep their traceback.
@@ -10,14 +11,13 @@ import argparse
 import contextlib
 import json
 import logging
-import math
-import os
 import signal
 import sys
 import time
 import traceback
 
 from autosearch import __version__
+from autosearch.api import DEFAULT_BATCH, DEFAULT_MODEL, DEFAULT_TRIALS
 from autosearch.errors import UserError
 from autosearch.lowering import (
     DEFAULT_FAST_MATH,
@@ -25,13 +25,8 @@ from autosearch.lowering import (
     DEFAULT_PRECISION,
     FAST_MATH_MODES,
     LAYOUT_MODES,
-    OLD_LOWERING,
     PRECISION_MODES,
 )
-
-DEFAULT_MODEL = "tiny-yolov2"
-DEFAULT_TRIALS = 400
-DEFAULT_BATCH = 16
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,16 +81,14 @@ def _target_summary(target) -> str:
     return f"{cfg.get('mcpu') or cfg.get('kind')}, {cfg.get('num-cores', '?')} cores"
 
 
+
 # ---------------------------------------------------------------------------------------------- tasks
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from autosearch.importer import import_model
-    from autosearch.target import parse_target
+    from autosearch.api import load_tasks
 
-    target = parse_target(args.target)
     start = time.perf_counter()
-    model = import_model(args.model, target, input_shape=args.input_shape, winograd=args.winograd or "auto",
-                         layout=args.layout or DEFAULT_LAYOUT, fast_math=args.fast_math or DEFAULT_FAST_MATH,
-                         precision=args.precision or DEFAULT_PRECISION)
+    model = load_tasks(args.model, target=args.target, input_shape=args.input_shape, winograd=args.winograd,
+                       layout=args.layout, fast_math=args.fast_math, precision=args.precision)
     elapsed = time.perf_counter() - start
     if args.json:
         rows = [
@@ -107,6 +100,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
+    target = model.target
     total = model.flops
     table = Table(title=f"{model.name}: {len(model.tasks)} tuning tasks for {target.kind.name} "
                         f"({_target_summary(target)}, conv2d {model.layout}, fast math {model.fast_math})")
@@ -133,33 +127,6 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- run
-def _select_tasks(tasks, spec: str | None):
-    if not spec:
-        return tasks
-    chosen = []
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if part.isdigit():
-            idx = int(part)
-            if idx >= len(tasks):
-                raise UserError(f"--tasks: no task {idx}; the model has tasks 0..{len(tasks) - 1}")
-            chosen.append(tasks[idx])
-        elif "-" in part and all(p.isdigit() for p in part.split("-", 1)):
-            lo, hi = (int(p) for p in part.split("-", 1))
-            if hi >= len(tasks) or lo > hi:
-                raise UserError(f"--tasks: bad range {part}; the model has tasks 0..{len(tasks) - 1}")
-            chosen.extend(tasks[lo:hi + 1])
-        else:
-            matched = [t for t in tasks if part in t.name]
-            if not matched:
-                raise UserError(f"--tasks: no task name contains {part!r}")
-            chosen.extend(matched)
-    unique = list({t.workload_key: t for t in chosen}.values())
-    return unique
-
-
 def _parse_kv(pairs: list[str]) -> dict[str, str]:
     out = {}
     for pair in pairs or []:
@@ -168,32 +135,6 @@ def _parse_kv(pairs: list[str]) -> dict[str, str]:
             raise UserError(f"--option {pair!r}: use KEY=VALUE")
         out[key.strip()] = value.strip()
     return out
-
-
-def make_runner(args: argparse.Namespace, target):
-    from autosearch.measure.base import EvaluatorConfig
-
-    evaluator = EvaluatorConfig(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
-    if args.runner == "local":
-        from autosearch.measure.local import LocalRunner
-
-        return LocalRunner(target=target, evaluator=evaluator, build_workers=args.build_workers,
-                           build_timeout=args.build_timeout, run_timeout=args.run_timeout, seed=args.seed)
-    if args.runner == "ray":
-        try:
-            from autosearch.measure.ray_pool import RayRunner
-        except ImportError as exc:
-            raise UserError(f"--runner ray needs the package 'ray' ({exc})") from exc
-        return RayRunner(target=target, evaluator=evaluator, address=args.ray_address,
-                         build_workers=args.build_workers, build_timeout=args.build_timeout,
-                         run_timeout=args.run_timeout, seed=args.seed, device_key=args.device_key,
-                         gpu_name=args.gpu_name, allow_mixed=args.allow_mixed)
-    raise UserError(f"unknown runner {args.runner!r}; valid runners: local, ray")
-
-
-def _default_log(model: str, strategy: str) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{model}-{strategy}-{stamp}.jsonl")
 
 
 def _install_signal_handlers() -> None:
@@ -205,73 +146,14 @@ def _install_signal_handlers() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _resume_lowering(resume, option: str, asked: str | None, default: str) -> str:
-    """A resumed run keeps the lowering (``--winograd``, ``--layout``, ``--fast-math``) its log was tuned with: other
-    lowerings give other tasks. Logs from before an option existed were tuned with its old default."""
-    logged = {str((h.get("lowering") or {}).get(option, OLD_LOWERING[option])) for h in resume.tasks.values()}
-    if len(logged) == 1:
-        [mode] = logged
-        if asked and asked != mode:
-            raise UserError(f"{resume.path} was tuned with --{option.replace('_', '-')} {mode}; "
-                            "resume it with the same lowering")
-        return mode
-    return asked or default
-
-
-def resolve_guidance(spec: str | None, target, strategy: str, *, seed: int) -> tuple[str | None, str]:
-    """(the cost model the tuner gets, one line saying what guides the run). ``auto``: the pre-trained model
-    autosearch ships, where it fits the target and the strategy's guidance is cheap (``guided_by_default``),
-    else none; a directory: a model train-model wrote, checked against the target (one-line error if it is
-    corrupt or made for another target or feature version)."""
-    from autosearch.cost_model import COST_MODELS, PRETRAINED, make_cost_model
-    from autosearch.strategy import guided_by_default
-
-    if spec in (None, "", "none"):
-        return None, "none"
-    if spec == "auto":
-        from autosearch.cost_models.pretrained import shipped_for
-
-        if not guided_by_default(strategy):
-            return None, f"none (auto guides optuna; name a model, e.g. --cost-model pretrained, to guide {strategy})"
-
-        directory, why = shipped_for(target)
-        if directory is None:
-            return None, f"none ({why})"
-        spec = PRETRAINED
-    if spec == PRETRAINED or (spec not in COST_MODELS and os.path.isdir(spec)):  # registry names first
-        from autosearch.cost_models.pretrained import SHIPPED_DIR, describe, family_note, load_model_dir
-
-        directory = SHIPPED_DIR if spec == PRETRAINED else spec
-        model = load_model_dir(directory, target, seed=seed, trees_without_torch=spec == PRETRAINED)
-        what = "the shipped model" if spec == PRETRAINED else directory
-        return spec, f"{what}, {describe(model.manifest, model.note)}; {family_note(model.manifest, target)}"
-    make_cost_model(spec, seed=seed)  # fail fast on an unknown name
-    return spec, f"{spec}, trained online on this run's measurements"
-
-
 def _budget_text(trials: int | None, minutes: float | None) -> str:
     parts = ([f"{trials} trials"] if trials is not None else []) + ([f"{minutes:g} min"] if minutes is not None else [])
     return " or ".join(parts) + (", whichever comes first" if len(parts) == 2 else "")
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from autosearch.records import read_log
-    from autosearch.strategy import STRATEGIES, parse_options
-    from autosearch.target import parse_target
-    from autosearch.tuner import pretrained_model
-
-    if args.strategy not in STRATEGIES:
-        raise UserError(f"unknown strategy {args.strategy!r}; valid strategies: {', '.join(sorted(STRATEGIES))}")
-    if args.trials is not None and args.trials <= 0:
-        raise UserError(f"--trials must be a positive number, not {args.trials}")
-    if args.minutes is not None and not (math.isfinite(args.minutes) and args.minutes > 0):
-        raise UserError(f"--minutes must be a positive number, not {args.minutes:g}")
-    if args.batch <= 0:
-        raise UserError(f"--batch must be a positive number, not {args.batch}")
-    if args.finalist_rounds < 0:
-        raise UserError(f"--finalist-rounds must be 0 or more, not {args.finalist_rounds}")
-    if args.resume and not args.log:
-        raise UserError("--resume needs --log PATH (the log to continue)")
+def _run_options(args: argparse.Namespace) -> dict[str, str]:
+    """The strategy options of ``--option KEY=VALUE``, ``--sampler`` and ``--optuna-storage`` (flags for two of
+    optuna's options)."""
     options = _parse_kv(args.option)
     if args.sampler:
         options["sampler"] = args.sampler
@@ -279,105 +161,82 @@ def cmd_run(args: argparse.Namespace) -> int:
         options["storage"] = args.optuna_storage
     if (args.sampler or args.optuna_storage) and args.strategy != "optuna":
         raise UserError("--sampler / --optuna-storage apply to --strategy optuna only")
-    options = parse_options(args.strategy, options)
+    return options
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from autosearch.api import DEFAULT_TRIALS, MeasureOptions, TunePlanned, TuneStarted, tune
+    from autosearch.console import print_run_summary
 
     console = _console()
     defaults = {}  # flag not given -> the default used
     if args.model is None:
-        args.model = defaults["--model"] = DEFAULT_MODEL
+        defaults["--model"] = DEFAULT_MODEL
     if args.trials is None and args.minutes is None:
-        args.trials = DEFAULT_TRIALS
         defaults["--trials"] = f"{DEFAULT_TRIALS} trials"
-    log_path = args.log or _default_log(os.path.splitext(os.path.basename(args.model))[0], args.strategy)
-    if defaults:
-        quick_start = len(defaults) == 2  # README's first command: its minutes are known
-        console.print(f"[bold]autosearch[/bold]: no {'/'.join(defaults)} given: tuning "
-                      f"{', '.join(defaults.values())} (all tasks, batch {args.batch})"
-                      + ("; 7-15 minutes on the 2-core machines measured so far (the progress bar's estimate follows "
-                         "this run's own pace)." if quick_start else "."))
+    progress = contextlib.ExitStack()  # the progress bar, from the run's start to its end
+    bar = []
 
-    from autosearch.importer import import_model
-    from autosearch.records import TuningLog
+    def on_event(event) -> None:
+        if isinstance(event, TunePlanned):
+            if defaults:
+                quick_start = len(defaults) == 2  # README's first command: its minutes are known
+                console.print(f"[bold]autosearch[/bold]: no {'/'.join(defaults)} given: tuning "
+                              f"{', '.join(defaults.values())} (all tasks, batch {event.batch})"
+                              + ("; 7-15 minutes on the 2-core machines measured so far (the progress bar's estimate "
+                                 "follows this run's own pace)." if quick_start else "."))
+        elif isinstance(event, TuneStarted):
+            from autosearch.progress import TuningProgress
 
-    target = parse_target(args.target)
-    if args.runner not in ("local", "ray"):
-        raise UserError(f"unknown runner {args.runner!r}; valid runners: local, ray")
-    if target.kind.name != "llvm" and args.runner == "local":
-        raise UserError(f"target kind {target.kind.name!r} cannot be measured by the local runner on this "
-                        "machine; use --runner ray with a device of that kind")
-    cost_model, guidance = resolve_guidance(args.cost_model, target, args.strategy, seed=args.seed)
-    resume = read_log(log_path) if args.resume else None
-    winograd, layout = args.winograd or "auto", args.layout or DEFAULT_LAYOUT
-    fast_math = args.fast_math or DEFAULT_FAST_MATH
-    precision = args.precision or DEFAULT_PRECISION
-    if resume is not None:
-        winograd = _resume_lowering(resume, "winograd", args.winograd, "auto")
-        layout = _resume_lowering(resume, "layout", args.layout, DEFAULT_LAYOUT)
-        fast_math = _resume_lowering(resume, "fast_math", args.fast_math, DEFAULT_FAST_MATH)
-        precision = _resume_lowering(resume, "precision", args.precision, DEFAULT_PRECISION)
-    model = import_model(args.model, target, input_shape=args.input_shape, winograd=winograd, layout=layout,
-                         fast_math=fast_math, precision=precision)
-    tasks = _select_tasks(model.tasks, args.tasks)
-    if resume is not None and resume.corrupt:
-        console.print(f"[yellow]warning[/yellow]: skipped {len(resume.corrupt)} corrupt line(s): {resume.corrupt[0]}")
-    tuning_log = TuningLog(log_path, resume=args.resume)
-    warm = []
-    if args.warm_start:
-        from autosearch.export import read_records
+            _print_run_header(console, event)
+            _install_signal_handlers()
+            seconds = event.minutes * 60 if event.minutes is not None else None
+            bar.append(progress.enter_context(TuningProgress(console, budget=event.trials, seconds=seconds)))
+        else:
+            bar[0].update(event)
 
-        warm = [read_records(args.warm_start)]  # LogContents: the scorer featurises its task headers too
-    console.print(f"model {model.name}: {len(tasks)} of {len(model.tasks)} tasks, strategy [bold]{args.strategy}"
-                  f"[/bold], conv2d {model.layout}, budget {_budget_text(args.trials, args.minutes)}, "
-                  f"runner {args.runner}, target {dict(target.export()).get('mcpu', target.kind.name)} "
-                  f"x{dict(target.export()).get('num-cores', '?')} — log {log_path}\ncost model: {guidance}\n"
-                  f"precision: {model.precision} ({model.precision_note})"
-                  + ("; the bf16 tasks run unguided: the pre-trained model has no bf16 records"
-                     if model.bf16_tasks and cost_model and pretrained_model(cost_model) else ""))
-    tuning_log.write_run({"strategy": args.strategy, "options": options, "cost_model": args.cost_model,
-                          "guided_by": guidance, "trials": args.trials, "minutes": args.minutes, "batch": args.batch,
-                          "seed": args.seed,
-                          "resumed": bool(args.resume), "autosearch": __version__})
-    from autosearch.progress import TuningProgress
-    from autosearch.tuner import Tuner
-
-    _install_signal_handlers()
-    runner = make_runner(args, target)
-    try:
-        seconds = args.minutes * 60 if args.minutes is not None else None
-        with TuningProgress(console, budget=args.trials, seconds=seconds) as progress:
-            tuner = Tuner(tasks=tasks, runner=runner, log=tuning_log, strategy=args.strategy, budget=args.trials,
-                          seconds=seconds,
-                          batch=args.batch, seed=args.seed, strategy_options=options, cost_model=cost_model,
-                          warm_start=warm, early_stop=args.early_stop, resume=resume, on_event=progress.update,
-                          finalist_rounds=args.finalist_rounds)
-            summary = tuner.run()
-    finally:
-        runner.close()
-        tuning_log.close()
-    from autosearch.report import print_run_summary
-
-    png = os.path.splitext(log_path)[0] + ".png"
-    print_run_summary(console, summary, log_path=log_path, png_path=png, title=f"{model.name} — {args.strategy}")
-    if summary.interrupted:
-        console.print(f"[yellow]interrupted[/yellow]: resume with --resume --log {log_path}")
+    measure = MeasureOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, build_workers=args.build_workers,
+                             build_timeout=args.build_timeout, run_timeout=args.run_timeout,
+                             ray_address=args.ray_address, device_key=args.device_key, gpu_name=args.gpu_name,
+                             allow_mixed=args.allow_mixed)
+    with progress:
+        result = tune(args.model or DEFAULT_MODEL, strategy=args.strategy, trials=args.trials, minutes=args.minutes,
+                      tasks=args.tasks, log=args.log, resume=args.resume, target=args.target,
+                      input_shape=args.input_shape, winograd=args.winograd, layout=args.layout,
+                      fast_math=args.fast_math, precision=args.precision, cost_model=args.cost_model,
+                      warm_start=args.warm_start, options=_run_options(args), batch=args.batch, seed=args.seed,
+                      early_stop=args.early_stop, finalist_rounds=args.finalist_rounds, runner=args.runner,
+                      measure=measure, on_event=on_event)
+    print_run_summary(console, result)
+    if result.interrupted:
+        console.print(f"[yellow]interrupted[/yellow]: resume with --resume --log {result.log}")
         return 130
     return 0
 
 
+def _print_run_header(console, started) -> None:
+    """What a run tunes and how, before its first measurement."""
+    if started.corrupt:
+        console.print(f"[yellow]warning[/yellow]: skipped {len(started.corrupt)} corrupt line(s): {started.corrupt[0]}")
+    model, target = started.model, dict(started.target.export())
+    console.print(f"model {model.name}: {len(started.tasks)} of {len(model.tasks)} tasks, strategy [bold]"
+                  f"{started.strategy}[/bold], conv2d {model.layout}, budget "
+                  f"{_budget_text(started.trials, started.minutes)}, runner {started.runner}, target "
+                  f"{target.get('mcpu', started.target.kind.name)} x{target.get('num-cores', '?')} — log "
+                  f"{started.log}\ncost model: {started.guidance}\nprecision: {model.precision} "
+                  f"({model.precision_note})"
+                  + ("; the bf16 tasks run unguided: the pre-trained model has no bf16 records"
+                     if started.bf16_unguided else ""))
+
+
 # ---------------------------------------------------------------------------------------------- export
 def cmd_export(args: argparse.Namespace) -> int:
-    from autosearch.export import check_out_dir, export_database
-    from autosearch.records import read_log
+    from autosearch.api import export
 
-    contents = read_log(args.log)
-    if not contents.tasks:
-        raise UserError(f"{args.log} has no task headers: is it an autosearch tuning log?")
-    check_out_dir(args.out, force=args.force)  # before --memory-budget's minutes of work
-    if contents.corrupt:
-        _console(stderr=True).print(f"warning: skipped {len(contents.corrupt)} corrupt line(s), first: "
-                                    f"{contents.corrupt[0]}")
-    budget, lowering = _memory_budget(args, contents) if args.memory_budget is not None else (None, None)
-    summary = export_database(contents, args.out, top_k=args.top_k, force=args.force, lowering=lowering)
+    summary = export(args.log, args.out, top_k=args.top_k, force=args.force, memory_budget=args.memory_budget,
+                     model=args.model, input_shape=args.input_shape, target=args.target,
+                     on_warning=lambda line: _console(stderr=True).print(f"warning: {line}"))
+    budget = summary.memory_budget
     console = _console()
     console.print(f"wrote {summary.records} record(s) for {summary.tasks} task(s) to {args.out} "
                   f"(MetaSchedule JSONDatabase)")
@@ -408,71 +267,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _memory_budget(args: argparse.Namespace, contents):
-    """export --memory-budget: (the choice, the lowering record to write)."""
-    from autosearch.budget import budget_choice, import_tuned_model
-    from autosearch.target import parse_target
-
-    if not args.model:
-        raise UserError("--memory-budget needs --model: the model the log was tuned on")
-    target = parse_target(args.target)
-    model = import_tuned_model(contents, args.model, target, input_shape=args.input_shape)
-    return budget_choice(contents, model.relax_mod, target, args.memory_budget)
-
-
 # ---------------------------------------------------------------------------------------------- compile
-def database_winograd(args: argparse.Namespace):
-    """The WinogradPolicy to compile with: --winograd as given, else as the database was tuned (export
-    records it), else the default; with ``auto``, the per-layer algorithms the database measured faster."""
-    from autosearch.export import database_lowering
-    from autosearch.winograd import WinogradPolicy
-
-    lowering = database_lowering(args.db)
-    mode = args.winograd or str(lowering.get("winograd", "auto"))
-    tuned = str(lowering.get("precision", OLD_LOWERING["precision"]))
-    if args.precision and args.precision != tuned:  # another precision lowers other tasks: none would be tuned
-        raise UserError(f"{args.db} was tuned with --precision {tuned}, not {args.precision}: leave --precision out "
-                        "to compile as it was tuned")
-    precision = database_option(args, "precision")
-    measured = lowering.get("choices") if "auto" in (mode, precision) else None
-    if precision == "bf16" or "bf16" in (measured or {}).values():
-        from autosearch.target import parse_target
-        from autosearch.tensor_units.cpu import has_amx_bf16
-
-        if not has_amx_bf16(parse_target(args.target)):
-            raise UserError(f"{args.db} has convolutions tuned in bf16 on AMX tiles; this target has no AMX-BF16 "
-                            "(tune the model again here, or compile it on a CPU with AMX)")
-    return WinogradPolicy.of(mode, measured, precision=precision)
-
-
-def database_option(args: argparse.Namespace, option: str) -> str:
-    """A lowering option to compile with (``layout``, ``fast_math``): as given on the command line, else
-    as the database was tuned, else the option's value before it existed (databases from before it, or
-    from ``ms.tune_tir`` on the model as imported)."""
-    from autosearch.export import database_lowering
-
-    asked = getattr(args, option)
-    if asked == "auto" and option == "layout":  # the database holds the choice: export made it
-        asked = None
-    return asked or str(database_lowering(args.db).get(option, OLD_LOWERING[option]))
-
-
 def cmd_compile(args: argparse.Namespace) -> int:
-    from autosearch.deploy import compile_model
-    from autosearch.export import load_database
-    from autosearch.importer import import_model
-    from autosearch.target import parse_target
+    from autosearch.api import compile
 
-    target = parse_target(args.target)
-    db = load_database(args.db)
-    policy = database_winograd(args)
-    model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode,
-                         layout=database_option(args, "layout"), fast_math=database_option(args, "fast_math"),
-                         precision=policy.precision)
-    compiled = compile_model(model.relax_mod, target, model.tasks, db, args.out, winograd=policy,
-                             layout=model.layout, fast_math=model.fast_math)
+    compiled = compile(args.model, args.db, args.out, target=args.target, input_shape=args.input_shape,
+                       winograd=args.winograd, layout=args.layout, fast_math=args.fast_math, precision=args.precision)
     console = _console()
-    console.print(f"compiled {model.name} with {len(compiled.tuned_tasks)}/{compiled.task_count} tuned tasks -> "
+    console.print(f"compiled {compiled.model} with {len(compiled.tuned_tasks)}/{compiled.task_count} tuned tasks -> "
                   f"{compiled.path} (weights: {compiled.weights_path})")
     if compiled.missing_tasks:
         console.print(f"not in the database (TVM default code): {', '.join(compiled.missing_tasks)}")
@@ -487,81 +289,53 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- report
 def cmd_report(args: argparse.Namespace) -> int:
-    from autosearch.report import end_to_end_report
+    from autosearch.api import report
+    from autosearch.console import print_report
 
-    if args.runs <= 0:
-        raise UserError(f"--runs must be positive, not {args.runs}")
-    if args.rounds <= 0:
-        raise UserError(f"--rounds must be positive, not {args.rounds}")
-    end_to_end_report(report_options(args), _console())
+    console = _console()
+    result = report(args.model, args.db, log=args.log, target=args.target, input_shape=args.input_shape,
+                    winograd=args.winograd, layout=args.layout, fast_math=args.fast_math, precision=args.precision,
+                    runs=args.runs, rounds=args.rounds, untuned_runs=args.untuned_runs, threads=args.threads,
+                    plot=args.plot or "report.png", markdown=args.markdown,
+                    on_message=lambda line: console.print(line, markup=False))
+    print_report(console, result)
     return 0
-
-
-def report_options(args: argparse.Namespace) -> argparse.Namespace:
-    """``report``'s arguments with the lowering to compile with (as given, else as the database was tuned)."""
-    args.winograd_policy = database_winograd(args)
-    args.layout_of_db = database_option(args, "layout")
-    args.fast_math_of_db = database_option(args, "fast_math")
-    return args
 
 
 # ---------------------------------------------------------------------------------------------- compare-models
 def cmd_compare_models(args: argparse.Namespace) -> int:
-    from autosearch.cost_model import make_cost_model
-    from autosearch.cost_models.evaluate import DEFAULT_MODELS, compare_models
+    from autosearch.api import compare_models
 
-    models = list(DEFAULT_MODELS) if args.models is None else [m.strip() for m in args.models.split(",") if m.strip()]
-    if not models:
-        raise UserError("--models: give at least one cost model")
-    for name in models:  # unknown names and feature sets fail here, listing the valid ones
-        if name == "pretrained" or os.path.isdir(name):
-            raise UserError(f"compare-models trains each model without the held-out task; {name!r} is pre-trained "
-                            "(it may have seen it): its held-out accuracy is in its manifest (train-model)")
-        make_cost_model(name, seed=args.seed)
-    for path in args.log:
-        if not os.path.exists(path):
-            raise UserError(f"log not found: {path}")
-
-    if args.min_records < 1:
-        raise UserError("--min-records must be positive")
     png = args.plot or "compare-models.png"
     console = _console()
-
     with _progress_bars(console) as update:
-        report = compare_models(args.log, models, seed=args.seed, out_png=png, min_records=args.min_records,
-                                split=args.split,
-                                on_fold=lambda model, done, total: update(f"{model}: held-out {args.split}s", done,
-                                                                          total),
-                                on_featurise=lambda done, total: update("featurising records", done, total))
+        report = compare_models(args.log, models=None if args.models is None else args.models.split(","),
+                                split=args.split, seed=args.seed, min_records=args.min_records, plot=png,
+                                markdown=args.markdown, on_progress=update)
     console.print(report.table)
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(report.markdown + "\n")
     console.print(f"plot: {png}")
     return 0
 
 
 # ---------------------------------------------------------------------------------------------- train-model
 def cmd_train_model(args: argparse.Namespace) -> int:
-    from autosearch.cost_models.pretrained import MANIFEST, describe, train_model
+    from autosearch.api import train_model
+    from autosearch.cost_models.pretrained import describe
 
-    for path in args.log:
-        if not os.path.exists(path):
-            raise UserError(f"log not found: {path}")
-    if not args.log and not args.measure:
-        raise UserError("train-model needs --log (measured records) or --measure (measure them here first)")
-    if os.path.exists(os.path.join(args.out, MANIFEST)) and not args.force:
-        raise UserError(f"{args.out} already holds a cost model; choose another --out or pass --force")
-    if args.folds < 2:
-        raise UserError("--folds must be at least 2")
     console = _console()
-    if args.measure:
-        args.log = [*args.log, _measure_dataset(args, console)]
+    with contextlib.ExitStack() as phase:
+        shown: dict = {}
 
-    with _progress_bars(console) as update:
-        report = train_model(args.log, args.out, family=args.family, seed=args.seed, folds=args.folds,
-                             exclude=tuple(args.exclude_task or ()),
-                             on_progress=lambda done, total: update("featurising records", done, total))
+        def update(label: str, done: int, total: int) -> None:
+            if shown.get("label") != label:  # measuring, then featurising: each phase its own bars
+                phase.close()
+                shown.update(label=label, bars=phase.enter_context(_progress_bars(console)))
+            shown["bars"](label, done, total)
+
+        report = train_model(args.out, logs=args.log, measure=args.measure, minutes=args.minutes,
+                             model=args.model, tasks_per_layout=args.tasks_per_layout, per_task=args.per_task,
+                             family=args.family, folds=args.folds, exclude_tasks=args.exclude_task or (),
+                             seed=args.seed, force=args.force, on_progress=update, on_message=console.print)
     from rich.table import Table
 
     table = Table(title=f"held-out accuracy ({len(report.folds)} folds by task)")
@@ -573,34 +347,6 @@ def cmd_train_model(args: argparse.Namespace) -> int:
     console.print(f"wrote {args.out}: {describe(report.manifest)}, in {report.secs:.0f} s\n"
                   f"use it: python -m autosearch run --cost-model {args.out} ...")
     return 0
-
-
-def _measure_dataset(args: argparse.Namespace, console) -> str:
-    """``train-model --measure``: measure (or go on measuring) DIR/dataset.jsonl for ``--minutes``; its path."""
-    from autosearch.dataset import DATASET_FILE, dataset_tasks, measure_dataset
-    from autosearch.target import parse_target
-
-    if args.minutes is None or not (math.isfinite(args.minutes) and args.minutes > 0):
-        raise UserError("train-model --measure needs --minutes, a positive number (the measuring budget)")
-    if args.tasks_per_layout <= 0 or args.per_task <= 0:
-        raise UserError("--tasks-per-layout and --per-task must be positive")
-    try:
-        os.makedirs(args.out, exist_ok=True)
-        probe = os.path.join(args.out, ".write-test")
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
-    except OSError as exc:
-        raise UserError(f"cannot write to {args.out}: {exc.strerror}") from exc
-    target = parse_target(None)  # this machine's CPU, all its cores
-    tasks = dataset_tasks(args.model, target, count=args.tasks_per_layout)
-    path = os.path.join(args.out, DATASET_FILE)
-    console.print(f"measuring a dataset on this machine: {len(tasks)} conv tasks of {args.model} (both layouts), up to "
-                  f"{args.per_task} configs each, {args.minutes:g} min -> {path}")
-    with _progress_bars(console) as update:
-        measure_dataset(tasks, path, target=target, seconds=60 * args.minutes, per_task=args.per_task, seed=args.seed,
-                        on_progress=lambda done, total: update("measuring configs", done, total))
-    return path
 
 
 # ---------------------------------------------------------------------------------------------- parser

@@ -31,11 +31,14 @@ from autosearch.memory import MemoryEstimate
 
 @dataclass
 class CompiledModel:
+    """A model built by :func:`compile_model`: the library, its weights, and which of its tasks were tuned."""
+
     path: str  # the shared library
     weights_path: str = ""  # its weights, beside it (autosearch.artifact)
     tuned_tasks: list[str] = field(default_factory=list)
     missing_tasks: list[str] = field(default_factory=list)  # tasks the database has no record for
     memory: MemoryEstimate | None = None  # computed from the module before the build (CPU targets)
+    model: str = ""  # the model's name (set by autosearch.api.compile)
 
     @property
     def task_count(self) -> int:

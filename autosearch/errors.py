@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class UserError(Exception):
     """Bad input (unknown name, unreadable file, malformed target, ...); message is one line."""
@@ -17,3 +19,16 @@ def install_hint(*packages: str) -> str:
     extras = sorted({_INSTALL[p] for p in packages if p in _INSTALL})
     plain = [p for p in packages if p not in _INSTALL]
     return "; ".join(extras + ([f"pip install {' '.join(plain)}"] if plain else []))
+
+
+def make_writable_dir(path: str) -> None:
+    """Create the directory ``path`` (and its parents) and check that a file can be written in it: a one-line
+    ``UserError`` ("cannot write to PATH: reason") before any long work that would write there."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, ".autosearch-write-test")
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as exc:
+        raise UserError(f"cannot write to {path}: {exc.strerror}") from exc

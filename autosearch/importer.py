@@ -40,6 +40,11 @@ class ImportedModel:
     precision_note: str = ""  # why the precision is what it is on this target (run headers say it)
 
     @property
+    def target(self):
+        """The TVM target the tasks were extracted for."""
+        return self.tasks[0].target
+
+    @property
     def flops(self) -> float:
         """FLOPs of one forward pass as TVM counts them, each layer once (its direct alternative when
         ``--winograd auto`` offers two; the NCHW model when ``--layout auto`` offers two)."""

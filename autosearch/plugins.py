@@ -5,8 +5,8 @@ Strategies, cost models and workloads are found by name in three entry-point gro
 name -> the factory ``create``) and :data:`WORKLOADS` (``autosearch.workloads``: name -> the builder ``build``).
 autosearch declares its own built-ins there (``[project.entry-points."autosearch.strategies"]`` ... in
 ``pyproject.toml``); another distribution adds a plug-in by declaring an entry point in one of these groups in its
-own metadata, and the core finds it without being edited. Runners are not plug-ins (the CLI chooses between the
-two that exist), so they have no group.
+own metadata, and the core finds it without being edited. Runners are not plug-ins (:func:`autosearch.api.make_runner`
+chooses between the two that exist), so they have no group.
 
 The names are read from the installed metadata at every look-up (a few milliseconds), so a plug-in installed
 while a process runs is found; a plug-in's module is imported only when its name is used, so one plug-in's

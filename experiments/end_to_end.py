@@ -1,8 +1,9 @@
 """Tune whole YOLO models, export the database, compile and report (issue: export/compile/report).
 
-Runs the product's own commands, one model after the other:
-``run --strategy optuna`` over all tasks -> ``export`` -> ``report`` (TVM untuned vs tuned vs ONNX
-Runtime, same threads, each timed in its own process). Tables go to experiments/results/.
+Runs the product through its Python API, one model after the other: ``autosearch.tune`` (``run --strategy
+optuna``) over all tasks -> ``autosearch.export`` -> ``autosearch.report`` (TVM untuned vs tuned vs ONNX
+Runtime, same threads, each timed in its own process), what the CLI's commands do and print. Tables go to
+experiments/results/.
 
     python -m experiments.end_to_end --models tiny-yolov2:1200,yolov8n:2400:NHWC [--strategy optuna]
 
@@ -18,12 +19,8 @@ import shutil
 import sys
 import time
 
-from experiments.lib.cli import autosearch
+import autosearch
 from experiments.lib.io import read_json, results_path, write_json
-
-
-def cli(*args: str):
-    return autosearch(*args, echo=True)
 
 
 def main() -> int:
@@ -47,13 +44,18 @@ def main() -> int:
                 if os.path.exists(path):
                     os.unlink(path)
         start = time.perf_counter()
-        cli("run", "--strategy", args.strategy, "--model", model, "--trials", trials, "--batch", str(args.batch),
-            "--layout", layout, "--log", log, *(["--resume"] if args.resume and os.path.exists(log) else []))
+        run = autosearch.tune(model, strategy=args.strategy, trials=int(trials), batch=args.batch, layout=layout,
+                              log=log, resume=args.resume and os.path.exists(log))
         tune_secs = time.perf_counter() - start
+        print(f"{name}: {run.trials} trials in {tune_secs / 60:.1f} min, tuned tasks {run.untuned_secs * 1e3:.1f} ms "
+              f"untuned -> {run.tuned_secs * 1e3:.2f} ms", flush=True)
+        if run.interrupted:
+            return 130
         shutil.rmtree(db, ignore_errors=True)
-        cli("export", "--log", log, "--out", db)
-        cli("report", "--model", model, "--db", db, "--log", log, "--runs", str(args.runs),
-            "--markdown", stem + "-report.md", "--plot", stem + "-report.png")
+        autosearch.export(log, db)
+        report = autosearch.report(model, db, log=log, runs=args.runs, markdown=stem + "-report.md",
+                                   plot=stem + "-report.png", on_message=lambda line: print(line, flush=True))
+        print(", ".join(f"{runtime} {ms:.2f} ms" for runtime, ms in report.median_ms.items()), flush=True)
         summary[name] = {"trials": int(trials), "tuning_wall_secs": tune_secs, "strategy": args.strategy,
                          "layout": layout}
         write_json(summary_path, summary)

@@ -2,7 +2,7 @@
 
 Takes a tuning log (``run``'s, as ``experiments/end_to_end.py`` writes it; ``--layout auto`` and ``--winograd auto``
 give the most variants) and the model it was tuned on. Every TVM variant is compiled in this process from the
-log's best records (``autosearch.export.memory_database``) and measured in fresh processes (``--rounds`` of them,
+log's best records (``autosearch.database.memory_database``) and measured in fresh processes (``--rounds`` of them,
 ``--runs`` forward passes in all), as ``report`` measures: median latency, and the process's peak resident memory
 over loading and running above a process that imported the same runtime and loaded no model, beside the memory
 computed from the module before the build (``autosearch.memory``). Variants (``--only`` picks some):
@@ -67,7 +67,7 @@ class Setup:
     def __init__(self, args) -> None:
         from autosearch.alternatives import task_layouts
         from autosearch.budget import import_tuned_model
-        from autosearch.export import lowering_of, memory_database
+        from autosearch.database import lowering_of, memory_database
         from autosearch.records import read_log
         from autosearch.target import parse_target
 

@@ -6,9 +6,10 @@ Runtime and OpenVINO side by side, taking turns in fresh processes, so a slow sp
 every line of the plot alike and the ratios come from one timing session:
 
 - autosearch methods run ``python -m autosearch run`` (``default``: run's defaults; ``none``: ``--cost-model
-  none``; more with ``--method NAME=ARGS``). A checkpoint's build is ``export`` of the log's prefix whose records
-  had finished by then, then ``compile``: what a user who stopped the run at that minute would have got (less
-  the finalists' re-timing, which needs the end of the run).
+  none``; more with ``--method NAME=ARGS``), each in a process of its own that is stopped at the minute. A
+  checkpoint's build is ``autosearch.export`` of the log's prefix whose records had finished by then, then
+  ``autosearch.compile`` (the API, in this process): what a user who stopped the run at that minute would have
+  got (less the finalists' re-timing, which needs the end of the run).
 - ``metaschedule``: TVM's own ``ms.tune_tasks`` (evolutionary search + XGBoost, the gradient task scheduler) on
   the tasks of the model as TVM lowers it by itself (direct NCHW convolutions, exact math; weights prepacked as
   in TVM's CPU recipe), with the same evaluator and threads and our fast builder (TVM's default builder imports
@@ -39,7 +40,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from experiments.lib.cli import autosearch as cli
+import autosearch
 from experiments.lib.io import ROOT, read_json, results_path, write_json, write_text
 from experiments.lib.machine import cpu_model
 from experiments.lib.metaschedule import RECORD_FILE, RecordClock
@@ -184,9 +185,10 @@ def autosearch_snapshot(work: str, name: str, segments, minute: float, out_dir: 
     with open(prefix, "w") as fh:
         fh.writelines(lines)
     shutil.rmtree(out_dir, ignore_errors=True)
-    proc = cli("export", "--log", prefix, "--out", out_dir, check=False)
-    if proc.returncode != 0:  # e.g. --layout auto before both layouts' models were measured
-        print(f"[{name}] no build at {minute:g} min: {proc.stderr.strip().splitlines()[-1]}", flush=True)
+    try:
+        autosearch.export(prefix, out_dir)
+    except autosearch.UserError as exc:  # e.g. --layout auto before both layouts' models were measured
+        print(f"[{name}] no build at {minute:g} min: error: {exc}", flush=True)
         return False
     return True
 
@@ -278,7 +280,7 @@ def build_checkpoints(state: State, args, work: str) -> None:
             lib = os.path.join(work, "lib", f"{name}-{key}.so")
             os.makedirs(os.path.dirname(lib), exist_ok=True)
             print(f"[{name}] compiling the {key}-minute database", flush=True)
-            cli("compile", "--model", args.model, "--db", out_dir, "--out", lib)
+            autosearch.compile(args.model, out_dir, lib)
             builds[key] = lib
             state.save()
 

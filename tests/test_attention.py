@@ -41,7 +41,7 @@ def test_an_attention_matmul_is_tuned_exported_and_compiled(tuned, target, capfd
     import tvm
 
     from autosearch.artifact import load_model
-    from autosearch.export import load_database
+    from autosearch.database import load_database
     from autosearch.importer import import_model
     from autosearch.records import read_log
 

@@ -82,7 +82,7 @@ def test_export_skips_failed_and_wrong_records(tmp_path, tuned):
         obj = fake.to_json()
         obj["result"]["latencies"] = [1e-9]  # even with a latency on the line
         fh.write(json.dumps(obj) + "\n")
-    from autosearch.export import export_database, read_database
+    from autosearch.database import export_database, read_database
 
     mixed = read_log(log)
     summary = export_database(mixed, str(tmp_path / "db"), top_k=50)
@@ -93,7 +93,7 @@ def test_export_skips_failed_and_wrong_records(tmp_path, tuned):
 
 
 def test_a_database_written_by_ms_tune_tir_imports():
-    from autosearch.export import read_records
+    from autosearch.database import read_records
 
     contents = read_records(TVM_DB)
     assert len(contents.tasks) == 1 and len(contents.records) >= 4
@@ -131,7 +131,7 @@ def test_sample_inputs_are_deterministic():
 
 
 def test_a_task_no_faster_than_untuned_is_left_to_tvm(tmp_path):
-    from autosearch.export import export_database
+    from autosearch.database import export_database
     from autosearch.records import LogContents
 
     contents = read_log(os.path.join(ROOT, "tests", "data", "small_dataset.jsonl"))

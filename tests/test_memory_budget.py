@@ -37,7 +37,7 @@ def tuned(tuned_two_wide, tmp_path_factory):
 @pytest.fixture(scope="module")
 def options(tuned, target):
     from autosearch.budget import import_tuned_model, model_options
-    from autosearch.export import memory_database
+    from autosearch.database import memory_database
     from autosearch.records import read_log
 
     contents = read_log(tuned["log"])
@@ -53,7 +53,7 @@ def _export(tuned, out: str, budget_bytes: float) -> list[str]:
 
 
 def test_a_budget_between_all_direct_and_all_winograd_gives_up_winograd_layers_and_fits(tuned, options, capfd):
-    from autosearch.export import lowering_of
+    from autosearch.database import lowering_of
     from autosearch.memory import MemoryEstimate
     from autosearch.records import read_log
 

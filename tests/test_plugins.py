@@ -22,6 +22,24 @@ BUILTINS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _autosearch_plugins_only():
+    """These tests are about autosearch's own registry: the plug-ins of other installed distributions (CI installs
+    examples/autosearch-restarts) are hidden, as if not installed. Patched apart from each test's ``monkeypatch``,
+    which a test may undo."""
+    installed = metadata.entry_points
+
+    def entry_points(**params):
+        found = installed(**params)
+        if params.get("group") not in plugins.GROUPS:
+            return found
+        return metadata.EntryPoints(ep for ep in found if ep.dist is None or ep.dist.name == "autosearch")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(metadata, "entry_points", entry_points)
+        yield
+
+
 def _declare(monkeypatch, *extra: metadata.EntryPoint) -> None:
     """As if another installed distribution declared ``extra`` in its metadata."""
     installed = metadata.entry_points

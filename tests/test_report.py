@@ -9,8 +9,9 @@ import tempfile
 import pytest
 from rich.console import Console
 
-from autosearch import report
-from autosearch.cli import build_parser, report_options
+import autosearch
+from autosearch import end_to_end as report
+from autosearch.console import print_report
 from autosearch.deploy import openvino_default_precision
 from tests.conftest import ROOT, run_cli, small_conv_onnx
 
@@ -38,10 +39,11 @@ def test_report_times_openvino_and_leaves_no_temporary_files(model, tmp_path, mo
     monkeypatch.setattr(report, "plot_bars", lambda labels, bars, *a, **k: plotted.append(list(labels))
                         or panels.extend(bars) or plot_bars(labels, bars, *a, **k))
     md, png = str(tmp_path / "report.md"), str(tmp_path / "report.png")
-    args = build_parser().parse_args(["report", "--model", model, "--db", TVM_DB, "--runs", "4", "--rounds", "2",
-                                      "--untuned-runs", "1", "--markdown", md, "--plot", png])
     console = Console(record=True, width=200)
-    figures = report.end_to_end_report(report_options(args), console)
+    result = autosearch.report(model, TVM_DB, runs=4, rounds=2, untuned_runs=1, markdown=md, plot=png,
+                               on_message=lambda line: console.print(line, markup=False))
+    print_report(console, result)
+    figures = result.figures
     text = console.export_text()
 
     openvino = ["OpenVINO (fp32)"]

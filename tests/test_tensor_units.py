@@ -154,7 +154,7 @@ def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path,
     tolerance of ONNX Runtime's."""
     _needs_amx(target)
     from autosearch.cli import main
-    from autosearch.export import database_lowering
+    from autosearch.database import database_lowering
 
     run = tune_and_export(tmp_path, lambda p: small_conv_onnx(p, cin=32, cout=64, hw=16), trials=6, batch=3,
                           options=("--layout", "NHWC", "--precision", "auto"))
@@ -212,7 +212,7 @@ def test_unknown_precision_is_a_usage_error() -> None:
 
 def _database_with_lowering(tmp_path, **lowering) -> str:
     """An empty database directory whose lowering file says how it was tuned (NHWC, fast math, and ``lowering``)."""
-    from autosearch.export import LOWERING_FILE
+    from autosearch.database import LOWERING_FILE
 
     db = tmp_path / "db"
     db.mkdir()

@@ -11,7 +11,6 @@
   same design space and evaluator, with the time every trial finished.
 - :mod:`.machine`: the fingerprint of the machine a result was measured on.
 - :mod:`.plots`: figures shared by several experiments (performance profiles, best-so-far curves).
-- :mod:`.cli`: running ``python -m autosearch`` as a user would.
 - :mod:`.study`: the strategy study (``experiments/study.py``).
 """
 

@@ -1,7 +1,9 @@
 """The contract every search strategy keeps, written once, run for each (Optuna BasicSamplerTestCase style).
 
-Each variant is a registered strategy with some options, with or without a cost model. Results come
-from replayed/synthetic measurements on a real MetaSchedule decision space (see conftest.py).
+Each variant is a registered strategy with some options, with or without a cost model: the built-ins with the
+options worth testing, and every other strategy the registry has (a plug-in another distribution installs, such
+as examples/autosearch-restarts) with its defaults. Results come from replayed/synthetic measurements on a real
+MetaSchedule decision space (see conftest.py).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class Variant:
         return f"{self.name}[{opts}]{'+model' if self.model else ''}"
 
 
-VARIANTS = [
+BUILTIN_VARIANTS = [
     Variant("random", {}),
     Variant("annealing", {}, learns=True),
     Variant("annealing", _SMALL_WALK, model=True, learns=True),
@@ -54,6 +56,19 @@ VARIANTS = [
     Variant("coordinate_descent", {}, learns=True),
     Variant("coordinate_descent", {}, model=True, learns=True),
 ]
+
+
+def _variants() -> list[Variant]:
+    """The built-in variants, then each other registered strategy with its defaults, alone and with a cost model
+    (``learns`` is not assumed of a plug-in: the suite cannot know whether its first asks follow what it was told)."""
+    tested = {v.name for v in BUILTIN_VARIANTS}
+    others = [Variant(name, {}, model=model) for name in sorted(STRATEGIES) if name not in tested
+              for model in (False, True)]
+    return BUILTIN_VARIANTS + others
+
+
+VARIANTS = _variants()
+EXAMPLE_PLUG_IN = ("autosearch-restarts", "restarts")  # examples/autosearch-restarts: distribution, strategy
 
 
 def _all_fail(configs) -> list[MeasureResult]:
@@ -80,6 +95,23 @@ def _resumed(variant: Variant, space, seed: int, logged: list[tuple[Config, Meas
 
 def test_every_registered_strategy_is_in_the_contract_suite() -> None:
     assert {v.name for v in VARIANTS} == set(STRATEGIES)
+    assert {v.name for v in BUILTIN_VARIANTS} <= set(STRATEGIES)  # no variant of a strategy that is gone
+
+
+def test_the_example_plug_in_package_is_registered_and_in_the_contract_suite() -> None:
+    """examples/autosearch-restarts, a strategy in a distribution of its own: once installed, the registry has it
+    and the suite above runs it like a built-in."""
+    from importlib import metadata
+
+    distribution, name = EXAMPLE_PLUG_IN
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"the example plug-in package {distribution} is not installed, so the contract suite runs "
+                    f"without it: pip install -e examples/{distribution} (CI installs it)")
+    assert name in STRATEGIES and STRATEGIES[name] == "autosearch_restarts.hill_climbing"
+    assert [ep.name for ep in dist.entry_points if ep.group == "autosearch.strategies"] == [name]
+    assert [str(v) for v in VARIANTS if v.name == name] == [f"{name}[]", f"{name}[]+model"]
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=str)

@@ -52,7 +52,7 @@ def extract_tasks(config: StudyConfig, store: Store, tasks: Iterable) -> None:
 
 # ---------------------------------------------------------------------------------------------- one run
 def _autosearch(method: Method, task, config: StudyConfig, seed: int, work: str):
-    from autosearch.cli import resolve_guidance
+    from autosearch.api import resolve_guidance
     from autosearch.measure.base import EvaluatorConfig
     from experiments.lib.tuning import run_autosearch
 
@@ -67,7 +67,7 @@ def _autosearch(method: Method, task, config: StudyConfig, seed: int, work: str)
 
 
 def _metaschedule(method: Method, task, config: StudyConfig, seed: int, work: str):
-    from autosearch.export import read_database
+    from autosearch.database import read_database
     from autosearch.measure.base import EvaluatorConfig
     from experiments.lib.metaschedule import tune_tir
 

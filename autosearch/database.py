@@ -14,8 +14,9 @@ import math
 import os
 import shutil
 from dataclasses import dataclass, field
+from typing import Any
 
-from autosearch.errors import UserError
+from autosearch.errors import UserError, make_writable_dir
 from autosearch.records import LogContents, MeasureResult, Record, Status, read_log
 from autosearch.task import TuningTask, task_from_module
 
@@ -29,6 +30,8 @@ FAILED_RUN_SECS = 1e10  # what MetaSchedule writes for a failed measurement
 
 @dataclass
 class ExportSummary:
+    """What :func:`export_database` (and :func:`autosearch.export`) wrote, and what it left out and why."""
+
     out_dir: str
     tasks: int = 0
     records: int = 0
@@ -38,6 +41,9 @@ class ExportSummary:
     layout: str = ""  # the conv2d layout compile will use
     layout_totals: dict[str, float] = field(default_factory=dict)  # --layout auto: model seconds per layout
     other_layout: int = 0  # --layout auto: tasks only the slower layout's model runs, not exported
+    log: str = ""  # the tuning log exported (autosearch.export)
+    corrupt: list[str] = field(default_factory=list)  # its lines skipped as corrupt (file:line ...)
+    memory_budget: Any = None  # autosearch.budget.BudgetChoice: what --memory-budget chose (None: no budget)
 
 
 def _database(out_dir: str, *, create: bool):
@@ -123,13 +129,7 @@ def check_out_dir(out_dir: str, *, force: bool, create: bool = False) -> list[st
     while not os.path.exists(parent):
         new_top, parent = parent, os.path.dirname(parent)
     try:
-        os.makedirs(out_dir, exist_ok=True)
-        probe = os.path.join(out_dir, ".autosearch-write-test")
-        with open(probe, "w"):
-            pass
-        os.unlink(probe)
-    except OSError as exc:
-        raise UserError(f"cannot write to {out_dir}: {exc.strerror}") from exc
+        make_writable_dir(out_dir)
     finally:
         if new_top is not None and not create:
             shutil.rmtree(new_top, ignore_errors=True)

@@ -1,84 +1,26 @@
-"""Printing results: the per-task summary of a run (table + PNG)."""
+"""The end-to-end report: the tuned model against untuned TVM, ONNX Runtime and OpenVINO, timed alike.
+
+:func:`end_to_end_report` compiles the model untuned and with a tuning database, times every runtime in fresh
+processes taking turns (so a slow spell of a shared machine hits them alike), checks their outputs against ONNX
+Runtime's, measures their peak memory, and returns a :class:`Report`; it writes the PNG and, when asked, the
+Markdown tables. It prints nothing: the CLI prints the report (:func:`autosearch.console.print_report`), and
+:func:`autosearch.report` is the same in Python.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
-from rich.console import Console
-from rich.table import Table
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from autosearch.memory import MIB, mib
-from autosearch.plots import Bars, plot_bars, plot_tuning_curves
-from autosearch.tuner import TuneSummary
+from autosearch.plots import Bars, plot_bars
 
 
-def _ms(seconds: float) -> str:
+def format_ms(seconds: float | None) -> str:
+    """Seconds as milliseconds in a table cell; "-" for none, zero or infinity."""
     return f"{seconds * 1e3:.3f}" if seconds and math.isfinite(seconds) else "-"
-
-
-def print_run_summary(console: Console, summary: TuneSummary, *, log_path: str, png_path: str, title: str) -> None:
-    """Per-task table (untuned vs best latency, GFLOPS, speedup, trials, failures), log path, PNG."""
-    table = Table(title=f"{title}: {summary.trials} trials in {summary.elapsed / 60:.1f} min")
-    for col in ("#", "task", "w", "untuned ms", "best ms", "CV", "GFLOPS", "speedup", "trials", "failed", "note"):
-        table.add_column(col, justify="left" if col in ("task", "note") else "right")
-    from autosearch.alternatives import choose_layout, layout_totals, task_layouts
-
-    def untuned(s) -> float:
-        return s.baseline.median if s.baseline is not None and s.baseline.ok else math.nan
-
-    layouts = layout_totals((s.task.lowering, s.task.weight, s.model_seconds) for s in summary.states)
-    leader = choose_layout(layouts)  # --layout auto: the summed tasks are the faster model's (what export keeps)
-    total_base = total_best = 0.0
-    for s in summary.states:
-        if not s.trials and s.baseline is None:
-            continue
-        base, best = untuned(s), s.best_latency
-        in_model = leader is None or "layouts" not in s.task.lowering or leader in task_layouts(s.task.lowering)
-        if math.isfinite(base) and math.isfinite(best) and in_model:
-            total_base += base * s.task.weight
-            total_best += best * s.task.weight
-        table.add_row(str(s.task.index), s.task.name[:48], str(s.task.weight), _ms(base), _ms(best),
-                      f"{100 * s.best.cv:.1f}%" if s.best else "-", f"{s.best_gflops:.1f}" if s.best else "-",
-                      f"{s.speedup:.1f}x" if s.speedup else "-",
-                      str(s.trials), str(s.failures), s.done)
-    console.print(table)
-    if any(s.finalist_results for s in summary.states):
-        console.print("best = the finalist with the lowest median over its re-timings in fresh processes; "
-                      "best ms and CV are from its tuning trial")
-    if total_best > 0:
-        scope = ""
-        if leader is not None:
-            estimates = ", ".join(f"{layout} {secs * 1e3:.1f} ms" for layout, secs in sorted(layouts.items()))
-            scope = f" of the {leader} model, the faster as tuned (estimated models: {estimates})"
-        console.print(f"tuned tasks{scope}, weighted: {total_base * 1e3:.1f} ms untuned -> {total_best * 1e3:.2f} ms "
-                      f"({total_base / total_best:.1f}x; a layer tuned both direct and as winograd counts both)")
-    t = summary.timing
-    if t:
-        g = summary.guidance()
-        guided = (f"; cost model {g['featurise_secs'] + g['fit_secs'] + g['predict_secs']:.0f} s of it "
-                  f"(featurising {g['featurised']:.0f} configs {g['featurise_secs']:.0f} s, {g['fits']:.0f} fits "
-                  f"{g['fit_secs']:.0f} s)") if g["featurised"] or g["fits"] else ""
-        console.print(f"wall time {summary.elapsed:.0f} s: measuring {t.get('measure', 0):.0f} s, search "
-                      f"{t.get('ask', 0) + t.get('tell', 0):.0f} s{guided}, applying schedules "
-                      f"{t.get('apply', 0):.0f} s, task set-up {t.get('setup', 0):.0f} s{_setup_parts(summary)}, "
-                      f"finalists {t.get('finalists', 0):.0f} s")
-    curves = {f"#{s.task.index} {s.task.name[:30]}": s.history for s in summary.states if s.history}
-    if curves:
-        plot_tuning_curves(curves, png_path, title=title)
-        console.print(f"log: {log_path}\nplot: {png_path}")
-    else:
-        console.print(f"log: {log_path}")
-
-
-def _setup_parts(summary) -> str:
-    """Where the task set-up went, when the tuner split it: design spaces, untuned reference runs, strategies
-    and their cost models (scorer, warm start)."""
-    parts = getattr(summary, "setup_timing", None) or {}
-    if not parts:
-        return ""
-    return (f" (design spaces {parts.get('space', 0):.0f} s, untuned kernels {parts.get('baseline', 0):.0f} s, "
-            f"strategies and cost models {parts.get('strategy', 0):.0f} s)")
 
 
 RUNTIME_COLUMNS = ("runtime", "mean", "median", "max", "min", "std", "speedup vs untuned", "runs", "peak MiB")
@@ -169,11 +111,12 @@ def _check(timing, ort, precision: str) -> Check:
 class _Timed:
     timings: list  # Timing: TVM untuned, TVM tuned, ONNX Runtime, then OpenVINO's rows
     checks: dict[str, Check]
-    tuned: object  # CompiledModel
-    untuned: object  # CompiledModel
+    tuned: Any  # CompiledModel
+    untuned: Any  # CompiledModel
 
 
-def _time_runtimes(args, console: Console, model, target, db, threads: int, ov_precision: str | None) -> _Timed:
+def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str | None, runs: int, rounds: int,
+                   untuned_runs: int, say: Callable[[str], None]) -> _Timed:
     """Compile untuned and tuned TVM into a temporary directory, time every runtime in fresh processes
     and check their outputs against ONNX Runtime's; the directory is removed before returning."""
     import os
@@ -190,13 +133,12 @@ def _time_runtimes(args, console: Console, model, target, db, threads: int, ov_p
         time_taking_turns,
     )
 
-    policy = args.winograd_policy
     with tempfile.TemporaryDirectory(prefix="autosearch-report-") as work:
         onnx_path = os.path.join(work, "model.onnx")
         onnx.save(model.onnx_model, onnx_path)
         inputs = os.path.join(work, "inputs.npz")
         save_inputs(model.input_shapes, inputs)
-        console.print(f"compiling {model.name} untuned and tuned ...")
+        say(f"compiling {model.name} untuned and tuned ...")
         untuned = compile_model(model.relax_mod, target, model.tasks, None, os.path.join(work, "untuned.so"))
         tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
                               winograd=policy, layout=model.layout, fast_math=model.fast_math)
@@ -211,104 +153,118 @@ def _time_runtimes(args, console: Console, model, target, db, threads: int, ov_p
             if ov_precision != "f32":  # not comparable with the others: shown beside the fp32 row
                 turns.append(Runtime(f"OpenVINO (default precision: {ov_precision})", "ov-default", onnx_path,
                                      precision=ov_precision))
-        console.print(f"timing in fresh processes, {threads} threads each ...")
-        t_ort, t_tuned, *t_openvino = time_taking_turns(turns, rounds=args.rounds, runs=args.runs,
-                                                        inputs_path=inputs, threads=threads, out_dir=work)
+        say(f"timing in fresh processes, {threads} threads each ...")
+        t_ort, t_tuned, *t_openvino = time_taking_turns(turns, rounds=rounds, runs=runs, inputs_path=inputs,
+                                                        threads=threads, out_dir=work)
         untuned_runtime = Runtime("TVM untuned", "tvm", untuned.path)
-        t_untuned = time_in_subprocess(untuned_runtime, inputs_path=inputs, runs=args.untuned_runs, threads=threads,
+        t_untuned = time_in_subprocess(untuned_runtime, inputs_path=inputs, runs=untuned_runs, threads=threads,
                                        out_dir=work)
         timings = [t_untuned, t_tuned, t_ort, *t_openvino]
-        console.print("measuring each runtime's baseline memory (imported, no model) ...")
+        say("measuring each runtime's baseline memory (imported, no model) ...")
         add_baselines(timings, [untuned_runtime, turns[1], turns[0], *turns[2:]], inputs_path=inputs, threads=threads)
         precision = {r.name: r.precision for r in (untuned_runtime, *turns)}
         checks = {t.name: _check(t, t_ort, precision[t.name]) for t in timings if t is not t_ort and t.ok and t_ort.ok}
     return _Timed(timings=timings, checks=checks, tuned=tuned, untuned=untuned)
 
 
-def end_to_end_report(args, console: Console) -> dict:
+@dataclass(frozen=True)
+class TaskLatency:
+    """One task of the compiled model: its untuned latency (from the tuning log's baselines, when a log is given)
+    and its tuned one (the database's best), in seconds; None where unknown."""
+
+    index: int
+    name: str
+    weight: int
+    untuned_secs: float | None
+    tuned_secs: float | None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.untuned_secs / self.tuned_secs if self.untuned_secs and self.tuned_secs else None
+
+
+@dataclass
+class Report:
+    """What :func:`end_to_end_report` measured: the tables as the CLI prints them and the figures behind them."""
+
+    model: str
+    threads: int
+    tuned_tasks: int  # tasks of the compiled model the database has a record for
+    task_count: int
+    missing_tasks: list[str]  # tasks without a tuned record (TVM's default code)
+    timings: list  # autosearch.deploy.Timing per runtime: TVM untuned, TVM tuned, ONNX Runtime, OpenVINO's
+    rows: list[list[str]]  # the latency table (RUNTIME_COLUMNS), one row per runtime, as printed
+    checks: dict[str, Check]  # runtime name -> its outputs against ONNX Runtime's
+    memory_rows: list[list[str]]  # TVM's computed and measured memory (MEMORY_COLUMNS), MiB
+    budget: str  # what export --memory-budget chose and what it cost ("" without a budget)
+    per_task: list[TaskLatency]
+    openvino_precision: str | None  # OpenVINO's default inference precision; None: not installed
+    plot: str  # the PNG written
+    markdown: str | None = None  # the Markdown file written, if asked for
+    figures: dict[str, Any] = field(default_factory=dict)  # the measurements as JSON (median ms, bytes, errors)
+
+    @property
+    def median_ms(self) -> dict[str, float]:
+        """Median end-to-end latency per runtime that ran (ms)."""
+        return {t.name: t.stats()["median"] for t in self.timings if t.ok}
+
+
+def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_math: str,
+                      input_shape: str | None = None, log: str | None = None, runs: int = 20, rounds: int = 3,
+                      untuned_runs: int = 3, threads: int | None = None, plot: str = "report.png",
+                      markdown: str | None = None, on_message: Callable[[str], None] | None = None) -> Report:
     """Untuned TVM, tuned TVM, ONNX Runtime and OpenVINO (when installed) on the same threads, each timed
-    in its own process; outputs checked against ONNX Runtime; per-task table; Markdown and PNG. Returns
-    the figures."""
+    in its own process; outputs checked against ONNX Runtime; per-task latencies; the PNG at ``plot`` and the
+    tables as Markdown at ``markdown``. ``policy``, ``layout``, ``fast_math``: the lowering the database was tuned
+    with (:func:`autosearch.api.report` reads it from the database). ``on_message``: a line at each step (minutes
+    of compiling and timing), and when OpenVINO is missing."""
+    from autosearch.database import database_lowering, load_database, read_database
     from autosearch.deploy import openvino_default_precision
     from autosearch.errors import UserError
-    from autosearch.export import database_lowering, load_database, read_database
     from autosearch.importer import import_model
     from autosearch.records import read_log
-    from autosearch.target import parse_target, target_num_cores
+    from autosearch.target import target_num_cores
 
-    target = parse_target(args.target)
+    say = on_message or (lambda line: None)
     if target.kind.name != "llvm":
         raise UserError(f"report times every runtime on this machine's CPU: --target must be a CPU (llvm) "
                         f"target, not {target.kind.name}")
-    db = load_database(args.db)
-    threads = args.threads or target_num_cores(target)
-    policy = args.winograd_policy
-    model = import_model(args.model, target, input_shape=args.input_shape, winograd=policy.mode,
-                         layout=args.layout_of_db, fast_math=args.fast_math_of_db, precision=policy.precision)
+    database = load_database(db)
+    threads = threads or target_num_cores(target)
+    imported = import_model(model, target, input_shape=input_shape, winograd=policy.mode, layout=layout,
+                            fast_math=fast_math, precision=policy.precision)
     ov_precision = openvino_default_precision()
     if ov_precision is None:
-        console.print(OPENVINO_MISSING, markup=False)  # "[openvino]" is no style
-    timed = _time_runtimes(args, console, model, target, db, threads, ov_precision)
+        say(OPENVINO_MISSING)
+    timed = _time_runtimes(imported, target, database, policy, threads=threads, ov_precision=ov_precision, runs=runs,
+                           rounds=rounds, untuned_runs=untuned_runs, say=say)
     timings, checks, tuned = timed.timings, timed.checks, timed.tuned
     t_untuned, t_tuned = timings[0], timings[1]
     base = t_untuned.stats()["median"] if t_untuned.ok else None
-
-    table = Table(title=f"{model.name}: end-to-end latency (ms), {threads} threads, "
-                        f"{len(tuned.tuned_tasks)}/{tuned.task_count} tasks tuned")
-    for col in RUNTIME_COLUMNS:
-        table.add_column(col, justify="left" if col == "runtime" else "right")
     rows = [_stats_row(t.name, t, base) for t in timings]
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
-    console.print(PEAK_NOTE)
-    for name, check in checks.items():
-        console.print(check.line(name, markup=True))
     memory_rows = _memory_rows(timings, {t_untuned.name: timed.untuned, t_tuned.name: tuned})
-    memory_table = Table(title="TVM memory (MiB): computed from the module before the build, and measured")
-    for col in MEMORY_COLUMNS:
-        memory_table.add_column(col, justify="left" if col == "TVM" else "right")
-    for row in memory_rows:
-        memory_table.add_row(*row)
-    console.print(memory_table)
-    budget = _budget_line(database_lowering(args.db), t_tuned)
-    if budget:
-        console.print(budget, markup=False)
-    if tuned.missing_tasks:
-        console.print(f"tasks without a tuned record (TVM default code): {len(tuned.missing_tasks)}")
+    budget = _budget_line(database_lowering(db), t_tuned)
 
-    # per-task: tuned latency from the database, untuned from the log's baselines when given
-    db_contents = read_database(args.db)
+    # per task: tuned latency from the database, untuned from the log's baselines when given
+    db_contents = read_database(db)
     baselines = {}
-    if args.log:
-        contents = read_log(args.log)
+    if log:
+        contents = read_log(log)
         baselines = {r.task_key: r.result.median for r in contents.records if r.kind == "baseline" and r.ok}
-    task_table = Table(title="per task")
-    for col in ("#", "task", "w", "untuned ms", "tuned ms", "speedup", "share of tuned time"):
-        task_table.add_column(col, justify="left" if col == "task" else "right")
     per_task = []
-    for task in (t for t in model.tasks if policy.uses(t.lowering)):  # the compiled model's tasks
+    for task in (t for t in imported.tasks if policy.uses(t.lowering)):  # the compiled model's tasks
         best = db_contents.best(task.workload_key)
-        per_task.append((task, baselines.get(task.workload_key), best.latency if best else None))
-    total = sum((b or 0) * t.weight for t, _, b in per_task) or 1.0
-    for task, untuned_s, tuned_s in per_task:
-        if untuned_s is None and tuned_s is None:
-            continue
-        task_table.add_row(str(task.index), task.name[:48], str(task.weight), _ms(untuned_s or 0), _ms(tuned_s or 0),
-                           f"{untuned_s / tuned_s:.1f}x" if untuned_s and tuned_s else "-",
-                           f"{100 * (tuned_s or 0) * task.weight / total:.1f}%")
-    console.print(task_table)
+        per_task.append(TaskLatency(task.index, task.name, task.weight, baselines.get(task.workload_key),
+                                    best.latency if best else None))
 
-    plot = args.plot or "report.png"
     ok = [t for t in timings if t.ok]
     peaks = [t.model_peak_bytes / MIB if t.model_peak_bytes is not None else math.nan for t in ok]
     plot_bars([_plot_label(t.name) for t in ok],
               [Bars([t.stats()["median"] for t in ok], "median latency (ms, log scale)", log_scale=True,
                     errors=[t.stats()["std"] for t in ok]),
                Bars(peaks, "peak memory (MiB above the runtime imported)")],
-              plot, title=f"{model.name}, {threads} threads")
-    console.print(f"plot: {plot}")
-    figures = {"model": model.name, "threads": threads,
+              plot, title=f"{imported.name}, {threads} threads")
+    figures = {"model": imported.name, "threads": threads,
                "runtimes": {t.name: t.stats() if t.ok else {"error": t.error} for t in timings},
                "memory": {t.name: _memory_figures(t) for t in timings},
                "tvm_memory": {name: c.memory.to_json() for name, c in ((t_untuned.name, timed.untuned),
@@ -316,24 +272,32 @@ def end_to_end_report(args, console: Console) -> dict:
                "max_rel_error_vs_ort": {name: c.error for name, c in checks.items()},
                "openvino_default_precision": ov_precision,
                "tuned_tasks": len(tuned.tuned_tasks), "tasks": tuned.task_count}
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(_markdown_table(list(RUNTIME_COLUMNS), rows))
-            fh.write(f"\n{PEAK_NOTE}\n")
-            for name, check in checks.items():
-                fh.write(f"\n{check.line(name, markup=False)}\n")
-            fh.write("\nTVM memory (MiB): computed from the module before the build, and measured\n\n")
-            fh.write(_markdown_table(list(MEMORY_COLUMNS), memory_rows))
-            if budget:
-                fh.write(f"\n{budget}\n")
-            if ov_precision is None:
-                fh.write(f"\n{OPENVINO_MISSING}\n")
-            fh.write(f"\n{len(tuned.tuned_tasks)}/{tuned.task_count} tasks tuned, {threads} threads\n\n")
-            fh.write(_markdown_table(["#", "task", "w", "untuned ms", "tuned ms", "speedup"],
-                                     [[str(t.index), t.name, str(t.weight), _ms(u or 0), _ms(b or 0),
-                                       f"{u / b:.1f}x" if u and b else "-"] for t, u, b in per_task
-                                      if u is not None or b is not None]))
-    return figures
+    report = Report(model=imported.name, threads=threads, tuned_tasks=len(tuned.tuned_tasks),
+                    task_count=tuned.task_count, missing_tasks=list(tuned.missing_tasks), timings=timings, rows=rows,
+                    checks=checks, memory_rows=memory_rows, budget=budget, per_task=per_task,
+                    openvino_precision=ov_precision, plot=plot, markdown=markdown, figures=figures)
+    if markdown:
+        with open(markdown, "w") as fh:
+            fh.write(report_markdown(report))
+    return report
+
+
+def report_markdown(report: Report) -> str:
+    """The report's tables and lines as Markdown (``report --markdown``)."""
+    parts = [_markdown_table(list(RUNTIME_COLUMNS), report.rows), f"\n{PEAK_NOTE}\n"]
+    parts += [f"\n{check.line(name, markup=False)}\n" for name, check in report.checks.items()]
+    parts += ["\nTVM memory (MiB): computed from the module before the build, and measured\n\n",
+              _markdown_table(list(MEMORY_COLUMNS), report.memory_rows)]
+    if report.budget:
+        parts.append(f"\n{report.budget}\n")
+    if report.openvino_precision is None:
+        parts.append(f"\n{OPENVINO_MISSING}\n")
+    parts.append(f"\n{report.tuned_tasks}/{report.task_count} tasks tuned, {report.threads} threads\n\n")
+    parts.append(_markdown_table(["#", "task", "w", "untuned ms", "tuned ms", "speedup"],
+                                 [[str(t.index), t.name, str(t.weight), format_ms(t.untuned_secs or 0),
+                                   format_ms(t.tuned_secs or 0), f"{t.speedup:.1f}x" if t.speedup else "-"]
+                                  for t in report.per_task if t.untuned_secs is not None or t.tuned_secs is not None]))
+    return "".join(parts)
 
 
 def _memory_figures(t) -> dict:

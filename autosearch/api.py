@@ -1,0 +1,655 @@
+"""The Python API: what every command of ``python -m autosearch`` does, as functions with typed results.
+
+:func:`load_tasks` (``tasks``), :func:`tune` (``run``), :func:`export`, :func:`compile`, :func:`report`,
+:func:`compare_models` and :func:`train_model`; the CLI (:mod:`autosearch.cli`) parses its flags, calls one of
+them and prints what it returns, so a script, a notebook or an experiment gets exactly what a user of the CLI
+gets, without parsing printed tables. The functions are re-exported by :mod:`autosearch` (``autosearch.tune``).
+
+Arguments are keyword-only past the first (or the first three) and named as the CLI's flags (``--min-repeat-ms``
+is ``min_repeat_ms``); a value the CLI would refuse raises :class:`~autosearch.errors.UserError` with the same
+one-line message, which names the flag. Nothing here prints: long work reports progress through callbacks
+(``on_event``, ``on_progress``, ``on_message``, ``on_warning``), and each function returns a dataclass.
+
+TVM is imported when a function first needs it, so that ``import autosearch`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autosearch.errors import UserError, make_writable_dir
+from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, DEFAULT_PRECISION, OLD_LOWERING
+
+if TYPE_CHECKING:
+    from autosearch.cost_models.evaluate import EvaluationReport
+    from autosearch.cost_models.pretrained import TrainReport
+    from autosearch.database import ExportSummary
+    from autosearch.deploy import CompiledModel
+    from autosearch.end_to_end import Report
+    from autosearch.importer import ImportedModel
+    from autosearch.records import LogContents
+    from autosearch.task import TuningTask
+    from autosearch.tuner import TuneEvent, TuneSummary
+    from autosearch.winograd import WinogradPolicy
+
+DEFAULT_MODEL = "tiny-yolov2"
+DEFAULT_TRIALS = 400  # tune's budget when neither trials nor minutes is given
+DEFAULT_BATCH = 16
+RUNNERS = ("local", "ray")
+
+
+def _prepare() -> None:
+    """Before TVM's first import: import it without PyTorch (:func:`autosearch.tvm_compat.keep_torch_out_of_tvm`)."""
+    from autosearch.tvm_compat import keep_torch_out_of_tvm
+
+    keep_torch_out_of_tvm()
+
+
+def _target(target: Any):
+    """A TVM target: ``None`` (this CPU, all its cores), a spec string (``llvm``, ``cuda``, a tag, JSON), or a
+    ``tvm.target.Target`` as it is."""
+    from autosearch.target import parse_target
+
+    return parse_target(target) if target is None or isinstance(target, str) else target
+
+
+# ---------------------------------------------------------------------------------------------- load_tasks
+def load_tasks(model: str = DEFAULT_MODEL, *, target: Any = None, input_shape: str | None = None,
+               winograd: str | None = None, layout: str | None = None, fast_math: str | None = None,
+               precision: str | None = None) -> ImportedModel:
+    """Import ``model`` (a built-in name such as ``tiny-yolov2``, or a path to an ``.onnx`` file) and extract its
+    tuning tasks for ``target``, lowered as :func:`tune` would lower it: the model's tasks are what a run tunes.
+
+    ``input_shape`` fixes dynamic input axes (``images:1,3,640,640``). The lowering options (``winograd``,
+    ``layout``, ``fast_math``, ``precision``; None: the default) are :mod:`autosearch.lowering`'s. The result's
+    ``tasks`` are :class:`~autosearch.task.TuningTask` objects (name, weight, FLOPs, workload key)."""
+    _prepare()
+    from autosearch.importer import import_model
+
+    return import_model(model, _target(target), input_shape=input_shape, winograd=winograd or "auto",
+                        layout=layout or DEFAULT_LAYOUT, fast_math=fast_math or DEFAULT_FAST_MATH,
+                        precision=precision or DEFAULT_PRECISION)
+
+
+def select_tasks(tasks: Sequence[TuningTask], spec: str | Sequence[int | str] | None) -> list[TuningTask]:
+    """The tasks ``spec`` names (``run --tasks``): indices (``0,3``), ranges (``0-4``) and name fragments
+    (``conv``: every task whose name contains it), as a comma-separated string or a sequence; None: all."""
+    if spec is not None and not isinstance(spec, str):
+        spec = ",".join(str(part) for part in spec)
+    if not spec:
+        return list(tasks)
+    chosen = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part.isdigit():
+            idx = int(part)
+            if idx >= len(tasks):
+                raise UserError(f"--tasks: no task {idx}; the model has tasks 0..{len(tasks) - 1}")
+            chosen.append(tasks[idx])
+        elif "-" in part and all(p.isdigit() for p in part.split("-", 1)):
+            lo, hi = (int(p) for p in part.split("-", 1))
+            if hi >= len(tasks) or lo > hi:
+                raise UserError(f"--tasks: bad range {part}; the model has tasks 0..{len(tasks) - 1}")
+            chosen.extend(tasks[lo:hi + 1])
+        else:
+            matched = [t for t in tasks if part in t.name]
+            if not matched:
+                raise UserError(f"--tasks: no task name contains {part!r}")
+            chosen.extend(matched)
+    return list({t.workload_key: t for t in chosen}.values())
+
+
+# ---------------------------------------------------------------------------------------------- tune
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How :func:`tune` builds and times each config (``run``'s flags of the same names). The defaults are what
+    ``run`` uses; a test or a smoke run may time less (``repeat=3, min_repeat_ms=5``)."""
+
+    repeat: int = 5  # timed repeats per kernel; the median counts
+    min_repeat_ms: int = 20  # a repeat runs the kernel as often as it takes to last this long
+    build_workers: int | None = None  # parallel builds (None: every core, or every CPU of the Ray cluster)
+    build_timeout: float = 60.0  # seconds per build
+    run_timeout: float = 30.0  # seconds per measurement, at least
+    ray_address: str | None = None  # runner "ray": join this cluster (auto or HOST:PORT); None: an embedded one
+    device_key: str | None = None  # runner "ray": the device key to measure on (default: the target's)
+    gpu_name: str | None = None  # runner "ray": the GPU name of a cuda-<name> device key
+    allow_mixed: bool = False  # runner "ray": accept devices of one key that differ
+
+
+def make_runner(runner: str, target: Any, measure: MeasureOptions | None = None, *, seed: int = 0):
+    """A runner by name: ``local`` (processes on this machine) or ``ray`` (a device pool on a Ray cluster); the
+    caller closes it."""
+    from autosearch.measure.base import EvaluatorConfig
+
+    measure = measure or MeasureOptions()
+    evaluator = EvaluatorConfig(repeat=measure.repeat, min_repeat_ms=measure.min_repeat_ms)
+    if runner == "local":
+        from autosearch.measure.local import LocalRunner
+
+        return LocalRunner(target=target, evaluator=evaluator, build_workers=measure.build_workers,
+                           build_timeout=measure.build_timeout, run_timeout=measure.run_timeout, seed=seed)
+    if runner == "ray":
+        try:
+            from autosearch.measure.ray_pool import RayRunner
+        except ImportError as exc:
+            raise UserError(f"--runner ray needs the package 'ray' ({exc})") from exc
+        return RayRunner(target=target, evaluator=evaluator, address=measure.ray_address,
+                         build_workers=measure.build_workers, build_timeout=measure.build_timeout,
+                         run_timeout=measure.run_timeout, seed=seed, device_key=measure.device_key,
+                         gpu_name=measure.gpu_name, allow_mixed=measure.allow_mixed)
+    raise UserError(f"unknown runner {runner!r}; valid runners: {', '.join(RUNNERS)}")
+
+
+def resolve_guidance(spec: str | None, target: Any, strategy: str, *, seed: int) -> tuple[str | None, str]:
+    """(the cost model the tuner gets, one line saying what guides the run). ``auto``: the pre-trained model
+    autosearch ships, where it fits the target and the strategy's guidance is cheap (``guided_by_default``),
+    else none; a directory: a model train-model wrote, checked against the target (one-line error if it is
+    corrupt or made for another target or feature version)."""
+    from autosearch.cost_model import COST_MODELS, PRETRAINED, make_cost_model
+    from autosearch.strategy import guided_by_default
+
+    if spec in (None, "", "none"):
+        return None, "none"
+    if spec == "auto":
+        from autosearch.cost_models.pretrained import shipped_for
+
+        if not guided_by_default(strategy):
+            return None, f"none (auto guides optuna; name a model, e.g. --cost-model pretrained, to guide {strategy})"
+
+        directory, why = shipped_for(target)
+        if directory is None:
+            return None, f"none ({why})"
+        spec = PRETRAINED
+    if spec == PRETRAINED or (spec not in COST_MODELS and os.path.isdir(spec)):  # registry names first
+        from autosearch.cost_models.pretrained import SHIPPED_DIR, describe, family_note, load_model_dir
+
+        directory = SHIPPED_DIR if spec == PRETRAINED else spec
+        model = load_model_dir(directory, target, seed=seed, trees_without_torch=spec == PRETRAINED)
+        what = "the shipped model" if spec == PRETRAINED else directory
+        return spec, f"{what}, {describe(model.manifest, model.note)}; {family_note(model.manifest, target)}"
+    make_cost_model(spec, seed=seed)  # fail fast on an unknown name
+    return spec, f"{spec}, trained online on this run's measurements"
+
+
+def _resume_lowering(resume: LogContents, option: str, asked: str | None, default: str) -> str:
+    """A resumed run keeps the lowering (``--winograd``, ``--layout``, ``--fast-math``) its log was tuned with: other
+    lowerings give other tasks. Logs from before an option existed were tuned with its old default."""
+    logged = {str((h.get("lowering") or {}).get(option, OLD_LOWERING[option])) for h in resume.tasks.values()}
+    if len(logged) == 1:
+        [mode] = logged
+        if asked and asked != mode:
+            raise UserError(f"{resume.path} was tuned with --{option.replace('_', '-')} {mode}; "
+                            "resume it with the same lowering")
+        return mode
+    return asked or default
+
+
+def default_log(model: str, strategy: str) -> str:
+    """Where a run without a ``log`` writes: ``runs/<model>-<strategy>-<date-time>.jsonl``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{os.path.splitext(os.path.basename(model))[0]}-{strategy}-{stamp}.jsonl")
+
+
+@dataclass(frozen=True)
+class TunePlanned:
+    """Sent by :func:`tune` once its arguments are checked, before the model is imported (seconds, a minute for a
+    large model): the budget as it will be run."""
+
+    model: str
+    strategy: str
+    trials: int | None  # the trial budget (DEFAULT_TRIALS when neither trials nor minutes was given)
+    minutes: float | None
+    batch: int
+    log: str
+
+
+@dataclass(frozen=True)
+class TuneStarted:
+    """Sent by :func:`tune` when the run is set up (model imported, log opened), before the first measurement."""
+
+    model: ImportedModel
+    tasks: list[TuningTask]  # the tasks tuned (``tasks`` of the model, or all)
+    strategy: str
+    options: dict[str, Any]  # the strategy's options, checked and converted
+    trials: int | None
+    minutes: float | None
+    runner: str
+    target: Any
+    cost_model: str | None  # what guides the strategy (resolve_guidance), None: nothing
+    guidance: str  # one line saying what guides the run
+    log: str
+    corrupt: list[str] = field(default_factory=list)  # resume: the log's lines skipped as corrupt (file:line ...)
+    bf16_unguided: bool = False  # the bf16 tasks run unguided: a pre-trained model has no bf16 records
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One task of a tuning run: its untuned and best latencies (seconds; None when there is none)."""
+
+    index: int
+    name: str
+    workload_key: str
+    weight: int  # how often the model runs it
+    flops: float  # of one run of the task
+    untuned_secs: float | None
+    best_secs: float | None
+    trials: int
+    failures: int
+    note: str = ""  # why the task stopped early ("early stop", "exhausted"), if it did
+
+    @property
+    def speedup(self) -> float | None:
+        return self.untuned_secs / self.best_secs if self.untuned_secs and self.best_secs else None
+
+    @property
+    def best_gflops(self) -> float:
+        return self.flops / self.best_secs / 1e9 if self.best_secs else 0.0
+
+
+@dataclass
+class TuneResult:
+    """What :func:`tune` did: the log it wrote (``export`` turns it into a database), every task's best, and the
+    model's estimated latency before and after (weighted sums of the tasks' kernels)."""
+
+    model: str
+    strategy: str
+    log: str
+    plot: str | None  # the tasks' tuning curves (PNG beside the log); None: not drawn
+    guidance: str
+    tasks: list[TaskResult]
+    trials: int  # measured in the log, a resumed run's earlier ones included
+    elapsed_secs: float
+    interrupted: bool  # stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM: resume with resume=True
+    untuned_secs: float  # the tuned tasks' untuned kernels, weighted (a layer tuned both ways counts both)
+    tuned_secs: float  # their best kernels, weighted
+    layout: str | None = None  # layout "auto": the faster model as tuned (what export keeps), else None
+    layout_estimates: dict[str, float] = field(default_factory=dict)  # layout "auto": seconds per layout's model
+    summary: TuneSummary | None = None  # the tuning loop's own account (per-task state, time per step)
+
+    @property
+    def speedup(self) -> float | None:
+        return self.untuned_secs / self.tuned_secs if self.tuned_secs > 0 else None
+
+    def best(self, task: str) -> float | None:
+        """The best latency (seconds) of the task whose name or workload key is ``task``."""
+        for t in self.tasks:
+            if task in (t.name, t.workload_key):
+                return t.best_secs
+        raise KeyError(task)
+
+
+def _untuned(state) -> float:
+    return state.baseline.median if state.baseline is not None and state.baseline.ok else math.nan
+
+
+def _estimates(summary: TuneSummary) -> tuple[str | None, dict[str, float], float, float]:
+    """(the faster layout's model when both were tuned, each layout's estimate, untuned and tuned seconds of the
+    tuned tasks of that model, weighted)."""
+    from autosearch.alternatives import choose_layout, layout_totals, task_layouts
+
+    layouts = layout_totals((s.task.lowering, s.task.weight, s.model_seconds) for s in summary.states)
+    leader = choose_layout(layouts)  # --layout auto: the summed tasks are the faster model's (what export keeps)
+    untuned = tuned = 0.0
+    for s in summary.states:
+        base, best = _untuned(s), s.best_latency
+        in_model = leader is None or "layouts" not in s.task.lowering or leader in task_layouts(s.task.lowering)
+        if math.isfinite(base) and math.isfinite(best) and in_model:
+            untuned += base * s.task.weight
+            tuned += best * s.task.weight
+    return leader, layouts, untuned, tuned
+
+
+def _check_tune(strategy: str, trials: int | None, minutes: float | None, batch: int, finalist_rounds: int,
+                resume: bool, log: str | None, runner: Any) -> None:
+    from autosearch.strategy import STRATEGIES
+
+    if strategy not in STRATEGIES:
+        raise UserError(f"unknown strategy {strategy!r}; valid strategies: {', '.join(sorted(STRATEGIES))}")
+    if trials is not None and trials <= 0:
+        raise UserError(f"--trials must be a positive number, not {trials}")
+    if minutes is not None and not (math.isfinite(minutes) and minutes > 0):
+        raise UserError(f"--minutes must be a positive number, not {minutes:g}")
+    if batch <= 0:
+        raise UserError(f"--batch must be a positive number, not {batch}")
+    if finalist_rounds < 0:
+        raise UserError(f"--finalist-rounds must be 0 or more, not {finalist_rounds}")
+    if resume and not log:
+        raise UserError("--resume needs --log PATH (the log to continue)")
+    if isinstance(runner, str) and runner not in RUNNERS:
+        raise UserError(f"unknown runner {runner!r}; valid runners: {', '.join(RUNNERS)}")
+
+
+def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | None = None,
+         minutes: float | None = None, tasks: str | Sequence[int | str] | None = None, log: str | None = None,
+         resume: bool = False, target: Any = None, input_shape: str | None = None, winograd: str | None = None,
+         layout: str | None = None, fast_math: str | None = None, precision: str | None = None,
+         cost_model: str | None = "auto", warm_start: str | None = None, options: Mapping[str, Any] | None = None,
+         batch: int = DEFAULT_BATCH, seed: int = 0, early_stop: int | None = None, finalist_rounds: int = 3,
+         runner: Any = "local", measure: MeasureOptions | None = None, plot: bool = True,
+         on_event: Callable[[TunePlanned | TuneStarted | TuneEvent], None] | None = None) -> TuneResult:
+    """Tune ``model``'s tasks with a search strategy, every measurement appended to a tuning log (JSON Lines).
+
+    The budget is ``trials`` measurements over all tasks, or ``minutes`` of search, whichever comes first
+    (neither: :data:`DEFAULT_TRIALS`); then each task's finalists are re-timed in ``finalist_rounds`` fresh
+    processes, so that one lucky timing does not decide what is exported. ``log`` None writes
+    ``runs/<model>-<strategy>-<time>.jsonl``; ``resume=True`` continues the run recorded in ``log`` (its lowering
+    kept; ``minutes``: minutes more), and an existing log is never overwritten without it.
+
+    ``strategy``: a registered strategy (:data:`autosearch.strategy.STRATEGIES`), with ``options`` from its options
+    table. ``cost_model``: ``auto`` (the shipped pre-trained model where it fits the target and the strategy),
+    ``none``, a registry name trained online, or a directory written by :func:`train_model`. ``runner``: ``local``,
+    ``ray``, or a runner object (the caller closes it); ``measure``: how each config is timed.
+
+    ``on_event`` gets a :class:`TunePlanned`, a :class:`TuneStarted`, then a :class:`~autosearch.tuner.TuneEvent`
+    after each batch, untuned timing and re-timing (what the CLI's progress bar shows). Ctrl-C stops the search:
+    the log keeps every finished batch and the result says ``interrupted``.
+    """
+    from autosearch import __version__
+
+    _check_tune(strategy, trials, minutes, batch, finalist_rounds, resume, log, runner)
+    from autosearch.strategy import parse_options
+
+    options = parse_options(strategy, dict(options or {}))
+    notify = on_event or (lambda event: None)
+    if trials is None and minutes is None:
+        trials = DEFAULT_TRIALS
+    log_path = log or default_log(model, strategy)
+    notify(TunePlanned(model=model, strategy=strategy, trials=trials, minutes=minutes, batch=batch, log=log_path))
+
+    _prepare()
+    from autosearch.importer import import_model
+    from autosearch.records import TuningLog, read_log
+    from autosearch.tuner import Tuner, pretrained_model
+
+    target = _target(target)
+    if target.kind.name != "llvm" and runner == "local":
+        raise UserError(f"target kind {target.kind.name!r} cannot be measured by the local runner on this "
+                        "machine; use --runner ray with a device of that kind")
+    model_cost, guidance = resolve_guidance(cost_model, target, strategy, seed=seed)
+    logged = read_log(log_path) if resume else None
+    lowering = {"winograd": winograd or "auto", "layout": layout or DEFAULT_LAYOUT,
+                "fast_math": fast_math or DEFAULT_FAST_MATH, "precision": precision or DEFAULT_PRECISION}
+    if logged is not None:
+        for option, asked in (("winograd", winograd), ("layout", layout), ("fast_math", fast_math),
+                              ("precision", precision)):
+            lowering[option] = _resume_lowering(logged, option, asked, lowering[option])
+    imported = import_model(model, target, input_shape=input_shape, **lowering)
+    chosen = select_tasks(imported.tasks, tasks)
+    tuning_log = TuningLog(log_path, resume=resume)
+    try:
+        warm = []
+        if warm_start:
+            from autosearch.database import read_records
+
+            warm = [read_records(warm_start)]  # LogContents: the scorer featurises its task headers too
+        runner_name = runner if isinstance(runner, str) else getattr(runner, "name", type(runner).__name__)
+        notify(TuneStarted(model=imported, tasks=chosen, strategy=strategy, options=options, trials=trials,
+                           minutes=minutes, runner=runner_name, target=target, cost_model=model_cost,
+                           guidance=guidance, log=log_path, corrupt=list(logged.corrupt) if logged else [],
+                           bf16_unguided=bool(imported.bf16_tasks and model_cost and pretrained_model(model_cost))))
+        tuning_log.write_run({"strategy": strategy, "options": options, "cost_model": cost_model,
+                              "guided_by": guidance, "trials": trials, "minutes": minutes, "batch": batch,
+                              "seed": seed, "resumed": bool(resume), "autosearch": __version__})
+        own = isinstance(runner, str)
+        measuring = make_runner(runner, target, measure, seed=seed) if own else runner
+        try:
+            summary = Tuner(tasks=chosen, runner=measuring, log=tuning_log, strategy=strategy, budget=trials,
+                            seconds=minutes * 60 if minutes is not None else None, batch=batch, seed=seed,
+                            strategy_options=options, cost_model=model_cost, warm_start=warm, early_stop=early_stop,
+                            resume=logged, on_event=notify, finalist_rounds=finalist_rounds).run()
+        finally:
+            if own:
+                measuring.close()
+    finally:
+        tuning_log.close()
+    return _tune_result(imported.name, strategy, log_path, guidance, summary, plot=plot)
+
+
+def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summary: TuneSummary, *,
+                 plot: bool) -> TuneResult:
+    png = None
+    curves = {f"#{s.task.index} {s.task.name[:30]}": s.history for s in summary.states if s.history}
+    if plot and curves:
+        from autosearch.plots import plot_tuning_curves
+
+        png = plot_tuning_curves(curves, os.path.splitext(log_path)[0] + ".png", title=f"{model} — {strategy}")
+    leader, layouts, untuned, tuned = _estimates(summary)
+    tasks = [TaskResult(index=s.task.index, name=s.task.name, workload_key=s.task.workload_key, weight=s.task.weight,
+                        flops=s.task.flops, untuned_secs=None if math.isnan(_untuned(s)) else _untuned(s),
+                        best_secs=s.best.median if s.best is not None else None, trials=s.trials,
+                        failures=s.failures, note=s.done) for s in summary.states]
+    return TuneResult(model=model, strategy=strategy, log=log_path, plot=png, guidance=guidance, tasks=tasks,
+                      trials=summary.trials, elapsed_secs=summary.elapsed, interrupted=summary.interrupted,
+                      untuned_secs=untuned, tuned_secs=tuned, layout=leader, layout_estimates=layouts, summary=summary)
+
+
+# ---------------------------------------------------------------------------------------------- export
+def export(log: str, out: str, *, top_k: int = 1, force: bool = False, memory_budget: float | None = None,
+           model: str | None = None, input_shape: str | None = None, target: Any = None,
+           on_warning: Callable[[str], None] | None = None) -> ExportSummary:
+    """Write the best ``top_k`` schedules of every task of a tuning log to ``out`` as TVM's own MetaSchedule
+    JSONDatabase (what :func:`compile`, :func:`report` and TVM's ``compile`` read), with how the model was lowered.
+
+    A task whose best is no faster than its untuned kernel is left out (TVM's default code stays). Where the log
+    tuned alternatives (Winograd or direct, a layout each, bf16 or fp32) the faster is kept; with
+    ``memory_budget`` (MiB) the fastest choice whose predicted peak memory fits it, which needs ``model`` (and
+    the ``input_shape`` and ``target`` it was tuned with). An existing database in ``out`` is replaced only with
+    ``force``. ``on_warning`` gets a line about corrupt lines skipped (default: the ``autosearch.api`` logger)."""
+    import logging
+
+    if top_k <= 0:
+        raise UserError(f"--top-k must be positive, not {top_k}")
+    if memory_budget is not None and not model:
+        raise UserError("--memory-budget needs --model: the model the log was tuned on")
+    _prepare()
+    from autosearch.database import check_out_dir, export_database
+    from autosearch.records import read_log
+
+    contents = read_log(log)
+    if not contents.tasks:
+        raise UserError(f"{log} has no task headers: is it an autosearch tuning log?")
+    check_out_dir(out, force=force)  # before --memory-budget's minutes of work
+    if contents.corrupt:
+        (on_warning or logging.getLogger(__name__).warning)(
+            f"skipped {len(contents.corrupt)} corrupt line(s), first: {contents.corrupt[0]}")
+    budget, lowering = None, None
+    if memory_budget is not None:
+        from autosearch.budget import budget_choice, import_tuned_model
+
+        target = _target(target)
+        tuned = import_tuned_model(contents, model, target, input_shape=input_shape)
+        budget, lowering = budget_choice(contents, tuned.relax_mod, target, memory_budget)
+    summary = export_database(contents, out, top_k=top_k, force=force, lowering=lowering)
+    summary.log, summary.corrupt, summary.memory_budget = log, list(contents.corrupt), budget
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------- compile, report
+def _database_lowering(db: str, target: Any, *, winograd: str | None, layout: str | None, fast_math: str | None,
+                       precision: str | None) -> tuple[WinogradPolicy, str, str]:
+    """(the Winograd and precision policy, the layout, the fast-math mode) to build with: each as given, else as
+    the database was tuned (export records it), else the option's value before it existed (databases from before
+    it, or from ``ms.tune_tir`` on the model as imported). With ``auto``, the per-layer algorithms the database
+    measured faster."""
+    from autosearch.database import database_lowering
+    from autosearch.winograd import WinogradPolicy
+
+    lowering = database_lowering(db)
+
+    def option(name: str, asked: str | None) -> str:
+        if asked == "auto" and name == "layout":  # the database holds the choice: export made it
+            asked = None
+        return asked or str(lowering.get(name, OLD_LOWERING[name]))
+
+    mode = winograd or str(lowering.get("winograd", "auto"))
+    tuned = str(lowering.get("precision", OLD_LOWERING["precision"]))
+    if precision and precision != tuned:  # another precision lowers other tasks: none would be tuned
+        raise UserError(f"{db} was tuned with --precision {tuned}, not {precision}: leave --precision out "
+                        "to compile as it was tuned")
+    precision = option("precision", precision)
+    measured = lowering.get("choices") if "auto" in (mode, precision) else None
+    if precision == "bf16" or "bf16" in (measured or {}).values():
+        from autosearch.tensor_units.cpu import has_amx_bf16
+
+        if not has_amx_bf16(target):
+            raise UserError(f"{db} has convolutions tuned in bf16 on AMX tiles; this target has no AMX-BF16 "
+                            "(tune the model again here, or compile it on a CPU with AMX)")
+    policy = WinogradPolicy.of(mode, measured, precision=precision)
+    return policy, option("layout", layout), option("fast_math", fast_math)
+
+
+def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: str | None = None,
+            winograd: str | None = None, layout: str | None = None, fast_math: str | None = None,
+            precision: str | None = None) -> CompiledModel:
+    """Build the whole ``model`` with the tuning database ``db`` applied into the shared library ``out`` (its
+    weights beside it, ``.params``), lowered as the database was tuned unless an option says otherwise (another
+    lowering gives other tasks, none of them tuned). Tasks the database lacks keep TVM's default code: the result
+    lists them (``missing_tasks``), with the model's predicted peak memory on CPU targets."""
+    _prepare()
+    from autosearch.database import load_database
+    from autosearch.deploy import compile_model
+    from autosearch.importer import import_model
+
+    target = _target(target)
+    database = load_database(db)
+    policy, layout, fast_math = _database_lowering(db, target, winograd=winograd, layout=layout, fast_math=fast_math,
+                                                   precision=precision)
+    imported = import_model(model, target, input_shape=input_shape, winograd=policy.mode, layout=layout,
+                            fast_math=fast_math, precision=policy.precision)
+    compiled = compile_model(imported.relax_mod, target, imported.tasks, database, out, winograd=policy,
+                             layout=imported.layout, fast_math=imported.fast_math)
+    compiled.model = imported.name
+    return compiled
+
+
+def report(model: str, db: str, *, log: str | None = None, target: Any = None, input_shape: str | None = None,
+           winograd: str | None = None, layout: str | None = None, fast_math: str | None = None,
+           precision: str | None = None, runs: int = 20, rounds: int = 3, untuned_runs: int = 3,
+           threads: int | None = None, plot: str = "report.png", markdown: str | None = None,
+           on_message: Callable[[str], None] | None = None) -> Report:
+    """The end-to-end figures of ``model`` built with the database ``db``: latency, peak memory and output
+    deviation of TVM untuned and tuned, ONNX Runtime and OpenVINO (when installed), every runtime timed in fresh
+    processes on the same ``threads``, ``runs`` forward passes over ``rounds`` turns (``untuned_runs`` for untuned
+    TVM, whose passes take seconds); per-task latencies (untuned ones from ``log``, when given). Writes the bar
+    chart ``plot`` and, when given, the tables as Markdown; ``on_message`` gets a line at each step (minutes).
+    See :mod:`autosearch.end_to_end`."""
+    if runs <= 0:
+        raise UserError(f"--runs must be positive, not {runs}")
+    if rounds <= 0:
+        raise UserError(f"--rounds must be positive, not {rounds}")
+    _prepare()
+    from autosearch.end_to_end import end_to_end_report
+
+    target = _target(target)
+    policy, layout, fast_math = _database_lowering(db, target, winograd=winograd, layout=layout, fast_math=fast_math,
+                                                   precision=precision)
+    return end_to_end_report(model, db, target=target, policy=policy, layout=layout, fast_math=fast_math,
+                             input_shape=input_shape, log=log, runs=runs, rounds=rounds, untuned_runs=untuned_runs,
+                             threads=threads, plot=plot, markdown=markdown, on_message=on_message)
+
+
+# ---------------------------------------------------------------------------------------------- cost models
+def compare_models(logs: str | Sequence[str], *, models: Sequence[str] | None = None, split: str = "task",
+                   seed: int = 0, min_records: int = 10, plot: str = "compare-models.png",
+                   markdown: str | None = None,
+                   on_progress: Callable[[str, int, int], None] | None = None) -> EvaluationReport:
+    """Leave-one-task-out (``split="model"``: leave-one-model-out) accuracy of cost models on the measured records
+    of tuning logs or TVM databases: each model trained without the held-out task, ranked on it. ``models``:
+    registry names, with a feature set as ``model@features`` (None: every tree and learned one). Writes the
+    predicted-vs-measured PNG ``plot`` and, when given, the table as Markdown. ``on_progress(label, done,
+    total)``: featurising the records, then each model's held-out folds."""
+    _prepare()
+    from autosearch.cost_model import make_cost_model
+    from autosearch.cost_models.evaluate import DEFAULT_MODELS
+    from autosearch.cost_models.evaluate import compare_models as evaluate
+
+    logs = [logs] if isinstance(logs, str) else list(logs)
+    models = list(DEFAULT_MODELS) if models is None else [m.strip() for m in models if m.strip()]
+    if not models:
+        raise UserError("--models: give at least one cost model")
+    for name in models:  # unknown names and feature sets fail here, listing the valid ones
+        if name == "pretrained" or os.path.isdir(name):
+            raise UserError(f"compare-models trains each model without the held-out task; {name!r} is pre-trained "
+                            "(it may have seen it): its held-out accuracy is in its manifest (train-model)")
+        make_cost_model(name, seed=seed)
+    for path in logs:
+        if not os.path.exists(path):
+            raise UserError(f"log not found: {path}")
+    if min_records < 1:
+        raise UserError("--min-records must be positive")
+    progress = on_progress or (lambda label, done, total: None)
+    result = evaluate(logs, models, seed=seed, out_png=plot, min_records=min_records, split=split,
+                      on_fold=lambda model, done, total: progress(f"{model}: held-out {split}s", done, total),
+                      on_featurise=lambda done, total: progress("featurising records", done, total))
+    if markdown:
+        with open(markdown, "w") as fh:
+            fh.write(result.markdown + "\n")
+    return result
+
+
+def train_model(out: str, *, logs: Sequence[str] = (), measure: bool = False, minutes: float | None = None,
+                model: str = DEFAULT_MODEL, tasks_per_layout: int = 6, per_task: int = 64,
+                family: str = "xgb-rank", folds: int = 5, exclude_tasks: Sequence[str] = (), seed: int = 0,
+                force: bool = False, on_progress: Callable[[str, int, int], None] | None = None,
+                on_message: Callable[[str], None] | None = None) -> TrainReport:
+    """Pre-train a cost model on measured records and write it to the directory ``out`` (``model.ubj`` and
+    ``manifest.json``), for ``tune(cost_model=out)``. ``logs``: tuning logs or TVM databases; ``measure``: first
+    measure a dataset on this machine for ``minutes`` (``out/dataset.jsonl``, gone on from when it exists:
+    random configs and mutations of the best, of ``tasks_per_layout`` conv tasks of ``model`` per layout, up to
+    ``per_task`` configs each) and train on it too. ``family``: ``xgb-rank`` or ``blend`` (needs PyTorch).
+    Held-out accuracy over ``folds`` folds by task; ``exclude_tasks``: workload keys left out, e.g. to test the
+    model on them. ``on_progress(label, done, total)``: measuring configs, then featurising records."""
+    _prepare()
+    from autosearch.cost_models.pretrained import MANIFEST
+    from autosearch.cost_models.pretrained import train_model as train
+
+    logs = list(logs)
+    for path in logs:
+        if not os.path.exists(path):
+            raise UserError(f"log not found: {path}")
+    if not logs and not measure:
+        raise UserError("train-model needs --log (measured records) or --measure (measure them here first)")
+    if os.path.exists(os.path.join(out, MANIFEST)) and not force:
+        raise UserError(f"{out} already holds a cost model; choose another --out or pass --force")
+    if folds < 2:
+        raise UserError("--folds must be at least 2")
+    progress = on_progress or (lambda label, done, total: None)
+    if measure:
+        logs.append(_measure_dataset(out, minutes=minutes, model=model, tasks_per_layout=tasks_per_layout,
+                                     per_task=per_task, seed=seed, progress=progress,
+                                     say=on_message or (lambda line: None)))
+    return train(logs, out, family=family, seed=seed, folds=folds, exclude=tuple(exclude_tasks),
+                 on_progress=lambda done, total: progress("featurising records", done, total))
+
+
+def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_layout: int, per_task: int, seed: int,
+                     progress: Callable[[str, int, int], None], say: Callable[[str], None]) -> str:
+    """``train-model --measure``: measure (or go on measuring) OUT/dataset.jsonl for ``minutes``; its path."""
+    from autosearch.dataset import DATASET_FILE, dataset_tasks, measure_dataset
+    from autosearch.target import parse_target
+
+    if minutes is None or not (math.isfinite(minutes) and minutes > 0):
+        raise UserError("train-model --measure needs --minutes, a positive number (the measuring budget)")
+    if tasks_per_layout <= 0 or per_task <= 0:
+        raise UserError("--tasks-per-layout and --per-task must be positive")
+    make_writable_dir(out)
+    target = parse_target(None)  # this machine's CPU, all its cores
+    tasks = dataset_tasks(model, target, count=tasks_per_layout)
+    path = os.path.join(out, DATASET_FILE)
+    say(f"measuring a dataset on this machine: {len(tasks)} conv tasks of {model} (both layouts), up to "
+        f"{per_task} configs each, {minutes:g} min -> {path}")
+    measure_dataset(tasks, path, target=target, seconds=60 * minutes, per_task=per_task, seed=seed,
+                    on_progress=lambda done, total: progress("measuring configs", done, total))
+    return path
+
+
+__all__ = ["DEFAULT_BATCH", "DEFAULT_MODEL", "DEFAULT_TRIALS", "MeasureOptions", "TaskResult", "TunePlanned",
+           "TuneResult", "TuneStarted", "compare_models", "compile", "default_log", "export", "load_tasks",
+           "make_runner", "report", "resolve_guidance", "select_tasks", "train_model", "tune"]

@@ -1,0 +1,106 @@
+"""What the CLI prints: the per-task summary of a run and the end-to-end report, as rich tables.
+
+The API (:mod:`autosearch.api`) computes and returns results; these functions only format them for a console.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from autosearch.api import TuneResult
+from autosearch.end_to_end import MEMORY_COLUMNS, PEAK_NOTE, RUNTIME_COLUMNS, Report, format_ms
+
+
+def print_run_summary(console: Console, result: TuneResult) -> None:
+    """Per-task table (untuned vs best latency, GFLOPS, speedup, trials, failures), the model's estimate, where the
+    time went, log path, PNG."""
+    summary = result.summary
+    title = f"{result.model} — {result.strategy}"
+    table = Table(title=f"{title}: {summary.trials} trials in {summary.elapsed / 60:.1f} min")
+    for col in ("#", "task", "w", "untuned ms", "best ms", "CV", "GFLOPS", "speedup", "trials", "failed", "note"):
+        table.add_column(col, justify="left" if col in ("task", "note") else "right")
+    for s in summary.states:
+        if not s.trials and s.baseline is None:
+            continue
+        base = s.baseline.median if s.baseline is not None and s.baseline.ok else math.nan
+        table.add_row(str(s.task.index), s.task.name[:48], str(s.task.weight), format_ms(base),
+                      format_ms(s.best_latency), f"{100 * s.best.cv:.1f}%" if s.best else "-",
+                      f"{s.best_gflops:.1f}" if s.best else "-", f"{s.speedup:.1f}x" if s.speedup else "-",
+                      str(s.trials), str(s.failures), s.done)
+    console.print(table)
+    if any(s.finalist_results for s in summary.states):
+        console.print("best = the finalist with the lowest median over its re-timings in fresh processes; "
+                      "best ms and CV are from its tuning trial")
+    if result.tuned_secs > 0:
+        scope = ""
+        if result.layout is not None:
+            estimates = ", ".join(f"{layout} {secs * 1e3:.1f} ms"
+                                  for layout, secs in sorted(result.layout_estimates.items()))
+            scope = f" of the {result.layout} model, the faster as tuned (estimated models: {estimates})"
+        console.print(f"tuned tasks{scope}, weighted: {result.untuned_secs * 1e3:.1f} ms untuned -> "
+                      f"{result.tuned_secs * 1e3:.2f} ms ({result.untuned_secs / result.tuned_secs:.1f}x; a layer "
+                      "tuned both direct and as winograd counts both)")
+    t = summary.timing
+    if t:
+        g = summary.guidance()
+        guided = (f"; cost model {g['featurise_secs'] + g['fit_secs'] + g['predict_secs']:.0f} s of it "
+                  f"(featurising {g['featurised']:.0f} configs {g['featurise_secs']:.0f} s, {g['fits']:.0f} fits "
+                  f"{g['fit_secs']:.0f} s)") if g["featurised"] or g["fits"] else ""
+        console.print(f"wall time {summary.elapsed:.0f} s: measuring {t.get('measure', 0):.0f} s, search "
+                      f"{t.get('ask', 0) + t.get('tell', 0):.0f} s{guided}, applying schedules "
+                      f"{t.get('apply', 0):.0f} s, task set-up {t.get('setup', 0):.0f} s{_setup_parts(summary)}, "
+                      f"finalists {t.get('finalists', 0):.0f} s")
+    if result.plot:
+        console.print(f"log: {result.log}\nplot: {result.plot}")
+    else:
+        console.print(f"log: {result.log}")
+
+
+def _setup_parts(summary) -> str:
+    """Where the task set-up went, when the tuner split it: design spaces, untuned reference runs, strategies
+    and their cost models (scorer, warm start)."""
+    parts = getattr(summary, "setup_timing", None) or {}
+    if not parts:
+        return ""
+    return (f" (design spaces {parts.get('space', 0):.0f} s, untuned kernels {parts.get('baseline', 0):.0f} s, "
+            f"strategies and cost models {parts.get('strategy', 0):.0f} s)")
+
+
+def print_report(console: Console, report: Report) -> None:
+    """The end-to-end report (:func:`autosearch.report`) as ``python -m autosearch report`` prints it: latency,
+    the output checks, TVM's memory, the memory budget, the per-task table and the plot's path."""
+    table = Table(title=f"{report.model}: end-to-end latency (ms), {report.threads} threads, "
+                        f"{report.tuned_tasks}/{report.task_count} tasks tuned")
+    for col in RUNTIME_COLUMNS:
+        table.add_column(col, justify="left" if col == "runtime" else "right")
+    for row in report.rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(PEAK_NOTE)
+    for name, check in report.checks.items():
+        console.print(check.line(name, markup=True))
+    memory_table = Table(title="TVM memory (MiB): computed from the module before the build, and measured")
+    for col in MEMORY_COLUMNS:
+        memory_table.add_column(col, justify="left" if col == "TVM" else "right")
+    for row in report.memory_rows:
+        memory_table.add_row(*row)
+    console.print(memory_table)
+    if report.budget:
+        console.print(report.budget, markup=False)
+    if report.missing_tasks:
+        console.print(f"tasks without a tuned record (TVM default code): {len(report.missing_tasks)}")
+    task_table = Table(title="per task")
+    for col in ("#", "task", "w", "untuned ms", "tuned ms", "speedup", "share of tuned time"):
+        task_table.add_column(col, justify="left" if col == "task" else "right")
+    total = sum((t.tuned_secs or 0) * t.weight for t in report.per_task) or 1.0
+    for t in report.per_task:
+        if t.untuned_secs is None and t.tuned_secs is None:
+            continue
+        task_table.add_row(str(t.index), t.name[:48], str(t.weight), format_ms(t.untuned_secs or 0),
+                           format_ms(t.tuned_secs or 0), f"{t.speedup:.1f}x" if t.speedup else "-",
+                           f"{100 * (t.tuned_secs or 0) * t.weight / total:.1f}%")
+    console.print(task_table)
+    console.print(f"plot: {report.plot}")
