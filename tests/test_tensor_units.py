@@ -107,34 +107,50 @@ def _conv_nhwc_relu(x: np.ndarray, w_ohwi: np.ndarray) -> np.ndarray:
     return np.maximum(out.reshape(1, h, wd, o), 0.0)
 
 
+def _packed(w: np.ndarray, shape) -> np.ndarray:
+    """OHWI weights in the layout the AMX task reads, ``(O / 32, KH, tap groups, depth / 2, 32, 2)``: reduction value
+    ``k`` of tap group ``g`` is channel ``k`` of tap ``g`` (32 channels or more), else channel ``k % c`` of tap
+    ``g * (32 / c) + k // c``, with ``c`` the channels rounded up to a power of two."""
+    o_, kh, kw, cin = w.shape
+    c = cin if cin > 16 else 1 << (cin - 1).bit_length()
+    out = np.zeros(shape, dtype=w.dtype)
+    for g in range(shape[2]):
+        for k in range(2 * shape[3]):
+            tap, ch = (g, k) if cin > 16 else (g * (32 // c) + k // c, k % c)
+            if tap < kw and ch < cin:
+                for o in range(o_):
+                    out[o // 32, :, g, k // 2, o % 32, k % 2] = w[o, :, tap, ch]
+    return out
+
+
 # 13: the last pixel tile of a row runs past the image's right edge (dropped), and the rows are odd (a junk row);
 # 32: two pixel tiles side by side in a row; 1x1: the plain tile multiply instead of the whole-reduction one;
-# stride 2: the tile's input rows two apart
-@pytest.mark.parametrize(("hw", "kernel", "stride"), [(13, 3, 1), (16, 3, 1), (32, 3, 1), (13, 1, 1), (26, 3, 2)])
-def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel, stride) -> None:
+# stride 2: the tile's input rows two apart; 16 and 3 channels: 2 and 8 taps per tile row (a 3x3 filter row is
+# then two tile multiplies, or one)
+@pytest.mark.parametrize(("hw", "kernel", "stride", "cin"), [(13, 3, 1, 32), (16, 3, 1, 32), (32, 3, 1, 32),
+                                                            (13, 1, 1, 32), (26, 3, 2, 32), (16, 3, 1, 16),
+                                                            (26, 3, 2, 3)])
+def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel, stride, cin) -> None:
     """Every sketch of a bf16 conv task, as the tuner would build it, against NumPy on the same rounded operands."""
     import tvm
 
     from autosearch.importer import import_model
     from autosearch.space import DecisionSpace
     from autosearch.tensor_units.amx import request_permission
-    from autosearch.tensor_units.conv import BLOCK_K, BLOCK_N
 
     _needs_amx(target)
     request_permission()
     path = str(tmp_path / "conv.onnx")
-    small_conv_onnx(path, cin=32, cout=48, hw=hw, kernel=kernel, stride=stride)
+    small_conv_onnx(path, cin=cin, cout=48, hw=hw, kernel=kernel, stride=stride)
     model = import_model(path, target, layout="NHWC", precision="bf16")
     task = next(t for t in model.tasks if "amx_bf16" in t.name)
     space = DecisionSpace(task.mod, task.target)
     # tile shapes (rows x 16-pixel tiles x channel tiles) x 2 loop orders; two rows of tiles take a 3x3 filter
     assert len(space.sketches) == {(13, 3): 8, (16, 3): 8, (32, 3): 12, (13, 1): 4, (26, 3): 8}[(hw, kernel)]
     rng = np.random.default_rng(1)
-    x = rng.uniform(-1, 1, (1, hw, hw, 32)).astype("float32")
-    w = _to_bf16(rng.uniform(-1, 1, (48, kernel, kernel, 32)))  # OHWI, rounded as the packing rounds it
-    packed = np.zeros(task.args[1][0], dtype=w.dtype)  # (O / 32, KH, KW, C / 2, 32, 2)
-    for o in range(48):
-        packed[o // BLOCK_N, :, :, :, o % BLOCK_N, :] = w[o].reshape(kernel, kernel, BLOCK_K // 2, 2)
+    x = rng.uniform(-1, 1, (1, hw, hw, cin)).astype("float32")
+    w = _to_bf16(rng.uniform(-1, 1, (48, kernel, kernel, cin)))  # OHWI, rounded as the packing rounds it
+    packed = _packed(w, task.args[1][0])
     want = _conv_nhwc_relu(_to_bf16(x), w)[:, ::stride, ::stride]
     dev = tvm.cpu()
     for sketch in space.sketches:

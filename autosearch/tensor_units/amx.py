@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import ctypes
 import platform
+import re
 import sys
+from dataclasses import dataclass
 
 _SYS_ARCH_PRCTL = 158
 _ARCH_REQ_XCOMP_PERM = 0x1023
@@ -56,40 +58,77 @@ def register(mt: int, nt: int, kt: int) -> str:
     return name
 
 
-def conv_intrin_name(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, channels: int, stride: int) -> str:
-    return f"amx_conv_bf16_{mh}x{mw}x{nt}_k{kh}x{kw}_r{row}_c{channels}_s{stride}"
+@dataclass(frozen=True)
+class ConvTile:
+    """One whole-reduction convolution intrinsic: an accumulator block of ``mh`` output rows x ``16 mw`` pixels x
+    ``16 nt`` channels (``mh * mw`` <= 2 pixel tiles) of a flattened convolution (:mod:`.conv`) with a ``kh x kw``
+    filter, stride ``stride``, flat rows ``row`` apart and ``channels`` (padded) input channels per flat pixel.
+
+    ``group`` taps per tile multiply: 1, or ``32 / channels`` when a pixel's channels fill less than a tile row
+    (16, 8 or 4 of them): a tile row of 32 bf16 is then ``group`` neighbouring pixels, the taps ``(kh, kw ...
+    kw + group - 1)`` of one output pixel, and the taps past the filter's width meet zero weights."""
+
+    mh: int
+    mw: int
+    nt: int
+    kh: int
+    kw: int
+    row: int
+    channels: int
+    stride: int
+    group: int = 1
+
+    @property
+    def name(self) -> str:
+        return (f"amx_conv_bf16_{self.mh}x{self.mw}x{self.nt}_k{self.kh}x{self.kw}_g{self.group}_r{self.row}"
+                f"_c{self.channels}_s{self.stride}")
+
+    @property
+    def groups(self) -> int:
+        """Tap groups along the filter's width: tile multiplies per filter row and channel slice."""
+        return -(-self.kw // self.group)
+
+    @property
+    def depth(self) -> int:
+        """Reduction length of one tap group: a pixel's channels, or one tile row of ``group`` pixels."""
+        return self.channels if self.group == 1 else TILE_K
+
+    @property
+    def span(self) -> int:
+        """Flat input rows one accumulator block reads."""
+        s = self.stride
+        return (s * (self.mh - 1) + self.kh - 1) * self.row + s * (TILE_ROWS * self.mw - 1) + self.groups * self.group
 
 
-def register_conv(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, channels: int, stride: int) -> str:
-    """Register the whole-reduction intrinsic of one flattened convolution (:mod:`.conv`) and tile shape, once per
-    process; returns its name.
+_CONV_TILE = re.compile(r"amx_conv_bf16_(\d+)x(\d+)x(\d+)_k(\d+)x(\d+)_g(\d+)_r(\d+)_c(\d+)_s(\d+)")
 
-    ``C[h, w, j] += sum over (kh, kw, c) of A[(s h + kh) row + s w + kw, c] * B[kh, kw, c // 2, j, c % 2]`` for
-    an accumulator block of ``mh`` output rows x ``16 mw`` pixels x ``16 nt`` channels (``mh * mw`` <= 2 pixel
-    tiles): all the filter taps and channels of the block in one call, so the accumulators stay in tile registers
-    for the whole reduction and the tile configuration, the accumulator load and its store happen once per block
-    rather than once per tap and channel slice (which dominated the narrow layers: 16 or 32 channels make one tile
-    multiply per tap). ``row`` (the padded input width) and the stride ``s`` are part of the description, so each
-    layer has its own."""
+
+def register_conv(tile: ConvTile) -> str:
+    """Register the intrinsic of one :class:`ConvTile`, once per process; returns its name.
+
+    ``C[h, w, j] += sum over the filter's taps and the channels of A[(s h + kh) row + s w + kw, c] * B[...]``: all
+    of a block's reduction in one call, so the accumulators stay in tile registers for the whole reduction and the
+    tile configuration, the accumulator load and its store happen once per block rather than once per tap and
+    channel slice (which dominated the narrow layers: 16 or 32 channels make one tile multiply per tap). The
+    geometry (``row``, the stride, the filter) is part of the description, so each layer has its own."""
     from tvm.s_tir import TensorIntrin
 
-    name = conv_intrin_name(mh, mw, nt, kh, kw, row, channels, stride)
     try:
-        TensorIntrin.get(name)
+        TensorIntrin.get(tile.name)
     except Exception:  # not registered yet: TVM raises when the name is unknown
-        TensorIntrin.register(name, *_conv_intrin_funcs(mh, mw, nt, kh, kw, row, channels, stride))
-    return name
+        TensorIntrin.register(tile.name, _conv_desc(tile), _conv_impl(tile))
+    return tile.name
 
 
 def register_for(text: str) -> None:
     """Register the intrinsics ``text`` (a trace, a database file) names: TVM looks a tensorising trace's
     intrinsic up when it reads the trace, and registering all of them would cost about a second."""
-    import re
-
     for mt, nt, kt in set(re.findall(r"amx_bf16_(\d+)x(\d+)x(\d+)", text)):
         register(int(mt), int(nt), int(kt))
-    for found in set(re.findall(r"amx_conv_bf16_(\d+)x(\d+)x(\d+)_k(\d+)x(\d+)_r(\d+)_c(\d+)_s(\d+)", text)):
-        register_conv(*(int(v) for v in found))
+    for found in set(_CONV_TILE.findall(text)):
+        mh, mw, nt, kh, kw, group, row, channels, stride = (int(v) for v in found)
+        register_conv(ConvTile(mh=mh, mw=mw, nt=nt, kh=kh, kw=kw, row=row, channels=channels, stride=stride,
+                               group=group))
 
 
 def _intrin_funcs(mt: int, nt: int, kt: int):
@@ -161,50 +200,60 @@ def _intrin_funcs(mt: int, nt: int, kt: int):
     return desc, impl
 
 
-def _conv_intrin_funcs(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, channels: int, stride: int):
-    """(description, implementation) PrimFuncs of one whole-reduction convolution intrinsic. The pixel tiles of a
-    block lie side by side in one output row (``mw`` = 2) or one above the other (``mh`` = 2): the second A tile
-    starts 16 pixels or one output row further (``16 s`` input rows or ``s`` image rows), the second C tile 16
-    pixels or one output row further; a tile's input rows are ``s`` rows apart."""
+def _conv_desc(tile: ConvTile):
+    """The description PrimFunc of a :class:`ConvTile`: TVMScript written for its loops, since TVM drops loops of
+    extent 1 from the block it matches (one output row per block, one tap group per filter row) and the
+    description must have exactly the block's loops."""
+    from tvm.script import from_source
     from tvm.script import tirx as T
 
-    w_i, n_i = TILE_ROWS * mw, TILE_ROWS * nt
-    s_ = stride
-    span = (s_ * (mh - 1) + kh - 1) * row + s_ * (w_i - 1) + kw  # input rows one accumulator block reads
-    k_tiles = channels // TILE_K
-    a_step = s_ * row if mh == 2 else s_ * TILE_ROWS  # input rows from one pixel tile to the next
+    w_i, n_i, s = TILE_ROWS * tile.mw, TILE_ROWS * tile.nt, tile.stride
+    loops = [("h", tile.mh, "S"), ("i", w_i, "S"), ("j", n_i, "S"), ("r", tile.kh, "R"), ("g", tile.groups, "R"),
+             ("k", tile.depth, "R")]
+    loops = [loop for loop in loops if loop[1] > 1]
+    names = {name for name, _, _ in loops}
+    h, r, tap = (f"v{name}" if name in names else "0" for name in ("h", "r", "g"))
+    if tile.group == 1:
+        a_index = f"({h} * {s} + {r}) * {tile.row} + vi * {s} + {tap}, vk"
+    else:
+        a_index = (f"({h} * {s} + {r}) * {tile.row} + vi * {s} + {tap} * {tile.group} + vk // {tile.channels}, "
+                   f"vk % {tile.channels}")
+    b_shape = f"{tile.kh}, {tile.groups}, {tile.depth // 2}, {n_i}, 2"
+    source = f"""
+@T.prim_func(s_tir=True)
+def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+    A = T.match_buffer(a, ({tile.span}, {tile.channels}), "bfloat16", offset_factor=1, strides=[T.int32(), 1])
+    B = T.match_buffer(b, ({b_shape}), "bfloat16", offset_factor=1, strides=[T.int32(), T.int32(), T.int32(), 2, 1])
+    C = T.match_buffer(c, ({tile.mh}, {w_i}, {n_i}), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+    with T.sblock("root"):
+        T.reads(C[0:{tile.mh}, 0:{w_i}, 0:{n_i}], A[0:{tile.span}, 0:{tile.channels}],
+                B[0:{tile.kh}, 0:{tile.groups}, 0:{tile.depth // 2}, 0:{n_i}, 0:2])
+        T.writes(C[0:{tile.mh}, 0:{w_i}, 0:{n_i}])
+        for {", ".join(name for name, _, _ in loops)} in T.grid({", ".join(str(n) for _, n, _ in loops)}):
+            with T.sblock("update"):
+                {", ".join("v" + name for name, _, _ in loops)} = T.axis.remap(
+                    "{"".join(kind for _, _, kind in loops)}", [{", ".join(name for name, _, _ in loops)}])
+                C[{h}, vi, vj] = C[{h}, vi, vj] + T.cast(A[{a_index}], "float32") * T.cast(
+                    B[{r}, {tap}, vk // 2, vj, vk % 2], "float32")
+"""
+    return from_source(source, extra_vars={"T": T})
+
+
+def _conv_impl(tile: ConvTile):
+    """The implementation PrimFunc of a :class:`ConvTile`: tile configuration, accumulator loads, then per filter
+    row, tap group and channel slice the A tiles (16 flat rows ``s`` apart), the B tiles and the multiplies, then
+    the accumulator stores. The pixel tiles of a block lie side by side in one output row (``mw`` = 2) or one above
+    the other (``mh`` = 2): the second A tile starts ``16 s`` flat rows or ``s`` image rows further, the second C
+    tile 16 pixels or one output row further."""
+    from tvm.script import tirx as T
+
+    mh, mw, nt, kh, row, s_ = tile.mh, tile.mw, tile.nt, tile.kh, tile.row, tile.stride
+    w_i, n_i, span, channels, groups, depth = TILE_ROWS * mw, TILE_ROWS * nt, tile.span, tile.channels, tile.groups, (
+        tile.depth)
+    k_tiles = depth // TILE_K
+    tap_step = tile.group  # flat rows from one tap group to the next
+    a_step = s_ * row if mh == 2 else s_ * TILE_ROWS  # flat rows from one pixel tile to the next
     by_row, by_pixels = (1, 0) if mh == 2 else (0, TILE_ROWS)  # C offset of the next pixel tile: sh or 16 sw
-
-    @T.prim_func(s_tir=True)
-    def desc_1(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (span, channels), "bfloat16", offset_factor=1, strides=[T.int32(), 1])
-        B = T.match_buffer(b, (kh, kw, channels // 2, n_i, 2), "bfloat16", offset_factor=1,
-                           strides=[T.int32(), T.int32(), T.int32(), 2, 1])
-        C = T.match_buffer(c, (mh, w_i, n_i), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-        with T.sblock("root"):
-            T.reads(C[0:mh, 0:w_i, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:kw, 0:channels // 2, 0:n_i, 0:2])
-            T.writes(C[0:mh, 0:w_i, 0:n_i])
-            for i, j, r, s, k in T.grid(w_i, n_i, kh, kw, channels):
-                with T.sblock("update"):
-                    vi, vj, vr, vs, vk = T.axis.remap("SSRRR", [i, j, r, s, k])
-                    C[0, vi, vj] = C[0, vi, vj] + T.cast(A[vr * row + vi * s_ + vs, vk], "float32") * T.cast(
-                        B[vr, vs, vk // 2, vj, vk % 2], "float32")
-
-    @T.prim_func(s_tir=True)
-    def desc_2(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (span, channels), "bfloat16", offset_factor=1, strides=[T.int32(), 1])
-        B = T.match_buffer(b, (kh, kw, channels // 2, n_i, 2), "bfloat16", offset_factor=1,
-                           strides=[T.int32(), T.int32(), T.int32(), 2, 1])
-        C = T.match_buffer(c, (mh, w_i, n_i), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-        with T.sblock("root"):
-            T.reads(C[0:mh, 0:w_i, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:kw, 0:channels // 2, 0:n_i, 0:2])
-            T.writes(C[0:mh, 0:w_i, 0:n_i])
-            for h, i, j, r, s, k in T.grid(mh, w_i, n_i, kh, kw, channels):
-                with T.sblock("update"):
-                    vh, vi, vj, vr, vs, vk = T.axis.remap("SSSRRR", [h, i, j, r, s, k])
-                    C[vh, vi, vj] = C[vh, vi, vj] + T.cast(
-                        A[(vh * s_ + vr) * row + vi * s_ + vs, vk], "float32") * T.cast(
-                        B[vr, vs, vk // 2, vj, vk % 2], "float32")
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -215,11 +264,11 @@ def _conv_intrin_funcs(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, ch
         sh = T.int32()
         sw = T.int32()
         A = T.match_buffer(a, (span, channels), "bfloat16", offset_factor=1, strides=[sa, 1])
-        B = T.match_buffer(b, (kh, kw, channels // 2, n_i, 2), "bfloat16", offset_factor=1,
+        B = T.match_buffer(b, (kh, groups, depth // 2, n_i, 2), "bfloat16", offset_factor=1,
                            strides=[sb0, sb1, sb2, 2, 1])
         C = T.match_buffer(c, (mh, w_i, n_i), "float32", offset_factor=1, strides=[sh, sw, 1])
         with T.sblock("root"):
-            T.reads(C[0:mh, 0:w_i, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:kw, 0:channels // 2, 0:n_i, 0:2])
+            T.reads(C[0:mh, 0:w_i, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:groups, 0:depth // 2, 0:n_i, 0:2])
             T.writes(C[0:mh, 0:w_i, 0:n_i])
             # palette 1; 8 tiles of 16 rows x 64 bytes (bytes 16-31: bytes per row, 48-55: rows)
             cfg = T.decl_buffer((16,), "uint32", scope="local")
@@ -234,18 +283,19 @@ def _conv_intrin_funcs(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, ch
                     T.evaluate(T.call_llvm_intrin(
                         "void", "llvm.x86.tileloadd64", T.uint8(mi * nt + ni),
                         C.access_ptr("r", offset=mi * (by_row * sh + by_pixels * sw) + ni * 16), T.int64(sw * 4)))
-            for r, s, ko in T.grid(kh, kw, k_tiles):
+            for r, g, ko in T.grid(kh, groups, k_tiles):
                 for mi in T.unroll(mh * mw):
                     T.evaluate(T.call_llvm_intrin(
                         "void", "llvm.x86.tileloadd64", T.uint8(4 + mi),
                         T.tvm_access_ptr(T.type_annotation("uint16"), A.data,
-                                         A.elem_offset + (mi * a_step + r * row + s) * sa + ko * 32, 16 * s_ * sa, 1),
+                                         A.elem_offset + (mi * a_step + r * row + g * tap_step) * sa + ko * 32,
+                                         16 * s_ * sa + 32, 1),
                         T.int64(sa * 2 * s_)))
                 for ni in T.unroll(nt):
                     T.evaluate(T.call_llvm_intrin(
                         "void", "llvm.x86.tileloadd64", T.uint8(6 + ni),
                         T.tvm_access_ptr(T.type_annotation("uint16"), B.data,
-                                         B.elem_offset + r * sb0 + s * sb1 + ko * 16 * sb2 + ni * 32, 16 * sb2, 1),
+                                         B.elem_offset + r * sb0 + g * sb1 + ko * 16 * sb2 + ni * 32, 16 * sb2, 1),
                         T.int64(sb2 * 2)))
                 for mi in T.unroll(mh * mw):
                     for ni in T.unroll(nt):
@@ -257,8 +307,8 @@ def _conv_intrin_funcs(mh: int, mw: int, nt: int, kh: int, kw: int, row: int, ch
                         "void", "llvm.x86.tilestored64", T.uint8(mi * nt + ni),
                         C.access_ptr("w", offset=mi * (by_row * sh + by_pixels * sw) + ni * 16), T.int64(sw * 4)))
 
-    return (desc_2 if mh == 2 else desc_1), impl
+    return impl
 
 
-__all__ = ["KT_CHOICES", "SHAPES", "TILE_K", "TILE_ROWS", "conv_intrin_name", "intrin_name", "register",
+__all__ = ["KT_CHOICES", "SHAPES", "TILE_K", "TILE_ROWS", "ConvTile", "intrin_name", "register",
            "register_conv", "register_for", "request_permission"]

@@ -12,10 +12,10 @@ With stride ``s`` the same holds with ``s * h`` and ``s * w`` in place of ``h`` 
 are then ``s`` rows apart, a stride the tile load takes as it is (the downsampling convolutions of YOLOv8n).
 
 Three blocks: ``amx_flat`` pads, flattens and rounds the input to bf16 (channels padded to a multiple of 32,
-one tile row); ``amx_gemm`` accumulates in fp32; ``amx_conv2d_nhwc`` keeps the real pixels and channels. The
-weights are a separate function of the constant kernel (``amx_pack_weight``), which Relax's ``FoldConstant``
-computes at compile time: bf16, ``(O / 32, KH, KW, C / 2, 32, 2)``, output channels in blocks of 32 with pairs of
-input channels innermost, the layout ``tdpbf16ps`` reads B in.
+one tile row, or, for 16 channels or fewer, to the power of two of which a tile row holds a group of neighbouring
+pixels: :attr:`FlatConv.group`); ``amx_gemm`` accumulates in fp32; ``amx_conv2d_nhwc`` keeps the real pixels and
+channels. The weights are a separate function of the constant kernel (``amx_pack_weight``), which Relax's
+``FoldConstant`` computes at compile time: bf16, in the layout ``tdpbf16ps`` reads B in (:func:`pack_weight`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from functools import partial
 BLOCK_N = 32  # output channels per packed weight block: two 16-column B tiles
 BLOCK_K = 32  # input channels are padded to whole 64-byte tile rows
 TILE = 16  # output pixels per tile (its rows)
-MIN_CHANNELS = 16  # narrower inputs (the 3-channel stem) or outputs (YOLOv8's 1-channel DFL) would be mostly padding
+MIN_CHANNELS = 16  # narrower outputs (YOLOv8's 1-channel DFL), or inputs of a 1x1 filter, would be mostly padding
 GEMM_BLOCK = "amx_gemm"
 FLAT_BLOCK = "amx_flat"
 OUT_BLOCK = "amx_conv2d_nhwc"
-ROW_ATTR = "amx_flat_row"  # the GEMM block's annotations: R and the stride, which the tile intrinsics are
-STRIDE_ATTR = "amx_stride"  # specialised to
+# the GEMM block's annotations: the geometry the tile intrinsics are specialised to
+ROW_ATTR, STRIDE_ATTR, GROUP_ATTR, KERNEL_ATTR = "amx_flat_row", "amx_stride", "amx_tap_group", "amx_kernel"
 TASK_NAME = "conv2d_amx_bf16"  # the PrimFunc's name hint: every fused task of such a convolution contains it
 
 
@@ -75,29 +75,54 @@ class FlatConv:
         kh, kw = self.kernel
         gh, gw = self.gemm_hw
         s = self.stride
-        return (s * (gh - 1) + kh - 1) * self.row + s * (gw - 1) + kw
+        return (s * (gh - 1) + kh - 1) * self.row + s * (gw - 1) + self.groups * self.group
+
+    @property
+    def group(self) -> int:
+        """Filter taps per tile multiply: 1, or, when a pixel's channels (padded to a power of two) fill less than a
+        tile row, the neighbouring pixels one tile row holds (2 for 16 channels, 8 for the 3-channel stem), so
+        the multiplies are not mostly zeros. Taps only group along a filter row of more than one tap."""
+        kh, kw = self.kernel
+        if self.in_channels > BLOCK_K // 2 or kw == 1 or kh == 1:
+            return 1
+        return BLOCK_K // (1 << (self.in_channels - 1).bit_length())
+
+    @property
+    def groups(self) -> int:
+        """Tile multiplies along a filter row: the filter's width in groups of :attr:`group` taps."""
+        return -(-self.kernel[1] // self.group)
 
     @property
     def in_padded(self) -> int:
-        return _round_up(self.in_channels, BLOCK_K)
+        """Channels per flat pixel: whole tile rows, or the power of two a tap group packs into one."""
+        return _round_up(self.in_channels, BLOCK_K) if self.group == 1 else BLOCK_K // self.group
+
+    @property
+    def depth(self) -> int:
+        """Reduction length of one tap group (the packed weights' third axis, in bf16 values)."""
+        return self.in_padded if self.group == 1 else BLOCK_K
 
     @property
     def out_padded(self) -> int:
         return _round_up(self.out_channels, BLOCK_N)
 
 
-def pack_weight(weight):
-    """OHWI fp32 weights -> bf16 ``(O / 32, KH, KW, C / 2, 32, 2)``, zero-padded (a constant function: folded)."""
+def pack_weight(weight, *, conv: FlatConv):
+    """OHWI fp32 weights -> bf16 ``(O / 32, KH, tap groups, depth / 2, 32, 2)``, zero-padded (a constant function:
+    folded): output channels in blocks of 32, pairs of reduction values innermost, the layout ``tdpbf16ps`` reads
+    B in; with tap groups, reduction value ``k`` of group ``g`` is tap ``g * group + k // channels``."""
     from tvm import te, tirx
 
     out_ch, kh, kw, in_ch = (int(s) for s in weight.shape)
-    shape = (_round_up(out_ch, BLOCK_N) // BLOCK_N, kh, kw, _round_up(in_ch, BLOCK_K) // 2, BLOCK_N, 2)
+    shape = (conv.out_padded // BLOCK_N, kh, conv.groups, conv.depth // 2, BLOCK_N, 2)
+    group, cp = conv.group, conv.in_padded
 
-    def value(cb, h, w, c2, co, e):
-        o, c = cb * BLOCK_N + co, c2 * 2 + e
-        inside = tirx.all(o < out_ch, c < in_ch)
-        return tirx.if_then_else(inside, weight[tirx.min(o, out_ch - 1), h, w, tirx.min(c, in_ch - 1)],
-                                 tirx.const(0, weight.dtype)).astype("bfloat16")
+    def value(cb, h, g, k2, co, e):
+        o, k = cb * BLOCK_N + co, k2 * 2 + e
+        tap, c = (g, k) if group == 1 else (g * group + k // cp, k % cp)
+        inside = tirx.all(o < out_ch, c < in_ch, tap < kw)
+        load = weight[tirx.min(o, out_ch - 1), h, tirx.min(tap, kw - 1), tirx.min(c, in_ch - 1)]
+        return tirx.if_then_else(inside, load, tirx.const(0, weight.dtype)).astype("bfloat16")
 
     return te.compute(shape, value, name="amx_pack_weight")
 
@@ -118,24 +143,29 @@ def conv2d_nhwc(data, packed, *, conv: FlatConv):
         return tirx.if_then_else(inside, load, tirx.const(0, data.dtype)).astype("bfloat16")
 
     flat = te.compute((n_, conv.flat_length, conv.in_padded), flat_value, name=FLAT_BLOCK)
+    group, cp = conv.group, conv.in_padded
     rh = te.reduce_axis((0, kh_), name="rh")
-    rw = te.reduce_axis((0, kw_), name="rw")
-    rc = te.reduce_axis((0, conv.in_padded), name="rc")
+    rk = te.reduce_axis((0, conv.depth), name="rk")
+    rg = te.reduce_axis((0, conv.groups), name="rg") if conv.groups > 1 else None  # TVM drops unit loops anyway
+    g = rg if rg is not None else 0
+
+    def product(n, h, w, co):
+        start = (s * h + rh) * r + s * w
+        a = flat[n, start + g, rk] if group == 1 else flat[n, start + g * group + rk // cp, rk % cp]
+        return a.astype("float32") * packed[co // BLOCK_N, rh, g, rk // 2, co % BLOCK_N, rk % 2].astype("float32")
+
     gemm_h, gemm_w = conv.gemm_hw
-    gemm = te.compute(
-        (n_, gemm_h, gemm_w, conv.out_padded),
-        lambda n, h, w, co: te.sum(
-            flat[n, (s * h + rh) * r + s * w + rw, rc].astype("float32")
-            * packed[co // BLOCK_N, rh, rw, rc // 2, co % BLOCK_N, rc % 2].astype("float32"),
-            axis=[rh, rw, rc]),
-        name=GEMM_BLOCK, attrs={ROW_ATTR: r, STRIDE_ATTR: s})
+    gemm = te.compute((n_, gemm_h, gemm_w, conv.out_padded),
+                      lambda n, h, w, co: te.sum(product(n, h, w, co), axis=[x for x in (rh, rg, rk) if x is not None]),
+                      name=GEMM_BLOCK, attrs={ROW_ATTR: r, STRIDE_ATTR: s, GROUP_ATTR: group, KERNEL_ATTR: [kh_, kw_]})
     out_h, out_w = conv.out_hw
     return te.compute((n_, out_h, out_w, conv.out_channels), lambda n, h, w, co: gemm[n, h, w, co], name=OUT_BLOCK)
 
 
 def flat_conv(call) -> FlatConv | None:
     """The geometry of a Relax ``nn.conv2d`` call this lowering computes (NHWC / OHWI, equal strides, no dilation,
-    one group, static fp32 shapes, at least :data:`MIN_CHANNELS` input and output channels), else None."""
+    one group, static fp32 shapes, at least :data:`MIN_CHANNELS` output channels, and as many input channels unless
+    its taps group into tile rows), else None."""
     attrs = call.attrs
     try:
         data = [int(s) for s in call.args[0].ty.shape]
@@ -150,7 +180,7 @@ def flat_conv(call) -> FlatConv | None:
         return None
     if strides[0] > 1 and (weight[1] == 1 or weight[2] == 1):  # only the whole-reduction intrinsic takes a stride
         return None
-    if [int(s) for s in attrs.dilation] != [1, 1] or len(data) != 4 or min(data[3], weight[0]) < MIN_CHANNELS:
+    if [int(s) for s in attrs.dilation] != [1, 1] or len(data) != 4:
         return None
     if str(call.args[0].ty.dtype) != "float32" or str(call.args[1].ty.dtype) != "float32":
         return None
@@ -158,8 +188,11 @@ def flat_conv(call) -> FlatConv | None:
         return None
     pad = [int(p) for p in attrs.padding]
     pad = pad * 2 if len(pad) == 2 else pad
-    return FlatConv(batch=data[0], height=data[1], width=data[2], in_channels=data[3], out_channels=weight[0],
+    conv = FlatConv(batch=data[0], height=data[1], width=data[2], in_channels=data[3], out_channels=weight[0],
                     kernel=(weight[1], weight[2]), padding=(pad[0], pad[1], pad[2], pad[3]), stride=strides[0])
+    if conv.out_channels < MIN_CHANNELS or (conv.in_channels < MIN_CHANNELS and conv.group == 1):
+        return None
+    return conv
 
 
 def legalize(bb, call):
@@ -168,10 +201,10 @@ def legalize(bb, call):
     conv = flat_conv(call)
     if conv is None:
         return None
-    packed = bb.emit_te(pack_weight, call.args[1], primfunc_name_hint="amx_pack_weight")
+    packed = bb.emit_te(partial(pack_weight, conv=conv), call.args[1], primfunc_name_hint="amx_pack_weight")
     return bb.call_te(partial(conv2d_nhwc, conv=conv), call.args[0], packed, primfunc_name_hint=TASK_NAME)
 
 
-__all__ = ["BLOCK_K", "BLOCK_N", "FLAT_BLOCK", "FlatConv", "GEMM_BLOCK", "MIN_CHANNELS", "OUT_BLOCK", "ROW_ATTR",
-           "STRIDE_ATTR", "TASK_NAME", "TILE",
-           "conv2d_nhwc", "flat_conv", "legalize", "pack_weight"]
+__all__ = ["BLOCK_K", "BLOCK_N", "FLAT_BLOCK", "FlatConv", "GEMM_BLOCK", "GROUP_ATTR", "KERNEL_ATTR", "MIN_CHANNELS",
+           "OUT_BLOCK", "ROW_ATTR", "STRIDE_ATTR", "TASK_NAME", "TILE", "conv2d_nhwc", "flat_conv", "legalize",
+           "pack_weight"]

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autosearch.tensor_units.amx import SHAPES, TILE_K, TILE_ROWS, register, register_conv
-from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, ROW_ATTR, STRIDE_ATTR
+from autosearch.tensor_units.amx import SHAPES, TILE_K, TILE_ROWS, ConvTile, register, register_conv
+from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, GROUP_ATTR, KERNEL_ATTR, ROW_ATTR, STRIDE_ATTR
 
 
 def is_amx_task(mod) -> bool:
@@ -66,12 +66,15 @@ def _sketch(mod, seed: int, pixels: tuple[int, int], nt: int, weights_outer: boo
     sch = Schedule(mod, seed=seed, debug_mask=0)
     epilogue = _inline_epilogue(sch)
     gemm = sch.get_sblock(GEMM_BLOCK)
-    n, h, w, co, rh, rw, rc = sch.get_loops(gemm)
-    kh, kw, channels = (_extent(sch, loop) for loop in (rh, rw, rc))
-    whole = kh > 1 and kw > 1  # the whole reduction in one call (TVM drops unit loops, which it describes)
+    n, h, w, co, *reduction = sch.get_loops(gemm)
+    annotations = sch.get(gemm).annotations
+    kh, kw = (int(v) for v in annotations[KERNEL_ATTR])
+    group = int(annotations[GROUP_ATTR])
+    channels = _extent(sch, reduction[-1]) if group == 1 else TILE_K // group  # per flat pixel
+    whole = kh > 1 and kw > 1  # the whole reduction in one call
     legal = [kt for _, _, kt in SHAPES if channels % (TILE_K * kt) == 0]
     if (_extent(sch, h) % 2 or _extent(sch, w) % (TILE_ROWS * mw) or _extent(sch, co) % (TILE_ROWS * nt)
-            or not legal or (mh > 1 and not whole)):
+            or not (whole or legal) or (mh > 1 and not whole)):
         return None
     # rows go in pairs (the GEMM has an even number), so a parallel block never has a single row: loops of
     # extent 1 vanish, and a trace must find the same loops whatever its tile sizes
@@ -84,18 +87,19 @@ def _sketch(mod, seed: int, pixels: tuple[int, int], nt: int, weights_outer: boo
     inner = (c2, h2, *pair, w_o) if weights_outer else (h2, *pair, w_o, c2)
     tile = ((h_p,) if mh > 1 else ()) + (w_i, co_i)
     if whole:
-        annotations = sch.get(gemm).annotations
-        row, stride = int(annotations[ROW_ATTR]), int(annotations[STRIDE_ATTR])
-        sch.reorder(n, h1, c1, *inner, *tile, rh, rw, rc)
-        intrin, reduction = register_conv(mh, mw, nt, kh, kw, row, channels, stride), tile[0]
+        sch.reorder(n, h1, c1, *inner, *tile, *reduction)
+        conv = ConvTile(mh=mh, mw=mw, nt=nt, kh=kh, kw=kw, row=int(annotations[ROW_ATTR]), channels=channels,
+                        stride=int(annotations[STRIDE_ATTR]), group=group)
+        intrin, decompose_at = register_conv(conv), tile[0]
     else:  # a 1x1 (or 1xk) filter: as many tile multiplies per call as the channels allow
         kt = max(legal)
+        *taps, rc = reduction
         rc_o, rc_i = sch.split(rc, [None, TILE_K * kt])
-        sch.reorder(n, h1, c1, *inner, rh, rw, rc_o, *tile, rc_i)
-        intrin, reduction = register(mw, nt, kt), rh
+        sch.reorder(n, h1, c1, *inner, *taps, rc_o, *tile, rc_i)
+        intrin, decompose_at = register(mw, nt, kt), (taps or [rc_o])[0]
     block = sch.fuse(n, h1, c1)
     sch.parallel(block)
-    sch.decompose_reduction(gemm, reduction)
+    sch.decompose_reduction(gemm, decompose_at)
     init = sch.get_sblock(f"{GEMM_BLOCK}_init")
     sch.vectorize(sch.get_loops(init)[-1])
     flat = sch.get_sblock(FLAT_BLOCK)
