@@ -261,7 +261,7 @@ class TuneResult:
     model: str
     strategy: str
     log: str
-    plot: str | None  # the tasks' tuning curves (PNG beside the log); None: not drawn
+    plot: str | None  # the model's estimated latency against minutes and trials, the tasks' shares (PNG beside the log)
     guidance: str
     tasks: list[TaskResult]
     trials: int  # measured in the log, a resumed run's earlier ones included
@@ -415,11 +415,16 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
 def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summary: TuneSummary, *,
                  plot: bool) -> TuneResult:
     png = None
-    curves = {f"#{s.task.index} {s.task.name[:30]}": s.history for s in summary.states if s.history}
-    if plot and curves:
-        from autosearch.plots import plot_tuning_curves
+    if plot and summary.trials:
+        from autosearch.estimates import estimate_curve, task_shares
+        from autosearch.plots import plot_run
+        from autosearch.records import read_log
 
-        png = plot_tuning_curves(curves, os.path.splitext(log_path)[0] + ".png", title=f"{model} — {strategy}")
+        contents = read_log(log_path)  # the whole log: a resumed run is drawn from its start
+        curve = estimate_curve(contents)
+        if curve:
+            png = plot_run(curve, task_shares(contents), os.path.splitext(log_path)[0] + ".png",
+                           title=f"{model} — {strategy}")
     leader, layouts, untuned, tuned = _estimates(summary)
     tasks = [TaskResult(index=s.task.index, name=s.task.name, workload_key=s.task.workload_key, weight=s.task.weight,
                         flops=s.task.flops, untuned_secs=None if math.isnan(_untuned(s)) else _untuned(s),

@@ -44,20 +44,32 @@ def save(fig, path: str, *, rect: tuple[float, float, float, float] | None = Non
     return path
 
 
-def plot_tuning_curves(curves: dict[str, Sequence[tuple[int, float]]], path: str, *, title: str = "") -> str:
-    """Best-so-far GFLOPS against trials, one line per task; returns the path written."""
-    fig, axes = figure()
-    ax = axes[0, 0]
-    for label, points in curves.items():
-        if not points:
-            continue
-        xs, ys = zip(*points)
-        ax.step(xs, ys, where="post", label=label, linewidth=1.5)
-    ax.set_xlabel("trials of the task")
-    ax.set_ylabel("best GFLOPS so far")
-    ax.set_title(title or "Tuning progress")
-    if len(curves) <= 20:
-        ax.legend(fontsize=7, loc="lower right")
+def plot_run(curve: Sequence[Any], shares: Sequence[Any], path: str, *, title: str = "", top: int = 10) -> str:
+    """A run at a glance: the model's estimated latency against minutes and against trials
+    (:func:`autosearch.estimates.estimate_curve`), and the tasks' shares of the final estimate
+    (:func:`autosearch.estimates.task_shares`, the ``top`` largest, the rest as one bar); returns the path written."""
+    fig, axes = figure(1, 3, size=(18.0, 5.0))
+    ms = [p.latency * 1e3 for p in curve]
+    for ax, xs, label in ((axes[0, 0], [p.seconds / 60 for p in curve], "minutes"),
+                          (axes[0, 1], [p.trials for p in curve], "trials")):
+        ax.step(xs, ms, where="post", linewidth=1.8, color="#2a7ab9")
+        ax.set_yscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("estimated model latency (ms, log)")
+        if ms:
+            ax.annotate(f"{ms[-1]:.3g} ms", (xs[-1], ms[-1]), xytext=(-4, 6), textcoords="offset points", ha="right")
+    axes[0, 0].set_title(title or "Tuning progress")
+    axes[0, 1].set_title("the sum over tasks of weight x best latency")
+    ax = axes[0, 2]
+    total = sum(s.seconds for s in shares) or 1.0
+    shown = list(shares[:top])
+    labels = [s.name[:40] for s in shown] + (["other tasks"] if len(shares) > top else [])
+    values = [100 * s.seconds / total for s in shown] + (
+        [100 * sum(s.seconds for s in shares[top:]) / total] if len(shares) > top else [])
+    ax.barh(labels[::-1], values[::-1], color="#e07b39")
+    ax.set_xlabel("share of the final estimate (%)")
+    ax.set_title("where the model's time goes")
+    ax.tick_params(axis="y", labelsize=7)
     return save(fig, path)
 
 

@@ -1,0 +1,99 @@
+"""The model's estimated latency as a run went, read back from its log: what the run's plot shows.
+
+A user tunes a model, not 40 kernels: the question a run answers is how fast the model got, and how soon. The
+estimate after each trial is the one the tuner steers by and ``export`` keeps: per task the faster of its best
+valid trial so far and its untuned kernel, weight x latency summed over the tasks of the faster layout, a layer
+tuned in two forms (direct / Winograd, fp32 / bf16) counted by its faster (:mod:`autosearch.alternatives`). It
+is read from the log rather than kept during the run, so a resumed run, or any log, is drawn the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autosearch.alternatives import choose_layout, layout_totals, model_latency, model_total, task_layouts
+from autosearch.records import LogContents
+
+
+@dataclass(frozen=True)
+class EstimatePoint:
+    """The estimate after a trial: ``trials`` finished trials, ``seconds`` since the run began."""
+
+    trials: int
+    seconds: float
+    latency: float  # seconds, the estimated model
+
+
+@dataclass(frozen=True)
+class TaskShare:
+    """One task's part of the final estimate (weight x latency), in the model the estimate is of."""
+
+    name: str
+    seconds: float
+
+
+def _entries(contents: LogContents, best: dict[str, float], untuned: dict[str, float]):
+    return [(header.get("lowering") or {}, int(header.get("weight", 1)), model_latency(best.get(key), untuned.get(key)))
+            for key, header in contents.tasks.items()]
+
+
+def _estimate(entries) -> float:
+    totals = layout_totals(entries)
+    if totals:
+        leader = choose_layout(totals)
+        return totals[leader] if leader is not None else math.inf
+    return model_total(entries)
+
+
+def estimate_curve(contents: LogContents) -> list[EstimatePoint]:
+    """The estimate after each trial that changed it (and after the last trial), in the order trials finished;
+    [] until every task has a latency (its untuned kernel is measured first)."""
+    untuned = {}
+    for key in contents.tasks:
+        baseline = contents.baseline(key)
+        if baseline is not None and baseline.ok:
+            untuned[key] = baseline.latency
+    trials = sorted(contents.trials(), key=lambda r: r.finished)
+    starts = [float(run["started"]) for run in contents.runs if "started" in run]
+    start = min(starts + [r.started for r in trials]) if trials else 0.0
+    best: dict[str, float] = {}
+    points: list[EstimatePoint] = []
+    for done, record in enumerate(trials, 1):
+        if record.ok and record.latency < best.get(record.task_key, math.inf):
+            best[record.task_key] = record.latency
+        latency = _estimate(_entries(contents, best, untuned))
+        if math.isfinite(latency) and (not points or latency != points[-1].latency or done == len(trials)):
+            points.append(EstimatePoint(trials=done, seconds=record.finished - start, latency=latency))
+    return points
+
+
+def task_shares(contents: LogContents) -> list[TaskShare]:
+    """Each task's weight x latency in the final estimate, largest first: the tasks of the faster layout, and of a
+    layer tuned in two forms the faster form only."""
+    best: dict[str, float] = {}
+    for record in contents.trials():
+        if record.ok:
+            best[record.task_key] = min(best.get(record.task_key, math.inf), record.latency)
+    untuned = {key: b.latency for key in contents.tasks if (b := contents.baseline(key)) is not None and b.ok}
+    leader = choose_layout(layout_totals(_entries(contents, best, untuned)))
+    forms: dict[str, dict[str, list[TaskShare]]] = {}  # a layer tuned in two forms -> form -> its tasks
+    shares = []
+    for key, header in contents.tasks.items():
+        lowering = header.get("lowering") or {}
+        if leader is not None and "layouts" in lowering and leader not in task_layouts(lowering):
+            continue
+        latency = model_latency(best.get(key), untuned.get(key))
+        if latency is None:
+            continue
+        share = TaskShare(name=str(header.get("name", key)), seconds=latency * int(header.get("weight", 1)))
+        if "layer" in lowering:
+            forms.setdefault(str(lowering["layer"]), {}).setdefault(str(lowering.get("algorithm")), []).append(share)
+        else:
+            shares.append(share)
+    for by_form in forms.values():
+        shares += min(by_form.values(), key=lambda tasks: sum(t.seconds for t in tasks))
+    return sorted(shares, key=lambda s: -s.seconds)
+
+
+__all__ = ["EstimatePoint", "TaskShare", "estimate_curve", "task_shares"]
