@@ -123,6 +123,15 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     console.print(f"total: {total / 1e9:.3f} GFLOP per forward pass (as TVM counts them, direct convolutions), "
                   f"{len(model.tasks)} tasks ({sum(1 for t in model.tasks if 'conv' in t.name)} conv{alternatives}) "
                   f"— extracted in {elapsed:.1f} s")
+    if auto:  # two models: how many tasks each runs (a task both lowerings share counts in both)
+        from autosearch.alternatives import task_layouts
+
+        per_layout = {}
+        for t in model.tasks:
+            for layout in task_layouts(t.lowering):
+                per_layout[layout] = per_layout.get(layout, 0) + 1
+        console.print("per layout (--layout auto tunes both models and export keeps the faster): "
+                      + ", ".join(f"{layout} model {n} tasks" for layout, n in sorted(per_layout.items())))
     return 0
 
 

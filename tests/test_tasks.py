@@ -150,6 +150,11 @@ def test_cli_tasks_table_for_a_user_onnx_file(tmp_path, capfd):
     proc = run_cli_here(capfd, "tasks", "--model", str(path))
     assert proc.returncode == 0, proc.stderr
     assert "total:" in proc.stdout and "conv2d" in proc.stdout
+    # --layout auto lists two models' tasks: the line below the total says how many each model runs
+    rows = json.loads(run_cli_here(capfd, "tasks", "--model", str(path), "--json").stdout)
+    per_layout = {layout: sum(layout in r["lowering"]["layouts"] for r in rows) for layout in ("NCHW", "NHWC")}
+    assert f"NCHW model {per_layout['NCHW']} tasks, NHWC model {per_layout['NHWC']} tasks" in " ".join(
+        proc.stdout.split())
 
 
 def test_input_shape_override_for_dynamic_input(tmp_path, target, capfd):
