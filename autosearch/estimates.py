@@ -38,6 +38,12 @@ def _entries(contents: LogContents, best: dict[str, float], untuned: dict[str, f
             for key, header in contents.tasks.items()]
 
 
+def _untuned(contents: LogContents) -> dict[str, float]:
+    """Each task's untuned latency (its last valid baseline record), in one pass over the log."""
+    last = {r.task_key: r for r in contents.records if r.kind == "baseline"}  # the last one logged, as baseline()
+    return {key: r.latency for key, r in last.items() if r.ok}
+
+
 def _estimate(entries) -> float:
     totals = layout_totals(entries)
     if totals:
@@ -49,11 +55,7 @@ def _estimate(entries) -> float:
 def estimate_curve(contents: LogContents) -> list[EstimatePoint]:
     """The estimate after each trial that changed it (and after the last trial), in the order trials finished;
     [] until every task has a latency (its untuned kernel is measured first)."""
-    untuned = {}
-    for key in contents.tasks:
-        baseline = contents.baseline(key)
-        if baseline is not None and baseline.ok:
-            untuned[key] = baseline.latency
+    untuned = _untuned(contents)
     trials = sorted(contents.trials(), key=lambda r: r.finished)
     starts = [float(run["started"]) for run in contents.runs if "started" in run]
     start = min(starts + [r.started for r in trials]) if trials else 0.0
@@ -75,7 +77,7 @@ def task_shares(contents: LogContents) -> list[TaskShare]:
     for record in contents.trials():
         if record.ok:
             best[record.task_key] = min(best.get(record.task_key, math.inf), record.latency)
-    untuned = {key: b.latency for key in contents.tasks if (b := contents.baseline(key)) is not None and b.ok}
+    untuned = _untuned(contents)
     leader = choose_layout(layout_totals(_entries(contents, best, untuned)))
     forms: dict[str, dict[str, list[TaskShare]]] = {}  # a layer tuned in two forms -> form -> its tasks
     shares = []

@@ -131,6 +131,17 @@ def register_for(text: str) -> None:
                                group=group))
 
 
+def _tile_config_word(w):
+    """Word ``w`` of the 64-byte tile configuration every intrinsic here loads: palette 1, 8 tiles of 16 rows x 64
+    bytes (bytes 16-31: bytes per row, 48-55: rows)."""
+    from tvm import tirx
+    from tvm.script import tirx as T
+
+    return T.if_then_else(w == 0, T.uint32(1), T.if_then_else(
+        tirx.all(4 <= w, w < 8), T.uint32(0x00400040),
+        T.if_then_else(tirx.all(12 <= w, w < 14), T.uint32(0x10101010), T.uint32(0))))
+
+
 def _intrin_funcs(mt: int, nt: int, kt: int):
     """(description, implementation) PrimFuncs of one tile-multiply intrinsic."""
     from tvm.script import tirx as T
@@ -161,13 +172,9 @@ def _intrin_funcs(mt: int, nt: int, kt: int):
         with T.sblock("root"):
             T.reads(C[0:m_i, 0:n_i], A[0:m_i, 0:k_i], B[0:k_i // 2, 0:n_i, 0:2])
             T.writes(C[0:m_i, 0:n_i])
-            # palette 1; 8 tiles of 16 rows x 64 bytes (bytes 16-31: bytes per row, 48-55: rows)
             cfg = T.decl_buffer((16,), "uint32", scope="local")
             for w in T.unroll(16):
-                cfg[w] = T.if_then_else(
-                    w == 0, T.uint32(1), T.if_then_else(
-                        4 <= w and w < 8, T.uint32(0x00400040),
-                        T.if_then_else(12 <= w and w < 14, T.uint32(0x10101010), T.uint32(0))))
+                cfg[w] = _tile_config_word(w)
             T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", cfg.access_ptr("r")))
             for mi in T.unroll(mt):
                 for ni in T.unroll(nt):
@@ -270,13 +277,9 @@ def _conv_impl(tile: ConvTile):
         with T.sblock("root"):
             T.reads(C[0:mh, 0:w_i, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:groups, 0:depth // 2, 0:n_i, 0:2])
             T.writes(C[0:mh, 0:w_i, 0:n_i])
-            # palette 1; 8 tiles of 16 rows x 64 bytes (bytes 16-31: bytes per row, 48-55: rows)
             cfg = T.decl_buffer((16,), "uint32", scope="local")
             for w in T.unroll(16):
-                cfg[w] = T.if_then_else(
-                    w == 0, T.uint32(1), T.if_then_else(
-                        4 <= w and w < 8, T.uint32(0x00400040),
-                        T.if_then_else(12 <= w and w < 14, T.uint32(0x10101010), T.uint32(0))))
+                cfg[w] = _tile_config_word(w)
             T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", cfg.access_ptr("r")))
             for mi in T.unroll(mh * mw):
                 for ni in T.unroll(nt):
