@@ -269,7 +269,9 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
                  for t, layouts in merged.values()]
     elif converts_layout(target, layout):
         if precision == "auto":
-            fp32 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "fp32", precision)
+            # every layer fp32, lowered as under auto (the activations between convolutions the tile unit can run in
+            # bf16, tensor_units.activations), so its tasks are those of the model export keeps
+            fp32 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "auto", precision)
             bf16 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "candidates", precision)
             tasks = _merge_alternatives(fp32, bf16, _precision_layer)
         else:

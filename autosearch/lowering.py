@@ -152,12 +152,15 @@ def _bf16_conv2d(policy, fallback):
     conv`), else ``fallback`` (winograd's) or TVM's own."""
     from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
+    from autosearch.tensor_units.activations import conv2d_cast_input
     from autosearch.tensor_units.conv import flat_conv, legalize
     from autosearch.winograd import layer_key
 
     def conv2d(bb, call):
         if flat_conv(call) is not None and policy.bf16(layer_key(call.args[0].ty.shape, call.ty.shape)):
             return legalize(bb, call)
+        if str(call.args[0].ty.dtype) == "bfloat16":  # a layer kept in fp32 reading a bf16 activation
+            return conv2d_cast_input(bb, call)
         return (fallback or _nn_conv2d)(bb, call)
 
     return conv2d
@@ -216,6 +219,10 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
     convert = [leaky_relu_as_maximum(), relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]})] if (
         converts_layout(target, layout)) else []
     fast_ops = [relax.transform.FastMathTransform()] if fast else []
+    if policy.precision != "fp32" and target.kind.name == "llvm" and convert:
+        from autosearch.tensor_units.activations import keep_bf16_activations
+
+        convert.append(keep_bf16_activations())  # the same for every choice of bf16 layers: the tasks match
     return [*convert, *fast_ops, *relax.pipeline.library_dispatch_passes(target), *legalize,
             relax.transform.AttachAttrLayoutFreeBuffers()]
 

@@ -128,7 +128,8 @@ def pack_weight(weight, *, conv: FlatConv):
 
 
 def conv2d_nhwc(data, packed, *, conv: FlatConv):
-    """The flattened bf16 convolution of ``data`` (NHWC, fp32) with ``packed`` (:func:`pack_weight`), fp32 out."""
+    """The flattened bf16 convolution of ``data`` (NHWC, fp32 or bf16) with ``packed`` (:func:`pack_weight`),
+    fp32 out."""
     from tvm import te, tirx
 
     n_, h_, w_, c_ = conv.batch, conv.height, conv.width, conv.in_channels
@@ -164,8 +165,8 @@ def conv2d_nhwc(data, packed, *, conv: FlatConv):
 
 def flat_conv(call) -> FlatConv | None:
     """The geometry of a Relax ``nn.conv2d`` call this lowering computes (NHWC / OHWI, equal strides, no dilation,
-    one group, static fp32 shapes, at least :data:`MIN_CHANNELS` output channels, and as many input channels unless
-    its taps group into tile rows), else None."""
+    one group, static shapes, fp32 weights and fp32 or bf16 data, at least :data:`MIN_CHANNELS` output channels,
+    and as many input channels unless its taps group into tile rows), else None."""
     attrs = call.attrs
     try:
         data = [int(s) for s in call.args[0].ty.shape]
@@ -182,8 +183,8 @@ def flat_conv(call) -> FlatConv | None:
         return None
     if [int(s) for s in attrs.dilation] != [1, 1] or len(data) != 4:
         return None
-    if str(call.args[0].ty.dtype) != "float32" or str(call.args[1].ty.dtype) != "float32":
-        return None
+    if str(call.args[0].ty.dtype) not in ("float32", "bfloat16") or str(call.args[1].ty.dtype) != "float32":
+        return None  # bf16 data: an activation already rounded where it was computed (:mod:`.activations`)
     if attrs.out_dtype and str(attrs.out_dtype) not in ("", "float32"):
         return None
     pad = [int(p) for p in attrs.padding]

@@ -1,0 +1,164 @@
+"""Activations between bf16 convolutions kept in bf16: half the memory traffic, the same numerics.
+
+A bf16 convolution (:mod:`.conv`) rounds its input to bf16 as it reads it. When every reader of an activation is
+such a convolution, rounding it once where it is written gives the convolutions the same values, and the
+activation is written, and read, in half the bytes. Operations that only select or move values (max pooling,
+concatenation, nearest-neighbour resizing) commute with the rounding (it is monotonic), so an activation may reach
+its convolutions through them, and they then run on bf16 too. The rounding (``astype``) is placed right after the
+operation that computes the activation, where ``FuseOps`` fuses it into that operation's epilogue.
+
+Which activations qualify depends on the graph only: on which convolutions *can* run on the tile unit
+(:func:`.conv.flat_conv`), not on which the tuner chose. So the lowering of every precision choice has the same
+fused tasks, and a layer tuned in fp32 reads its bf16 input through a cast inlined into its own kernel
+(:func:`conv2d_cast_input`). Where an activation has any other reader (a residual add, the model's output, a
+convolution the tile unit cannot run), it stays fp32.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+# operations whose output elements are input elements (moved or selected by comparison): exact in bf16
+TRANSPARENT = ("relax.nn.max_pool2d", "relax.concat", "relax.image.resize2d")
+
+
+def _op_name(value) -> str | None:
+    import tvm
+    from tvm import relax
+
+    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+        return value.op.name
+    return None
+
+
+def _inputs(value) -> list[Any] | None:
+    """The tensor inputs of a transparent operation, or None when it is not one (or its inputs are not plain
+    variables, or it is a resize that interpolates)."""
+    from tvm import relax
+
+    name = _op_name(value)
+    if name not in TRANSPARENT:
+        return None
+    if name == "relax.image.resize2d" and str(value.attrs.method) != "nearest_neighbor":
+        return None
+    first = value.args[0]
+    fields = list(first.fields) if name == "relax.concat" and isinstance(first, relax.Tuple) else [first]
+    return fields if all(isinstance(f, relax.Var) for f in fields) else None
+
+
+def _referenced(expr) -> list[Any]:
+    from tvm import relax
+
+    found = []
+    relax.analysis.post_order_visit(expr, lambda e: found.append(e) if isinstance(e, relax.Var) else None)
+    return found
+
+
+def _is_float32(var) -> bool:
+    return str(getattr(var.ty, "dtype", "")) == "float32"
+
+
+def bf16_region(func) -> tuple[set[Any], set[Any]]:
+    """(the activations of ``func`` to keep in bf16, the convolutions that read one): the largest set of fp32
+    variables each of whose readers is a convolution the tile unit can run (reading it as data) or a transparent
+    operation whose output and inputs are all in the set."""
+    from tvm import relax
+
+    from autosearch.tensor_units.conv import flat_conv
+
+    bindings = [b for block in func.body.blocks for b in block.bindings if isinstance(b, relax.VarBinding)]
+    value_of = {b.var: b.value for b in bindings}
+    readers: dict[Any, list[Any]] = defaultdict(list)
+    for b in bindings:
+        for var in dict.fromkeys(_referenced(b.value)):
+            readers[var].append(b)
+    escaping = set(_referenced(func.body.body))
+    convs = {b.var for b in bindings if _op_name(b.value) == "relax.nn.conv2d" and flat_conv(b.value) is not None}
+
+    region = {v for v in value_of if readers[v] and v not in escaping and _is_float32(v)}
+    changed = True
+    while changed:
+        changed = False
+        for v in list(region):
+            for reader in readers[v]:
+                if reader.var in convs and reader.value.args[0].same_as(v) and not reader.value.args[1].same_as(v):
+                    continue
+                inputs = _inputs(reader.value)
+                if inputs is not None and reader.var in region and all(i in region for i in inputs):
+                    continue
+                region.discard(v)
+                changed = True
+                break
+    readers_in = {c for c in convs if value_of[c].args[0] in region}
+    return region, readers_in
+
+
+def keep_bf16_activations():
+    """The pass: every activation of :func:`bf16_region` rounded to bf16 where it is computed, the transparent
+    operations between it and its convolutions run on bf16, and the convolutions read it as bf16."""
+    import tvm
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Rewrite(relax.PyExprMutator):
+        def __init__(self, mod, region, convs):
+            super().__init__(mod)
+            self.region, self.convs = region, convs
+            self.low: dict[Any, Any] = {}  # an fp32 activation -> its bf16 variable
+
+        def visit_var_binding_(self, binding):
+            var, value = binding.var, binding.value
+            inputs = _inputs(value) if var in self.region else None
+            if inputs is not None and all(i in self.low for i in inputs):  # a transparent operation, on bf16
+                args = list(value.args)
+                low = [self.low[i] for i in inputs]
+                args[0] = relax.Tuple(low) if isinstance(args[0], relax.Tuple) else low[0]
+                call = relax.Call(value.op, args, value.attrs, value.ty_args)
+                self.low[var] = self.builder_.emit(call, f"{var.name}_bf16")
+                return
+            if var in self.convs:
+                a = value.attrs
+                conv = relax.op.nn.conv2d(self.low[value.args[0]], self.visit_expr(value.args[1]), strides=a.strides,
+                                          padding=a.padding, dilation=a.dilation, groups=a.groups,
+                                          data_layout=a.data_layout, kernel_layout=a.kernel_layout,
+                                          out_layout=a.out_layout, out_dtype="float32")
+                new = self.builder_.emit(conv, var.name)
+                self.set_var_remap(var, new)
+            else:
+                super().visit_var_binding_(binding)
+            if var in self.region:  # computed in fp32 here: rounded once, in this operation's epilogue
+                self.low[var] = self.builder_.emit(relax.op.astype(self.visit_expr(var), "bfloat16"),
+                                                   f"{var.name}_bf16")
+
+    @tvm.transform.module_pass(opt_level=0, name="KeepBf16Activations")
+    def rewrite(mod, _ctx):
+        for gv, func in mod.functions_items():
+            if not isinstance(func, relax.Function):
+                continue
+            region, convs = bf16_region(func)
+            if convs:
+                mutator = Rewrite(mod, region, convs)
+                mod[gv] = relax.analysis.remove_all_unused(mutator.visit_expr(func))
+        return mod
+
+    return rewrite
+
+
+def conv2d_cast_input(bb, call):
+    """TVM's own conv2d legalisation for a convolution computed in fp32 whose input is bf16 (an activation of
+    :func:`bf16_region` in a layer the tuner kept in fp32): the cast is a block of the convolution's own kernel,
+    which MetaSchedule inlines into its input reads."""
+    from tvm import topi
+
+    def conv(inp, filt, **kwargs):
+        return topi.nn.conv(topi.cast(inp, "float32"), filt, **kwargs)
+
+    attrs = call.attrs
+    return bb.call_te(conv, inp=call.args[0], filt=call.args[1], stride=attrs.strides, padding=attrs.padding,
+                      dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout,
+                      kernel_layout=attrs.kernel_layout,
+                      out_dtype=attrs.out_dtype if attrs.out_dtype != "" else None, primfunc_name_hint="conv2d")
+
+
+__all__ = ["TRANSPARENT", "bf16_region", "conv2d_cast_input", "keep_bf16_activations"]

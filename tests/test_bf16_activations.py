@@ -1,0 +1,136 @@
+"""Activations between bf16 convolutions kept in bf16 (:mod:`autosearch.tensor_units.activations`): which
+activations the lowering rounds where they are computed, which stay fp32, that every choice of bf16 layers lowers
+to tasks the tuner extracted, and that a model mixing bf16 and fp32 layers computes what ONNX Runtime does."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from autosearch.tensor_units import cpu
+
+
+def _conv(rng, name: str, cin: int, cout: int, data: str, out: str) -> tuple[list, list]:
+    w = numpy_helper.from_array((rng.standard_normal((cout, cin, 3, 3)) * 0.1).astype("float32"), f"{name}_w")
+    nodes = [helper.make_node("Conv", [data, f"{name}_w"], [f"{name}_c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", [f"{name}_c"], [out])]
+    return nodes, [w]
+
+
+def chain_onnx(*, residual: bool = False) -> onnx.ModelProto:
+    """conv -> relu -> maxpool -> conv -> relu (-> + the pooled activation with ``residual``) -> conv -> relu:
+    with ``residual`` the pooled activation has a reader no bf16 convolution is (the add)."""
+    rng = np.random.default_rng(0)
+    n1, w1 = _conv(rng, "a", 16, 32, "x", "r1")
+    pool = [helper.make_node("MaxPool", ["r1"], ["p"], kernel_shape=[2, 2], strides=[2, 2])]
+    n2, w2 = _conv(rng, "b", 32, 32, "p", "r2")
+    add = [helper.make_node("Add", ["r2", "p"], ["s"])] if residual else []
+    n3, w3 = _conv(rng, "c", 32, 32, "s" if residual else "r2", "y")
+    graph = helper.make_graph([*n1, *pool, *n2, *add, *n3], "chain",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 8, 8])], [*w1, *w2, *w3])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _relax(proto):
+    from autosearch.importer import make_static, resolve_input_shapes, to_relax
+
+    shapes = resolve_input_shapes(proto, {})
+    return to_relax(make_static(proto, shapes), shapes)
+
+
+def _amx_target():
+    """A target with AMX-BF16 whatever the host (lowering only: nothing here runs on it)."""
+    import tvm
+
+    features = cpu.features_for(["avx512f", "avx512_bf16", "amx_tile", "amx_bf16"])
+    return tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "mattr": features, "num-cores": 2})
+
+
+def _kernels(lowered) -> dict[str, str]:
+    """Each call_tir's PrimFunc name -> the dtype of its output, in the order the lowered model calls them."""
+    text = lowered["main"].script()
+    return {m.group(1): m.group(2) for m in re.finditer(r'R\.call_tir\((?:cls\.)?(\w+),.*?dtype="(\w+)"\)\)', text)}
+
+
+def test_activations_read_only_by_bf16_convolutions_are_written_in_bf16() -> None:
+    from autosearch.lowering import lower
+
+    kernels = _kernels(lower(_relax(chain_onnx()), _amx_target(), winograd="off", layout="NHWC", precision="bf16"))
+    convs = {name: dtype for name, dtype in kernels.items() if "conv2d" in name}
+    assert len(convs) == 3, kernels
+    pools = [dtype for name, dtype in kernels.items() if "max_pool2d" in name]
+    assert pools == ["bfloat16"], kernels  # the pooling runs on the rounded activation, exact
+    first, second, last = convs.values()  # in the order the model runs them
+    assert (first, second) == ("bfloat16", "bfloat16"), convs  # the rounding fused into their epilogues
+    assert last == "float32", convs  # the model's output
+
+
+def test_an_activation_with_another_reader_stays_fp32() -> None:
+    from tvm import relax
+
+    from autosearch.tensor_units.activations import bf16_region
+
+    mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(_relax(chain_onnx(residual=True)))
+    region, convs = bf16_region(mod["main"])
+    bindings = mod["main"].body.blocks[0].bindings
+    pooled = [b.var for b in bindings if b.value.op.name == "relax.nn.max_pool2d"]
+    first, second, third = (b.var for b in bindings if b.value.op.name == "relax.nn.conv2d")
+    assert pooled and pooled[0] not in region  # read by the residual add as well as by the second convolution
+    assert second not in convs and {first, third} <= convs  # the first reads the transposed input, the third the sum
+
+
+def test_every_choice_of_bf16_layers_lowers_to_extracted_tasks() -> None:
+    """The lowering rounds activations by the graph, not by the tuner's choices: a model with any layers in bf16
+    runs only tasks that ``--precision auto`` extracted (else export would leave kernels untuned)."""
+    from autosearch.importer import _extract, extract_tasks
+    from autosearch.winograd import WinogradPolicy
+
+    relax_mod, target = _relax(chain_onnx()), _amx_target()
+    extracted = {t.workload_key for t in extract_tasks(relax_mod, target, winograd="off", layout="NHWC",
+                                                       precision="auto")}
+    layers = sorted({t.lowering["layer"] for t in extract_tasks(relax_mod, target, winograd="off", layout="NHWC",
+                                                                precision="auto") if "layer" in t.lowering})
+    assert len(layers) == 2  # the last two convolutions have one shape: one choice (their tasks differ)
+    for bf16 in ([], layers[:1], layers[1:], layers):
+        choices = {layer: "bf16" if layer in bf16 else "fp32" for layer in layers}
+        policy = WinogradPolicy.of("off", choices, precision="auto")
+        used = {t.workload_key for t in _extract(relax_mod, target, policy, "off", "NHWC", precision="auto")}
+        assert used <= extracted, (bf16, used - extracted)
+
+
+def test_a_model_mixing_bf16_and_fp32_layers_matches_onnxruntime(target) -> None:
+    """Layers in bf16 and in fp32 (one reading a bf16 activation through its own cast), built untuned and run:
+    within bf16's tolerance of ONNX Runtime fp32."""
+    if not cpu.has_amx_bf16(target):
+        pytest.skip("this CPU has no AMX (amx_tile and amx_bf16 in /proc/cpuinfo)")
+    import onnxruntime as ort
+    import tvm
+
+    from autosearch.importer import extract_tasks
+    from autosearch.lowering import build_module, lower
+    from autosearch.tensor_units.amx import request_permission
+    from autosearch.winograd import WinogradPolicy
+
+    request_permission()
+    proto = chain_onnx()
+    relax_mod = _relax(proto)
+    layers = sorted({t.lowering["layer"] for t in extract_tasks(relax_mod, target, winograd="off", layout="NHWC",
+                                                                precision="auto") if "layer" in t.lowering})
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 16, 16, 16)).astype("float32")
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for bf16 in (layers[:1], layers[1:]):
+        choices = {layer: "bf16" if layer in bf16 else "fp32" for layer in layers}
+        policy = WinogradPolicy.of("off", choices, precision="auto")
+        lowered = lower(relax_mod, target, winograd=policy, layout="NHWC")
+        kinds = " ".join(_kernels(lowered))
+        assert "amx_bf16" in kinds and kinds.count("conv2d") > kinds.count("amx_bf16"), kinds
+        vm = tvm.relax.VirtualMachine(build_module(lowered, target), tvm.cpu())
+        got = vm["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
+        np.testing.assert_allclose(got, want, rtol=5e-2, atol=2e-2 * np.abs(want).max(), err_msg=str(bf16))
