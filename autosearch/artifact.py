@@ -113,6 +113,31 @@ class LoadedModel:
     def __call__(self, *inputs):
         return self._main(*inputs, *self.weights)
 
+    def profile(self, *inputs) -> dict[str, float]:
+        """One forward pass timed call by call: seconds per kernel (by symbol; calls of one kernel summed). Timed
+        by the virtual machine's instrument hook around each call, so the figures include the call itself (a few
+        microseconds each): compare kernels, and take the model's latency from a plain timed run."""
+        import time
+
+        import tvm
+
+        times: dict[str, float] = {}
+        started: list[float] = []
+
+        def instrument(func, symbol, before_run, ret_value, *args):
+            if before_run:
+                started.append(time.perf_counter())
+            else:
+                times[symbol] = times.get(symbol, 0.0) + time.perf_counter() - started.pop()
+            return 0  # VMInstrumentReturnKind.NO_OP: run the call as usual
+
+        self.vm.set_instrument(tvm.runtime.convert(instrument))
+        try:
+            self(*inputs)
+        finally:
+            self.vm.set_instrument(None)
+        return times
+
 
 def load_model(library: str) -> LoadedModel:
     """Load a compiled model on the CPU: the library, then its weights file (each weight read once, into its own

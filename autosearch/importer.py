@@ -290,6 +290,7 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
 def _precision_layer(name: str, args) -> tuple[str, str] | None:
     """(layer key, "fp32" | "bf16") of an NHWC conv task, or None (:mod:`autosearch.tensor_units.conv`)."""
     from autosearch.tensor_units.conv import TASK_NAME
+    from autosearch.tensor_units.pooling import WINDOW_MAX
     from autosearch.winograd import layer_key
 
     if "conv2d" not in name or len(args) < 3:
@@ -297,6 +298,8 @@ def _precision_layer(name: str, args) -> tuple[str, str] | None:
     data, weight, out = tuple(args[0][0]), tuple(args[1][0]), tuple(args[-1][0])
     if len(data) != 4 or len(out) != 4:
         return None
+    if WINDOW_MAX in name:  # the pooling fused in: the convolution's own output is the size of its input
+        out = (*data[:3], out[3])
     if TASK_NAME in name:
         return layer_key(data, out), "bf16"
     ok = len(weight) == 4 and weight[0] == out[3] and weight[3] == data[3]

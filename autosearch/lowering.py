@@ -216,6 +216,11 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
     if custom:
         legalize = [relax.transform.LegalizeOps(customize_legalize_map=custom)
                     if p.info.name == "LegalizeOps" else p for p in legalize]
+    if policy.precision != "fp32" and target.kind.name == "llvm":
+        from autosearch.tensor_units.pooling import mark_fusable
+
+        at = next(i for i, p in enumerate(legalize) if p.info.name == "AnnotateTIROpPattern") + 1
+        legalize.insert(at, mark_fusable())  # the poolings fused into convolutions (tensor_units.pooling)
     convert = [leaky_relu_as_maximum(), relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]})] if (
         converts_layout(target, layout)) else []
     fast_ops = [relax.transform.FastMathTransform()] if fast else []

@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from autosearch.tensor_units import cpu
+from autosearch.tensor_units.pooling import WINDOW_MAX
 
 
 def _conv(rng, name: str, cin: int, cout: int, data: str, out: str) -> tuple[list, list]:
@@ -65,16 +66,17 @@ def test_activations_read_only_by_bf16_convolutions_are_written_in_bf16() -> Non
     kernels = _kernels(lower(_relax(chain_onnx()), _amx_target(), winograd="off", layout="NHWC", precision="bf16"))
     convs = {name: dtype for name, dtype in kernels.items() if "conv2d" in name}
     assert len(convs) == 3, kernels
-    pools = [dtype for name, dtype in kernels.items() if "max_pool2d" in name]
-    assert pools == ["bfloat16"], kernels  # the pooling runs on the rounded activation, exact
-    first, second, last = convs.values()  # in the order the model runs them
-    assert (first, second) == ("bfloat16", "bfloat16"), convs  # the rounding fused into their epilogues
-    assert last == "float32", convs  # the model's output
+    (first, dtype1), (_, dtype2), (_, dtype3) = convs.items()  # in the order the model runs them
+    assert (dtype1, dtype2) == ("bfloat16", "bfloat16"), convs  # the rounding fused into their epilogues
+    assert dtype3 == "float32", convs  # the model's output
+    # the pooling (exact on rounded values) fused into the first convolution: no kernel of its own
+    assert WINDOW_MAX in first and not [k for k in kernels if "pool" in k and "conv2d" not in k], kernels
 
 
 def test_an_activation_with_another_reader_stays_fp32() -> None:
     from tvm import relax
 
+    from autosearch.lowering import lower
     from autosearch.tensor_units.activations import bf16_region
 
     mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(_relax(chain_onnx(residual=True)))
@@ -83,6 +85,9 @@ def test_an_activation_with_another_reader_stays_fp32() -> None:
     pooled = [b.var for b in bindings if b.value.op.name == "relax.nn.max_pool2d"]
     first, second, third = (b.var for b in bindings if b.value.op.name == "relax.nn.conv2d")
     assert pooled and pooled[0] not in region  # read by the residual add as well as by the second convolution
+    kernels = _kernels(lower(_relax(chain_onnx(residual=True)), _amx_target(), winograd="off", layout="NHWC",
+                             precision="bf16"))
+    assert any(k.startswith("max_pool2d") for k in kernels), kernels  # not fused: its output stays fp32
     assert second not in convs and {first, third} <= convs  # the first reads the transposed input, the third the sum
 
 
@@ -134,3 +139,41 @@ def test_a_model_mixing_bf16_and_fp32_layers_matches_onnxruntime(target) -> None
         vm = tvm.relax.VirtualMachine(build_module(lowered, target), tvm.cpu())
         got = vm["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
         np.testing.assert_allclose(got, want, rtol=5e-2, atol=2e-2 * np.abs(want).max(), err_msg=str(bf16))
+
+
+def test_a_task_with_its_pooling_fused_matches_numpy_in_every_sketch(tmp_path, target) -> None:
+    """The first convolution of the chain with its 2x2 max pooling fused (bf16 in, bf16 pooled out), every sketch
+    with its default and a random config, against NumPy on the same rounded operands."""
+    if not cpu.has_amx_bf16(target):
+        pytest.skip("this CPU has no AMX (amx_tile and amx_bf16 in /proc/cpuinfo)")
+    import tvm
+
+    from autosearch.importer import import_model
+    from autosearch.space import DecisionSpace
+    from autosearch.tensor_units.amx import request_permission
+    from tests.test_tensor_units import _conv_nhwc_relu, _packed, _to_bf16
+
+    request_permission()
+    path = str(tmp_path / "chain.onnx")
+    proto = chain_onnx()
+    onnx.save(proto, path)
+    task = next(t for t in import_model(path, target, layout="NHWC", precision="bf16").tasks
+                if "amx_bf16" in t.name and WINDOW_MAX in t.name)
+    assert list(task.args[0][0]) == [1, 16, 16, 16], task.args
+    assert (list(task.args[-1][0]), task.args[-1][1]) == ([1, 8, 8, 32], "bfloat16"), task.args  # pooled
+    w = _to_bf16(numpy_helper.to_array(proto.graph.initializer[0]).transpose(0, 2, 3, 1))  # OIHW -> OHWI
+    x = _to_bf16(np.random.default_rng(1).uniform(-1, 1, (1, 16, 16, 16)))
+    conv = _conv_nhwc_relu(x, w)
+    want = conv.reshape(1, 8, 2, 8, 2, 32).max(axis=(2, 4))
+    space = DecisionSpace(task.mod, task.target)
+    rng = np.random.default_rng(2)
+    dev = tvm.cpu()
+    for sketch in space.sketches:
+        for config in (space.default(sketch.index), space.sample(rng)):
+            applied = space.apply(config)
+            assert applied.ok, applied.error
+            out = tvm.runtime.tensor(np.zeros(want.shape, _to_bf16(want).dtype), dev)
+            tvm.compile(applied.mod, target=target)(tvm.runtime.tensor(x, dev),
+                                                     tvm.runtime.tensor(_packed(w, task.args[1][0]), dev), out)
+            np.testing.assert_allclose(out.numpy().astype("float32"), want, rtol=1e-2, atol=1e-2 * np.abs(want).max(),
+                                       err_msg=f"config {config}")

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from autosearch.tensor_units.pooling import emit_window_max
+
 # operations whose output elements are input elements (moved or selected by comparison): exact in bf16
 TRANSPARENT = ("relax.nn.max_pool2d", "relax.concat", "relax.image.resize2d")
 
@@ -59,22 +61,35 @@ def _is_float32(var) -> bool:
     return str(getattr(var.ty, "dtype", "")) == "float32"
 
 
-def bf16_region(func) -> tuple[set[Any], set[Any]]:
-    """(the activations of ``func`` to keep in bf16, the convolutions that read one): the largest set of fp32
-    variables each of whose readers is a convolution the tile unit can run (reading it as data) or a transparent
-    operation whose output and inputs are all in the set."""
+def _dataflow(func) -> tuple[dict[Any, Any], dict[Any, list[Any]], set[Any], set[Any]]:
+    """(variable -> its value, variable -> the bindings that read it, the variables the function returns, the
+    convolutions the tile unit can run) of ``func``'s bindings (``func`` without unused ones: see
+    :func:`keep_bf16_activations`). Values computed from constants alone (a batch norm's scale, before
+    ``FoldConstant``) are left out, as constants are."""
     from tvm import relax
 
     from autosearch.tensor_units.conv import flat_conv
 
     bindings = [b for block in func.body.blocks for b in block.bindings if isinstance(b, relax.VarBinding)]
+    constant: set[Any] = set()
+    for b in bindings:
+        if all(v in constant for v in _referenced(b.value)):
+            constant.add(b.var)
+    bindings = [b for b in bindings if b.var not in constant]
     value_of = {b.var: b.value for b in bindings}
     readers: dict[Any, list[Any]] = defaultdict(list)
     for b in bindings:
         for var in dict.fromkeys(_referenced(b.value)):
             readers[var].append(b)
-    escaping = set(_referenced(func.body.body))
     convs = {b.var for b in bindings if _op_name(b.value) == "relax.nn.conv2d" and flat_conv(b.value) is not None}
+    return value_of, readers, set(_referenced(func.body.body)), convs
+
+
+def bf16_region(func) -> tuple[set[Any], set[Any]]:
+    """(the activations of ``func`` to keep in bf16, the convolutions that read one): the largest set of fp32
+    variables each of whose readers is a convolution the tile unit can run (reading it as data) or a transparent
+    operation whose output and inputs are all in the set."""
+    value_of, readers, escaping, convs = _dataflow(func)
 
     region = {v for v in value_of if readers[v] and v not in escaping and _is_float32(v)}
     changed = True
@@ -94,6 +109,22 @@ def bf16_region(func) -> tuple[set[Any], set[Any]]:
     return region, readers_in
 
 
+def fused_pools(func, region: set[Any]) -> dict[Any, int]:
+    """The max poolings of ``region`` to fuse into the convolution before them (:mod:`.pooling`): variable ->
+    window size."""
+    from autosearch.tensor_units.pooling import fed_by_convolution, window
+
+    value_of, readers, _, convs = _dataflow(func)
+    found = {}
+    for var in region:
+        value = value_of[var]
+        if _op_name(value) == "relax.nn.max_pool2d" and value.args[0] in region:
+            k = window(value)
+            if k is not None and fed_by_convolution(value.args[0], var, value_of, readers, convs):
+                found[var] = k
+    return found
+
+
 def keep_bf16_activations():
     """The pass: every activation of :func:`bf16_region` rounded to bf16 where it is computed, the transparent
     operations between it and its convolutions run on bf16, and the convolutions read it as bf16."""
@@ -102,14 +133,17 @@ def keep_bf16_activations():
 
     @relax.expr_functor.mutator
     class Rewrite(relax.PyExprMutator):
-        def __init__(self, mod, region, convs):
+        def __init__(self, mod, region, convs, pools):
             super().__init__(mod)
-            self.region, self.convs = region, convs
+            self.region, self.convs, self.pools = region, convs, pools
             self.low: dict[Any, Any] = {}  # an fp32 activation -> its bf16 variable
 
         def visit_var_binding_(self, binding):
             var, value = binding.var, binding.value
             inputs = _inputs(value) if var in self.region else None
+            if var in self.pools:  # a max pooling the convolution before it will compute
+                self.low[var] = emit_window_max(self.builder_, self.low[value.args[0]], self.pools[var])
+                return
             if inputs is not None and all(i in self.low for i in inputs):  # a transparent operation, on bf16
                 args = list(value.args)
                 low = [self.low[i] for i in inputs]
@@ -133,13 +167,15 @@ def keep_bf16_activations():
 
     @tvm.transform.module_pass(opt_level=0, name="KeepBf16Activations")
     def rewrite(mod, _ctx):
-        for gv, func in mod.functions_items():
+        for gv, func in list(mod.functions_items()):
             if not isinstance(func, relax.Function):
                 continue
+            func = relax.analysis.remove_all_unused(func)  # e.g. the tuple a batch norm returns, unread
             region, convs = bf16_region(func)
             if convs:
-                mutator = Rewrite(mod, region, convs)
-                mod[gv] = relax.analysis.remove_all_unused(mutator.visit_expr(func))
+                mutator = Rewrite(mod, region, convs, fused_pools(func, region))
+                mutator.builder_.update_func(gv, relax.analysis.remove_all_unused(mutator.visit_expr(func)))
+                mod = mutator.builder_.get()  # with the window-max kernels it added
         return mod
 
     return rewrite
@@ -161,4 +197,4 @@ def conv2d_cast_input(bb, call):
                       out_dtype=attrs.out_dtype if attrs.out_dtype != "" else None, primfunc_name_hint="conv2d")
 
 
-__all__ = ["TRANSPARENT", "bf16_region", "conv2d_cast_input", "keep_bf16_activations"]
+__all__ = ["TRANSPARENT", "bf16_region", "conv2d_cast_input", "fused_pools", "keep_bf16_activations"]

@@ -104,7 +104,9 @@ class FlatConv:
 
     @property
     def out_padded(self) -> int:
-        return _round_up(self.out_channels, BLOCK_N)
+        """The GEMM's output channels: whole 32-channel weight blocks, or one 16-column tile for 16 channels or fewer
+        (a stem's; half of each multiply would otherwise compute zeros)."""
+        return TILE if self.out_channels <= TILE else _round_up(self.out_channels, BLOCK_N)
 
 
 def pack_weight(weight, *, conv: FlatConv):
@@ -114,7 +116,7 @@ def pack_weight(weight, *, conv: FlatConv):
     from tvm import te, tirx
 
     out_ch, kh, kw, in_ch = (int(s) for s in weight.shape)
-    shape = (conv.out_padded // BLOCK_N, kh, conv.groups, conv.depth // 2, BLOCK_N, 2)
+    shape = (-(-conv.out_padded // BLOCK_N), kh, conv.groups, conv.depth // 2, BLOCK_N, 2)
     group, cp = conv.group, conv.in_padded
 
     def value(cb, h, g, k2, co, e):
