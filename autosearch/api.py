@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autosearch.errors import UserError, make_writable_dir
-from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, DEFAULT_PRECISION, OLD_LOWERING
+from autosearch.frontend.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, DEFAULT_PRECISION, OLD_LOWERING
 
 if TYPE_CHECKING:
     from autosearch.cost_models.evaluate import EvaluationReport
@@ -31,11 +31,11 @@ if TYPE_CHECKING:
     from autosearch.database import ExportSummary
     from autosearch.deploy import CompiledModel
     from autosearch.end_to_end import Report
-    from autosearch.importer import ImportedModel
+    from autosearch.frontend.importer import ImportedModel
+    from autosearch.frontend.task import TuningTask
+    from autosearch.frontend.winograd import WinogradPolicy
     from autosearch.records import LogContents
-    from autosearch.task import TuningTask
     from autosearch.tuner import TuneEvent, TuneSummary
-    from autosearch.winograd import WinogradPolicy
 
 DEFAULT_MODEL = "tiny-yolov2"
 DEFAULT_TRIALS = 400  # tune's budget when neither trials nor minutes is given
@@ -53,7 +53,7 @@ def _prepare() -> None:
 def _target(target: Any):
     """A TVM target: ``None`` (this CPU, all its cores), a spec string (``llvm``, ``cuda``, a tag, JSON), or a
     ``tvm.target.Target`` as it is."""
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
 
     return parse_target(target) if target is None or isinstance(target, str) else target
 
@@ -66,10 +66,10 @@ def load_tasks(model: str = DEFAULT_MODEL, *, target: Any = None, input_shape: s
     tuning tasks for ``target``, lowered as :func:`tune` would lower it: the model's tasks are what a run tunes.
 
     ``input_shape`` fixes dynamic input axes (``images:1,3,640,640``). The lowering options (``winograd``,
-    ``layout``, ``fast_math``, ``precision``; None: the default) are :mod:`autosearch.lowering`'s. The result's
-    ``tasks`` are :class:`~autosearch.task.TuningTask` objects (name, weight, FLOPs, workload key)."""
+    ``layout``, ``fast_math``, ``precision``; None: the default) are :mod:`autosearch.frontend.lowering`'s. The result's
+    ``tasks`` are :class:`~autosearch.frontend.task.TuningTask` objects (name, weight, FLOPs, workload key)."""
     _prepare()
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     return import_model(model, _target(target), input_shape=input_shape, winograd=winograd or "auto",
                         layout=layout or DEFAULT_LAYOUT, fast_math=fast_math or DEFAULT_FAST_MATH,
@@ -292,7 +292,7 @@ def _untuned(state) -> float:
 def _estimates(summary: TuneSummary) -> tuple[str | None, dict[str, float], float, float]:
     """(the faster layout's model when both were tuned, each layout's estimate, untuned and tuned seconds of the
     tuned tasks of that model, weighted)."""
-    from autosearch.alternatives import choose_layout, layout_totals, task_layouts
+    from autosearch.frontend.alternatives import choose_layout, layout_totals, task_layouts
 
     layouts = layout_totals((s.task.lowering, s.task.weight, s.model_seconds) for s in summary.states)
     leader = choose_layout(layouts)  # --layout auto: the summed tasks are the faster model's (what export keeps)
@@ -364,7 +364,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     notify(TunePlanned(model=model, strategy=strategy, trials=trials, minutes=minutes, batch=batch, log=log_path))
 
     _prepare()
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
     from autosearch.records import TuningLog, read_log
     from autosearch.tuner import Tuner, pretrained_model
 
@@ -484,7 +484,7 @@ def _database_lowering(db: str, target: Any, *, winograd: str | None, layout: st
     it, or from ``ms.tune_tir`` on the model as imported). With ``auto``, the per-layer algorithms the database
     measured faster."""
     from autosearch.database import database_lowering
-    from autosearch.winograd import WinogradPolicy
+    from autosearch.frontend.winograd import WinogradPolicy
 
     lowering = database_lowering(db)
 
@@ -520,7 +520,7 @@ def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: s
     _prepare()
     from autosearch.database import load_database
     from autosearch.deploy import compile_model
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     target = _target(target)
     database = load_database(db)
@@ -638,7 +638,7 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
                      progress: Callable[[str, int, int], None], say: Callable[[str], None]) -> str:
     """``train-model --measure``: measure (or go on measuring) OUT/dataset.jsonl for ``minutes``; its path."""
     from autosearch.dataset import DATASET_FILE, dataset_tasks, measure_dataset
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
 
     if minutes is None or not (math.isfinite(minutes) and minutes > 0):
         raise UserError("train-model --measure needs --minutes, a positive number (the measuring budget)")

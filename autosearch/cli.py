@@ -19,7 +19,7 @@ import traceback
 from autosearch import __version__
 from autosearch.api import DEFAULT_BATCH, DEFAULT_MODEL, DEFAULT_TRIALS
 from autosearch.errors import UserError
-from autosearch.lowering import (
+from autosearch.frontend.lowering import (
     DEFAULT_FAST_MATH,
     DEFAULT_LAYOUT,
     DEFAULT_PRECISION,
@@ -124,7 +124,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
                   f"{len(model.tasks)} tasks ({sum(1 for t in model.tasks if 'conv' in t.name)} conv{alternatives}) "
                   f"— extracted in {elapsed:.1f} s")
     if auto:  # two models: how many tasks each runs (a task both lowerings share counts in both)
-        from autosearch.alternatives import task_layouts
+        from autosearch.frontend.alternatives import task_layouts
 
         per_layout = {}
         for t in model.tasks:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autosearch.errors import UserError, make_writable_dir
+from autosearch.frontend.task import TuningTask, task_from_module
 from autosearch.records import LogContents, MeasureResult, Record, Status, read_log
-from autosearch.task import TuningTask, task_from_module
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def tuning_record(task: TuningTask, rec: Record, workload):
     """A MetaSchedule TuningRecord for one of our valid log records."""
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
-    from autosearch.target import target_to_json
+    from autosearch.frontend.target import target_to_json
     from autosearch.tensor_units.amx import register_for
 
     register_for(str(rec.trace))  # a trace tensorised onto AMX names its intrinsic
@@ -175,7 +175,7 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
 
 def _in_model(header: dict, lowering: dict) -> bool:
     """Whether the model ``lowering`` compiles runs this task (a --layout auto log holds two models)."""
-    from autosearch.alternatives import task_layouts
+    from autosearch.frontend.alternatives import task_layouts
 
     task_lowering = header.get("lowering") or {}
     return "layouts" not in task_lowering or lowering.get("layout") in task_layouts(task_lowering)
@@ -187,10 +187,10 @@ def lowering_of(contents: LogContents) -> dict:
     default) and, for layers tuned both ways, the faster algorithm (``choices``: layer key -> "direct" |
     "winograd" | "fp32" | "bf16", by weight x
     best latency of their tasks). A ``--layout auto`` log gets the layout whose model is faster
-    (:mod:`autosearch.alternatives`; ``layout_totals``: each layout's estimated model seconds)."""
-    from autosearch.alternatives import AUTO, choose_layout, layout_totals, model_latency, task_layouts
-    from autosearch.lowering import OLD_LOWERING
-    from autosearch.winograd import choose_algorithms, layer_totals
+    (:mod:`autosearch.frontend.alternatives`; ``layout_totals``: each layout's estimated model seconds)."""
+    from autosearch.frontend.alternatives import AUTO, choose_layout, layout_totals, model_latency, task_layouts
+    from autosearch.frontend.lowering import OLD_LOWERING
+    from autosearch.frontend.winograd import choose_algorithms, layer_totals
 
     def logged(option: str, missing: str) -> set[str]:
         return {str((h.get("lowering") or {}).get(option, missing)) for h in contents.tasks.values()}
@@ -248,8 +248,8 @@ def database_lowering(path: str) -> dict:
 
 def _lowering_problem(value) -> str:
     """What is wrong with a lowering file's contents ("" when nothing is)."""
-    from autosearch.lowering import FAST_MATH_MODES, LAYOUTS, PRECISION_MODES
-    from autosearch.winograd import ALGORITHMS, MODES, PRECISIONS
+    from autosearch.frontend.lowering import FAST_MATH_MODES, LAYOUTS, PRECISION_MODES
+    from autosearch.frontend.winograd import ALGORITHMS, MODES, PRECISIONS
 
     if not isinstance(value, dict):
         return "not a JSON object"
@@ -315,7 +315,7 @@ def read_database(path: str) -> LogContents:
 
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    from autosearch.target import target_to_json
+    from autosearch.frontend.target import target_to_json
     from autosearch.tvm_compat import to_plain_json
 
     load_database(path)  # validates the files (corrupt, other TVM version) with clear errors

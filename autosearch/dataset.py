@@ -53,8 +53,8 @@ class TaskSampler:
 
     def __init__(self, task, runner, tuning_log: TuningLog, *, per_task: int, random_fraction: float = RANDOM_FRACTION,
                  rng: np.random.Generator, logged: Sequence[Record] = (), models: Sequence[str] = ()) -> None:
+        from autosearch.frontend.target import target_to_json
         from autosearch.space import DecisionSpace
-        from autosearch.target import target_to_json
 
         self.task, self.runner, self.log, self.rng = task, runner, tuning_log, rng
         self.per_task = per_task
@@ -121,7 +121,7 @@ def spread(tasks: Sequence, count: int) -> list:
 def dataset_tasks(model: str, target, *, count: int) -> list:
     """The conv tasks a dataset for ``model`` measures: ``count`` spread over FLOPs from each of its fp32 lowerings
     (NCHW direct and Winograd, NHWC), the tasks a tuning run of it guides; one task per workload."""
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     found: dict[str, object] = {}
     for layout in ("NCHW", "NHWC"):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from autosearch.errors import UserError
-from autosearch.lowering import DEFAULT_FAST_MATH
+from autosearch.frontend.lowering import DEFAULT_FAST_MATH
 from autosearch.memory import MemoryEstimate
 
 
@@ -53,11 +53,11 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
     prepacked as the schedules want them, lowered with ``layout`` and ``fast_math``); tasks missing from
     the database keep TVM's default code. Without a database: TVM's default build (the untuned baseline).
     ``plan_memory=False`` builds without Relax's static memory planning, ``prepack=False`` leaves the weight
-    layout rewrites inside the kernels (:mod:`autosearch.lowering`). The library at ``out_path`` holds the code;
-    the weights, transformed as the kernels read them, go to a file beside it (:mod:`autosearch.artifact`). On CPU
+    layout rewrites inside the kernels (:mod:`autosearch.frontend.lowering`). The library at ``out_path`` holds the
+    code; the weights, transformed as the kernels read them, go to a file beside it (:mod:`autosearch.artifact`). On CPU
     targets the result carries the model's computed memory (:mod:`autosearch.memory`)."""
     from autosearch.artifact import lift_weights, save_weights, weights_path
-    from autosearch.lowering import build_module, tuned_module, untuned_module, winograd_policy
+    from autosearch.frontend.lowering import build_module, tuned_module, untuned_module, winograd_policy
     from autosearch.memory import estimate_memory
     from autosearch.tvm_compat import import_tensor_intrinsics
 

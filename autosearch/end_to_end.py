@@ -221,9 +221,9 @@ def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_
     from autosearch.database import database_lowering, load_database, read_database
     from autosearch.deploy import openvino_default_precision
     from autosearch.errors import UserError
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import target_num_cores
     from autosearch.records import read_log
-    from autosearch.target import target_num_cores
 
     say = on_message or (lambda line: None)
     if target.kind.name != "llvm":

@@ -86,7 +86,7 @@ def activation_bytes(mod, target, *, function: str = "main") -> tuple[int, int]:
     import tvm
     from tvm import relax
 
-    from autosearch.lowering import planning_passes
+    from autosearch.frontend.lowering import planning_passes
 
     with target, tvm.transform.PassContext(opt_level=3):
         planned = tvm.transform.Sequential(planning_passes(target))(mod)
@@ -133,7 +133,7 @@ def scratch_bytes(mod) -> int:
 
 def estimate_memory(mod, target) -> MemoryEstimate:
     """The memory of the model ``mod`` builds into: a legalised Relax module with its constants folded
-    (:func:`autosearch.lowering.tuned_module` or :func:`autosearch.lowering.untuned_module`)."""
+    (:func:`autosearch.frontend.lowering.tuned_module` or :func:`autosearch.frontend.lowering.untuned_module`)."""
     unplanned, planned = activation_bytes(mod, target)
     return MemoryEstimate(weight_bytes=constant_bytes(mod), planned_bytes=planned, unplanned_bytes=unplanned,
                           scratch_bytes=scratch_bytes(mod))

@@ -12,7 +12,7 @@ The names are read from the installed metadata at every look-up (a few milliseco
 while a process runs is found; a plug-in's module is imported only when its name is used, so one plug-in's
 dependencies (Optuna, PyTorch) are never imported for another. The name registries of the core
 (:data:`autosearch.strategy.STRATEGIES`, :data:`autosearch.cost_model.COST_MODELS`,
-:data:`autosearch.importer.BUILTIN_MODELS`) are views of these groups (:class:`View`).
+:data:`autosearch.frontend.importer.BUILTIN_MODELS`) are views of these groups (:class:`View`).
 """
 
 from __future__ import annotations

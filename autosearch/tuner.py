@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autosearch.finalists import contenders, failures, rank, rotated
+from autosearch.frontend.target import host_cores, target_to_json
+from autosearch.frontend.task import TuningTask
 from autosearch.records import Config, LogContents, MeasureResult, Record, Status, TuningLog
 from autosearch.space import Applied, DecisionSpace
 from autosearch.strategy import Strategy, make_strategy
-from autosearch.target import host_cores, target_to_json
-from autosearch.task import TuningTask
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +81,9 @@ class TaskState:
 
     @property
     def model_seconds(self) -> float | None:
-        """What this task costs its model (:func:`autosearch.alternatives.model_latency`): the faster of its
+        """What this task costs its model (:func:`autosearch.frontend.alternatives.model_latency`): the faster of its
         best valid measurement and the untuned kernel; None while neither is known."""
-        from autosearch.alternatives import model_latency
+        from autosearch.frontend.alternatives import model_latency
 
         untuned = self.baseline.median if self.baseline is not None and self.baseline.ok else None
         return model_latency(self.best_latency, untuned)
@@ -385,18 +385,18 @@ class Tuner:
 
     def _layout_totals(self) -> dict[str, float]:
         """With ``--layout auto``: each layout's model seconds as tuned so far ({} otherwise)."""
-        from autosearch.alternatives import layout_totals
+        from autosearch.frontend.alternatives import layout_totals
 
         return layout_totals((s.task.lowering, s.task.weight, s.model_seconds) for s in self.states)
 
     def _rivalry(self) -> dict[int, float]:
         """Gain factors for alternatives the model runs only one of: a layer tuned both ways (direct and
-        winograd), and with ``--layout auto`` the whole model in two layouts (:mod:`autosearch.alternatives`).
+        winograd), and with ``--layout auto`` the whole model in two layouts (:mod:`autosearch.frontend.alternatives`).
         The slower alternative's gain is scaled by ``(faster total / own total) ** 2`` (totals: weight x latency
         of the alternative's tasks): its own latency counts only once it overtakes, and that gets less likely
         the further behind it is. The leader keeps its gain; a task both layouts run is no layout's rival."""
-        from autosearch.alternatives import task_layouts
-        from autosearch.winograd import layer_totals
+        from autosearch.frontend.alternatives import task_layouts
+        from autosearch.frontend.winograd import layer_totals
 
         def behind(own: float, leader: float) -> float:
             return (leader / own) ** 2 if math.isfinite(own) and leader < own else 1.0
@@ -522,7 +522,7 @@ class Tuner:
         least :data:`FINALIST_MIN_SHARE` of its estimated latency.
         The reported latency stays the in-run one, measured like the baseline.
         """
-        from autosearch.alternatives import choose_layout, model_total, task_layouts
+        from autosearch.frontend.alternatives import choose_layout, model_total, task_layouts
 
         leader = choose_layout(self._layout_totals())  # --layout auto: the other layout's model is not exported
         in_model = [s for s in self.states if leader is None or "layouts" not in s.task.lowering

@@ -453,7 +453,7 @@ class _DatasetBuilder:
         self._flops: list[float] = []
 
     def task(self, key: str, header: dict[str, Any]):
-        from autosearch.task import TuningTask
+        from autosearch.frontend.task import TuningTask
 
         if key not in self.tasks:
             self.tasks[key] = TuningTask.from_json(header)

@@ -301,7 +301,7 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     from autosearch.cost_models.evaluate import pairwise_accuracy, top_k_score
     from autosearch.cost_models.feature_store import as_store
     from autosearch.cost_models.features import build_dataset, labelled_trials, read_logs
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
 
     if family not in PRETRAINED_FAMILIES:
         raise UserError(f"unknown family {family!r} for train-model; valid: {', '.join(PRETRAINED_FAMILIES)}")

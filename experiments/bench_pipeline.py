@@ -20,11 +20,11 @@ import sys
 import tempfile
 import time
 
-from autosearch.importer import import_model
+from autosearch.frontend.importer import import_model
+from autosearch.frontend.target import parse_target
 from autosearch.measure.base import EvaluatorConfig
 from autosearch.measure.local import LocalRunner
 from autosearch.records import TuningLog
-from autosearch.target import parse_target
 from autosearch.tuner import Tuner
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.metaschedule import tune_tir

@@ -20,11 +20,11 @@ import statistics
 import sys
 import tempfile
 
-from autosearch.importer import import_model
+from autosearch.frontend.importer import import_model
+from autosearch.frontend.target import parse_target
 from autosearch.measure.base import EvaluatorConfig
 from autosearch.records import read_log
 from autosearch.strategy import parse_options
-from autosearch.target import parse_target
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.loo import without_task
 from experiments.lib.metaschedule import tune_tir

@@ -63,7 +63,7 @@ def result_path(out: str, split: str, spec: str) -> str:
 
 
 def machine() -> dict[str, Any]:
-    from autosearch.target import cpu_model
+    from autosearch.frontend.target import cpu_model
 
     return {"cpu_model": cpu_model(), "cores": os.cpu_count() or 1}
 

@@ -121,8 +121,8 @@ def measure(args, contents, picked: dict[str, list[Record]], target,
     seconds (None: failed), and the seconds each timing of the rounds after the first took (build and run: the
     first round also builds the kernels), what was there before included. A resume on another machine is
     refused: its timings would be mixed with these."""
+    from autosearch.frontend.task import TuningTask
     from autosearch.measure.local import LocalRunner
-    from autosearch.task import TuningTask
 
     path = f"{args.out}.jsonl"
     before = read_log(path) if os.path.exists(path) else None
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_rounds < 1 or args.project_to < args.max_rounds:
         p.error("--max-rounds must be at least 1 and --project-to at least --max-rounds")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
 
     start = time.time()
     contents = read_log(args.log)

@@ -124,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"{len(models)} --model but {len(specs)} --tasks: give one --tasks per --model")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target
     from autosearch.measure.local import LocalRunner
-    from autosearch.target import parse_target
 
     start = time.time()
     deadline = start + 60 * args.max_minutes

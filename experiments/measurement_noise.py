@@ -59,9 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     build_cache = args.build_cache or (f"{args.log}.builds" if os.path.isdir(f"{args.log}.builds") else None)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
+    from autosearch.frontend.target import parse_target
+    from autosearch.frontend.task import TuningTask
     from autosearch.measure.local import LocalRunner
-    from autosearch.target import parse_target
-    from autosearch.task import TuningTask
 
     contents = read_log(args.log)
     rounds, evaluator = logged_settings(contents) or (1, EvaluatorConfig())

@@ -65,11 +65,11 @@ class Setup:
     """The log, the model it was tuned on, its lowering and the database every build uses."""
 
     def __init__(self, args) -> None:
-        from autosearch.alternatives import task_layouts
         from autosearch.budget import import_tuned_model
         from autosearch.database import lowering_of, memory_database
+        from autosearch.frontend.alternatives import task_layouts
+        from autosearch.frontend.target import parse_target
         from autosearch.records import read_log
-        from autosearch.target import parse_target
 
         self.target = parse_target(None)
         self.contents = read_log(args.log)
@@ -85,7 +85,7 @@ class Setup:
 
     def compile(self, variant: Variant, path: str):
         from autosearch.deploy import compile_model
-        from autosearch.winograd import WinogradPolicy
+        from autosearch.frontend.winograd import WinogradPolicy
 
         policy = WinogradPolicy.of(self.base["winograd"], variant.choices)
         return compile_model(self.model.relax_mod, self.target, [], self.database, path, winograd=policy,

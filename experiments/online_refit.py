@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("held-out network %s: pre-training on %d tasks", fold.name, len(fold.train))
         done["folds"].append(run_fold(dataset, fold, ks, seed=args.seed))
         write_json(store, done)
-    from autosearch.target import cpu_model
+    from autosearch.frontend.target import cpu_model
 
     table, summary = summarise(done["folds"], ks)
     done["summary"] = summary

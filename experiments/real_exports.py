@@ -77,7 +77,7 @@ def import_without_folding(path: str, target) -> str:
     """What TVM makes of the export as it is: "ok", or the last line of its error."""
     import onnx
 
-    from autosearch.importer import extract_tasks, resolve_input_shapes, to_relax
+    from autosearch.frontend.importer import extract_tasks, resolve_input_shapes, to_relax
 
     proto = onnx.load(path)
     try:
@@ -108,8 +108,8 @@ def conv_tasks(model) -> dict[str, int]:
 def main() -> int:
     import onnx
 
-    from autosearch.importer import import_model
-    from autosearch.target import parse_target
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ultralytics-python", default="/work/ultra-venv/bin/python",

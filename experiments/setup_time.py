@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layout", default="auto", help="as run's --layout (default auto: both layouts' tasks)")
     args = p.parse_args(argv)
 
-    from autosearch.importer import import_model
-    from autosearch.target import parse_target
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target
 
     target = parse_target(None)
     tasks = list(import_model(args.model, target, layout=args.layout).tasks)

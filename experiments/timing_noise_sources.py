@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"not found: {args.log}")
     build_cache = f"{args.log}.builds" if os.path.isdir(f"{args.log}.builds") else None
 
+    from autosearch.frontend.target import cpu_model, parse_target
+    from autosearch.frontend.task import TuningTask
     from autosearch.measure.local import LocalRunner
-    from autosearch.target import cpu_model, parse_target
-    from autosearch.task import TuningTask
 
     contents = read_log(args.log)
     evaluator = (logged_settings(contents) or (1, LABEL_EVALUATOR))[1]

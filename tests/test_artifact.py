@@ -67,8 +67,8 @@ def test_a_tuned_build_reads_the_weights_its_kernels_read_when_they_were_in_the_
 
     from autosearch.artifact import lift_weights, load_model
     from autosearch.deploy import compile_model
-    from autosearch.importer import import_model
-    from autosearch.lowering import build_module, tuned_module, winograd_policy
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.lowering import build_module, tuned_module, winograd_policy
 
     path = str(tmp_path / "wide.onnx")
     proto = wide_conv_onnx(path, channels=64, hw=16)
@@ -108,7 +108,7 @@ def test_a_missing_or_foreign_weights_file_is_one_line(target, tmp_path):
     from autosearch.artifact import load_model, weights_path
     from autosearch.deploy import compile_model
     from autosearch.errors import UserError
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
     from tests.test_memory import conv_chain_onnx
 
     one = import_model(conv_chain_onnx(str(tmp_path / "one.onnx"), layers=1, channels=8, hw=4), target,
@@ -137,7 +137,7 @@ def test_a_model_input_named_like_a_weight_is_still_an_input(target, tmp_path):
 
     from autosearch.artifact import load_model
     from autosearch.deploy import compile_model
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
     from tests.test_memory import conv_chain_onnx
 
     path = conv_chain_onnx(str(tmp_path / "chain.onnx"), layers=2, channels=8, hw=6)

@@ -32,7 +32,7 @@ def head_like_onnx(path: str | None = None):
 
 @pytest.fixture(scope="module")
 def head_task(tmp_path_factory, target):
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     path = str(tmp_path_factory.mktemp("head") / "head.onnx")
     head_like_onnx(path)

@@ -26,7 +26,7 @@ def tuned(tmp_path_factory):
 def test_tvm_loads_the_exported_database_and_finds_our_best(tuned):
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    from autosearch.task import TuningTask
+    from autosearch.frontend.task import TuningTask
 
     contents = read_log(tuned["log"])
     db = JSONDatabase(path_workload=os.path.join(tuned["db"], "database_workload.json"),
@@ -173,9 +173,9 @@ def test_cuda_tasks_reach_metaschedule_unscheduled_and_the_tuned_build_schedules
     from tvm.s_tir import dlight as dl
     from tvm.s_tir import meta_schedule as ms
 
-    from autosearch.importer import import_model
-    from autosearch.lowering import apply_database, lower
-    from autosearch.target import parse_target
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.lowering import apply_database, lower
+    from autosearch.frontend.target import parse_target
 
     target = parse_target("cuda")  # no GPU needed: nothing here runs on one
     path = str(tmp_path / "small.onnx")

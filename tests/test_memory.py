@@ -39,7 +39,7 @@ def conv_chain_onnx(path: str, *, layers: int, channels: int, hw: int, kernel: i
 def _estimate(model, target, winograd: str) -> MemoryEstimate:
     from tvm.s_tir.meta_schedule.database import MemoryDatabase
 
-    from autosearch.lowering import tuned_module
+    from autosearch.frontend.lowering import tuned_module
     from autosearch.memory import estimate_memory
 
     return estimate_memory(tuned_module(model.relax_mod, target, MemoryDatabase(), winograd=winograd), target)
@@ -49,8 +49,8 @@ def test_winograd_costs_its_transformed_kernels_and_nothing_else_planned(target,
     """Weights: a Winograd F(4x4, 3x3) kernel holds 36 values per filter where the direct one holds 9; the
     activations Relax plans are the convolution's input and output, the same for both algorithms."""
     from autosearch.budget import _winograd_extra_bytes
-    from autosearch.importer import import_model
-    from autosearch.winograd import layer_key
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.winograd import layer_key
 
     path = str(tmp_path / "wide.onnx")
     wide_conv_onnx(path, channels=64, hw=16)
@@ -64,7 +64,7 @@ def test_winograd_costs_its_transformed_kernels_and_nothing_else_planned(target,
 
 
 def test_static_planning_reuses_the_storage_of_dead_tensors(target, tmp_path):
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     model = import_model(conv_chain_onnx(str(tmp_path / "chain.onnx"), layers=4, channels=16, hw=8), target,
                          winograd="off", layout="NCHW")
@@ -90,8 +90,8 @@ def test_the_weights_are_held_once_and_the_prediction_is_what_a_process_adds(tar
         save_inputs,
         time_in_subprocess,
     )
-    from autosearch.importer import import_model
-    from autosearch.lowering import build_module, untuned_module
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.lowering import build_module, untuned_module
 
     path = conv_chain_onnx(str(tmp_path / "fat.onnx"), layers=2, channels=2896, hw=1, kernel=1)
     model = import_model(path, target, winograd="off", layout="NCHW")

@@ -77,7 +77,7 @@ def test_the_registry_lists_every_built_in(group: str) -> None:
 def test_the_core_registries_are_views_of_the_registry() -> None:
     import autosearch.strategies
     from autosearch.cost_model import COST_MODELS, FEATURE_SETS
-    from autosearch.importer import BUILTIN_MODELS
+    from autosearch.frontend.importer import BUILTIN_MODELS
     from autosearch.strategy import STRATEGIES
 
     assert set(STRATEGIES) == set(plugins.names(plugins.STRATEGIES))
@@ -95,7 +95,7 @@ def test_the_core_registries_are_views_of_the_registry() -> None:
 # ---------------------------------------------------------------------------------------------- unknown names
 def test_an_unknown_name_is_the_same_one_line_error() -> None:
     from autosearch.cost_model import make_cost_model
-    from autosearch.importer import build_model, load_onnx
+    from autosearch.frontend.importer import build_model, load_onnx
     from autosearch.strategy import make_strategy, strategy_options
 
     strategies = "unknown strategy 'hillclimb'; valid strategies: annealing, coordinate_descent, optuna, random"
@@ -175,7 +175,7 @@ def toy_plugin(tmp_path, monkeypatch):
 
 def test_a_plug_in_added_at_run_time_is_found_without_editing_the_core(toy_plugin) -> None:
     from autosearch.cost_model import COST_MODELS, cost_model_names, make_cost_model
-    from autosearch.importer import BUILTIN_MODELS, build_model, load_onnx
+    from autosearch.frontend.importer import BUILTIN_MODELS, build_model, load_onnx
     from autosearch.strategy import STRATEGIES, guided_by_default, make_strategy, strategy_options
 
     assert STRATEGIES["toy"] == TOY_MODULE and "toy" in plugins.names(plugins.STRATEGIES)

@@ -83,7 +83,7 @@ def test_unwritable_log_path_is_a_user_error(tmp_path):
 
 def test_first_pass_follows_the_flops_share(tmp_path):
     """The warm-up budget goes to the heavy tasks; FLOP-less copies get the minimum."""
-    from autosearch.task import TuningTask
+    from autosearch.frontend.task import TuningTask
     from autosearch.tuner import MIN_FIRST_PASS, Tuner
 
     def task(i, flops):
@@ -102,7 +102,7 @@ def test_first_pass_follows_the_flops_share(tmp_path):
 def test_a_time_limit_alone_plans_the_warm_up_for_the_trials_it_should_hold(tmp_path):
     """With ``seconds`` and no trial budget the warm-up is sized for the trials the limit should hold: at the prior
     pace per build core first, then at the run's own pace; a tuner with neither bound is refused."""
-    from autosearch.task import TuningTask
+    from autosearch.frontend.task import TuningTask
     from autosearch.tuner import PLANNED_TRIALS_PER_CORE_MINUTE, Tuner
 
     class Runner:  # only its build workers are read
@@ -133,8 +133,8 @@ def test_a_time_limit_alone_plans_the_warm_up_for_the_trials_it_should_hold(tmp_
 def test_scheduler_moves_on_from_a_heavy_task_whose_best_stays_flat(tmp_path):
     """Ansor's forward gradient fades with a task's trials: a heavy task stuck at its best for hundreds
     of trials yields the next batch to a lighter task that has had few (and an improving task wins)."""
+    from autosearch.frontend.task import TuningTask
     from autosearch.records import Config
-    from autosearch.task import TuningTask
     from autosearch.tuner import Tuner
 
     def task(i):
@@ -165,8 +165,8 @@ def test_scheduler_moves_on_from_a_heavy_task_whose_best_stays_flat(tmp_path):
 
 def test_scheduler_gives_less_to_the_slower_alternative_of_a_layer(tmp_path):
     """A layer tuned both ways runs its faster alternative: the slower one's gain is scaled down."""
+    from autosearch.frontend.task import TuningTask
     from autosearch.records import Config
-    from autosearch.task import TuningTask
     from autosearch.tuner import Tuner
 
     def task(i, algorithm):

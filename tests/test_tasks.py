@@ -72,7 +72,7 @@ def test_task_records_carry_args_and_workload_key(models):
     assert task.args[0] == ((1, 1024, 13, 13), "float32")
     assert task.workload_key.isdigit()
     # round trip through the log header
-    from autosearch.task import TuningTask
+    from autosearch.frontend.task import TuningTask
 
     again = TuningTask.from_json(json.loads(json.dumps(task.to_json())))
     assert again.workload_key == task.workload_key and again.args == task.args and again.flops == task.flops
@@ -84,7 +84,7 @@ def test_exported_record_matches_when_tvm_applies_the_database(tmp_path, small_m
     from tvm import relax
 
     from autosearch.database import export_database
-    from autosearch.importer import legalize
+    from autosearch.frontend.importer import legalize
     from autosearch.records import LogContents, MeasureResult, Record, Status
 
     applied = conv_space.apply(conv_space.default(0))
@@ -160,7 +160,7 @@ def test_cli_tasks_table_for_a_user_onnx_file(tmp_path, capfd):
 def test_input_shape_override_for_dynamic_input(tmp_path, target, capfd):
     import onnx
 
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     model = small_conv_onnx()
     dim = model.graph.input[0].type.tensor_type.shape.dim
@@ -213,7 +213,7 @@ def test_bad_inputs_give_one_line_and_exit_code_2(tmp_path, capfd):
 
 
 def test_legacy_target_string_is_translated():
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
 
     t = parse_target("llvm -mcpu=skylake-avx512 -num-cores 2")
     exported = dict(t.export())
@@ -221,7 +221,7 @@ def test_legacy_target_string_is_translated():
 
 
 def test_default_target_is_the_host_with_all_cores():
-    from autosearch.target import host_cores, parse_target
+    from autosearch.frontend.target import host_cores, parse_target
 
     exported = dict(parse_target(None).export())
     assert exported["kind"] == "llvm" and exported["num-cores"] == host_cores()

@@ -134,7 +134,7 @@ def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel, strid
     """Every sketch of a bf16 conv task, as the tuner would build it, against NumPy on the same rounded operands."""
     import tvm
 
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
     from autosearch.space import DecisionSpace
     from autosearch.tensor_units.amx import request_permission
 

@@ -6,9 +6,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from autosearch.frontend.task import TuningTask
 from autosearch.measure.policy import MeasurePolicy
 from autosearch.records import MeasureResult
-from autosearch.task import TuningTask
 
 _R = TypeVar("_R", bound="RunnerBase")
 

@@ -20,13 +20,13 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from autosearch.frontend.target import host_cores, target_num_cores, target_to_json
+from autosearch.frontend.task import TuningTask
 from autosearch.measure.base import RunnerBase
 from autosearch.measure.measuring import MeasuringProcess
 from autosearch.measure.policy import REFERENCE_TIMEOUT, build_failure
 from autosearch.measure.worker import STARTUP_TIMEOUT, Worker
 from autosearch.records import MeasureResult
-from autosearch.target import host_cores, target_num_cores, target_to_json
-from autosearch.task import TuningTask
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.exceptions import RayActorError, RayError, TaskCancelledError, WorkerCrashedError
 
+from autosearch.frontend.task import TuningTask
 from autosearch.measure.policy import REFERENCE_TIMEOUT, build_failure
 from autosearch.measure.ray_cluster import first_line
 from autosearch.measure.ray_device import build_in_worker, warm_build_worker
 from autosearch.measure.ray_fleet import Device
 from autosearch.measure.worker import STARTUP_TIMEOUT, Reply
 from autosearch.records import MeasureResult, Status
-from autosearch.task import TuningTask
 
 if TYPE_CHECKING:
     from autosearch.measure.ray_pool import RayRunner

@@ -23,6 +23,8 @@ from typing import Any
 import ray
 
 from autosearch.errors import UserError
+from autosearch.frontend.target import target_num_cores, target_to_json
+from autosearch.frontend.task import TuningTask
 from autosearch.measure import ray_cluster
 from autosearch.measure.base import RunnerBase
 from autosearch.measure.ray_batch import RayBatch, warm_builders
@@ -31,8 +33,6 @@ from autosearch.measure.ray_device import device_kind
 from autosearch.measure.ray_fleet import DeviceFleet
 from autosearch.measure.worker import STARTUP_TIMEOUT
 from autosearch.records import MeasureResult
-from autosearch.target import target_num_cores, target_to_json
-from autosearch.task import TuningTask
 
 log = logging.getLogger(__name__)
 

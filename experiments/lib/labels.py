@@ -55,7 +55,7 @@ def retime(runner, task, records: Sequence[Record], *, round_no: int, out: Tunin
     """Re-time ``records`` of ``task`` in a fresh measuring process (shuffled, ``BATCH`` at a time) and log each
     result as a ``retime`` record of round ``round_no``. Stops early at ``deadline`` (``time.time()``).
     ``fresh=False`` keeps the runner's current process (to tell per-process noise from per-call noise)."""
-    from autosearch.target import target_to_json
+    from autosearch.frontend.target import target_to_json
 
     target = target_to_json(runner.target)  # what the kernels are built for here, not the record's (another machine's)
     if fresh:

@@ -154,7 +154,7 @@ def test_constant_matrix_selects_cost_nothing_once_unrolled():
 
 
 def test_machine_from_the_host_target():
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
 
     machine = Machine.from_target(parse_target(None))
     assert machine.vector_bits in (128, 256, 512) and machine.cores >= 1

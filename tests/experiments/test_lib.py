@@ -129,7 +129,7 @@ def test_record_clock_notes_when_another_writer_adds_records(tmp_path) -> None:
 def test_metaschedule_runner_worker_times_with_the_targets_threads(monkeypatch) -> None:
     """LocalRunner starts its worker in its constructor: the thread count must be in the environment before it,
     or MetaSchedule searches with single-threaded timings while every other method uses the target's cores."""
-    from autosearch.target import host_target
+    from autosearch.frontend.target import host_target
     from experiments.lib.metaschedule import builder_and_runner
 
     def worker_threads() -> tuple[str | None, int]:  # nested: the worker gets it by value, not by module name

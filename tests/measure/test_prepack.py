@@ -79,7 +79,7 @@ def test_tuned_build_folds_the_prepacking_into_the_constants(tmp_path, small_mod
     import tvm
 
     from autosearch.database import export_database, load_database
-    from autosearch.lowering import apply_database, lower
+    from autosearch.frontend.lowering import apply_database, lower
     from autosearch.records import LogContents, MeasureResult, Record, Status
 
     applied = _prepacked(conv_space, np.random.default_rng(6))

@@ -19,8 +19,8 @@ def test_a_worker_builds_and_runs_without_loading_torch(conv_task, conv_space):
     pytest.importorskip("torch")  # without torch installed there is nothing to keep out
     import tvm
 
+    from autosearch.frontend.target import target_to_json
     from autosearch.measure.worker import STARTUP_TIMEOUT, Worker
-    from autosearch.target import target_to_json
 
     w = Worker(name="lean")
     try:
