@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from autosearch.frontend.task import TuningTask
     from autosearch.frontend.winograd import WinogradPolicy
     from autosearch.records import LogContents
-    from autosearch.tuner import TuneEvent, TuneSummary
+    from autosearch.search.tuner import TuneEvent, TuneSummary
 
 DEFAULT_MODEL = "tiny-yolov2"
 DEFAULT_TRIALS = 400  # tune's budget when neither trials nor minutes is given
@@ -152,8 +152,8 @@ def resolve_guidance(spec: str | None, target: Any, strategy: str, *, seed: int)
     autosearch ships, where it fits the target and the strategy's guidance is cheap (``guided_by_default``),
     else none; a directory: a model train-model wrote, checked against the target (one-line error if it is
     corrupt or made for another target or feature version)."""
-    from autosearch.cost_model import COST_MODELS, PRETRAINED, make_cost_model
-    from autosearch.strategy import guided_by_default
+    from autosearch.search.cost_model import COST_MODELS, PRETRAINED, make_cost_model
+    from autosearch.search.strategy import guided_by_default
 
     if spec in (None, "", "none"):
         return None, "none"
@@ -308,7 +308,7 @@ def _estimates(summary: TuneSummary) -> tuple[str | None, dict[str, float], floa
 
 def _check_tune(strategy: str, trials: int | None, minutes: float | None, batch: int, finalist_rounds: int,
                 resume: bool, log: str | None, runner: Any) -> None:
-    from autosearch.strategy import STRATEGIES
+    from autosearch.search.strategy import STRATEGIES
 
     if strategy not in STRATEGIES:
         raise UserError(f"unknown strategy {strategy!r}; valid strategies: {', '.join(sorted(STRATEGIES))}")
@@ -342,19 +342,19 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     ``runs/<model>-<strategy>-<time>.jsonl``; ``resume=True`` continues the run recorded in ``log`` (its lowering
     kept; ``minutes``: minutes more), and an existing log is never overwritten without it.
 
-    ``strategy``: a registered strategy (:data:`autosearch.strategy.STRATEGIES`), with ``options`` from its options
-    table. ``cost_model``: ``auto`` (the shipped pre-trained model where it fits the target and the strategy),
+    ``strategy``: a registered strategy (:data:`autosearch.search.strategy.STRATEGIES`), with ``options`` from its
+    options table. ``cost_model``: ``auto`` (the shipped pre-trained model where it fits the target and the strategy),
     ``none``, a registry name trained online, or a directory written by :func:`train_model`. ``runner``: ``local``,
     ``ray``, or a runner object (the caller closes it); ``measure``: how each config is timed.
 
-    ``on_event`` gets a :class:`TunePlanned`, a :class:`TuneStarted`, then a :class:`~autosearch.tuner.TuneEvent`
+    ``on_event`` gets a :class:`TunePlanned`, a :class:`TuneStarted`, then a :class:`~autosearch.search.tuner.TuneEvent`
     after each batch, untuned timing and re-timing (what the CLI's progress bar shows). Ctrl-C stops the search:
     the log keeps every finished batch and the result says ``interrupted``.
     """
     from autosearch import __version__
 
     _check_tune(strategy, trials, minutes, batch, finalist_rounds, resume, log, runner)
-    from autosearch.strategy import parse_options
+    from autosearch.search.strategy import parse_options
 
     options = parse_options(strategy, dict(options or {}))
     notify = on_event or (lambda event: None)
@@ -366,7 +366,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     _prepare()
     from autosearch.frontend.importer import import_model
     from autosearch.records import TuningLog, read_log
-    from autosearch.tuner import Tuner, pretrained_model
+    from autosearch.search.tuner import Tuner, pretrained_model
 
     target = _target(target)
     if target.kind.name != "llvm" and runner == "local":
@@ -416,9 +416,9 @@ def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summar
                  plot: bool) -> TuneResult:
     png = None
     if plot and summary.trials:
-        from autosearch.estimates import estimate_curve, task_shares
         from autosearch.plots import plot_run
         from autosearch.records import read_log
+        from autosearch.search.estimates import estimate_curve, task_shares
 
         contents = read_log(log_path)  # the whole log: a resumed run is drawn from its start
         curve = estimate_curve(contents)
@@ -571,9 +571,9 @@ def compare_models(logs: str | Sequence[str], *, models: Sequence[str] | None = 
     predicted-vs-measured PNG ``plot`` and, when given, the table as Markdown. ``on_progress(label, done,
     total)``: featurising the records, then each model's held-out folds."""
     _prepare()
-    from autosearch.cost_model import make_cost_model
     from autosearch.cost_models.evaluate import DEFAULT_MODELS
     from autosearch.cost_models.evaluate import compare_models as evaluate
+    from autosearch.search.cost_model import make_cost_model
 
     logs = [logs] if isinstance(logs, str) else list(logs)
     models = list(DEFAULT_MODELS) if models is None else [m.strip() for m in models if m.strip()]
@@ -637,8 +637,8 @@ def train_model(out: str, *, logs: Sequence[str] = (), measure: bool = False, mi
 def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_layout: int, per_task: int, seed: int,
                      progress: Callable[[str, int, int], None], say: Callable[[str], None]) -> str:
     """``train-model --measure``: measure (or go on measuring) OUT/dataset.jsonl for ``minutes``; its path."""
-    from autosearch.dataset import DATASET_FILE, dataset_tasks, measure_dataset
     from autosearch.frontend.target import parse_target
+    from autosearch.search.dataset import DATASET_FILE, dataset_tasks, measure_dataset
 
     if minutes is None or not (math.isfinite(minutes) and minutes > 0):
         raise UserError("train-model --measure needs --minutes, a positive number (the measuring budget)")

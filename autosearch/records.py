@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Any
 
 from autosearch.errors import UserError
-from autosearch.finalists import current_retimes, rank
+from autosearch.search.finalists import current_retimes, rank
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ class LogContents:
 
     def ranked(self, task_key: str) -> list[Record]:
         """Valid trials of a task, best first, as the tuner chose: the finalists re-timed in fresh
-        processes after the task's last trial first, by :func:`autosearch.finalists.rank` (median over
+        processes after the task's last trial first, by :func:`autosearch.search.finalists.rank` (median over
         re-timing rounds; a lucky in-run timing does not win), then the rest by in-run median. Each
         keeps its in-run result, which was measured under the same conditions as the untuned baseline
         it is compared with. Failed or wrong-result records never appear, nor does a finalist that

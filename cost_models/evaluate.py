@@ -319,7 +319,7 @@ def cross_validate(dataset, spec: str, folds: Sequence[Fold], *, seed: int = 0,
     (a model); ``y_pred`` holds each record's prediction from the (first) fold that held it out.
     ``on_fold(spec, done, total)`` is called after each fold (progress for long comparisons).
     """
-    from autosearch.cost_model import make_cost_model
+    from autosearch.search.cost_model import make_cost_model
 
     result = ModelResult(name=spec, y_pred=np.full(len(dataset), np.nan))
     X = dataset.X(make_cost_model(spec, seed=seed).input_kind)
@@ -377,9 +377,9 @@ def comparison_dataset(logs: Sequence[str], models: Sequence[str], *, seed: int 
     """The featurised dataset a comparison of ``models`` runs on: the valid trials of ``logs`` with the
     features of every model's input kind. ``split="model"`` checks the log headers name 2 networks before
     minutes of featurising."""
-    from autosearch.cost_model import make_cost_model
     from autosearch.cost_models.feature_store import as_store
     from autosearch.cost_models.features import build_dataset, read_logs
+    from autosearch.search.cost_model import make_cost_model
 
     if isinstance(logs, str):
         logs = [logs]

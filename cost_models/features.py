@@ -59,8 +59,8 @@ from autosearch.cost_models.loop_features import WIDTH as LOOP_WIDTH
 from autosearch.cost_models.loop_features import Machine, loop_features
 from autosearch.cost_models.trace_tokens import sequence_input, trace_tokens
 from autosearch.errors import UserError
-from autosearch.finalists import current_retimes
 from autosearch.records import Config, LogContents, Record
+from autosearch.search.finalists import current_retimes
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ POOLED_WIDTH = 3 * N_STORE_FEATURES + 1
 # with a vector) are named in the package (autosearch.cost_models), with the feature sets a model name may pick
 INPUT_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "per_store", "encoding", "program",
                *SEQUENCE_KINDS)
-_SCHEDULE_SEED = 1_234_567_891  # as autosearch.space: every sampled decision is replayed explicitly
+_SCHEDULE_SEED = 1_234_567_891  # as autosearch.search.space: every sampled decision is replayed explicitly
 
 
 # ---------------------------------------------------------------------------------------------- TVM side
@@ -326,7 +326,7 @@ def labelled_trials(contents: LogContents) -> list[tuple[Record, float]]:
     """The valid trials with the latency (seconds) a model learns from: the label.
 
     A task whose every valid trial was re-timed in fresh processes after the task's last trial (the re-times
-    ``autosearch.finalists.current_retimes`` counts; ``experiments/make_dataset.py --retime-rounds`` makes them)
+    ``autosearch.search.finalists.current_retimes`` counts; ``experiments/make_dataset.py --retime-rounds`` makes them)
     is labelled by the re-times: per record the median over rounds of its per-round medians, the rule of
     ``finalists.rank``; a record whose kernel failed a re-time is left out. Any other task keeps the trials' own
     timings, for all its records: labels of one task from two kinds of timing (a run re-times only its finalists,
@@ -465,7 +465,7 @@ class _DatasetBuilder:
         return self.featurizers[key]
 
     def space(self, key: str, header: dict[str, Any]):
-        from autosearch.space import DecisionSpace
+        from autosearch.search.space import DecisionSpace
 
         if key not in self.spaces:
             task = self.task(key, header)

@@ -25,7 +25,7 @@ from autosearch.frontend.target import parse_target
 from autosearch.measure.base import EvaluatorConfig
 from autosearch.measure.local import LocalRunner
 from autosearch.records import TuningLog
-from autosearch.tuner import Tuner
+from autosearch.search.tuner import Tuner
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.metaschedule import tune_tir
 from experiments.lib.tables import markdown_table

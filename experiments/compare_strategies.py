@@ -24,7 +24,7 @@ from autosearch.frontend.importer import import_model
 from autosearch.frontend.target import parse_target
 from autosearch.measure.base import EvaluatorConfig
 from autosearch.records import read_log
-from autosearch.strategy import parse_options
+from autosearch.search.strategy import parse_options
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.loo import without_task
 from experiments.lib.metaschedule import tune_tir

@@ -20,9 +20,9 @@ import sys
 
 import numpy as np
 
-from autosearch.cost_model import make_cost_model
 from autosearch.cost_models.evaluate import pairwise_accuracy, task_metrics
 from autosearch.cost_models.features import build_dataset, read_logs
+from autosearch.search.cost_model import make_cost_model
 from experiments.lib.loo import task_splits
 from experiments.lib.stats import close_share, pairs_by_ratio, pairwise_accuracy_apart
 

@@ -61,9 +61,9 @@ def run_fold(dataset, fold, ks: list[int], *, seed: int) -> dict[str, Any]:
     """Pre-train on the fold's training tasks; per held-out task and ``k``, every variant's pairwise and top-1."""
     import xgboost as xgb
 
-    from autosearch.cost_model import make_cost_model
     from autosearch.cost_models.evaluate import task_metrics
     from autosearch.cost_models.pretrained import PretrainedModel
+    from autosearch.search.cost_model import make_cost_model
 
     X, y, groups = dataset.X("loop"), dataset.y, dataset.groups
     train = np.isin(groups, fold.train)

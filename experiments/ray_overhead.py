@@ -23,7 +23,7 @@ from autosearch.frontend.importer import import_model
 from autosearch.frontend.target import parse_target
 from autosearch.measure.base import EvaluatorConfig
 from autosearch.measure.local import LocalRunner
-from autosearch.space import DecisionSpace
+from autosearch.search.space import DecisionSpace
 from experiments.lib.io import results_path, write_json
 from experiments.lib.tables import markdown_table
 from experiments.lib.tasks import pick_task

@@ -39,7 +39,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import Trial
 
 from autosearch.records import Config, Decision
-from autosearch.space import DecisionSpace
+from autosearch.search.space import DecisionSpace
 
 PARAM_SKETCH = "sketch"
 UNUSED = 0.5  # the value of a parameter the config's sketch does not have

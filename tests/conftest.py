@@ -164,7 +164,7 @@ def conv_task(small_model):
 
 @pytest.fixture(scope="session")
 def conv_space(conv_task):
-    from autosearch.space import DecisionSpace
+    from autosearch.search.space import DecisionSpace
 
     return DecisionSpace(conv_task.mod, conv_task.target)
 

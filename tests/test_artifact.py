@@ -17,7 +17,7 @@ def _random_prepacked_database(tasks, target):
     from tvm.s_tir import meta_schedule as ms
 
     from autosearch.measure.prepack import has_prepack
-    from autosearch.space import DecisionSpace
+    from autosearch.search.space import DecisionSpace
 
     rng = np.random.default_rng(0)
     db = ms.database.MemoryDatabase()

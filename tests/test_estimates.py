@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from autosearch.estimates import estimate_curve, task_shares
 from autosearch.records import Config, LogContents, MeasureResult, Record, Status
+from autosearch.search.estimates import estimate_curve, task_shares
 
 MS = 1e-3
 

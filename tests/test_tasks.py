@@ -47,7 +47,7 @@ def test_yolov8n_conv_task_count(models):
 def test_yolo11n_conv_and_attention_tasks(models):
     """88 conv layers in 62 distinct tasks; C2PSA's attention gives two batch matmuls and a softmax over the 400
     tokens of the 20x20 map, and each has a MetaSchedule design space with open decisions, like a conv."""
-    from autosearch.space import DecisionSpace
+    from autosearch.search.space import DecisionSpace
 
     tasks = models["yolo11n"].tasks
     assert sum(t.weight for t in tasks if "conv2d" in t.name) == 88

@@ -135,7 +135,7 @@ def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel, strid
     import tvm
 
     from autosearch.frontend.importer import import_model
-    from autosearch.space import DecisionSpace
+    from autosearch.search.space import DecisionSpace
     from autosearch.tensor_units.amx import request_permission
 
     _needs_amx(target)

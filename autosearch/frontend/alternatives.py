@@ -7,7 +7,7 @@ tasks its model runs, each layer tuned both direct and as Winograd counted by it
 transforms between layers that no task measures; per layer is how Winograd is chosen, because an NCHW layer
 and its Winograd form read and write the same tensors.
 
-The tuner uses the totals to spend less on the layout behind (:meth:`autosearch.tuner.Tuner._rivalry`);
+The scheduler spends less on the layout behind (:meth:`autosearch.search.scheduler.TaskScheduler.rivalry`);
 ``export`` keeps the faster layout and records it for ``compile`` and ``report``. A task's latency here is what
 its model would run: the best valid measurement where it beats the untuned kernel, else the untuned kernel (as
 ``export`` leaves it to TVM's default code); unknown (``inf``) until one of them is measured.

@@ -3,7 +3,7 @@
 A tuning run's best is selected *because* its in-run timing was low, so that timing is biased (the winner's
 curse), and fresh processes disagree about one kernel far more than repeats within a process do. So the
 schedules a comparison is about are timed again, each round in a fresh measuring process, and a schedule's
-score is the median over rounds of its per-round median (:mod:`autosearch.finalists`' rule). When several
+score is the median over rounds of its per-round median (:mod:`autosearch.search.finalists`' rule). When several
 methods are compared, :func:`round_robin` interleaves their schedules within a round and rotates which method
 goes first from round to round, so a slow spell of the machine hits every method alike.
 """

@@ -56,7 +56,7 @@ def split(dataset):
 def task_spaces(contents):
     """task key -> (TuningTask rebuilt from its log header, its DecisionSpace), in log order."""
     from autosearch.frontend.task import TuningTask
-    from autosearch.space import DecisionSpace
+    from autosearch.search.space import DecisionSpace
 
     out = {}
     for key, header in contents.tasks.items():

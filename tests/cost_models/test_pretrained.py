@@ -163,9 +163,9 @@ def test_a_blend_directory_without_its_network_is_a_one_line_error(blend_dir, tm
 
 
 def test_online_refit_grows_trees_on_top_of_the_pretrained_ones(trained_dir, contents):
-    from autosearch.cost_model import make_scorer
     from autosearch.frontend.task import TuningTask
-    from autosearch.space import DecisionSpace
+    from autosearch.search.cost_model import make_scorer
+    from autosearch.search.space import DecisionSpace
 
     key = list(contents.tasks)[HELD_OUT]
     task = TuningTask.from_json(contents.tasks[key])

@@ -50,7 +50,7 @@ def test_the_cli_imports_tvm_without_torch_and_a_learned_model_still_loads_it(tm
             f"assert main(['tasks', '--model', {model!r}]) == 0\n"
             "import tvm\n"
             "print('after tasks:', 'torch' in sys.modules, type(tvm.__loader__).__name__)\n"
-            "from autosearch.cost_model import make_cost_model\n"
+            "from autosearch.search.cost_model import make_cost_model\n"
             "make_cost_model('mlp', seed=0)\n"
             "import torch\n"
             "print('after mlp:', float(torch.ones(3).sum()))\n")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from autosearch.records import Config, MeasureResult
-from autosearch.space import DecisionSpace
+from autosearch.search.space import DecisionSpace
 from tests.strategies.replay import SyntheticLatency
 
 

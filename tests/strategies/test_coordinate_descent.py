@@ -9,7 +9,7 @@ import pytest
 from strategy_helpers import OracleScorer
 
 from autosearch.records import Config, MeasureResult, Status
-from autosearch.space import hamming
+from autosearch.search.space import hamming
 from autosearch.strategies.coordinate_descent import CoordinateDescent
 from tests.strategies.replay import ReplayRunner, SyntheticLatency, best_latency, run_strategy
 

@@ -115,14 +115,14 @@ class DecisionSpace:
     Built from the same space generator, schedule rules and postprocessors ``ms.tune_tir`` uses for
     the target, so every comparison with TVM's own tuner searches the same space. One addition: a task
     that only moves data (no reduction block) on a CPU gets one more sketch after TVM's,
-    :func:`autosearch.data_movement.blocked_copy_sketch`, since TVM's single schedule for it can lose
+    :func:`autosearch.search.data_movement.blocked_copy_sketch`, since TVM's single schedule for it can lose
     to the naive loop nest.
     """
 
     def __init__(self, mod, target, *, seed: int = 0) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        from autosearch.data_movement import blocked_copy_sketch
+        from autosearch.search.data_movement import blocked_copy_sketch
         from autosearch.tensor_units.sketch import amx_sketches
         from autosearch.tvm_compat import import_tensor_intrinsics
 

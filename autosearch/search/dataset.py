@@ -54,7 +54,7 @@ class TaskSampler:
     def __init__(self, task, runner, tuning_log: TuningLog, *, per_task: int, random_fraction: float = RANDOM_FRACTION,
                  rng: np.random.Generator, logged: Sequence[Record] = (), models: Sequence[str] = ()) -> None:
         from autosearch.frontend.target import target_to_json
-        from autosearch.space import DecisionSpace
+        from autosearch.search.space import DecisionSpace
 
         self.task, self.runner, self.log, self.rng = task, runner, tuning_log, rng
         self.per_task = per_task
