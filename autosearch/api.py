@@ -28,9 +28,9 @@ from autosearch.frontend.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, DEFA
 if TYPE_CHECKING:
     from autosearch.cost_models.evaluate import EvaluationReport
     from autosearch.cost_models.pretrained import TrainReport
-    from autosearch.database import ExportSummary
-    from autosearch.deploy import CompiledModel
-    from autosearch.end_to_end import Report
+    from autosearch.deploy.build import CompiledModel
+    from autosearch.deploy.database import ExportSummary
+    from autosearch.deploy.report import Report
     from autosearch.frontend.importer import ImportedModel
     from autosearch.frontend.task import TuningTask
     from autosearch.frontend.winograd import WinogradPolicy
@@ -386,7 +386,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     try:
         warm = []
         if warm_start:
-            from autosearch.database import read_records
+            from autosearch.deploy.database import read_records
 
             warm = [read_records(warm_start)]  # LogContents: the scorer featurises its task headers too
         runner_name = runner if isinstance(runner, str) else getattr(runner, "name", type(runner).__name__)
@@ -454,7 +454,7 @@ def export(log: str, out: str, *, top_k: int = 1, force: bool = False, memory_bu
     if memory_budget is not None and not model:
         raise UserError("--memory-budget needs --model: the model the log was tuned on")
     _prepare()
-    from autosearch.database import check_out_dir, export_database
+    from autosearch.deploy.database import check_out_dir, export_database
     from autosearch.records import read_log
 
     contents = read_log(log)
@@ -466,7 +466,7 @@ def export(log: str, out: str, *, top_k: int = 1, force: bool = False, memory_bu
             f"skipped {len(contents.corrupt)} corrupt line(s), first: {contents.corrupt[0]}")
     budget, lowering = None, None
     if memory_budget is not None:
-        from autosearch.budget import budget_choice, import_tuned_model
+        from autosearch.deploy.budget import budget_choice, import_tuned_model
 
         target = _target(target)
         tuned = import_tuned_model(contents, model, target, input_shape=input_shape)
@@ -483,7 +483,7 @@ def _database_lowering(db: str, target: Any, *, winograd: str | None, layout: st
     the database was tuned (export records it), else the option's value before it existed (databases from before
     it, or from ``ms.tune_tir`` on the model as imported). With ``auto``, the per-layer algorithms the database
     measured faster."""
-    from autosearch.database import database_lowering
+    from autosearch.deploy.database import database_lowering
     from autosearch.frontend.winograd import WinogradPolicy
 
     lowering = database_lowering(db)
@@ -518,8 +518,8 @@ def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: s
     lowering gives other tasks, none of them tuned). Tasks the database lacks keep TVM's default code: the result
     lists them (``missing_tasks``), with the model's predicted peak memory on CPU targets."""
     _prepare()
-    from autosearch.database import load_database
-    from autosearch.deploy import compile_model
+    from autosearch.deploy.build import compile_model
+    from autosearch.deploy.database import load_database
     from autosearch.frontend.importer import import_model
 
     target = _target(target)
@@ -544,13 +544,13 @@ def report(model: str, db: str, *, log: str | None = None, target: Any = None, i
     processes on the same ``threads``, ``runs`` forward passes over ``rounds`` turns (``untuned_runs`` for untuned
     TVM, whose passes take seconds); per-task latencies (untuned ones from ``log``, when given). Writes the bar
     chart ``plot`` and, when given, the tables as Markdown; ``on_message`` gets a line at each step (minutes).
-    See :mod:`autosearch.end_to_end`."""
+    See :mod:`autosearch.deploy.report`."""
     if runs <= 0:
         raise UserError(f"--runs must be positive, not {runs}")
     if rounds <= 0:
         raise UserError(f"--rounds must be positive, not {rounds}")
     _prepare()
-    from autosearch.end_to_end import end_to_end_report
+    from autosearch.deploy.report import end_to_end_report
 
     target = _target(target)
     policy, layout, fast_math = _database_lowering(db, target, winograd=winograd, layout=layout, fast_math=fast_math,

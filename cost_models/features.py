@@ -566,8 +566,8 @@ class _DatasetBuilder:
 
 
 def read_logs(paths: Sequence[str]) -> list[LogContents]:
-    """Tuning logs or TVM JSONDatabase directories (``autosearch.database.read_records`` tells them apart)."""
-    from autosearch.database import read_records
+    """Tuning logs or TVM JSONDatabase directories (``autosearch.deploy.database.read_records`` tells them apart)."""
+    from autosearch.deploy.database import read_records
 
     return [read_records(path) for path in paths]
 

@@ -41,7 +41,7 @@ LOGS = results_path("logs")  # tuning logs, reused as the cost-model dataset (no
 
 
 def run_metaschedule(task, target, budget: int, batch: int, seed: int, evaluator):
-    from autosearch.database import read_database
+    from autosearch.deploy.database import read_database
 
     work = tempfile.mkdtemp(prefix="cmp-ms-")
     run = tune_tir(task.mod, target, work, budget, per_iter=batch, fast_builder=True, evaluator=evaluator,

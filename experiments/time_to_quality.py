@@ -47,7 +47,7 @@ from experiments.lib.metaschedule import RECORD_FILE, RecordClock
 from experiments.lib.tables import fmt, markdown_table
 
 METHODS = {"default": [], "none": ["--cost-model", "none"]}  # autosearch run's extra arguments
-PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO fp32"}  # autosearch.bench kinds -> names
+PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO fp32"}  # autosearch.deploy.bench kinds -> names
 MS_LOWERING = {"winograd": "off", "layout": "NCHW", "fast_math": "off"}  # TVM's own lowering of the model
 POLL_SECS = 2.0
 
@@ -287,7 +287,7 @@ def build_checkpoints(state: State, args, work: str) -> None:
 
 def time_everything(state: State, args, work: str) -> None:
     """Every build and the peers, taking turns in fresh processes, ``--rounds`` rounds (resumable by round)."""
-    from autosearch.deploy import Runtime, openvino_default_precision, save_inputs, time_in_subprocess
+    from autosearch.deploy.timing import Runtime, openvino_default_precision, save_inputs, time_in_subprocess
     from autosearch.frontend.importer import load_onnx, resolve_input_shapes
 
     _, proto = load_onnx(args.model)

@@ -1,5 +1,5 @@
-"""The compiled model's weights beside its library (autosearch.artifact): a tuned build reads exactly the weights,
-in exactly the layouts, its kernels read when the weights were bound into the library; bad artifacts."""
+"""The compiled model's weights beside its library (autosearch.deploy.artifact): a tuned build reads exactly the
+weights, in exactly the layouts, its kernels read when the weights were bound into the library; bad artifacts."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ def test_a_tuned_build_reads_the_weights_its_kernels_read_when_they_were_in_the_
     import tvm_ffi
     from tvm import relax
 
-    from autosearch.artifact import lift_weights, load_model
-    from autosearch.deploy import compile_model
+    from autosearch.deploy.artifact import lift_weights, load_model
+    from autosearch.deploy.build import compile_model
     from autosearch.frontend.importer import import_model
     from autosearch.frontend.lowering import build_module, tuned_module, winograd_policy
 
@@ -105,8 +105,8 @@ def test_a_tuned_build_reads_the_weights_its_kernels_read_when_they_were_in_the_
 
 
 def test_a_missing_or_foreign_weights_file_is_one_line(target, tmp_path):
-    from autosearch.artifact import load_model, weights_path
-    from autosearch.deploy import compile_model
+    from autosearch.deploy.artifact import load_model, weights_path
+    from autosearch.deploy.build import compile_model
     from autosearch.errors import UserError
     from autosearch.frontend.importer import import_model
     from tests.test_memory import conv_chain_onnx
@@ -135,8 +135,8 @@ def test_a_model_input_named_like_a_weight_is_still_an_input(target, tmp_path):
     import onnxruntime as ort
     import tvm
 
-    from autosearch.artifact import load_model
-    from autosearch.deploy import compile_model
+    from autosearch.deploy.artifact import load_model
+    from autosearch.deploy.build import compile_model
     from autosearch.frontend.importer import import_model
     from tests.test_memory import conv_chain_onnx
 

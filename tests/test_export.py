@@ -53,7 +53,7 @@ def test_compiled_tuned_model_matches_onnxruntime_and_beats_untuned(tuned, capfd
     contents = read_log(tuned["log"])
     faster = [k for k in contents.tasks if contents.best(k).latency < contents.baseline(k).latency]
     assert f"{len(faster)}/2 tuned" in proc.stdout and os.path.getsize(out) > 0
-    weights = os.path.join(str(tuned["work"]), "model.params")  # beside the library (autosearch.artifact)
+    weights = os.path.join(str(tuned["work"]), "model.params")  # beside the library (autosearch.deploy.artifact)
     assert "(weights: " in proc.stdout and os.path.getsize(weights) > 0  # the console may wrap the path
     md = os.path.join(str(tuned["work"]), "report.md")
     png = os.path.join(str(tuned["work"]), "report.png")
@@ -82,7 +82,7 @@ def test_export_skips_failed_and_wrong_records(tmp_path, tuned):
         obj = fake.to_json()
         obj["result"]["latencies"] = [1e-9]  # even with a latency on the line
         fh.write(json.dumps(obj) + "\n")
-    from autosearch.database import export_database, read_database
+    from autosearch.deploy.database import export_database, read_database
 
     mixed = read_log(log)
     summary = export_database(mixed, str(tmp_path / "db"), top_k=50)
@@ -93,7 +93,7 @@ def test_export_skips_failed_and_wrong_records(tmp_path, tuned):
 
 
 def test_a_database_written_by_ms_tune_tir_imports():
-    from autosearch.database import read_records
+    from autosearch.deploy.database import read_records
 
     contents = read_records(TVM_DB)
     assert len(contents.tasks) == 1 and len(contents.records) >= 4
@@ -131,7 +131,7 @@ def test_sample_inputs_are_deterministic():
 
 
 def test_a_task_no_faster_than_untuned_is_left_to_tvm(tmp_path):
-    from autosearch.database import export_database
+    from autosearch.deploy.database import export_database
     from autosearch.records import LogContents
 
     contents = read_log(os.path.join(ROOT, "tests", "data", "small_dataset.jsonl"))

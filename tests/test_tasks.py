@@ -83,7 +83,7 @@ def test_exported_record_matches_when_tvm_applies_the_database(tmp_path, small_m
     import tvm
     from tvm import relax
 
-    from autosearch.database import export_database
+    from autosearch.deploy.database import export_database
     from autosearch.frontend.importer import legalize
     from autosearch.records import LogContents, MeasureResult, Record, Status
 
@@ -96,7 +96,7 @@ def test_exported_record_matches_when_tvm_applies_the_database(tmp_path, small_m
                                    flops=conv_task.flops, trace=applied.trace_json()))
     summary = export_database(contents, str(tmp_path / "db"))
     assert summary.records == 1
-    from autosearch.database import load_database
+    from autosearch.deploy.database import load_database
 
     db = load_database(str(tmp_path / "db"))
     lowered = legalize(small_model.relax_mod, conv_task.target)

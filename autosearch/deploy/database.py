@@ -43,7 +43,7 @@ class ExportSummary:
     other_layout: int = 0  # --layout auto: tasks only the slower layout's model runs, not exported
     log: str = ""  # the tuning log exported (autosearch.export)
     corrupt: list[str] = field(default_factory=list)  # its lines skipped as corrupt (file:line ...)
-    memory_budget: Any = None  # autosearch.budget.BudgetChoice: what --memory-budget chose (None: no budget)
+    memory_budget: Any = None  # autosearch.deploy.budget.BudgetChoice: what --memory-budget chose (None: no budget)
 
 
 def _database(out_dir: str, *, create: bool):
@@ -140,7 +140,7 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
                     lowering: dict | None = None) -> ExportSummary:
     """Write the best ``top_k`` valid records of every task of the model compiled (:func:`exported_records`) as a
     TVM JSONDatabase, with how it is lowered: ``lowering``, when given (``export --memory-budget`` chooses it:
-    :mod:`autosearch.budget`), else :func:`lowering_of` the log (the faster layout and algorithms)."""
+    :mod:`autosearch.deploy.budget`), else :func:`lowering_of` the log (the faster layout and algorithms)."""
     if top_k <= 0:
         raise UserError(f"--top-k must be positive, not {top_k}")
     existing = check_out_dir(out_dir, force=force, create=True)
