@@ -59,8 +59,9 @@ from autosearch.cost_models.loop_features import WIDTH as LOOP_WIDTH
 from autosearch.cost_models.loop_features import Machine, loop_features
 from autosearch.cost_models.trace_tokens import sequence_input, trace_tokens
 from autosearch.errors import UserError
-from autosearch.records import Config, LogContents, Record
+from autosearch.records import LogContents
 from autosearch.search.finalists import current_retimes
+from autosearch.types import Config, Record
 
 log = logging.getLogger(__name__)
 

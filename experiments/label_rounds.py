@@ -43,8 +43,9 @@ import numpy as np
 from autosearch.cost_models.evaluate import pairwise_accuracy, spearman, top_k_score
 from autosearch.cost_models.features import labelled_trials
 from autosearch.errors import UserError
-from autosearch.records import Config, Record, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
 from autosearch.search.finalists import rotated
+from autosearch.types import Config, Record
 from experiments.lib.io import write_json, write_text
 from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime
 from experiments.lib.machine import describe, fingerprint, identity

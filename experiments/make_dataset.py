@@ -68,8 +68,9 @@ import time
 
 import numpy as np
 
-from autosearch.records import Record, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
 from autosearch.search.dataset import RANDOM_FRACTION, TaskSampler
+from autosearch.types import Record
 from experiments.lib.labels import LABEL_EVALUATOR, LABEL_ROUNDS, relabel, settings_json
 from experiments.lib.tasks import select_tasks
 

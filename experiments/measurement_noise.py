@@ -36,7 +36,8 @@ import numpy as np
 from autosearch.cost_models.evaluate import pairwise_accuracy, spearman, top_k_score
 from autosearch.cost_models.features import labelled_trials
 from autosearch.measure.base import EvaluatorConfig
-from autosearch.records import Config, MeasureResult, Record, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
+from autosearch.types import Config, MeasureResult, Record
 from experiments.lib.labels import logged_settings, retime
 
 log = logging.getLogger("measurement_noise")

@@ -35,7 +35,8 @@ import time
 import numpy as np
 
 from autosearch.cost_models.features import labelled_trials
-from autosearch.records import Record, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
+from autosearch.types import Record
 from experiments.lib.io import write_json, write_text
 from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime
 

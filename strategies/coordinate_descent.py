@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from autosearch.records import Config, MeasureResult
 from autosearch.search.cost_model import ConfigScorer
 from autosearch.search.space import DecisionSpace, enumerate_space
 from autosearch.search.strategy import Option
+from autosearch.types import Config, MeasureResult
 
 log = logging.getLogger(__name__)
 

@@ -63,8 +63,8 @@ def test_every_tile_size_is_correct_and_replays_from_its_trace(head_task, target
     from tvm.s_tir.schedule import Trace
 
     from autosearch.measure.local import LocalRunner
-    from autosearch.records import Config
     from autosearch.search.space import DecisionSpace
+    from autosearch.types import Config
 
     space = DecisionSpace(head_task.mod, target)
     sketch = space.sketches[-1]

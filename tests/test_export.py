@@ -10,7 +10,8 @@ import shutil
 import numpy as np
 import pytest
 
-from autosearch.records import MeasureResult, Record, Status, read_log
+from autosearch.records import read_log
+from autosearch.types import MeasureResult, Record, Status
 from tests.conftest import ROOT, run_cli, run_cli_here, small_conv_onnx, tune_and_export
 
 TVM_DB = os.path.join(ROOT, "tests", "data", "tvm_tune_tir_db")

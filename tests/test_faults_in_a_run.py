@@ -12,7 +12,8 @@ import time
 import pytest
 
 from autosearch.measure.local import LocalRunner
-from autosearch.records import Status, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
+from autosearch.types import Status
 
 
 class _SwappingRunner(LocalRunner):

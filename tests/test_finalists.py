@@ -12,8 +12,9 @@ import json
 import os
 import random
 
-from autosearch.records import Config, MeasureResult, Record, Status, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
 from autosearch.search.finalists import contenders, rank, rotated
+from autosearch.types import Config, MeasureResult, Record, Status
 from tests.conftest import run_cli, small_conv_onnx
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from autosearch.measure.base import EvaluatorConfig
-from autosearch.records import Status
+from autosearch.types import Status
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from autosearch.errors import UserError
-from autosearch.records import Config, MeasureResult, Record, Status, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
+from autosearch.types import Config, MeasureResult, Record, Status
 
 
 def _rec(i: int, status: Status = Status.OK, latency: float = 1e-3) -> Record:

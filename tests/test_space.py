@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from autosearch.records import Config
 from autosearch.search.space import perfect_tilings
+from autosearch.types import Config
 
 
 def test_perfect_tilings_are_complete_and_legal():

@@ -85,7 +85,8 @@ def test_exported_record_matches_when_tvm_applies_the_database(tmp_path, small_m
 
     from autosearch.deploy.database import export_database
     from autosearch.frontend.importer import legalize
-    from autosearch.records import LogContents, MeasureResult, Record, Status
+    from autosearch.records import LogContents
+    from autosearch.types import MeasureResult, Record, Status
 
     applied = conv_space.apply(conv_space.default(0))
     assert applied.ok

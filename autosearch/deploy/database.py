@@ -18,7 +18,8 @@ from typing import Any
 
 from autosearch.errors import UserError, make_writable_dir
 from autosearch.frontend.task import TuningTask, task_from_module
-from autosearch.records import LogContents, MeasureResult, Record, Status, read_log
+from autosearch.records import LogContents, read_log
+from autosearch.types import MeasureResult, Record, Status
 
 log = logging.getLogger(__name__)
 

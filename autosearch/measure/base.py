@@ -8,7 +8,7 @@ from typing import Any, Protocol, TypeVar
 
 from autosearch.frontend.task import TuningTask
 from autosearch.measure.policy import MeasurePolicy
-from autosearch.records import MeasureResult
+from autosearch.types import MeasureResult
 
 _R = TypeVar("_R", bound="RunnerBase")
 

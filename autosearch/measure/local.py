@@ -26,7 +26,7 @@ from autosearch.measure.base import RunnerBase
 from autosearch.measure.measuring import MeasuringProcess
 from autosearch.measure.policy import REFERENCE_TIMEOUT, build_failure
 from autosearch.measure.worker import STARTUP_TIMEOUT, Worker
-from autosearch.records import MeasureResult
+from autosearch.types import MeasureResult
 
 log = logging.getLogger(__name__)
 

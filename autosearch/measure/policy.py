@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from autosearch.records import MeasureResult, Status
+from autosearch.types import MeasureResult, Status
 
 if TYPE_CHECKING:
     from autosearch.frontend.task import TuningTask

@@ -23,7 +23,7 @@ from autosearch.measure.ray_cluster import first_line
 from autosearch.measure.ray_device import build_in_worker, warm_build_worker
 from autosearch.measure.ray_fleet import Device
 from autosearch.measure.worker import STARTUP_TIMEOUT, Reply
-from autosearch.records import MeasureResult, Status
+from autosearch.types import MeasureResult, Status
 
 if TYPE_CHECKING:
     from autosearch.measure.ray_pool import RayRunner

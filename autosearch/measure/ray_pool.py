@@ -32,7 +32,7 @@ from autosearch.measure.ray_device import device_key as key_for_target
 from autosearch.measure.ray_device import device_kind
 from autosearch.measure.ray_fleet import DeviceFleet
 from autosearch.measure.worker import STARTUP_TIMEOUT
-from autosearch.records import MeasureResult
+from autosearch.types import MeasureResult
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from autosearch.records import Config, Record, TuningLog
+from autosearch.records import TuningLog
+from autosearch.types import Config, Record
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from autosearch.records import MeasureResult, Record
+    from autosearch.types import MeasureResult, Record
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")

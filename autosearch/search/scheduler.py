@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autosearch.frontend.task import TuningTask
-from autosearch.records import Config, MeasureResult
 from autosearch.search.space import DecisionSpace
 from autosearch.search.strategy import Strategy
+from autosearch.types import Config, MeasureResult
 
 ALPHA = 0.2  # Ansor's weight of the backward (observed) gradient against the forward (optimistic) one
 MIN_FIRST_PASS = 2

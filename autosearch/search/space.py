@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from autosearch.records import Config, Decision
+from autosearch.types import Config, Decision
 
 # A fixed, large seed: every sampling decision is set explicitly, and small seeds are degenerate.
 _SCHEDULE_SEED = 1_234_567_891

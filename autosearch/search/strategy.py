@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from autosearch import plugins
 from autosearch.errors import UserError
-from autosearch.records import Config, MeasureResult
+from autosearch.types import Config, MeasureResult
 
 # name -> module path: a view of the plug-in registry's group "autosearch.strategies" (autosearch.plugins), whose
 # entry points name the classes; the class's module defines OPTIONS (the options table), and AUTO_GUIDANCE if any.

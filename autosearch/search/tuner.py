@@ -18,11 +18,12 @@ from typing import Any
 
 from autosearch.frontend.target import host_cores, target_to_json
 from autosearch.frontend.task import TuningTask
-from autosearch.records import Config, LogContents, MeasureResult, Record, Status, TuningLog
+from autosearch.records import LogContents, TuningLog
 from autosearch.search.finalists import contenders, failures, rank, rotated
 from autosearch.search.scheduler import TaskScheduler, TaskState
 from autosearch.search.space import Applied, DecisionSpace
 from autosearch.search.strategy import make_strategy
+from autosearch.types import Config, MeasureResult, Record, Status
 
 log = logging.getLogger(__name__)
 

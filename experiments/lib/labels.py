@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from autosearch.measure.base import EvaluatorConfig
-from autosearch.records import LogContents, Record, TuningLog
+from autosearch.records import LogContents, TuningLog
 from autosearch.search.finalists import current_retimes, rotated
+from autosearch.types import Record
 from experiments.lib.retime import schedule
 
 log = logging.getLogger("labels")

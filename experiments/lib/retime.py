@@ -46,7 +46,7 @@ def round_robin(groups: Mapping[K, Sequence[T]], round_index: int) -> list[tuple
 def measure_traces(runner, task, traces: Sequence) -> list:
     """Time each schedule (TVM trace JSON) of ``task`` once, in the order given, on ``runner`` (whose reference for
     the task is prepared); a trace that no longer applies fails as ``invalid_config``, unbuilt."""
-    from autosearch.records import MeasureResult, Status
+    from autosearch.types import MeasureResult, Status
 
     mods: list[Any] = []
     for trace in traces:

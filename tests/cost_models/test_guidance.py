@@ -9,8 +9,9 @@ import pytest
 
 from autosearch.cost_models.evaluate import pairwise_accuracy
 from autosearch.cost_models.guidance import ModelScorer
-from autosearch.records import Config, LogContents
+from autosearch.records import LogContents
 from autosearch.search.cost_model import ConfigScorer, make_cost_model, make_scorer
+from autosearch.types import Config
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def test_untrained_scores_are_seeded(held_out_task, task_records):
 
 
 def test_failed_results_are_not_learned_and_bad_configs_score_lowest(held_out_task, task_records):
-    from autosearch.records import MeasureResult, Status
+    from autosearch.types import MeasureResult, Status
 
     task, space = held_out_task
     train, test = task_records

@@ -63,7 +63,7 @@ def test_round_robin_interleaves_methods_and_rotates_the_first() -> None:
 
 
 def test_retime_score_is_the_median_over_rounds_and_a_failure_is_never_best() -> None:
-    from autosearch.records import MeasureResult, Status
+    from autosearch.types import MeasureResult, Status
 
     ok = [MeasureResult(Status.OK, (s, s, s)) for s in (0.3, 0.1, 0.2)]
     assert score(ok) == pytest.approx(0.2)

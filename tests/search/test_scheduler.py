@@ -8,9 +8,10 @@ import time
 import pytest
 
 from autosearch.frontend.task import TuningTask
-from autosearch.records import Config, MeasureResult, Status, TuningLog
+from autosearch.records import TuningLog
 from autosearch.search.scheduler import MIN_FIRST_PASS, PLANNED_TRIALS_PER_CORE_MINUTE, TaskScheduler, TaskState
 from autosearch.search.tuner import Tuner
+from autosearch.types import Config, MeasureResult, Status
 
 
 def _task(i: int, flops: float = 1e9, **lowering) -> TuningTask:

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from autosearch.records import Config, MeasureResult, Status
 from autosearch.search.space import DecisionSpace, config_key
+from autosearch.types import Config, MeasureResult, Status
 
 LatencySource = Callable[[Config], MeasureResult]
 

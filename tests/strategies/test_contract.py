@@ -18,7 +18,6 @@ import pytest
 from strategy_helpers import EncodingRidgeScorer, OracleScorer
 
 from autosearch.errors import UserError
-from autosearch.records import Config, MeasureResult, Status
 from autosearch.search.strategy import (
     STRATEGIES,
     Strategy,
@@ -27,6 +26,7 @@ from autosearch.search.strategy import (
     strategy_class,
     strategy_options,
 )
+from autosearch.types import Config, MeasureResult, Status
 from tests.strategies.replay import ReplayRunner, SyntheticLatency, best_latency, run_strategy
 
 # the model-guided walk is kept small so the suite stays fast; its defaults are tested elsewhere
@@ -351,7 +351,7 @@ class _TinySpace:
     """The conv space with every decision but two of sketch 0 fixed: a real sub-space of 16 configs."""
 
     def __init__(self, space) -> None:
-        from autosearch.records import Decision
+        from autosearch.types import Decision
 
         self._space = space
         sketch = space.sketches[0]
@@ -376,7 +376,7 @@ class _TinySpace:
         )
 
     def sample(self, rng):
-        from autosearch.records import Config
+        from autosearch.types import Config
 
         return Config(
             0, tuple(d.choices[int(rng.integers(len(d.choices)))] for d in self.sketches[0].decisions)

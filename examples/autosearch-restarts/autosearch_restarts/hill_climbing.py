@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from autosearch.records import Config, MeasureResult
 from autosearch.search.cost_model import ConfigScorer
 from autosearch.search.space import DecisionSpace
 from autosearch.search.strategy import Option
+from autosearch.types import Config, MeasureResult
 
 OPTIONS: dict[str, Option] = {
     "patience": Option("batches without an improvement on the current config before a random restart", 3, int),

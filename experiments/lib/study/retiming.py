@@ -88,7 +88,7 @@ def _keys(config: StudyConfig, spec):
 
 def retimed(rounds: Sequence[dict[str, Any]]) -> dict[Item, float]:
     """Re-timed seconds per item over the stored rounds (:func:`experiments.lib.retime.score`)."""
-    from autosearch.records import MeasureResult, Status
+    from autosearch.types import MeasureResult, Status
 
     per_item: dict[Item, list] = {}
     for r in rounds:
