@@ -84,6 +84,11 @@ class RunnerBase:
         self.policy = MeasurePolicy(evaluator=evaluator or EvaluatorConfig(), run_timeout=run_timeout)
         self.phase_secs = {"build": 0.0, "run": 0.0}  # wall seconds in each phase (benchmarks)
 
+    def count_phases(self, build_secs: float, run_secs: float) -> None:
+        """Add one measure call's wall seconds spent building and then measuring to :attr:`phase_secs`."""
+        self.phase_secs["build"] += build_secs
+        self.phase_secs["run"] += run_secs
+
     def baseline_secs(self, task: TuningTask) -> float | None:
         """Median seconds of the task's untuned kernel, once ``prepare`` measured it."""
         return self.policy.baseline_secs(task.workload_key)

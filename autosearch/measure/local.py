@@ -224,8 +224,7 @@ class LocalRunner(RunnerBase):
         builds = self.builder.build([tvm.ir.save_json(m) for m in mods])
         built = time.perf_counter()
         results = [self._run(task, b) for b in builds]
-        self.phase_secs["build"] += built - start
-        self.phase_secs["run"] += time.perf_counter() - built
+        self.count_phases(built - start, time.perf_counter() - built)
         return results
 
     def _run(self, task: TuningTask, built: Built) -> MeasureResult:

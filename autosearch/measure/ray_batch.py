@@ -124,8 +124,7 @@ class RayBatch:
         if not self.reference:
             end = time.perf_counter()
             built = built if all_built else end
-            self.pool.phase_secs["build"] += built - start
-            self.pool.phase_secs["run"] += end - built
+            self.pool.count_phases(built - start, end - built)
         return [r for r in self.results if r is not None]
 
     def _handle(self, ref: Any, pinging: dict[Any, Device]) -> None:
@@ -200,7 +199,7 @@ class RayBatch:
         if self.reference:
             return device.handle.reference.remote(key, job.artifact, task.args, pool.seed,
                                                   self.policy.reference_evaluator(), self.run_timeout)
-        return device.handle.run.remote(key, [pool.references[key]], job.artifact, task.args, pool.seed,
+        return device.handle.run.remote(key, [pool.reference(key)], job.artifact, task.args, pool.seed,
                                         self.policy.run_evaluator(key), self.run_timeout)
 
     def _run_done(self, ref: Any) -> None:
@@ -223,7 +222,7 @@ class RayBatch:
             return self.policy.run_result(key, reply, build_secs=job.build_secs, worker=ident)
         result = self.policy.baseline_result(key, reply, build_secs=job.build_secs, worker=ident)
         if result.ok:
-            self.pool.references[key] = ray.put(reply.value["reference"])
+            self.pool.keep_reference(key, reply.value["reference"])
         return result
 
     # ---------------------------------------------------------------- faults

@@ -72,7 +72,7 @@ class RayRunner(RunnerBase):
         self.max_retries = max_retries
         self.build_options = {"resources": dict(build_resources)} if build_resources else {}
         self.target_json = target_to_json(target)
-        self.references: dict[str, Any] = {}  # task key -> ObjectRef of the reference npz bytes
+        self._references: dict[str, Any] = {}  # task key -> ObjectRef of the reference npz bytes
         self.fleet = DeviceFleet(key=self.key, kind=self.kind, num_threads=self.num_threads,
                                  allow_mixed=allow_mixed, max_restarts=max_restarts)
         self._batch: RayBatch | None = None
@@ -123,7 +123,7 @@ class RayRunner(RunnerBase):
 
     def close(self) -> None:
         self.fleet.close()
-        self.references.clear()
+        self._references.clear()
         if self._owns_ray:
             ray_cluster.disconnect()
         self._owns_ray = False
@@ -134,6 +134,16 @@ class RayRunner(RunnerBase):
             return self._batch.run()
         finally:
             self._batch = None
+
+    # ------------------------------------------------------------------ what a batch keeps here
+    def keep_reference(self, task_key: str, reference: Any) -> None:
+        """Put a task's reference outputs (npz bytes, from its baseline) in Ray's object store, once for every
+        later batch of the task."""
+        self._references[task_key] = ray.put(reference)
+
+    def reference(self, task_key: str) -> Any:
+        """The ObjectRef of a task's reference outputs (:meth:`keep_reference`)."""
+        return self._references[task_key]
 
     # ------------------------------------------------------------------ progress and inspection
     def in_flight(self) -> dict[int, int]:
