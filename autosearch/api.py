@@ -650,8 +650,11 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
     path = os.path.join(out, DATASET_FILE)
     say(f"measuring a dataset on this machine: {len(tasks)} conv tasks of {model} (both layouts), up to "
         f"{per_task} configs each, {minutes:g} min -> {path}")
-    measure_dataset(tasks, path, target=target, seconds=60 * minutes, per_task=per_task, seed=seed,
-                    on_progress=lambda done, total: progress("measuring configs", done, total))
+    from autosearch.measure.local import LocalRunner
+
+    with LocalRunner(target=target, seed=seed) as runner:
+        measure_dataset(tasks, path, runner=runner, seconds=60 * minutes, per_task=per_task, seed=seed,
+                        on_progress=lambda done, total: progress("measuring configs", done, total))
     return path
 
 

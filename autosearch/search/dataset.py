@@ -132,14 +132,14 @@ def dataset_tasks(model: str, target, *, count: int) -> list:
     return list(found.values())
 
 
-def measure_dataset(tasks: Sequence, out_path: str, *, target, seconds: float, per_task: int, batch: int = 8,
+def measure_dataset(tasks: Sequence, out_path: str, *, runner, seconds: float, per_task: int, batch: int = 8,
                     seed: int = 0, on_progress: Callable[[int, int], None] | None = None) -> int:
     """Measure ``tasks`` round-robin, a batch each in turn, for ``seconds`` or until each has ``per_task`` trials,
-    into the log ``out_path`` (continued when it exists); returns the trials logged now.
+    into the log ``out_path`` (continued when it exists); returns the trials logged now. ``runner``: a runner of
+    :mod:`autosearch.measure` for the tasks' target (the caller opens and closes it, as for the tuner).
     ``on_progress(trials in the log, trials wanted)`` after each batch."""
     import os
 
-    from autosearch.measure.local import LocalRunner
     from autosearch.records import read_log
 
     resume = os.path.exists(out_path)
@@ -149,7 +149,7 @@ def measure_dataset(tasks: Sequence, out_path: str, *, target, seconds: float, p
             logged.setdefault(rec.task_key, []).append(rec)
     deadline = time.monotonic() + seconds
     total = 0
-    with TuningLog(out_path, resume=resume) as tuning_log, LocalRunner(target=target, seed=seed) as runner:
+    with TuningLog(out_path, resume=resume) as tuning_log:
         tuning_log.write_run({"dataset": "train-model --measure", "tasks": len(tasks), "per_task": per_task,
                               "seconds": seconds, "seed": seed, "resumed": resume})
         samplers = []
