@@ -52,10 +52,21 @@ SPLITS = ("task", "model")  # leave one task out, leave one model (network) out
 
 
 # ---------------------------------------------------------------------------------------------- metrics
-def pairwise_accuracy(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray | None = None) -> float:
+def agreeing(y_pred: np.ndarray, pairs: np.ndarray) -> float:
+    """How many of ``pairs`` (a boolean matrix: ``pairs[i, j]`` when i is measured faster than j) ``y_pred`` puts the
+    same way round (higher = faster); a tie in ``y_pred`` counts half. The one tie rule of every pairwise metric."""
+    y_pred = np.asarray(y_pred, dtype=np.float64)
+    sign = np.sign(y_pred[:, None] - y_pred[None, :])[pairs]
+    return float((sign > 0).sum() + 0.5 * (sign == 0).sum())
+
+
+def pairwise_accuracy(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray | None = None, *,
+                      ratio: float = 1.0) -> float:
     """Share of pairs (same group, different ``y_true``) whose predicted order matches the measured one.
 
-    Higher ``y`` = faster. Ties in ``y_pred`` count 0.5. NaN when there is no such pair.
+    Higher ``y`` = faster. Ties in ``y_pred`` count 0.5 (:func:`agreeing`). NaN when there is no such pair.
+    ``ratio`` > 1 judges only the pairs whose ``y_true`` (a positive throughput) differ by more than that factor:
+    closer pairs are mostly measurement noise (``ratio=1.1``: "pairs more than 10% apart").
     """
     y_true = np.asarray(y_true, dtype=np.float64)
     y_pred = np.asarray(y_pred, dtype=np.float64)
@@ -64,11 +75,9 @@ def pairwise_accuracy(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray
     total = 0
     for g in np.unique(groups):
         sel = groups == g
-        t = np.sign(y_true[sel][:, None] - y_true[sel][None, :])
-        p = np.sign(y_pred[sel][:, None] - y_pred[sel][None, :])
-        pairs = t > 0  # each unordered pair once, oriented by the measured order
+        pairs = y_true[sel][:, None] > ratio * y_true[sel][None, :]  # each pair once, oriented by the measured order
         total += int(pairs.sum())
-        correct += float((p[pairs] > 0).sum() + 0.5 * (p[pairs] == 0).sum())
+        correct += agreeing(y_pred[sel], pairs)
     return correct / total if total else math.nan
 
 

@@ -90,10 +90,23 @@ class Applied:
         return not self.error
 
     def trace_json(self) -> Any:
-        """The trace as plain JSON (TVM's own format), replayable by ``Trace.apply_json_to_schedule``."""
+        """The trace as plain JSON (TVM's own format), replayable by :func:`replay`."""
         from autosearch.tvm_compat import to_plain_json
 
         return to_plain_json(self.trace.as_json(remove_postproc=False))
+
+
+def replay(mod, trace_json: Any):
+    """The schedule of ``mod`` a logged trace describes (TVM's JSON, postprocessors included: a log record's
+    ``trace``, :meth:`Applied.trace_json`), replayed on a fresh schedule as TVM replays a database record. Every
+    sampled decision is in the trace, so the seed changes nothing; no IR check after each step (the trace was
+    checked when it was applied)."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    sch = Schedule(mod, seed=_SCHEDULE_SEED, debug_mask=0)
+    Trace.apply_json_to_schedule(trace_json, sch)
+    return sch
 
 
 def _short(kind: str) -> str:

@@ -10,23 +10,21 @@ goes first from round to round, so a slow spell of the machine hits every method
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
+
+from autosearch.search.finalists import score
 
 K = TypeVar("K")
 T = TypeVar("T")
 
 
 def schedule(task, trace) -> Any:
-    """The scheduled module of ``task`` a TVM trace (JSON, postprocessors included) describes."""
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.schedule import Trace
+    """The scheduled module of ``task`` a TVM trace (JSON, postprocessors included) describes
+    (:func:`autosearch.search.space.replay`)."""
+    from autosearch.search.space import replay
 
-    sch = Schedule(task.mod)
-    Trace.apply_json_to_schedule(trace, sch)
-    return sch.mod
+    return replay(task.mod, trace).mod
 
 
 def round_robin(groups: Mapping[K, Sequence[T]], round_index: int) -> list[tuple[K, T]]:
@@ -90,14 +88,8 @@ def retime(task, target, traces: Sequence, *, evaluator=None, rounds: int = 1) -
     return out
 
 
-def score(results: Sequence) -> float:
-    """Seconds: the median over rounds of each round's median; ``inf`` if any round failed (never the best)."""
-    if not results or any(not r.ok for r in results):
-        return math.inf
-    return statistics.median(r.median for r in results)
-
-
 def retime_secs(task, target, traces: Sequence, *, evaluator=None, rounds: int = 1) -> list[float]:
-    """:func:`retime`, scored: seconds per trace (``inf`` for a schedule that failed a round)."""
+    """:func:`retime`, scored (:func:`autosearch.search.finalists.score`): seconds per trace (``inf`` for a
+    schedule that failed a round)."""
     per_round = retime(task, target, traces, evaluator=evaluator, rounds=rounds)
     return [score([r[i] for r in per_round]) for i in range(len(traces))]
