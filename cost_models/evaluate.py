@@ -243,11 +243,11 @@ class EvaluationReport:
     @property
     def markdown(self) -> str:
         """The same table as Markdown, with the caption below it (for README and ``--markdown``)."""
+        from autosearch.tables import markdown_table
+
         header = self._header()
-        rule = "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"
-        lines = ["| " + " | ".join(header) + " |", rule]
-        lines += ["| " + " | ".join(row) + " |" for row in self._rows()]
-        return "\n".join(lines) + f"\n\n{self.caption()}\n"
+        table = markdown_table(header, self._rows(), align="-" + "r" * (len(header) - 1))  # names left, figures right
+        return table + f"\n\n{self.caption()}\n"
 
     def to_json(self) -> dict[str, Any]:
         return {

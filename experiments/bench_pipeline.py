@@ -26,9 +26,9 @@ from autosearch.measure.base import EvaluatorConfig
 from autosearch.measure.local import LocalRunner
 from autosearch.records import TuningLog
 from autosearch.search.tuner import Tuner
+from autosearch.tables import markdown_table
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.metaschedule import tune_tir
-from experiments.lib.tables import markdown_table
 from experiments.lib.tasks import TaskSpec, pick_task
 
 

@@ -25,12 +25,12 @@ from autosearch.frontend.target import parse_target
 from autosearch.measure.base import EvaluatorConfig
 from autosearch.records import read_log
 from autosearch.search.strategy import parse_options
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.loo import without_task
 from experiments.lib.metaschedule import tune_tir
 from experiments.lib.retime import retime_secs
 from experiments.lib.stats import NEVER, median_trials, trials_to_reach
-from experiments.lib.tables import fmt, markdown_table
 from experiments.lib.tasks import TaskSpec, pick_task
 from experiments.lib.tuning import best_so_far, best_within, run_autosearch
 

@@ -38,6 +38,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 
+from autosearch.tables import markdown_table
 from experiments.lib.io import RESULTS
 from experiments.lib.machine import cpu_model as cpu_name
 from experiments.time_to_quality import State
@@ -254,17 +255,18 @@ def write_variants(results: dict, args, stem: str, cpu: str) -> None:
 
     header = ["variant", "median ms", "peak MiB", "loading", "runs", "predicted peak", "weights",
               "activations planned", "unplanned", "kernel scratch", "error vs ORT"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for r in results.values():
         if "error" in r:
-            lines.append(f"| {r['label']} | {r['error'][:80]} |" + " |" * (len(header) - 2))
+            rows.append([r["label"], r["error"][:80], *[""] * (len(header) - 2)])
             continue
         e = r.get("estimate") or {}
         above = [None if n is None else n - r["baseline_bytes"] for n in (r["load_peak_bytes"], r["run_peak_bytes"])]
         computed = [e.get(k) for k in ESTIMATE_COLUMNS]
         cells = [r["label"], f"{r['median_ms']:.2f}", *map(_mib, [r["model_peak_bytes"], *above, *computed]),
                  f"{r.get('max_rel_error_vs_ort', math.nan):.1e}"]
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
+    lines = [markdown_table(header, rows)]
     caption = (f"\n{args.name}: latency (median of {args.runs} runs in {args.rounds} fresh processes, "
                f"{args.threads} threads) and peak resident memory (MiB) over loading and running, above a process "
                "that imported the same runtime and loaded no model (loading / runs: the two phases' peaks); TVM's "
@@ -316,14 +318,14 @@ def write_front(front: list[dict], args, stem: str, cpu: str) -> None:
 
     header = ["budget MiB", "layout", "Winograd layers", "predicted peak", "measured peak", "error",
               "predicted ms", "measured ms", "output vs ORT"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for p in front:
         measured = p.get("model_peak_bytes")
         error = f"{100 * (p['predicted_bytes'] - measured) / measured:+.1f}%" if measured else "-"
-        lines.append("| " + " | ".join([_mib(p["budget_bytes"]), p["layout"], str(len(p["winograd_layers"])),
-                                        _mib(p["predicted_bytes"]), _mib(measured), error,
-                                        f"{p['predicted_ms']:.2f}", f"{p.get('median_ms', math.nan):.2f}",
-                                        f"{p.get('max_rel_error_vs_ort', math.nan):.1e}"]) + " |")
+        rows.append([_mib(p["budget_bytes"]), p["layout"], str(len(p["winograd_layers"])), _mib(p["predicted_bytes"]),
+                     _mib(measured), error, f"{p['predicted_ms']:.2f}", f"{p.get('median_ms', math.nan):.2f}",
+                     f"{p.get('max_rel_error_vs_ort', math.nan):.1e}"])
+    lines = [markdown_table(header, rows)]
     caption = (f"\n{args.name}: export --memory-budget at {len(front)} budgets; predicted peak "
                "(autosearch.deploy.memory) "
                "vs measured peak over loading and running (MiB above TVM imported), predicted latency (sum of the "

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import read_json, write_json, write_text
-from experiments.lib.tables import fmt, markdown_table
 
 log = logging.getLogger("online_refit")
 VARIANTS = ("xgb-rank pre-trained", "xgb-rank online", "mlp-rank pre-trained", "mlp-rank fine-tuned",

@@ -19,8 +19,8 @@ import math
 import os
 import sys
 
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import read_json, results_path, write_text
-from experiments.lib.tables import fmt, markdown_table
 
 
 def layer_rows(log_path: str) -> list[dict]:

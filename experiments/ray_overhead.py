@@ -24,8 +24,8 @@ from autosearch.frontend.target import parse_target
 from autosearch.measure.base import EvaluatorConfig
 from autosearch.measure.local import LocalRunner
 from autosearch.search.space import DecisionSpace
+from autosearch.tables import markdown_table
 from experiments.lib.io import results_path, write_json
-from experiments.lib.tables import markdown_table
 from experiments.lib.tasks import pick_task
 
 

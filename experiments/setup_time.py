@@ -25,9 +25,9 @@ import os
 import sys
 import time
 
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.machine import describe, fingerprint
-from experiments.lib.tables import fmt, markdown_table
 
 
 def every_location(space, trace, position: int) -> tuple[int, ...]:

@@ -41,10 +41,10 @@ import time
 from collections.abc import Callable
 
 import autosearch
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import ROOT, read_json, results_path, write_json, write_text
 from experiments.lib.machine import cpu_model
 from experiments.lib.metaschedule import RECORD_FILE, RecordClock
-from experiments.lib.tables import fmt, markdown_table
 
 METHODS = {"default": [], "none": ["--cost-model", "none"]}  # autosearch run's extra arguments
 PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO fp32"}  # autosearch.deploy.bench kinds -> names

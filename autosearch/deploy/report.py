@@ -312,6 +312,6 @@ def _plot_label(name: str) -> str:
 
 
 def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    from autosearch.tables import markdown_table
+
+    return markdown_table(header, rows) + "\n"

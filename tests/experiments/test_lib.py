@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from autosearch.cost_models.evaluate import pairwise_accuracy
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.retime import round_robin
 from experiments.lib.stats import (
     NEVER,
@@ -18,7 +19,6 @@ from experiments.lib.stats import (
     pairs_by_ratio,
     trials_to_reach,
 )
-from experiments.lib.tables import fmt, markdown_table
 from experiments.lib.tasks import TaskSpec, conv_signature, pick_task
 
 
