@@ -23,19 +23,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autosearch.errors import UserError, make_writable_dir
-from autosearch.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, DEFAULT_PRECISION, OLD_LOWERING
+from autosearch.frontend.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, DEFAULT_PRECISION, OLD_LOWERING
 
 if TYPE_CHECKING:
     from autosearch.cost_models.evaluate import EvaluationReport
     from autosearch.cost_models.pretrained import TrainReport
-    from autosearch.database import ExportSummary
-    from autosearch.deploy import CompiledModel
-    from autosearch.end_to_end import Report
-    from autosearch.importer import ImportedModel
+    from autosearch.deploy.build import CompiledModel
+    from autosearch.deploy.database import ExportSummary
+    from autosearch.deploy.report import Report
+    from autosearch.frontend.importer import ImportedModel
+    from autosearch.frontend.task import TuningTask
+    from autosearch.frontend.winograd import WinogradPolicy
     from autosearch.records import LogContents
-    from autosearch.task import TuningTask
-    from autosearch.tuner import TuneEvent, TuneSummary
-    from autosearch.winograd import WinogradPolicy
+    from autosearch.search.tuner import TuneEvent, TuneSummary
 
 DEFAULT_MODEL = "tiny-yolov2"
 DEFAULT_TRIALS = 400  # tune's budget when neither trials nor minutes is given
@@ -53,7 +53,7 @@ def _prepare() -> None:
 def _target(target: Any):
     """A TVM target: ``None`` (this CPU, all its cores), a spec string (``llvm``, ``cuda``, a tag, JSON), or a
     ``tvm.target.Target`` as it is."""
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
 
     return parse_target(target) if target is None or isinstance(target, str) else target
 
@@ -66,10 +66,10 @@ def load_tasks(model: str = DEFAULT_MODEL, *, target: Any = None, input_shape: s
     tuning tasks for ``target``, lowered as :func:`tune` would lower it: the model's tasks are what a run tunes.
 
     ``input_shape`` fixes dynamic input axes (``images:1,3,640,640``). The lowering options (``winograd``,
-    ``layout``, ``fast_math``, ``precision``; None: the default) are :mod:`autosearch.lowering`'s. The result's
-    ``tasks`` are :class:`~autosearch.task.TuningTask` objects (name, weight, FLOPs, workload key)."""
+    ``layout``, ``fast_math``, ``precision``; None: the default) are :mod:`autosearch.frontend.lowering`'s. The result's
+    ``tasks`` are :class:`~autosearch.frontend.task.TuningTask` objects (name, weight, FLOPs, workload key)."""
     _prepare()
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     return import_model(model, _target(target), input_shape=input_shape, winograd=winograd or "auto",
                         layout=layout or DEFAULT_LAYOUT, fast_math=fast_math or DEFAULT_FAST_MATH,
@@ -152,8 +152,8 @@ def resolve_guidance(spec: str | None, target: Any, strategy: str, *, seed: int)
     autosearch ships, where it fits the target and the strategy's guidance is cheap (``guided_by_default``),
     else none; a directory: a model train-model wrote, checked against the target (one-line error if it is
     corrupt or made for another target or feature version)."""
-    from autosearch.cost_model import COST_MODELS, PRETRAINED, make_cost_model
-    from autosearch.strategy import guided_by_default
+    from autosearch.search.cost_model import COST_MODELS, PRETRAINED, make_cost_model
+    from autosearch.search.strategy import guided_by_default
 
     if spec in (None, "", "none"):
         return None, "none"
@@ -292,7 +292,7 @@ def _untuned(state) -> float:
 def _estimates(summary: TuneSummary) -> tuple[str | None, dict[str, float], float, float]:
     """(the faster layout's model when both were tuned, each layout's estimate, untuned and tuned seconds of the
     tuned tasks of that model, weighted)."""
-    from autosearch.alternatives import choose_layout, layout_totals, task_layouts
+    from autosearch.frontend.alternatives import choose_layout, layout_totals, task_layouts
 
     layouts = layout_totals((s.task.lowering, s.task.weight, s.model_seconds) for s in summary.states)
     leader = choose_layout(layouts)  # --layout auto: the summed tasks are the faster model's (what export keeps)
@@ -308,7 +308,7 @@ def _estimates(summary: TuneSummary) -> tuple[str | None, dict[str, float], floa
 
 def _check_tune(strategy: str, trials: int | None, minutes: float | None, batch: int, finalist_rounds: int,
                 resume: bool, log: str | None, runner: Any) -> None:
-    from autosearch.strategy import STRATEGIES
+    from autosearch.search.strategy import STRATEGIES
 
     if strategy not in STRATEGIES:
         raise UserError(f"unknown strategy {strategy!r}; valid strategies: {', '.join(sorted(STRATEGIES))}")
@@ -342,19 +342,19 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     ``runs/<model>-<strategy>-<time>.jsonl``; ``resume=True`` continues the run recorded in ``log`` (its lowering
     kept; ``minutes``: minutes more), and an existing log is never overwritten without it.
 
-    ``strategy``: a registered strategy (:data:`autosearch.strategy.STRATEGIES`), with ``options`` from its options
-    table. ``cost_model``: ``auto`` (the shipped pre-trained model where it fits the target and the strategy),
+    ``strategy``: a registered strategy (:data:`autosearch.search.strategy.STRATEGIES`), with ``options`` from its
+    options table. ``cost_model``: ``auto`` (the shipped pre-trained model where it fits the target and the strategy),
     ``none``, a registry name trained online, or a directory written by :func:`train_model`. ``runner``: ``local``,
     ``ray``, or a runner object (the caller closes it); ``measure``: how each config is timed.
 
-    ``on_event`` gets a :class:`TunePlanned`, a :class:`TuneStarted`, then a :class:`~autosearch.tuner.TuneEvent`
+    ``on_event`` gets a :class:`TunePlanned`, a :class:`TuneStarted`, then a :class:`~autosearch.search.tuner.TuneEvent`
     after each batch, untuned timing and re-timing (what the CLI's progress bar shows). Ctrl-C stops the search:
     the log keeps every finished batch and the result says ``interrupted``.
     """
     from autosearch import __version__
 
     _check_tune(strategy, trials, minutes, batch, finalist_rounds, resume, log, runner)
-    from autosearch.strategy import parse_options
+    from autosearch.search.strategy import parse_options
 
     options = parse_options(strategy, dict(options or {}))
     notify = on_event or (lambda event: None)
@@ -364,9 +364,9 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     notify(TunePlanned(model=model, strategy=strategy, trials=trials, minutes=minutes, batch=batch, log=log_path))
 
     _prepare()
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
     from autosearch.records import TuningLog, read_log
-    from autosearch.tuner import Tuner, pretrained_model
+    from autosearch.search.tuner import Tuner, pretrained_model
 
     target = _target(target)
     if target.kind.name != "llvm" and runner == "local":
@@ -386,7 +386,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     try:
         warm = []
         if warm_start:
-            from autosearch.database import read_records
+            from autosearch.deploy.database import read_records
 
             warm = [read_records(warm_start)]  # LogContents: the scorer featurises its task headers too
         runner_name = runner if isinstance(runner, str) else getattr(runner, "name", type(runner).__name__)
@@ -416,9 +416,9 @@ def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summar
                  plot: bool) -> TuneResult:
     png = None
     if plot and summary.trials:
-        from autosearch.estimates import estimate_curve, task_shares
         from autosearch.plots import plot_run
         from autosearch.records import read_log
+        from autosearch.search.estimates import estimate_curve, task_shares
 
         contents = read_log(log_path)  # the whole log: a resumed run is drawn from its start
         curve = estimate_curve(contents)
@@ -454,7 +454,7 @@ def export(log: str, out: str, *, top_k: int = 1, force: bool = False, memory_bu
     if memory_budget is not None and not model:
         raise UserError("--memory-budget needs --model: the model the log was tuned on")
     _prepare()
-    from autosearch.database import check_out_dir, export_database
+    from autosearch.deploy.database import check_out_dir, export_database
     from autosearch.records import read_log
 
     contents = read_log(log)
@@ -466,7 +466,7 @@ def export(log: str, out: str, *, top_k: int = 1, force: bool = False, memory_bu
             f"skipped {len(contents.corrupt)} corrupt line(s), first: {contents.corrupt[0]}")
     budget, lowering = None, None
     if memory_budget is not None:
-        from autosearch.budget import budget_choice, import_tuned_model
+        from autosearch.deploy.budget import budget_choice, import_tuned_model
 
         target = _target(target)
         tuned = import_tuned_model(contents, model, target, input_shape=input_shape)
@@ -483,8 +483,8 @@ def _database_lowering(db: str, target: Any, *, winograd: str | None, layout: st
     the database was tuned (export records it), else the option's value before it existed (databases from before
     it, or from ``ms.tune_tir`` on the model as imported). With ``auto``, the per-layer algorithms the database
     measured faster."""
-    from autosearch.database import database_lowering
-    from autosearch.winograd import WinogradPolicy
+    from autosearch.deploy.database import database_lowering
+    from autosearch.frontend.winograd import WinogradPolicy
 
     lowering = database_lowering(db)
 
@@ -518,9 +518,9 @@ def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: s
     lowering gives other tasks, none of them tuned). Tasks the database lacks keep TVM's default code: the result
     lists them (``missing_tasks``), with the model's predicted peak memory on CPU targets."""
     _prepare()
-    from autosearch.database import load_database
-    from autosearch.deploy import compile_model
-    from autosearch.importer import import_model
+    from autosearch.deploy.build import compile_model
+    from autosearch.deploy.database import load_database
+    from autosearch.frontend.importer import import_model
 
     target = _target(target)
     database = load_database(db)
@@ -544,13 +544,13 @@ def report(model: str, db: str, *, log: str | None = None, target: Any = None, i
     processes on the same ``threads``, ``runs`` forward passes over ``rounds`` turns (``untuned_runs`` for untuned
     TVM, whose passes take seconds); per-task latencies (untuned ones from ``log``, when given). Writes the bar
     chart ``plot`` and, when given, the tables as Markdown; ``on_message`` gets a line at each step (minutes).
-    See :mod:`autosearch.end_to_end`."""
+    See :mod:`autosearch.deploy.report`."""
     if runs <= 0:
         raise UserError(f"--runs must be positive, not {runs}")
     if rounds <= 0:
         raise UserError(f"--rounds must be positive, not {rounds}")
     _prepare()
-    from autosearch.end_to_end import end_to_end_report
+    from autosearch.deploy.report import end_to_end_report
 
     target = _target(target)
     policy, layout, fast_math = _database_lowering(db, target, winograd=winograd, layout=layout, fast_math=fast_math,
@@ -571,9 +571,9 @@ def compare_models(logs: str | Sequence[str], *, models: Sequence[str] | None = 
     predicted-vs-measured PNG ``plot`` and, when given, the table as Markdown. ``on_progress(label, done,
     total)``: featurising the records, then each model's held-out folds."""
     _prepare()
-    from autosearch.cost_model import make_cost_model
     from autosearch.cost_models.evaluate import DEFAULT_MODELS
     from autosearch.cost_models.evaluate import compare_models as evaluate
+    from autosearch.search.cost_model import make_cost_model
 
     logs = [logs] if isinstance(logs, str) else list(logs)
     models = list(DEFAULT_MODELS) if models is None else [m.strip() for m in models if m.strip()]
@@ -637,8 +637,8 @@ def train_model(out: str, *, logs: Sequence[str] = (), measure: bool = False, mi
 def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_layout: int, per_task: int, seed: int,
                      progress: Callable[[str, int, int], None], say: Callable[[str], None]) -> str:
     """``train-model --measure``: measure (or go on measuring) OUT/dataset.jsonl for ``minutes``; its path."""
-    from autosearch.dataset import DATASET_FILE, dataset_tasks, measure_dataset
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
+    from autosearch.search.dataset import DATASET_FILE, dataset_tasks, measure_dataset
 
     if minutes is None or not (math.isfinite(minutes) and minutes > 0):
         raise UserError("train-model --measure needs --minutes, a positive number (the measuring budget)")
@@ -650,8 +650,11 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
     path = os.path.join(out, DATASET_FILE)
     say(f"measuring a dataset on this machine: {len(tasks)} conv tasks of {model} (both layouts), up to "
         f"{per_task} configs each, {minutes:g} min -> {path}")
-    measure_dataset(tasks, path, target=target, seconds=60 * minutes, per_task=per_task, seed=seed,
-                    on_progress=lambda done, total: progress("measuring configs", done, total))
+    from autosearch.measure.local import LocalRunner
+
+    with LocalRunner(target=target, seed=seed) as runner:
+        measure_dataset(tasks, path, runner=runner, seconds=60 * minutes, per_task=per_task, seed=seed,
+                        on_progress=lambda done, total: progress("measuring configs", done, total))
     return path
 
 

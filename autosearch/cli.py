@@ -19,7 +19,7 @@ import traceback
 from autosearch import __version__
 from autosearch.api import DEFAULT_BATCH, DEFAULT_MODEL, DEFAULT_TRIALS
 from autosearch.errors import UserError
-from autosearch.lowering import (
+from autosearch.frontend.lowering import (
     DEFAULT_FAST_MATH,
     DEFAULT_LAYOUT,
     DEFAULT_PRECISION,
@@ -124,7 +124,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
                   f"{len(model.tasks)} tasks ({sum(1 for t in model.tasks if 'conv' in t.name)} conv{alternatives}) "
                   f"— extracted in {elapsed:.1f} s")
     if auto:  # two models: how many tasks each runs (a task both lowerings share counts in both)
-        from autosearch.alternatives import task_layouts
+        from autosearch.frontend.alternatives import task_layouts
 
         per_layout = {}
         for t in model.tasks:
@@ -266,7 +266,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                               + (f" ({', '.join(won)})" if won and faster == "winograd" else "")
                               + "; compile uses the faster")
     if budget is not None:
-        from autosearch.memory import mib
+        from autosearch.deploy.memory import mib
 
         wino = sorted(k for k, a in budget.choices.items() if a == "winograd")
         console.print(f"memory budget {mib(budget.budget_bytes)} MiB: layout {budget.layout}, {len(wino)} of "
@@ -288,11 +288,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if compiled.missing_tasks:
         console.print(f"not in the database (TVM default code): {', '.join(compiled.missing_tasks)}")
     if compiled.memory is not None:
-        from autosearch.memory import mib
+        from autosearch.deploy.memory import mib
 
         m = compiled.memory
         console.print(f"predicted peak memory {mib(m.peak_bytes())} MiB (weights {mib(m.weight_bytes)}, activations "
-                      f"{mib(m.planned_bytes)} planned, kernel scratch {mib(m.scratch_bytes)}; autosearch.memory)")
+                      f"{mib(m.planned_bytes)} planned, kernel scratch {mib(m.scratch_bytes)}; "
+                      "autosearch.deploy.memory)")
     return 0
 
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autosearch.api import TuneResult
-from autosearch.end_to_end import MEMORY_COLUMNS, PEAK_NOTE, RUNTIME_COLUMNS, Report, format_ms
+from autosearch.deploy.report import MEMORY_COLUMNS, PEAK_NOTE, RUNTIME_COLUMNS, Report, format_ms
 
 
 def print_run_summary(console: Console, result: TuneResult) -> None:

@@ -46,8 +46,9 @@ def save(fig, path: str, *, rect: tuple[float, float, float, float] | None = Non
 
 def plot_run(curve: Sequence[Any], shares: Sequence[Any], path: str, *, title: str = "", top: int = 10) -> str:
     """A run at a glance: the model's estimated latency against minutes and against trials
-    (:func:`autosearch.estimates.estimate_curve`), and the tasks' shares of the final estimate
-    (:func:`autosearch.estimates.task_shares`, the ``top`` largest, the rest as one bar); returns the path written."""
+    (:func:`autosearch.search.estimates.estimate_curve`), and the tasks' shares of the final estimate
+    (:func:`autosearch.search.estimates.task_shares`, the ``top`` largest, the rest as one bar); returns the path
+    written."""
     fig, axes = figure(1, 3, size=(18.0, 5.0))
     ms = [p.latency * 1e3 for p in curve]
     for ax, xs, label in ((axes[0, 0], [p.seconds / 60 for p in curve], "minutes"),

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from autosearch.tuner import TuneEvent
+from autosearch.search.tuner import TuneEvent
 
 
 class TuningProgress:

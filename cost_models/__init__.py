@@ -1,7 +1,7 @@
 """Cost-model plug-ins for autosearch (``autosearch.cost_models``): one module per model family, their features,
 and the scorer that guides search with any of them.
 
-``autosearch.cost_model``'s registry names each family's ``create``; the scorer is found here, on the
+``autosearch.search.cost_model``'s registry names each family's ``create``; the scorer is found here, on the
 package (``scorer``), because one scorer serves every family: what it does for a task (featurise configs
 and the warm start for the model's input kind, refit after each batch) depends on the model's input, not
 on the model.
@@ -22,7 +22,7 @@ TABULAR_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding")
 # the sequence kinds: tokens of the trace, joined with the vector of this tabular kind (None: tokens alone)
 SEQUENCE_KINDS = {"sequence": None, "sequence+loop": "loop", "sequence+loop+asm": "loop+asm"}
 # what may follow '@' in a model's name (xgb@pooled, seq@sequence+loop): the core's
-# ``autosearch.cost_model.FEATURE_SETS`` reads it here, through the registry
+# ``autosearch.search.cost_model.FEATURE_SETS`` reads it here, through the registry
 FEATURE_SETS = (*TABULAR_KINDS, *SEQUENCE_KINDS)
 
 

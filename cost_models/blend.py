@@ -34,7 +34,7 @@ class BlendRanker(BaseEstimator):
         self.seed = seed
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> BlendRanker:
-        from autosearch.cost_model import make_cost_model
+        from autosearch.search.cost_model import make_cost_model
 
         members = [make_cost_model(f"{name}@{self.input_kind}", seed=self.seed).fit(X, y, groups) for name in MEMBERS]
         spreads = [float(np.std(m.predict(X))) for m in members]

@@ -52,10 +52,21 @@ SPLITS = ("task", "model")  # leave one task out, leave one model (network) out
 
 
 # ---------------------------------------------------------------------------------------------- metrics
-def pairwise_accuracy(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray | None = None) -> float:
+def agreeing(y_pred: np.ndarray, pairs: np.ndarray) -> float:
+    """How many of ``pairs`` (a boolean matrix: ``pairs[i, j]`` when i is measured faster than j) ``y_pred`` puts the
+    same way round (higher = faster); a tie in ``y_pred`` counts half. The one tie rule of every pairwise metric."""
+    y_pred = np.asarray(y_pred, dtype=np.float64)
+    sign = np.sign(y_pred[:, None] - y_pred[None, :])[pairs]
+    return float((sign > 0).sum() + 0.5 * (sign == 0).sum())
+
+
+def pairwise_accuracy(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray | None = None, *,
+                      ratio: float = 1.0) -> float:
     """Share of pairs (same group, different ``y_true``) whose predicted order matches the measured one.
 
-    Higher ``y`` = faster. Ties in ``y_pred`` count 0.5. NaN when there is no such pair.
+    Higher ``y`` = faster. Ties in ``y_pred`` count 0.5 (:func:`agreeing`). NaN when there is no such pair.
+    ``ratio`` > 1 judges only the pairs whose ``y_true`` (a positive throughput) differ by more than that factor:
+    closer pairs are mostly measurement noise (``ratio=1.1``: "pairs more than 10% apart").
     """
     y_true = np.asarray(y_true, dtype=np.float64)
     y_pred = np.asarray(y_pred, dtype=np.float64)
@@ -64,11 +75,9 @@ def pairwise_accuracy(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray
     total = 0
     for g in np.unique(groups):
         sel = groups == g
-        t = np.sign(y_true[sel][:, None] - y_true[sel][None, :])
-        p = np.sign(y_pred[sel][:, None] - y_pred[sel][None, :])
-        pairs = t > 0  # each unordered pair once, oriented by the measured order
+        pairs = y_true[sel][:, None] > ratio * y_true[sel][None, :]  # each pair once, oriented by the measured order
         total += int(pairs.sum())
-        correct += float((p[pairs] > 0).sum() + 0.5 * (p[pairs] == 0).sum())
+        correct += agreeing(y_pred[sel], pairs)
     return correct / total if total else math.nan
 
 
@@ -234,11 +243,11 @@ class EvaluationReport:
     @property
     def markdown(self) -> str:
         """The same table as Markdown, with the caption below it (for README and ``--markdown``)."""
+        from autosearch.tables import markdown_table
+
         header = self._header()
-        rule = "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"
-        lines = ["| " + " | ".join(header) + " |", rule]
-        lines += ["| " + " | ".join(row) + " |" for row in self._rows()]
-        return "\n".join(lines) + f"\n\n{self.caption()}\n"
+        table = markdown_table(header, self._rows(), align="-" + "r" * (len(header) - 1))  # names left, figures right
+        return table + f"\n\n{self.caption()}\n"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -319,7 +328,7 @@ def cross_validate(dataset, spec: str, folds: Sequence[Fold], *, seed: int = 0,
     (a model); ``y_pred`` holds each record's prediction from the (first) fold that held it out.
     ``on_fold(spec, done, total)`` is called after each fold (progress for long comparisons).
     """
-    from autosearch.cost_model import make_cost_model
+    from autosearch.search.cost_model import make_cost_model
 
     result = ModelResult(name=spec, y_pred=np.full(len(dataset), np.nan))
     X = dataset.X(make_cost_model(spec, seed=seed).input_kind)
@@ -377,9 +386,9 @@ def comparison_dataset(logs: Sequence[str], models: Sequence[str], *, seed: int 
     """The featurised dataset a comparison of ``models`` runs on: the valid trials of ``logs`` with the
     features of every model's input kind. ``split="model"`` checks the log headers name 2 networks before
     minutes of featurising."""
-    from autosearch.cost_model import make_cost_model
     from autosearch.cost_models.feature_store import as_store
     from autosearch.cost_models.features import build_dataset, read_logs
+    from autosearch.search.cost_model import make_cost_model
 
     if isinstance(logs, str):
         logs = [logs]
@@ -455,7 +464,7 @@ def compare_models(
     """Leave-one-task-out (``split="task"``) or leave-one-model-out (``split="model"``) comparison of cost
     models on the valid trials of tuning logs.
 
-    ``logs`` are tuning-log paths (or TVM JSONDatabase directories, once ``autosearch.database.
+    ``logs`` are tuning-log paths (or TVM JSONDatabase directories, once ``autosearch.deploy.database.
     read_database`` exists); ``models`` are registry names, optionally with a feature set (``xgb@pooled``). A model that
     fails is reported in its row, the others still run. Writes the predicted-vs-measured PNG to
     ``out_png`` when given. Only tasks with at least ``min_records`` valid records are held out (all

@@ -26,8 +26,8 @@ Feature sets, as kinds of model input (``INPUT_KINDS``):
 an object array of :class:`Program` (the task's TuneContext and a ``MeasureCandidate``).
 
 A record's schedule is rebuilt from its log line alone: the task from the log's task header
-(``TuningTask.from_json``), the schedule by replaying the logged trace JSON with
-``Trace.apply_json_to_schedule`` on a fresh ``Schedule(task.mod)``. Replaying the postprocessor part of
+(``TuningTask.from_json``), the schedule by replaying the logged trace JSON on a fresh
+schedule of ``task.mod`` (:func:`autosearch.search.space.replay`). Replaying the postprocessor part of
 the trace gives the same program (and features) as ``DecisionSpace.apply``.
 
 Cost: for a logged record, replaying its trace is most of the cost of the loop features and of
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -59,8 +58,9 @@ from autosearch.cost_models.loop_features import WIDTH as LOOP_WIDTH
 from autosearch.cost_models.loop_features import Machine, loop_features
 from autosearch.cost_models.trace_tokens import sequence_input, trace_tokens
 from autosearch.errors import UserError
-from autosearch.finalists import current_retimes
-from autosearch.records import Config, LogContents, Record
+from autosearch.records import LogContents
+from autosearch.search.finalists import current_retimes, scores
+from autosearch.types import Config, Record
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ POOLED_WIDTH = 3 * N_STORE_FEATURES + 1
 # with a vector) are named in the package (autosearch.cost_models), with the feature sets a model name may pick
 INPUT_KINDS = ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "per_store", "encoding", "program",
                *SEQUENCE_KINDS)
-_SCHEDULE_SEED = 1_234_567_891  # as autosearch.space: every sampled decision is replayed explicitly
+_SCHEDULE_SEED = 1_234_567_891  # as autosearch.search.space: every sampled decision is replayed explicitly
 
 
 # ---------------------------------------------------------------------------------------------- TVM side
@@ -108,13 +108,11 @@ class TaskFeaturizer:
         self.machine = Machine.from_target(target)
 
     def schedule_from_trace(self, trace_json: Any):
-        """Replay a logged trace (postprocessors included) on a fresh schedule of the task."""
-        from tvm.s_tir import Schedule
-        from tvm.s_tir.schedule import Trace
+        """Replay a logged trace (postprocessors included) on a fresh schedule of the task
+        (:func:`autosearch.search.space.replay`)."""
+        from autosearch.search.space import replay
 
-        sch = Schedule(self.task.mod, seed=_SCHEDULE_SEED, debug_mask=0)
-        Trace.apply_json_to_schedule(trace_json, sch)
-        return sch
+        return replay(self.task.mod, trace_json)
 
     def schedule_from_mod(self, mod):
         """A schedule wrapping an already scheduled module (``Applied.mod``): extraction reads only its IR."""
@@ -326,9 +324,9 @@ def labelled_trials(contents: LogContents) -> list[tuple[Record, float]]:
     """The valid trials with the latency (seconds) a model learns from: the label.
 
     A task whose every valid trial was re-timed in fresh processes after the task's last trial (the re-times
-    ``autosearch.finalists.current_retimes`` counts; ``experiments/make_dataset.py --retime-rounds`` makes them)
+    ``autosearch.search.finalists.current_retimes`` counts; ``experiments/make_dataset.py --retime-rounds`` makes them)
     is labelled by the re-times: per record the median over rounds of its per-round medians, the rule of
-    ``finalists.rank``; a record whose kernel failed a re-time is left out. Any other task keeps the trials' own
+    ``finalists.score``; a record whose kernel failed a re-time is left out. Any other task keeps the trials' own
     timings, for all its records: labels of one task from two kinds of timing (a run re-times only its finalists,
     in a fresh process that times kernels differently from the search's) would order records by how they were
     timed.
@@ -338,26 +336,16 @@ def labelled_trials(contents: LogContents) -> list[tuple[Record, float]]:
     for rec in contents.records:
         if rec.kind in ("trial", "retime"):
             retimes.setdefault(rec.task_key, []).append(rec)
-    labels: dict[str, dict[Config, float | None]] = {}  # task -> config -> re-timed label (None: a re-time failed)
+    labels: dict[str, dict[Config, float]] = {}  # task -> config -> re-timed label (inf: a re-time failed)
     for key, records in retimes.items():
-        medians: dict[Config, list[float]] = {}
-        failed: set[Config] = set()
-        for r in current_retimes(records):
-            if r.config is None:
-                continue
-            if r.ok:
-                medians.setdefault(r.config, []).append(r.latency)
-            else:
-                failed.add(r.config)
-        labels[key] = {c: statistics.median(m) for c, m in medians.items()}
-        labels[key].update(dict.fromkeys(failed))
+        labels[key] = scores((r.config, r.result) for r in current_retimes(records) if r.config is not None)
     retimed = {key for key, by_config in labels.items()
                if by_config and all(r.config in by_config for r in trials if r.task_key == key)}
     out: list[tuple[Record, float]] = []
     for r in trials:
         if r.task_key not in retimed:
             out.append((r, r.latency))
-        elif (label := labels[r.task_key][r.config]) is not None:
+        elif math.isfinite(label := labels[r.task_key][r.config]):
             out.append((r, label))
     return out
 
@@ -453,7 +441,7 @@ class _DatasetBuilder:
         self._flops: list[float] = []
 
     def task(self, key: str, header: dict[str, Any]):
-        from autosearch.task import TuningTask
+        from autosearch.frontend.task import TuningTask
 
         if key not in self.tasks:
             self.tasks[key] = TuningTask.from_json(header)
@@ -465,7 +453,7 @@ class _DatasetBuilder:
         return self.featurizers[key]
 
     def space(self, key: str, header: dict[str, Any]):
-        from autosearch.space import DecisionSpace
+        from autosearch.search.space import DecisionSpace
 
         if key not in self.spaces:
             task = self.task(key, header)
@@ -566,8 +554,8 @@ class _DatasetBuilder:
 
 
 def read_logs(paths: Sequence[str]) -> list[LogContents]:
-    """Tuning logs or TVM JSONDatabase directories (``autosearch.database.read_records`` tells them apart)."""
-    from autosearch.database import read_records
+    """Tuning logs or TVM JSONDatabase directories (``autosearch.deploy.database.read_records`` tells them apart)."""
+    from autosearch.deploy.database import read_records
 
     return [read_records(path) for path in paths]
 

@@ -55,8 +55,9 @@ from autosearch.cost_models.features import (
     stack_per_store,
 )
 from autosearch.cost_models.trace_tokens import sequence_input, trace_tokens
-from autosearch.records import Config, LogContents, MeasureResult, Record
-from autosearch.target import host_cores
+from autosearch.frontend.target import host_cores
+from autosearch.records import LogContents
+from autosearch.types import Config, MeasureResult, Record
 
 log = logging.getLogger(__name__)
 

@@ -68,7 +68,7 @@ class Machine:
     def from_target(cls, target) -> Machine:
         """Vector width as LLVM sees the target's CPU; cores from ``num-cores``; x86 registers and
         typical cache sizes (the features are ratios: exact sizes matter little)."""
-        from autosearch.target import target_num_cores
+        from autosearch.frontend.target import target_num_cores
 
         bits = 128
         try:

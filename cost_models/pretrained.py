@@ -297,11 +297,11 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     records all in one fold), each fold predicted by a model trained on the others; then the model is trained on
     everything."""
     from autosearch import __version__
-    from autosearch.cost_model import make_cost_model
     from autosearch.cost_models.evaluate import pairwise_accuracy, top_k_score
     from autosearch.cost_models.feature_store import as_store
     from autosearch.cost_models.features import build_dataset, labelled_trials, read_logs
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
+    from autosearch.search.cost_model import make_cost_model
 
     if family not in PRETRAINED_FAMILIES:
         raise UserError(f"unknown family {family!r} for train-model; valid: {', '.join(PRETRAINED_FAMILIES)}")

@@ -20,15 +20,15 @@ import sys
 import tempfile
 import time
 
-from autosearch.importer import import_model
+from autosearch.frontend.importer import import_model
+from autosearch.frontend.target import parse_target
 from autosearch.measure.base import EvaluatorConfig
 from autosearch.measure.local import LocalRunner
 from autosearch.records import TuningLog
-from autosearch.target import parse_target
-from autosearch.tuner import Tuner
+from autosearch.search.tuner import Tuner
+from autosearch.tables import markdown_table
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.metaschedule import tune_tir
-from experiments.lib.tables import markdown_table
 from experiments.lib.tasks import TaskSpec, pick_task
 
 
@@ -65,7 +65,7 @@ def bench_autosearch(task, target, trials: int, batch: int, evaluator: Evaluator
 def bench_metaschedule(task, target, trials: int, batch: int, evaluator: EvaluatorConfig, fast: bool) -> dict:
     work = tempfile.mkdtemp(prefix="bench-ms-")
     run = tune_tir(task.mod, target, work, trials, per_iter=batch, fast_builder=fast, evaluator=evaluator, seed=1)
-    from autosearch.database import read_database
+    from autosearch.deploy.database import read_database
 
     contents = read_database(work)
     ok = [r for r in contents.records if r.ok]

@@ -20,17 +20,17 @@ import statistics
 import sys
 import tempfile
 
-from autosearch.importer import import_model
+from autosearch.frontend.importer import import_model
+from autosearch.frontend.target import parse_target
 from autosearch.measure.base import EvaluatorConfig
 from autosearch.records import read_log
-from autosearch.strategy import parse_options
-from autosearch.target import parse_target
+from autosearch.search.strategy import parse_options
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.loo import without_task
 from experiments.lib.metaschedule import tune_tir
 from experiments.lib.retime import retime_secs
 from experiments.lib.stats import NEVER, median_trials, trials_to_reach
-from experiments.lib.tables import fmt, markdown_table
 from experiments.lib.tasks import TaskSpec, pick_task
 from experiments.lib.tuning import best_so_far, best_within, run_autosearch
 
@@ -41,7 +41,7 @@ LOGS = results_path("logs")  # tuning logs, reused as the cost-model dataset (no
 
 
 def run_metaschedule(task, target, budget: int, batch: int, seed: int, evaluator):
-    from autosearch.database import read_database
+    from autosearch.deploy.database import read_database
 
     work = tempfile.mkdtemp(prefix="cmp-ms-")
     run = tune_tir(task.mod, target, work, budget, per_iter=batch, fast_builder=True, evaluator=evaluator,

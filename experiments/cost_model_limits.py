@@ -20,11 +20,11 @@ import sys
 
 import numpy as np
 
-from autosearch.cost_model import make_cost_model
 from autosearch.cost_models.evaluate import pairwise_accuracy, task_metrics
 from autosearch.cost_models.features import build_dataset, read_logs
+from autosearch.search.cost_model import make_cost_model
 from experiments.lib.loo import task_splits
-from experiments.lib.stats import close_share, pairs_by_ratio, pairwise_accuracy_apart
+from experiments.lib.stats import close_share, pairs_by_ratio
 
 log = logging.getLogger("cost_model_limits")
 
@@ -44,7 +44,7 @@ def held_out(X, y, groups, folds, model: str, seed: int, by_ratio: dict | None =
                 by_ratio[bucket] = (before[0] + pairs, before[1] + ok)
         metrics = task_metrics(y[test], pred, ranker=True)
         metrics.pop("rmse")  # scores, not throughputs, for a ranker
-        metrics["apart10"] = pairwise_accuracy_apart(y[test], pred, ratio=1.1)
+        metrics["apart10"] = pairwise_accuracy(y[test], pred, ratio=1.1)
         metrics["close_share"] = close_share(y[test], ratio=1.1)
         rows.append(metrics)
     return {k: float(np.nanmean([r[k] for r in rows])) for k in rows[0]}

@@ -41,8 +41,8 @@ import numpy as np
 
 from autosearch.cost_models.evaluate import DEFAULT_MODELS, METRICS, SPLITS, ModelResult
 from autosearch.errors import UserError
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import read_json, write_json, write_text
-from experiments.lib.tables import fmt, markdown_table
 
 log = logging.getLogger("cost_model_study")
 
@@ -63,7 +63,7 @@ def result_path(out: str, split: str, spec: str) -> str:
 
 
 def machine() -> dict[str, Any]:
-    from autosearch.target import cpu_model
+    from autosearch.frontend.target import cpu_model
 
     return {"cpu_model": cpu_model(), "cores": os.cpu_count() or 1}
 

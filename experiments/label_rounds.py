@@ -43,8 +43,10 @@ import numpy as np
 from autosearch.cost_models.evaluate import pairwise_accuracy, spearman, top_k_score
 from autosearch.cost_models.features import labelled_trials
 from autosearch.errors import UserError
-from autosearch.finalists import rotated
-from autosearch.records import Config, Record, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
+from autosearch.search.finalists import rotated
+from autosearch.tables import markdown_table
+from autosearch.types import Config, Record
 from experiments.lib.io import write_json, write_text
 from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime
 from experiments.lib.machine import describe, fingerprint, identity
@@ -121,8 +123,8 @@ def measure(args, contents, picked: dict[str, list[Record]], target,
     seconds (None: failed), and the seconds each timing of the rounds after the first took (build and run: the
     first round also builds the kernels), what was there before included. A resume on another machine is
     refused: its timings would be mixed with these."""
+    from autosearch.frontend.task import TuningTask
     from autosearch.measure.local import LocalRunner
-    from autosearch.task import TuningTask
 
     path = f"{args.out}.jsonl"
     before = read_log(path) if os.path.exists(path) else None
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_rounds < 1 or args.project_to < args.max_rounds:
         p.error("--max-rounds must be at least 1 and --project-to at least --max-rounds")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
 
     start = time.time()
     contents = read_log(args.log)
@@ -247,13 +249,15 @@ def main(argv: list[str] | None = None) -> int:
     hours_per_round = dataset_records * secs_per_timing / 3600
     needed = next((r for r in sorted(table) if table[r]["projected"]["pairwise"] >= args.goal), None)
 
-    lines = ["| rounds per label | pairwise | pairwise, pairs > 10% apart | Spearman | top-1 | projected pairwise "
-             "| projected top-1 | re-timing the dataset |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    header = ["rounds per label", "pairwise", "pairwise, pairs > 10% apart", "Spearman", "top-1", "projected pairwise",
+              "projected top-1", "re-timing the dataset"]
+    rows = []
     for r, row in table.items():
         got = row["measured"]
         cells = ([f"{got[m]:.3f} ± {row['se'][m]:.3f}" for m in METRICS] if got else ["", "", "", ""])
-        lines.append(f"| {r} | {' | '.join(cells)} | {row['projected']['pairwise']:.3f} | "
-                     f"{row['projected']['top1']:.3f} | {r * hours_per_round:.1f} h |")
+        rows.append([r, *cells, f"{row['projected']['pairwise']:.3f}", f"{row['projected']['top1']:.3f}",
+                     f"{r * hours_per_round:.1f} h"])
+    lines = [markdown_table(header, rows, align="r" * len(header))]
     verdict = (f"The projected pairwise ceiling reaches {args.goal} at {needed} rounds per label: "
                f"{needed * hours_per_round:.0f} h of re-timing for the {dataset_records:,} records of the dataset."
                if needed else f"The projection does not reach {args.goal} within {args.project_to} rounds.")

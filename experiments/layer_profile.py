@@ -24,9 +24,9 @@ from collections import defaultdict
 
 import numpy as np
 
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import results_path, write_text
 from experiments.lib.machine import cpu_model
-from experiments.lib.tables import fmt, markdown_table
 
 CATEGORIES = ("convolution", "pooling", "layout and casts", "other")
 
@@ -59,7 +59,7 @@ def tvm_kernels(model: str, db: str, inputs: dict[str, np.ndarray], runs: int) -
     import tvm
 
     import autosearch
-    from autosearch.artifact import load_model
+    from autosearch.deploy.artifact import load_model
 
     with tempfile.TemporaryDirectory() as tmp:
         library = os.path.join(tmp, "model.so")
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnx
 
-    from autosearch.importer import load_onnx, resolve_input_shapes
+    from autosearch.frontend.importer import load_onnx, resolve_input_shapes
 
     name, proto = load_onnx(args.model)
     shapes = resolve_input_shapes(proto, {})

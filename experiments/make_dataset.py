@@ -68,8 +68,9 @@ import time
 
 import numpy as np
 
-from autosearch.dataset import RANDOM_FRACTION, TaskSampler
-from autosearch.records import Record, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
+from autosearch.search.dataset import RANDOM_FRACTION, TaskSampler
+from autosearch.types import Record
 from experiments.lib.labels import LABEL_EVALUATOR, LABEL_ROUNDS, relabel, settings_json
 from experiments.lib.tasks import select_tasks
 
@@ -81,7 +82,7 @@ def measure_task(task, runner, tuning_log: TuningLog, *, per_task: int, random_f
                  models: list[str] = ()) -> int:
     """Baseline, then ``per_task`` trials of one task (``logged``: its records from an interrupted call, which
     count and are not measured again; ``models``: the networks the task is a layer of, for its header); returns
-    the number of trials logged now (:class:`autosearch.dataset.TaskSampler`, one task at a time)."""
+    the number of trials logged now (:class:`autosearch.search.dataset.TaskSampler`, one task at a time)."""
     sampler = TaskSampler(task, runner, tuning_log, per_task=per_task, random_fraction=random_fraction, rng=rng,
                           logged=logged, models=models)
     start_done = sampler.done
@@ -124,9 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"{len(models)} --model but {len(specs)} --tasks: give one --tasks per --model")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target
     from autosearch.measure.local import LocalRunner
-    from autosearch.target import parse_target
 
     start = time.time()
     deadline = start + 60 * args.max_minutes

@@ -36,7 +36,9 @@ import numpy as np
 from autosearch.cost_models.evaluate import pairwise_accuracy, spearman, top_k_score
 from autosearch.cost_models.features import labelled_trials
 from autosearch.measure.base import EvaluatorConfig
-from autosearch.records import Config, MeasureResult, Record, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
+from autosearch.tables import markdown_table
+from autosearch.types import Config, MeasureResult, Record
 from experiments.lib.labels import logged_settings, retime
 
 log = logging.getLogger("measurement_noise")
@@ -59,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     build_cache = args.build_cache or (f"{args.log}.builds" if os.path.isdir(f"{args.log}.builds") else None)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
+    from autosearch.frontend.target import parse_target
+    from autosearch.frontend.task import TuningTask
     from autosearch.measure.local import LocalRunner
-    from autosearch.target import parse_target
-    from autosearch.task import TuningTask
 
     contents = read_log(args.log)
     rounds, evaluator = logged_settings(contents) or (1, EvaluatorConfig())
@@ -107,12 +109,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             log.info("%s: %s", task.name, " ".join(f"{k}={v:.3f}" for k, v in row.items() if k != "task"))
     mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k != "task"}
-    header = ("| task | re-timed | pairwise | pairwise, pairs > 10% apart | Spearman | top-1 "
-              "| re-time / first (median) |")
-    lines = [header, "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows + [{"task": "**mean**", **mean}]:
-        lines.append(f"| {r['task']} | {r['n']:.0f} | {r['pairwise']:.3f} | {r['pairwise_apart10']:.3f} | "
-                     f"{r['spearman']:.3f} | {r['top1']:.3f} | {r['median_ratio']:.3f} |")
+    header = ["task", "re-timed", "pairwise", "pairwise, pairs > 10% apart", "Spearman", "top-1",
+              "re-time / first (median)"]
+    figures = ("pairwise", "pairwise_apart10", "spearman", "top1", "median_ratio")
+    cells = [[r["task"], f"{r['n']:.0f}", *(f"{r[k]:.3f}" for k in figures)]
+             for r in rows + [{"task": "**mean**", **mean}]]
+    lines = [markdown_table(header, cells, align="-rrrrrr")]
     label = "labels (re-timed where a whole task was)" if logged_settings(contents) else "logged latencies"
     text = "\n".join(lines) + (
         f"\n\nThe {label} of {args.log} against a re-timing of {args.per_task} random records per task, the median "

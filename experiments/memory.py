@@ -2,10 +2,10 @@
 
 Takes a tuning log (``run``'s, as ``experiments/end_to_end.py`` writes it; ``--layout auto`` and ``--winograd auto``
 give the most variants) and the model it was tuned on. Every TVM variant is compiled in this process from the
-log's best records (``autosearch.database.memory_database``) and measured in fresh processes (``--rounds`` of them,
-``--runs`` forward passes in all), as ``report`` measures: median latency, and the process's peak resident memory
+log's best records (``autosearch.deploy.database.memory_database``) and measured in fresh processes (``--rounds`` of
+them, ``--runs`` forward passes in all), as ``report`` measures: median latency, and the process's peak resident memory
 over loading and running above a process that imported the same runtime and loaded no model, beside the memory
-computed from the module before the build (``autosearch.memory``). Variants (``--only`` picks some):
+computed from the module before the build (``autosearch.deploy.memory``). Variants (``--only`` picks some):
 
 - ``tuned``: as ``export`` compiles it (the faster layout, per layer the faster algorithm), Relax's static
   memory planning on, weights prepacked;
@@ -38,13 +38,14 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 
+from autosearch.tables import markdown_table
 from experiments.lib.io import RESULTS
 from experiments.lib.machine import cpu_model as cpu_name
 from experiments.time_to_quality import State
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = {"ort": ("ONNX Runtime", "ort"), "ort-no-arena": ("ONNX Runtime, arena off", "ort-no-arena"),
-         "openvino": ("OpenVINO fp32", "ov")}  # variant -> (label, autosearch.bench kind)
+         "openvino": ("OpenVINO fp32", "ov")}  # variant -> (label, autosearch.deploy.bench kind)
 MIB = 2**20
 ESTIMATE_COLUMNS = ("peak_bytes", "weight_bytes", "planned_bytes", "unplanned_bytes", "scratch_bytes")  # in the table
 
@@ -65,11 +66,11 @@ class Setup:
     """The log, the model it was tuned on, its lowering and the database every build uses."""
 
     def __init__(self, args) -> None:
-        from autosearch.alternatives import task_layouts
-        from autosearch.budget import import_tuned_model
-        from autosearch.database import lowering_of, memory_database
+        from autosearch.deploy.budget import import_tuned_model
+        from autosearch.deploy.database import lowering_of, memory_database
+        from autosearch.frontend.alternatives import task_layouts
+        from autosearch.frontend.target import parse_target
         from autosearch.records import read_log
-        from autosearch.target import parse_target
 
         self.target = parse_target(None)
         self.contents = read_log(args.log)
@@ -84,8 +85,8 @@ class Setup:
                                for layout in task_layouts(h.get("lowering") or {})})
 
     def compile(self, variant: Variant, path: str):
-        from autosearch.deploy import compile_model
-        from autosearch.winograd import WinogradPolicy
+        from autosearch.deploy.build import compile_model
+        from autosearch.frontend.winograd import WinogradPolicy
 
         policy = WinogradPolicy.of(self.base["winograd"], variant.choices)
         return compile_model(self.model.relax_mod, self.target, [], self.database, path, winograd=policy,
@@ -120,7 +121,7 @@ class Measurer:
     def __init__(self, setup: Setup, state: State, work: str, args) -> None:
         import onnx
 
-        from autosearch.deploy import save_inputs
+        from autosearch.deploy.timing import save_inputs
 
         self.state, self.work, self.args = state, work, args
         self.onnx_path, self.inputs = os.path.join(work, "model.onnx"), os.path.join(work, "inputs.npz")
@@ -129,8 +130,8 @@ class Measurer:
             save_inputs(setup.model.input_shapes, self.inputs)
 
     def baseline(self, kind: str) -> int:
-        from autosearch.bench import library_of
-        from autosearch.deploy import baseline_peak
+        from autosearch.deploy.bench import library_of
+        from autosearch.deploy.timing import baseline_peak
 
         baselines = self.state.data.setdefault("baselines", {})
         library = library_of(kind)
@@ -141,7 +142,7 @@ class Measurer:
 
     def measure(self, label: str, kind: str, path: str) -> dict:
         """Median latency (ms) and peaks (bytes) over ``--rounds`` fresh processes."""
-        from autosearch.deploy import Runtime, Timing, time_in_subprocess
+        from autosearch.deploy.timing import Runtime, Timing, time_in_subprocess
 
         total = Timing(label, [])
         rounds = max(1, min(self.args.rounds, self.args.runs))
@@ -161,7 +162,7 @@ class Measurer:
 
     def error_vs_ort(self, output_path: str) -> float:
         """Largest relative error of a variant's outputs against ONNX Runtime's (computed once, kept)."""
-        from autosearch.deploy import Runtime, max_relative_error, time_in_subprocess
+        from autosearch.deploy.timing import Runtime, max_relative_error, time_in_subprocess
 
         reference = os.path.join(self.work, "reference.npz")
         if not os.path.exists(reference):
@@ -174,7 +175,7 @@ class Measurer:
     def build_and_measure(self, setup: Setup, variant: Variant) -> dict:
         lib = os.path.join(self.work, "lib", re.sub(r"[^A-Za-z0-9]+", "-", variant.key) + ".so")
         os.makedirs(os.path.dirname(lib), exist_ok=True)
-        from autosearch.artifact import compiled_files
+        from autosearch.deploy.artifact import compiled_files
 
         compiled = setup.compile(variant, lib)
         try:
@@ -210,7 +211,7 @@ def run_variants(setup: Setup, measurer: Measurer, state: State, args) -> dict:
 def run_front(setup: Setup, measurer: Measurer, state: State, args) -> list[dict]:
     """``--points`` budgets from the smallest model's predicted peak to the fastest one's, each chosen as
     ``export --memory-budget`` chooses, compiled and measured."""
-    from autosearch.budget import budget_choice, model_options
+    from autosearch.deploy.budget import budget_choice, model_options
 
     options = model_options(setup.contents, setup.model.relax_mod, setup.target, setup.database,
                             fast_math=setup.base["fast_math"])
@@ -240,7 +241,7 @@ def run_front(setup: Setup, measurer: Measurer, state: State, args) -> list[dict
 
 
 def _openvino_installed() -> bool:
-    from autosearch.deploy import openvino_default_precision
+    from autosearch.deploy.timing import openvino_default_precision
 
     return openvino_default_precision() is not None
 
@@ -254,21 +255,23 @@ def write_variants(results: dict, args, stem: str, cpu: str) -> None:
 
     header = ["variant", "median ms", "peak MiB", "loading", "runs", "predicted peak", "weights",
               "activations planned", "unplanned", "kernel scratch", "error vs ORT"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for r in results.values():
         if "error" in r:
-            lines.append(f"| {r['label']} | {r['error'][:80]} |" + " |" * (len(header) - 2))
+            rows.append([r["label"], r["error"][:80], *[""] * (len(header) - 2)])
             continue
         e = r.get("estimate") or {}
         above = [None if n is None else n - r["baseline_bytes"] for n in (r["load_peak_bytes"], r["run_peak_bytes"])]
         computed = [e.get(k) for k in ESTIMATE_COLUMNS]
         cells = [r["label"], f"{r['median_ms']:.2f}", *map(_mib, [r["model_peak_bytes"], *above, *computed]),
                  f"{r.get('max_rel_error_vs_ort', math.nan):.1e}"]
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
+    lines = [markdown_table(header, rows)]
     caption = (f"\n{args.name}: latency (median of {args.runs} runs in {args.rounds} fresh processes, "
                f"{args.threads} threads) and peak resident memory (MiB) over loading and running, above a process "
                "that imported the same runtime and loaded no model (loading / runs: the two phases' peaks); TVM's "
-               f"predicted peak and its parts computed from the module before the build (autosearch.memory); {cpu}.\n")
+               "predicted peak and its parts computed from the module before the build (autosearch.deploy.memory); "
+               f"{cpu}.\n")
     with open(stem + ".md", "w") as fh:
         fh.write("\n".join(lines) + "\n" + caption)
     with open(stem + ".json", "w") as fh:
@@ -315,15 +318,16 @@ def write_front(front: list[dict], args, stem: str, cpu: str) -> None:
 
     header = ["budget MiB", "layout", "Winograd layers", "predicted peak", "measured peak", "error",
               "predicted ms", "measured ms", "output vs ORT"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for p in front:
         measured = p.get("model_peak_bytes")
         error = f"{100 * (p['predicted_bytes'] - measured) / measured:+.1f}%" if measured else "-"
-        lines.append("| " + " | ".join([_mib(p["budget_bytes"]), p["layout"], str(len(p["winograd_layers"])),
-                                        _mib(p["predicted_bytes"]), _mib(measured), error,
-                                        f"{p['predicted_ms']:.2f}", f"{p.get('median_ms', math.nan):.2f}",
-                                        f"{p.get('max_rel_error_vs_ort', math.nan):.1e}"]) + " |")
-    caption = (f"\n{args.name}: export --memory-budget at {len(front)} budgets; predicted peak (autosearch.memory) "
+        rows.append([_mib(p["budget_bytes"]), p["layout"], str(len(p["winograd_layers"])), _mib(p["predicted_bytes"]),
+                     _mib(measured), error, f"{p['predicted_ms']:.2f}", f"{p.get('median_ms', math.nan):.2f}",
+                     f"{p.get('max_rel_error_vs_ort', math.nan):.1e}"])
+    lines = [markdown_table(header, rows)]
+    caption = (f"\n{args.name}: export --memory-budget at {len(front)} budgets; predicted peak "
+               "(autosearch.deploy.memory) "
                "vs measured peak over loading and running (MiB above TVM imported), predicted latency (sum of the "
                f"tuned tasks) vs measured median ({args.runs} runs in {args.rounds} fresh processes, {args.threads} "
                f"threads); {cpu}.\n")

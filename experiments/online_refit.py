@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import read_json, write_json, write_text
-from experiments.lib.tables import fmt, markdown_table
 
 log = logging.getLogger("online_refit")
 VARIANTS = ("xgb-rank pre-trained", "xgb-rank online", "mlp-rank pre-trained", "mlp-rank fine-tuned",
@@ -61,9 +61,9 @@ def run_fold(dataset, fold, ks: list[int], *, seed: int) -> dict[str, Any]:
     """Pre-train on the fold's training tasks; per held-out task and ``k``, every variant's pairwise and top-1."""
     import xgboost as xgb
 
-    from autosearch.cost_model import make_cost_model
     from autosearch.cost_models.evaluate import task_metrics
     from autosearch.cost_models.pretrained import PretrainedModel
+    from autosearch.search.cost_model import make_cost_model
 
     X, y, groups = dataset.X("loop"), dataset.y, dataset.groups
     train = np.isin(groups, fold.train)
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("held-out network %s: pre-training on %d tasks", fold.name, len(fold.train))
         done["folds"].append(run_fold(dataset, fold, ks, seed=args.seed))
         write_json(store, done)
-    from autosearch.target import cpu_model
+    from autosearch.frontend.target import cpu_model
 
     table, summary = summarise(done["folds"], ks)
     done["summary"] = summary

@@ -20,9 +20,9 @@ import tempfile
 
 import numpy as np
 
-from autosearch.importer import load_onnx, resolve_input_shapes
+from autosearch.frontend.importer import load_onnx, resolve_input_shapes
+from autosearch.tables import markdown_table
 from experiments.lib.io import results_path, write_text
-from experiments.lib.tables import markdown_table
 
 
 def conv_layers(proto) -> dict[str, str]:

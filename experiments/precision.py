@@ -19,15 +19,15 @@ import math
 import os
 import sys
 
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import read_json, results_path, write_text
-from experiments.lib.tables import fmt, markdown_table
 
 
 def layer_rows(log_path: str) -> list[dict]:
     """Per layer tuned in both precisions: fp32 and bf16 milliseconds (weight x best latency summed over its tasks;
     ``inf`` when one of them has no valid measurement), heaviest layer first."""
+    from autosearch.frontend.winograd import layer_totals
     from autosearch.records import read_log
-    from autosearch.winograd import layer_totals
 
     contents = read_log(log_path)
     entries = []

@@ -19,13 +19,13 @@ import time
 
 import numpy as np
 
-from autosearch.importer import import_model
+from autosearch.frontend.importer import import_model
+from autosearch.frontend.target import parse_target
 from autosearch.measure.base import EvaluatorConfig
 from autosearch.measure.local import LocalRunner
-from autosearch.space import DecisionSpace
-from autosearch.target import parse_target
+from autosearch.search.space import DecisionSpace
+from autosearch.tables import markdown_table
 from experiments.lib.io import results_path, write_json
-from experiments.lib.tables import markdown_table
 from experiments.lib.tasks import pick_task
 
 

@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 from autosearch.errors import UserError
+from autosearch.tables import markdown_table
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MODELS = ("yolov8n", "yolo11n")  # Ultralytics' yaml names are the built-in names
@@ -77,7 +78,7 @@ def import_without_folding(path: str, target) -> str:
     """What TVM makes of the export as it is: "ok", or the last line of its error."""
     import onnx
 
-    from autosearch.importer import extract_tasks, resolve_input_shapes, to_relax
+    from autosearch.frontend.importer import extract_tasks, resolve_input_shapes, to_relax
 
     proto = onnx.load(path)
     try:
@@ -108,8 +109,8 @@ def conv_tasks(model) -> dict[str, int]:
 def main() -> int:
     import onnx
 
-    from autosearch.importer import import_model
-    from autosearch.target import parse_target
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ultralytics-python", default="/work/ultra-venv/bin/python",
@@ -164,20 +165,21 @@ def write(rows: list[dict], versions: dict) -> None:
         f"random weights from the yaml, 640x640, opset 17; TVM {meta['tvm']}, onnxsim {meta['onnxsim']}; "
         "tasks as `tasks --winograd off --layout NCHW` lists them.",
         "",
-        "| model | export | input | nodes | Shape ops | TVM without folding | autosearch | tasks | conv tasks "
-        "(layers) | GFLOP | same conv workloads as built-in | tasks shared with built-in | folded vs export |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    header = ["model", "export", "input", "nodes", "Shape ops", "TVM without folding", "autosearch", "tasks",
+              "conv tasks (layers)", "GFLOP", "same conv workloads as built-in", "tasks shared with built-in",
+              "folded vs export"]
+    cells = []
     for r in rows:
         if r["kind"] == "built-in":
-            lines.append(f"| {r['model']} | built-in | 1x3x640x640 | | | | | {r['tasks']} | {r['conv_tasks']} "
-                         f"({r['conv_layers']}) | {r['gflop']:.3f} | | | |")
+            cells.append([r["model"], "built-in", "1x3x640x640", "", "", "", "", r["tasks"],
+                          f"{r['conv_tasks']} ({r['conv_layers']})", f"{r['gflop']:.3f}", "", "", ""])
             continue
-        lines.append(
-            f"| {r['model']} | {r['kind']} | {r['input']} | {r['nodes']} | {r['shape_ops']} | {r['without_folding']} "
-            f"| imports in {r['import_s']:.1f} s | {r['tasks']} | {r['conv_tasks']} ({r['conv_layers']}) | "
-            f"{r['gflop']:.3f} | {'yes' if r['same_conv_workloads'] else 'NO'} | "
-            f"{r['tasks_shared_with_builtin']}/{r['tasks']} | {r['folded_vs_export_rel_diff']:.1e} |")
+        cells.append([r["model"], r["kind"], r["input"], r["nodes"], r["shape_ops"], r["without_folding"],
+                      f"imports in {r['import_s']:.1f} s", r["tasks"], f"{r['conv_tasks']} ({r['conv_layers']})",
+                      f"{r['gflop']:.3f}", "yes" if r["same_conv_workloads"] else "NO",
+                      f"{r['tasks_shared_with_builtin']}/{r['tasks']}", f"{r['folded_vs_export_rel_diff']:.1e}"])
+    lines.append(markdown_table(header, cells))
     lines += [
         "",
         "The dynamic export is imported with `--input-shape images:1,3,640,640`. 'folded vs export': max |difference|"

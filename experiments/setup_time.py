@@ -4,12 +4,13 @@ Before its first trial each task needs its design space (MetaSchedule's sketches
 of each, probed from TVM) and its baseline (the untuned module built, run for the reference output and timed).
 Three passes over every task of a model, each with a fresh runner, nothing else timed meanwhile:
 
-- ``spaces``: every design space as :class:`~autosearch.space.DecisionSpace` builds it (compute locations found by
+- ``spaces``: every design space as :class:`~autosearch.search.space.DecisionSpace` builds it (compute locations found
+by
   walking TVM's snapping down, one probe per legal location), then again probing every location index as earlier
   versions did; the two must list the same choices for every decision of every task (the script stops if not).
 - ``serial``: design space, then ``Runner.prepare``, one task after the other, with the compute locations probed
   at every index (the tuner's set-up until 2026-11-26) and walked.
-- ``chunked``: the tuner's set-up now: chunks of :data:`~autosearch.tuner.SETUP_CHUNK` tasks whose untuned
+- ``chunked``: the tuner's set-up now: chunks of :data:`~autosearch.search.tuner.SETUP_CHUNK` tasks whose untuned
   modules build on every build worker while their design spaces are built (``Runner.prepare_many``).
 
     python -m experiments.setup_time --model yolo11n
@@ -24,16 +25,16 @@ import os
 import sys
 import time
 
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.machine import describe, fingerprint
-from experiments.lib.tables import fmt, markdown_table
 
 
 def every_location(space, trace, position: int) -> tuple[int, ...]:
     """The legal compute locations by probing every index up to the space's cap (the earlier enumeration)."""
     from tvm.s_tir import Schedule
 
-    from autosearch.space import _MAX_LOCATION_PROBE, _SCHEDULE_SEED, _to_python
+    from autosearch.search.space import _MAX_LOCATION_PROBE, _SCHEDULE_SEED, _to_python
 
     found: set[int] = set()
     sch = Schedule(space.mod, seed=_SCHEDULE_SEED, debug_mask=0)
@@ -52,7 +53,7 @@ def every_location(space, trace, position: int) -> tuple[int, ...]:
 
 def spaces(tasks) -> dict[str, float]:
     """Every task's design space built both ways (seconds each); stops if any decision's choices differ."""
-    from autosearch.space import DecisionSpace
+    from autosearch.search.space import DecisionSpace
 
     walk, every_index = 0.0, 0.0
     walking = DecisionSpace._legal_locations
@@ -77,7 +78,7 @@ def spaces(tasks) -> dict[str, float]:
 
 def serial(tasks, target, *, probe_every_index: bool = False) -> dict[str, float]:
     from autosearch.measure.local import LocalRunner
-    from autosearch.space import DecisionSpace
+    from autosearch.search.space import DecisionSpace
 
     out = {"design spaces": 0.0, "untuned kernels": 0.0}
     walking = DecisionSpace._legal_locations
@@ -100,8 +101,8 @@ def serial(tasks, target, *, probe_every_index: bool = False) -> dict[str, float
 
 def chunked(tasks, target) -> dict[str, float]:
     from autosearch.measure.local import LocalRunner
-    from autosearch.space import DecisionSpace
-    from autosearch.tuner import SETUP_CHUNK
+    from autosearch.search.space import DecisionSpace
+    from autosearch.search.tuner import SETUP_CHUNK
 
     out = {"design spaces": 0.0, "untuned kernels": 0.0}
     with LocalRunner(target=target) as runner:
@@ -150,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layout", default="auto", help="as run's --layout (default auto: both layouts' tasks)")
     args = p.parse_args(argv)
 
-    from autosearch.importer import import_model
-    from autosearch.target import parse_target
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target
 
     target = parse_target(None)
     tasks = list(import_model(args.model, target, layout=args.layout).tasks)

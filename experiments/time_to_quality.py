@@ -41,13 +41,13 @@ import time
 from collections.abc import Callable
 
 import autosearch
+from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import ROOT, read_json, results_path, write_json, write_text
 from experiments.lib.machine import cpu_model
 from experiments.lib.metaschedule import RECORD_FILE, RecordClock
-from experiments.lib.tables import fmt, markdown_table
 
 METHODS = {"default": [], "none": ["--cost-model", "none"]}  # autosearch run's extra arguments
-PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO fp32"}  # autosearch.bench kinds -> names
+PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO fp32"}  # autosearch.deploy.bench kinds -> names
 MS_LOWERING = {"winograd": "off", "layout": "NCHW", "fast_math": "off"}  # TVM's own lowering of the model
 POLL_SECS = 2.0
 
@@ -198,8 +198,8 @@ def metaschedule_child(model: str, work_dir: str, trials: int, seed: int) -> Non
     """Runs in its own process: ``ms.tune_tasks`` over the model's tasks as TVM lowers it by itself."""
     from tvm.s_tir import meta_schedule as ms
 
-    from autosearch.importer import import_model
-    from autosearch.target import parse_target, target_num_cores
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target, target_num_cores
     from experiments.lib.metaschedule import builder_and_runner
 
     target = parse_target(None)
@@ -287,8 +287,8 @@ def build_checkpoints(state: State, args, work: str) -> None:
 
 def time_everything(state: State, args, work: str) -> None:
     """Every build and the peers, taking turns in fresh processes, ``--rounds`` rounds (resumable by round)."""
-    from autosearch.deploy import Runtime, openvino_default_precision, save_inputs, time_in_subprocess
-    from autosearch.importer import load_onnx, resolve_input_shapes
+    from autosearch.deploy.timing import Runtime, openvino_default_precision, save_inputs, time_in_subprocess
+    from autosearch.frontend.importer import load_onnx, resolve_input_shapes
 
     _, proto = load_onnx(args.model)
     onnx_path, inputs = os.path.join(work, "model.onnx"), os.path.join(work, "inputs.npz")

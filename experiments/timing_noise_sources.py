@@ -35,7 +35,9 @@ import time
 import numpy as np
 
 from autosearch.cost_models.features import labelled_trials
-from autosearch.records import Record, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
+from autosearch.tables import markdown_table
+from autosearch.types import Record
 from experiments.lib.io import write_json, write_text
 from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime
 
@@ -62,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"not found: {args.log}")
     build_cache = f"{args.log}.builds" if os.path.isdir(f"{args.log}.builds") else None
 
+    from autosearch.frontend.target import cpu_model, parse_target
+    from autosearch.frontend.task import TuningTask
     from autosearch.measure.local import LocalRunner
-    from autosearch.target import cpu_model, parse_target
-    from autosearch.task import TuningTask
 
     contents = read_log(args.log)
     evaluator = (logged_settings(contents) or (1, LABEL_EVALUATOR))[1]
@@ -104,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     rows["repeats within a call"] = {"kernels": len(cvs), "median_spread": float(np.median(cvs)),
                                      "mean_spread": float(np.mean(cvs))}
     machine = f"{cpu_model()}, {os.cpu_count()} cores"
-    lines = ["| timings of one kernel | kernels | spread (median) | spread (mean) |", "|---|---:|---:|---:|"]
-    lines += [f"| {name} | {r['kernels']} | {r['median_spread']:.3f} | {r['mean_spread']:.3f} |"
-              for name, r in rows.items()]
-    text = "\n".join(lines) + (
+    table = markdown_table(["timings of one kernel", "kernels", "spread (median)", "spread (mean)"],
+                           [[name, r["kernels"], f"{r['median_spread']:.3f}", f"{r['mean_spread']:.3f}"]
+                            for name, r in rows.items()], align="-rrr")
+    text = table + (
         f"\n\nSpread: the standard deviation of the log of a kernel's {args.passes} pass medians (for the repeats: "
         f"their coefficient of variation within one call). {len(keys)} tasks of {args.log}, {args.per_task} kernels "
         f"each, evaluator repeat {evaluator.repeat}, min_repeat_ms {evaluator.min_repeat_ms}; {machine}; "

@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autosearch.importer import import_model
+from autosearch.frontend.importer import import_model
+from autosearch.frontend.target import parse_target
 from autosearch.measure.base import EvaluatorConfig
-from autosearch.target import parse_target
+from autosearch.tables import markdown_table
 from experiments.lib.io import results_path, write_json, write_text
-from experiments.lib.tables import markdown_table
 from experiments.lib.tuning import run_autosearch
 
 

@@ -2,7 +2,7 @@
 
 One module per strategy, each with its class and ``OPTIONS`` (its options table); the core finds the classes
 by name through the plug-in registry (the entry-point group ``autosearch.strategies``, :mod:`autosearch.plugins`;
-:data:`autosearch.strategy.STRATEGIES` is a view of it). The classes are re-exported here lazily, by class name,
+:data:`autosearch.search.strategy.STRATEGIES` is a view of it). The classes are re-exported here lazily, by class name,
 as the registry names them, so importing one strategy (or this package) does not import another's dependencies
 (Optuna).
 """

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autosearch.cost_model import ConfigScorer
-from autosearch.records import Config, MeasureResult
-from autosearch.space import DecisionSpace, enumerate_space, pick_diverse
-from autosearch.strategy import Option
+from autosearch.search.cost_model import ConfigScorer
+from autosearch.search.space import DecisionSpace, enumerate_space, pick_diverse
+from autosearch.search.strategy import Option
+from autosearch.types import Config, MeasureResult
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Droplet Search (Canesche et al.; TVM 0.27 runs it after MetaSchedule with ``ms.t
 post_optimization=True)``) walks a schedule's knobs one at a time: it measures the neighbours of the best
 point found so far, moves to a better one as soon as a batch finds it, first trying the same move again
 (the direction that just helped), and stops when no neighbour is better. This module is that walk over
-:class:`~autosearch.space.DecisionSpace`, with restarts instead of stopping:
+:class:`~autosearch.search.space.DecisionSpace`, with restarts instead of stopping:
 
 - **Start**: ``init_random`` random configs; the walk starts at the best of them (or, after ``--resume``,
   at the best logged config).
@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from autosearch.cost_model import ConfigScorer
-from autosearch.records import Config, MeasureResult
-from autosearch.space import DecisionSpace, enumerate_space
-from autosearch.strategy import Option
+from autosearch.search.cost_model import ConfigScorer
+from autosearch.search.space import DecisionSpace, enumerate_space
+from autosearch.search.strategy import Option
+from autosearch.types import Config, MeasureResult
 
 log = logging.getLogger(__name__)
 

@@ -38,8 +38,8 @@ import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import Trial
 
-from autosearch.records import Config, Decision
-from autosearch.space import DecisionSpace
+from autosearch.search.space import DecisionSpace
+from autosearch.types import Config, Decision
 
 PARAM_SKETCH = "sketch"
 UNUSED = 0.5  # the value of a parameter the config's sketch does not have

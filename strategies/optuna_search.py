@@ -62,12 +62,12 @@ import numpy as np
 import optuna
 from optuna.trial import Trial, TrialState
 
-from autosearch.cost_model import ConfigScorer
 from autosearch.errors import UserError, install_hint
-from autosearch.records import Config, MeasureResult
-from autosearch.space import DecisionSpace, config_key, pick_diverse
+from autosearch.search.cost_model import ConfigScorer
+from autosearch.search.space import DecisionSpace, config_key, pick_diverse
+from autosearch.search.strategy import Option
 from autosearch.strategies.optuna_encodings import CategoricalEncoding, Encoding, OrdinalEncoding
-from autosearch.strategy import Option
+from autosearch.types import Config, MeasureResult
 
 log = logging.getLogger(__name__)
 

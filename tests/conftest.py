@@ -118,14 +118,14 @@ def _own_feature_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def target():
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
 
     return parse_target(None)
 
 
 @pytest.fixture(scope="session")
 def small_model(tmp_path_factory, target):
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     path = str(tmp_path_factory.mktemp("models") / "small_conv.onnx")
     small_conv_onnx(path)
@@ -136,8 +136,8 @@ def small_model(tmp_path_factory, target):
 def imported():
     """``imported(name, **options)``: ``import_model(name, host target, **options)``, once per session for each
     name and options (a tiny-yolov2 import takes seconds; tests only read the result)."""
-    from autosearch.importer import import_model
-    from autosearch.target import parse_target
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target
 
     target = parse_target(None)
 
@@ -164,7 +164,7 @@ def conv_task(small_model):
 
 @pytest.fixture(scope="session")
 def conv_space(conv_task):
-    from autosearch.space import DecisionSpace
+    from autosearch.search.space import DecisionSpace
 
     return DecisionSpace(conv_task.mod, conv_task.target)
 

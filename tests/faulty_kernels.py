@@ -58,8 +58,8 @@ def artifact(name: str, target) -> bytes:
     """The faulty kernel ``name`` built in this process, as a build worker builds it."""
     import tvm
 
+    from autosearch.frontend.target import target_to_json
     from autosearch.measure.kernels import build
-    from autosearch.target import target_to_json
 
     return build(tvm.ir.save_json(FAULTS[name]), target_to_json(target))[0]
 

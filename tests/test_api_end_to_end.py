@@ -11,7 +11,7 @@ import autosearch
 from autosearch.api import MeasureOptions, TunePlanned, TuneStarted
 from autosearch.errors import UserError
 from autosearch.records import read_log
-from autosearch.tuner import TuneEvent
+from autosearch.search.tuner import TuneEvent
 from tests.conftest import run_cli_here, small_conv_onnx
 
 FAST = MeasureOptions(repeat=3, min_repeat_ms=5)  # kernels checked and compared, never benchmarked
@@ -94,7 +94,7 @@ def test_a_tuned_log_is_not_tuned_again_without_resume(tuned, work):
 def test_a_plug_in_strategy_tunes_real_kernels_through_the_api(work):
     """The example plug-in package's strategy (examples/autosearch-restarts), found by name through the registry,
     tunes a real kernel like a built-in: autosearch's code knows nothing of it."""
-    from autosearch.strategy import STRATEGIES
+    from autosearch.search.strategy import STRATEGIES
 
     if "restarts" not in STRATEGIES:
         pytest.skip("the example plug-in package autosearch-restarts is not installed: pip install -e "

@@ -1,5 +1,5 @@
-"""The compiled model's weights beside its library (autosearch.artifact): a tuned build reads exactly the weights,
-in exactly the layouts, its kernels read when the weights were bound into the library; bad artifacts."""
+"""The compiled model's weights beside its library (autosearch.deploy.artifact): a tuned build reads exactly the
+weights, in exactly the layouts, its kernels read when the weights were bound into the library; bad artifacts."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _random_prepacked_database(tasks, target):
     from tvm.s_tir import meta_schedule as ms
 
     from autosearch.measure.prepack import has_prepack
-    from autosearch.space import DecisionSpace
+    from autosearch.search.space import DecisionSpace
 
     rng = np.random.default_rng(0)
     db = ms.database.MemoryDatabase()
@@ -65,10 +65,10 @@ def test_a_tuned_build_reads_the_weights_its_kernels_read_when_they_were_in_the_
     import tvm_ffi
     from tvm import relax
 
-    from autosearch.artifact import lift_weights, load_model
-    from autosearch.deploy import compile_model
-    from autosearch.importer import import_model
-    from autosearch.lowering import build_module, tuned_module, winograd_policy
+    from autosearch.deploy.artifact import lift_weights, load_model
+    from autosearch.deploy.build import compile_model
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.lowering import build_module, tuned_module, winograd_policy
 
     path = str(tmp_path / "wide.onnx")
     proto = wide_conv_onnx(path, channels=64, hw=16)
@@ -105,10 +105,10 @@ def test_a_tuned_build_reads_the_weights_its_kernels_read_when_they_were_in_the_
 
 
 def test_a_missing_or_foreign_weights_file_is_one_line(target, tmp_path):
-    from autosearch.artifact import load_model, weights_path
-    from autosearch.deploy import compile_model
+    from autosearch.deploy.artifact import load_model, weights_path
+    from autosearch.deploy.build import compile_model
     from autosearch.errors import UserError
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
     from tests.test_memory import conv_chain_onnx
 
     one = import_model(conv_chain_onnx(str(tmp_path / "one.onnx"), layers=1, channels=8, hw=4), target,
@@ -135,9 +135,9 @@ def test_a_model_input_named_like_a_weight_is_still_an_input(target, tmp_path):
     import onnxruntime as ort
     import tvm
 
-    from autosearch.artifact import load_model
-    from autosearch.deploy import compile_model
-    from autosearch.importer import import_model
+    from autosearch.deploy.artifact import load_model
+    from autosearch.deploy.build import compile_model
+    from autosearch.frontend.importer import import_model
     from tests.test_memory import conv_chain_onnx
 
     path = conv_chain_onnx(str(tmp_path / "chain.onnx"), layers=2, channels=8, hw=6)

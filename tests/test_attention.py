@@ -40,9 +40,9 @@ def test_an_attention_matmul_is_tuned_exported_and_compiled(tuned, target, capfd
     import onnxruntime as ort
     import tvm
 
-    from autosearch.artifact import load_model
-    from autosearch.database import load_database
-    from autosearch.importer import import_model
+    from autosearch.deploy.artifact import load_model
+    from autosearch.deploy.database import load_database
+    from autosearch.frontend.importer import import_model
     from autosearch.records import read_log
 
     contents = read_log(tuned["log"])
@@ -70,7 +70,7 @@ def test_an_attention_matmul_is_tuned_exported_and_compiled(tuned, target, capfd
 def test_the_attention_tasks_are_yolo11ns_own(tmp_path, target, imported):
     """The block's matmul and softmax tasks have the workload keys of the built-in yolo11n's: a database tuned
     on one applies to the other."""
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     path = str(tmp_path / "attention.onnx")
     attention_onnx(path)

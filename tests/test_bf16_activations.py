@@ -40,7 +40,7 @@ def chain_onnx(*, residual: bool = False) -> onnx.ModelProto:
 
 
 def _relax(proto):
-    from autosearch.importer import make_static, resolve_input_shapes, to_relax
+    from autosearch.frontend.importer import make_static, resolve_input_shapes, to_relax
 
     shapes = resolve_input_shapes(proto, {})
     return to_relax(make_static(proto, shapes), shapes)
@@ -61,7 +61,7 @@ def _kernels(lowered) -> dict[str, str]:
 
 
 def test_activations_read_only_by_bf16_convolutions_are_written_in_bf16() -> None:
-    from autosearch.lowering import lower
+    from autosearch.frontend.lowering import lower
 
     kernels = _kernels(lower(_relax(chain_onnx()), _amx_target(), winograd="off", layout="NHWC", precision="bf16"))
     convs = {name: dtype for name, dtype in kernels.items() if "conv2d" in name}
@@ -76,7 +76,7 @@ def test_activations_read_only_by_bf16_convolutions_are_written_in_bf16() -> Non
 def test_an_activation_with_another_reader_stays_fp32() -> None:
     from tvm import relax
 
-    from autosearch.lowering import lower
+    from autosearch.frontend.lowering import lower
     from autosearch.tensor_units.activations import bf16_region
 
     mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(_relax(chain_onnx(residual=True)))
@@ -94,8 +94,8 @@ def test_an_activation_with_another_reader_stays_fp32() -> None:
 def test_every_choice_of_bf16_layers_lowers_to_extracted_tasks() -> None:
     """The lowering rounds activations by the graph, not by the tuner's choices: a model with any layers in bf16
     runs only tasks that ``--precision auto`` extracted (else export would leave kernels untuned)."""
-    from autosearch.importer import _extract, extract_tasks
-    from autosearch.winograd import WinogradPolicy
+    from autosearch.frontend.importer import _extract, extract_tasks
+    from autosearch.frontend.winograd import WinogradPolicy
 
     relax_mod, target = _relax(chain_onnx()), _amx_target()
     extracted = {t.workload_key for t in extract_tasks(relax_mod, target, winograd="off", layout="NHWC",
@@ -118,10 +118,10 @@ def test_a_model_mixing_bf16_and_fp32_layers_matches_onnxruntime(target) -> None
     import onnxruntime as ort
     import tvm
 
-    from autosearch.importer import extract_tasks
-    from autosearch.lowering import build_module, lower
+    from autosearch.frontend.importer import extract_tasks
+    from autosearch.frontend.lowering import build_module, lower
+    from autosearch.frontend.winograd import WinogradPolicy
     from autosearch.tensor_units.amx import request_permission
-    from autosearch.winograd import WinogradPolicy
 
     request_permission()
     proto = chain_onnx()
@@ -148,8 +148,8 @@ def test_a_task_with_its_pooling_fused_matches_numpy_in_every_sketch(tmp_path, t
         pytest.skip("this CPU has no AMX (amx_tile and amx_bf16 in /proc/cpuinfo)")
     import tvm
 
-    from autosearch.importer import import_model
-    from autosearch.space import DecisionSpace
+    from autosearch.frontend.importer import import_model
+    from autosearch.search.space import DecisionSpace
     from autosearch.tensor_units.amx import request_permission
     from tests.test_tensor_units import _conv_nhwc_relu, _packed, _to_bf16
 

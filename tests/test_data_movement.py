@@ -32,7 +32,7 @@ def head_like_onnx(path: str | None = None):
 
 @pytest.fixture(scope="module")
 def head_task(tmp_path_factory, target):
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     path = str(tmp_path_factory.mktemp("head") / "head.onnx")
     head_like_onnx(path)
@@ -43,8 +43,8 @@ def head_task(tmp_path_factory, target):
 def test_only_tasks_that_compute_nothing_get_the_sketch(head_task, conv_task, target):
     from tvm.s_tir import meta_schedule as ms
 
-    from autosearch.data_movement import blocked_copy_sketch
-    from autosearch.space import DecisionSpace
+    from autosearch.search.data_movement import blocked_copy_sketch
+    from autosearch.search.space import DecisionSpace
 
     assert blocked_copy_sketch(conv_task.mod, target, seed=0) is None  # a reduction: TVM's space only
     space = DecisionSpace(head_task.mod, target)
@@ -63,8 +63,8 @@ def test_every_tile_size_is_correct_and_replays_from_its_trace(head_task, target
     from tvm.s_tir.schedule import Trace
 
     from autosearch.measure.local import LocalRunner
-    from autosearch.records import Config
-    from autosearch.space import DecisionSpace
+    from autosearch.search.space import DecisionSpace
+    from autosearch.types import Config
 
     space = DecisionSpace(head_task.mod, target)
     sketch = space.sketches[-1]

@@ -9,8 +9,9 @@ import math
 
 import pytest
 
-from autosearch.estimates import estimate_curve, task_shares
-from autosearch.records import Config, LogContents, MeasureResult, Record, Status
+from autosearch.records import LogContents
+from autosearch.search.estimates import estimate_curve, task_shares
+from autosearch.types import Config, MeasureResult, Record, Status
 
 MS = 1e-3
 

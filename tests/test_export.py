@@ -10,7 +10,8 @@ import shutil
 import numpy as np
 import pytest
 
-from autosearch.records import MeasureResult, Record, Status, read_log
+from autosearch.records import read_log
+from autosearch.types import MeasureResult, Record, Status
 from tests.conftest import ROOT, run_cli, run_cli_here, small_conv_onnx, tune_and_export
 
 TVM_DB = os.path.join(ROOT, "tests", "data", "tvm_tune_tir_db")
@@ -26,7 +27,7 @@ def tuned(tmp_path_factory):
 def test_tvm_loads_the_exported_database_and_finds_our_best(tuned):
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    from autosearch.task import TuningTask
+    from autosearch.frontend.task import TuningTask
 
     contents = read_log(tuned["log"])
     db = JSONDatabase(path_workload=os.path.join(tuned["db"], "database_workload.json"),
@@ -53,7 +54,7 @@ def test_compiled_tuned_model_matches_onnxruntime_and_beats_untuned(tuned, capfd
     contents = read_log(tuned["log"])
     faster = [k for k in contents.tasks if contents.best(k).latency < contents.baseline(k).latency]
     assert f"{len(faster)}/2 tuned" in proc.stdout and os.path.getsize(out) > 0
-    weights = os.path.join(str(tuned["work"]), "model.params")  # beside the library (autosearch.artifact)
+    weights = os.path.join(str(tuned["work"]), "model.params")  # beside the library (autosearch.deploy.artifact)
     assert "(weights: " in proc.stdout and os.path.getsize(weights) > 0  # the console may wrap the path
     md = os.path.join(str(tuned["work"]), "report.md")
     png = os.path.join(str(tuned["work"]), "report.png")
@@ -82,7 +83,7 @@ def test_export_skips_failed_and_wrong_records(tmp_path, tuned):
         obj = fake.to_json()
         obj["result"]["latencies"] = [1e-9]  # even with a latency on the line
         fh.write(json.dumps(obj) + "\n")
-    from autosearch.database import export_database, read_database
+    from autosearch.deploy.database import export_database, read_database
 
     mixed = read_log(log)
     summary = export_database(mixed, str(tmp_path / "db"), top_k=50)
@@ -93,7 +94,7 @@ def test_export_skips_failed_and_wrong_records(tmp_path, tuned):
 
 
 def test_a_database_written_by_ms_tune_tir_imports():
-    from autosearch.database import read_records
+    from autosearch.deploy.database import read_records
 
     contents = read_records(TVM_DB)
     assert len(contents.tasks) == 1 and len(contents.records) >= 4
@@ -131,7 +132,7 @@ def test_sample_inputs_are_deterministic():
 
 
 def test_a_task_no_faster_than_untuned_is_left_to_tvm(tmp_path):
-    from autosearch.database import export_database
+    from autosearch.deploy.database import export_database
     from autosearch.records import LogContents
 
     contents = read_log(os.path.join(ROOT, "tests", "data", "small_dataset.jsonl"))
@@ -173,9 +174,9 @@ def test_cuda_tasks_reach_metaschedule_unscheduled_and_the_tuned_build_schedules
     from tvm.s_tir import dlight as dl
     from tvm.s_tir import meta_schedule as ms
 
-    from autosearch.importer import import_model
-    from autosearch.lowering import apply_database, lower
-    from autosearch.target import parse_target
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.lowering import apply_database, lower
+    from autosearch.frontend.target import parse_target
 
     target = parse_target("cuda")  # no GPU needed: nothing here runs on one
     path = str(tmp_path / "small.onnx")

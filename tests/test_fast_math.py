@@ -44,7 +44,7 @@ def test_fast_sigmoid_is_accurate_over_the_whole_float_range():
     import tvm
     from tvm import te
 
-    from autosearch.lowering import fast_sigmoid
+    from autosearch.frontend.lowering import fast_sigmoid
 
     x = te.placeholder((4096,), name="x")
     f = tvm.compile(te.create_prim_func([x, fast_sigmoid(x)]), target="llvm")
@@ -68,8 +68,8 @@ def _expf_calls(mod) -> int:
 
 
 def test_fast_math_tasks_call_no_libm_exp(tmp_path):
-    from autosearch.importer import import_model
-    from autosearch.target import parse_target
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target
 
     path = str(tmp_path / "silu.onnx")
     silu_conv_onnx(path)

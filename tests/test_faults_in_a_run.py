@@ -12,7 +12,8 @@ import time
 import pytest
 
 from autosearch.measure.local import LocalRunner
-from autosearch.records import Status, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
+from autosearch.types import Status
 
 
 class _SwappingRunner(LocalRunner):
@@ -31,9 +32,9 @@ class _SwappingRunner(LocalRunner):
 
 
 def test_faulty_kernels_are_recorded_and_never_exported(tmp_path, conv_task):
-    from autosearch.database import export_database, read_database
+    from autosearch.deploy.database import export_database, read_database
     from autosearch.measure.base import EvaluatorConfig
-    from autosearch.tuner import Tuner
+    from autosearch.search.tuner import Tuner
     from tests.faulty_kernels import FAULTS
 
     plan = {2: FAULTS["crash"], 3: FAULTS["hang"], 5: FAULTS["wrong"], 6: FAULTS["build"]}

@@ -12,8 +12,9 @@ import json
 import os
 import random
 
-from autosearch.finalists import contenders, rank, rotated
-from autosearch.records import Config, MeasureResult, Record, Status, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
+from autosearch.search.finalists import contenders, rank, rotated
+from autosearch.types import Config, MeasureResult, Record, Status
 from tests.conftest import run_cli, small_conv_onnx
 
 
@@ -98,7 +99,7 @@ def _tune(path: str, conv_task, wrapper_args: dict | None, *, budget: int = 8, r
     tuner's final state of the task, its choice after each scripted round and the log read back."""
     from autosearch.measure.base import EvaluatorConfig
     from autosearch.measure.local import LocalRunner
-    from autosearch.tuner import Tuner
+    from autosearch.search.tuner import Tuner
 
     local = LocalRunner(target=conv_task.target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5))
     runner = ScriptedRounds(local, **wrapper_args) if wrapper_args else local
@@ -257,10 +258,10 @@ def test_finalist_rounds_flag_rejects_a_negative_count(tmp_path):
 def test_only_tasks_worth_it_are_re_timed_and_without_a_rebuild(tmp_path, small_model, monkeypatch):
     """Finalists are re-timed only for tasks with at least ``FINALIST_MIN_SHARE`` of the model's estimated
     latency; the others keep their in-run best (and export it)."""
-    import autosearch.tuner as tuner_module
+    import autosearch.search.tuner as tuner_module
     from autosearch.measure.base import EvaluatorConfig
     from autosearch.measure.local import LocalRunner
-    from autosearch.tuner import Tuner
+    from autosearch.search.tuner import Tuner
 
     monkeypatch.setattr(tuner_module, "FINALIST_MIN_SHARE", 0.5)  # the conv is most of this model, the pool not
     tasks = small_model.tasks

@@ -64,7 +64,7 @@ def test_resume_refuses_another_layout(tuned_nhwc, capfd):
 
 # ---------------------------------------------------------------------------------------------- --layout auto
 def test_layout_totals_count_each_model_once_with_its_faster_winograd_alternative():
-    from autosearch.alternatives import choose_layout, layout_totals
+    from autosearch.frontend.alternatives import choose_layout, layout_totals
 
     both, nchw, nhwc = ["NCHW", "NHWC"], ["NCHW"], ["NHWC"]
     entries = [
@@ -91,7 +91,7 @@ def tuned_auto(tmp_path_factory):
 
 
 def test_auto_tunes_both_layouts_exports_the_faster_and_compile_follows(tuned_auto, capfd):
-    from autosearch.alternatives import choose_layout, layout_totals, model_latency, task_layouts
+    from autosearch.frontend.alternatives import choose_layout, layout_totals, model_latency, task_layouts
 
     contents = read_log(tuned_auto["log"])
     lowerings = [h["lowering"] for h in contents.tasks.values()]
@@ -108,7 +108,7 @@ def test_auto_tunes_both_layouts_exports_the_faster_and_compile_follows(tuned_au
         for k, h in contents.tasks.items())
     assert lowering["layout"] == choose_layout(totals) in ("NCHW", "NHWC")
     assert lowering["layout_totals"] == pytest.approx(totals)
-    from autosearch.database import read_database
+    from autosearch.deploy.database import read_database
 
     exported = set(read_database(tuned_auto["db"]).tasks)
     assert exported and all(lowering["layout"] in task_layouts(contents.tasks[k]["lowering"]) for k in exported)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from autosearch.measure.base import EvaluatorConfig
-from autosearch.records import Status
+from autosearch.types import Status
 
 
 @pytest.fixture(scope="module")
@@ -170,8 +170,8 @@ def test_kernels_built_once_are_loaded_from_the_build_cache_by_a_later_runner(tm
     kernel the trials built (no build, same checked output and timing path); another target builds its own."""
     import dataclasses
 
+    from autosearch.frontend.target import parse_target
     from autosearch.measure.local import LocalRunner
-    from autosearch.target import parse_target
 
     rng = np.random.default_rng(11)
     mods = [a.mod for a in (conv_space.apply(conv_space.sample(rng)) for _ in range(6)) if a.ok][:3]

@@ -1,5 +1,5 @@
-"""The computed memory of a model (autosearch.memory) against TVM's lowering and a measured process, and the
-budget's choice (autosearch.budget) as an optimisation: exact knapsack, layouts, a budget nothing meets."""
+"""The computed memory of a model (autosearch.deploy.memory) against TVM's lowering and a measured process, and the
+budget's choice (autosearch.deploy.budget) as an optimisation: exact knapsack, layouts, a budget nothing meets."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from autosearch.budget import LayerOption, ModelOption, best_subset, choose
+from autosearch.deploy.budget import LayerOption, ModelOption, best_subset, choose
+from autosearch.deploy.memory import MIB, MemoryEstimate
 from autosearch.errors import UserError
-from autosearch.memory import MIB, MemoryEstimate
 from tests.conftest import wide_conv_onnx
 
 
@@ -39,8 +39,8 @@ def conv_chain_onnx(path: str, *, layers: int, channels: int, hw: int, kernel: i
 def _estimate(model, target, winograd: str) -> MemoryEstimate:
     from tvm.s_tir.meta_schedule.database import MemoryDatabase
 
-    from autosearch.lowering import tuned_module
-    from autosearch.memory import estimate_memory
+    from autosearch.deploy.memory import estimate_memory
+    from autosearch.frontend.lowering import tuned_module
 
     return estimate_memory(tuned_module(model.relax_mod, target, MemoryDatabase(), winograd=winograd), target)
 
@@ -48,9 +48,9 @@ def _estimate(model, target, winograd: str) -> MemoryEstimate:
 def test_winograd_costs_its_transformed_kernels_and_nothing_else_planned(target, tmp_path):
     """Weights: a Winograd F(4x4, 3x3) kernel holds 36 values per filter where the direct one holds 9; the
     activations Relax plans are the convolution's input and output, the same for both algorithms."""
-    from autosearch.budget import _winograd_extra_bytes
-    from autosearch.importer import import_model
-    from autosearch.winograd import layer_key
+    from autosearch.deploy.budget import _winograd_extra_bytes
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.winograd import layer_key
 
     path = str(tmp_path / "wide.onnx")
     wide_conv_onnx(path, channels=64, hw=16)
@@ -64,7 +64,7 @@ def test_winograd_costs_its_transformed_kernels_and_nothing_else_planned(target,
 
 
 def test_static_planning_reuses_the_storage_of_dead_tensors(target, tmp_path):
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     model = import_model(conv_chain_onnx(str(tmp_path / "chain.onnx"), layers=4, channels=16, hw=8), target,
                          winograd="off", layout="NCHW")
@@ -78,20 +78,20 @@ def test_static_planning_reuses_the_storage_of_dead_tensors(target, tmp_path):
 
 def test_the_weights_are_held_once_and_the_prediction_is_what_a_process_adds(target, tmp_path):
     """64 MiB of weights (two 1x1 convs, 2896 -> 2896 channels, on a 1 x 1 image: activations of a few KiB),
-    compiled, loaded and run by ``autosearch.bench`` in fresh processes, measured above a process that imported
+    compiled, loaded and run by ``autosearch.deploy.bench`` in fresh processes, measured above a process that imported
     TVM and loaded no model. The library holds code only and the weights file is read into the tensors once;
-    the same module built with its weights bound into the library (the build before ``autosearch.artifact``)
+    the same module built with its weights bound into the library (the build before ``autosearch.deploy.artifact``)
     holds them up to four times while TVM loads them."""
-    from autosearch.deploy import (
+    from autosearch.deploy.build import compile_model
+    from autosearch.deploy.timing import (
         Runtime,
         baseline_peak,
-        compile_model,
         max_relative_error,
         save_inputs,
         time_in_subprocess,
     )
-    from autosearch.importer import import_model
-    from autosearch.lowering import build_module, untuned_module
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.lowering import build_module, untuned_module
 
     path = conv_chain_onnx(str(tmp_path / "fat.onnx"), layers=2, channels=2896, hw=1, kernel=1)
     model = import_model(path, target, winograd="off", layout="NCHW")
@@ -165,11 +165,13 @@ def test_budget_takes_the_fastest_model_that_fits_and_refuses_one_that_none_does
 
 
 def test_memory_module_imports_no_runtime():
-    """``autosearch.bench --baseline`` for ONNX Runtime must not import TVM on the way: nothing it imports may."""
+    """``autosearch.deploy.bench --baseline`` for ONNX Runtime must not import TVM on the way: nothing it imports
+    may."""
     import subprocess
     import sys
 
-    code = "import sys, autosearch.bench, autosearch.memory, autosearch.deploy; print('tvm' in sys.modules)"
+    code = ("import sys, autosearch.deploy.bench, autosearch.deploy.memory, autosearch.deploy.timing; "
+            "print('tvm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
@@ -184,7 +186,7 @@ def test_scratch_of_a_kernel_tvm_cannot_flatten_on_its_own_is_counted() -> None:
     import tvm
     from tvm import s_tir, tirx
 
-    from autosearch.memory import scratch_bytes
+    from autosearch.deploy.memory import scratch_bytes
 
     source = (pathlib.Path(__file__).parent / "data" / "winograd_prepacked_kernel.tvmscript").read_text()
     mod = tvm.script.from_source(source)

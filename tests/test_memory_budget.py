@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from autosearch.memory import MIB
+from autosearch.deploy.memory import MIB
 from tests.conftest import run_cli, run_cli_here
 
 WINOGRAD_SPEEDUP = 5.0  # the test's log says Winograd is this much faster on both layers (see the fixture)
@@ -36,8 +36,8 @@ def tuned(tuned_two_wide, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def options(tuned, target):
-    from autosearch.budget import import_tuned_model, model_options
-    from autosearch.database import memory_database
+    from autosearch.deploy.budget import import_tuned_model, model_options
+    from autosearch.deploy.database import memory_database
     from autosearch.records import read_log
 
     contents = read_log(tuned["log"])
@@ -53,8 +53,8 @@ def _export(tuned, out: str, budget_bytes: float) -> list[str]:
 
 
 def test_a_budget_between_all_direct_and_all_winograd_gives_up_winograd_layers_and_fits(tuned, options, capfd):
-    from autosearch.database import lowering_of
-    from autosearch.memory import MemoryEstimate
+    from autosearch.deploy.database import lowering_of
+    from autosearch.deploy.memory import MemoryEstimate
     from autosearch.records import read_log
 
     assert sorted(lowering_of(read_log(tuned["log"]))["choices"].values()) == ["winograd", "winograd"]  # by speed
@@ -96,12 +96,12 @@ def test_a_budget_no_choice_meets_is_one_line_and_exit_code_2(tuned, options):
 
 def test_an_existing_out_directory_is_refused_before_any_model_is_imported(tuned, capfd, monkeypatch):
     """A wrong --out fails first, not after the minutes --memory-budget spends importing and compiling."""
-    import autosearch.budget
+    import autosearch.deploy.budget
 
     def imported(*args, **kwargs):
         raise AssertionError("the model was imported before --out was checked")
 
-    monkeypatch.setattr(autosearch.budget, "import_tuned_model", imported)
+    monkeypatch.setattr(autosearch.deploy.budget, "import_tuned_model", imported)
     out = os.path.join(str(tuned["work"]), "db-existing")
     os.makedirs(out, exist_ok=True)
     open(os.path.join(out, "database_workload.json"), "w").close()

@@ -76,9 +76,9 @@ def test_the_registry_lists_every_built_in(group: str) -> None:
 
 def test_the_core_registries_are_views_of_the_registry() -> None:
     import autosearch.strategies
-    from autosearch.cost_model import COST_MODELS, FEATURE_SETS
-    from autosearch.importer import BUILTIN_MODELS
-    from autosearch.strategy import STRATEGIES
+    from autosearch.frontend.importer import BUILTIN_MODELS
+    from autosearch.search.cost_model import COST_MODELS, FEATURE_SETS
+    from autosearch.search.strategy import STRATEGIES
 
     assert set(STRATEGIES) == set(plugins.names(plugins.STRATEGIES))
     assert set(COST_MODELS) == set(plugins.names(plugins.COST_MODELS))
@@ -94,9 +94,9 @@ def test_the_core_registries_are_views_of_the_registry() -> None:
 
 # ---------------------------------------------------------------------------------------------- unknown names
 def test_an_unknown_name_is_the_same_one_line_error() -> None:
-    from autosearch.cost_model import make_cost_model
-    from autosearch.importer import build_model, load_onnx
-    from autosearch.strategy import make_strategy, strategy_options
+    from autosearch.frontend.importer import build_model, load_onnx
+    from autosearch.search.cost_model import make_cost_model
+    from autosearch.search.strategy import make_strategy, strategy_options
 
     strategies = "unknown strategy 'hillclimb'; valid strategies: annealing, coordinate_descent, optuna, random"
     assert _one_line_error(make_strategy, "hillclimb", None, seed=0) == strategies
@@ -116,7 +116,7 @@ def test_an_unknown_name_is_the_same_one_line_error() -> None:
 
 def test_stale_metadata_is_a_one_line_error(monkeypatch) -> None:
     """An old autosearch.egg-info in the working directory shadows the installed metadata: no built-ins at all."""
-    from autosearch.strategy import make_strategy
+    from autosearch.search.strategy import make_strategy
 
     monkeypatch.setattr(metadata, "entry_points", lambda **params: metadata.EntryPoints([]))
     assert "no plug-ins in the entry-point group 'autosearch.strategies'" in _one_line_error(
@@ -126,7 +126,7 @@ def test_stale_metadata_is_a_one_line_error(monkeypatch) -> None:
 # ---------------------------------------------------------------------------------------------- a new plug-in
 TOY_MODULE = "autosearch_toy_plugin"
 TOY_SOURCE = '''
-from autosearch.strategy import Option
+from autosearch.search.strategy import Option
 
 OPTIONS = {"step": Option("how far a move goes", 1, int)}
 AUTO_GUIDANCE = True
@@ -174,9 +174,9 @@ def toy_plugin(tmp_path, monkeypatch):
 
 
 def test_a_plug_in_added_at_run_time_is_found_without_editing_the_core(toy_plugin) -> None:
-    from autosearch.cost_model import COST_MODELS, cost_model_names, make_cost_model
-    from autosearch.importer import BUILTIN_MODELS, build_model, load_onnx
-    from autosearch.strategy import STRATEGIES, guided_by_default, make_strategy, strategy_options
+    from autosearch.frontend.importer import BUILTIN_MODELS, build_model, load_onnx
+    from autosearch.search.cost_model import COST_MODELS, cost_model_names, make_cost_model
+    from autosearch.search.strategy import STRATEGIES, guided_by_default, make_strategy, strategy_options
 
     assert STRATEGIES["toy"] == TOY_MODULE and "toy" in plugins.names(plugins.STRATEGIES)
     assert list(strategy_options("toy")) == ["step"] and guided_by_default("toy")
@@ -196,7 +196,7 @@ def test_a_plug_in_added_at_run_time_is_found_without_editing_the_core(toy_plugi
 
 def test_a_plug_in_gone_is_gone(toy_plugin, monkeypatch) -> None:
     """The views read the registry at every look-up: nothing is cached past the plug-in's uninstall."""
-    from autosearch.strategy import STRATEGIES
+    from autosearch.search.strategy import STRATEGIES
 
     assert "toy" in STRATEGIES
     monkeypatch.undo()

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from autosearch.errors import UserError
-from autosearch.records import Config, MeasureResult, Record, Status, TuningLog, read_log
+from autosearch.records import TuningLog, read_log
+from autosearch.types import Config, MeasureResult, Record, Status
 
 
 def _rec(i: int, status: Status = Status.OK, latency: float = 1e-3) -> Record:
@@ -79,108 +80,3 @@ def test_unwritable_log_path_is_a_user_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(UserError, match="cannot write"):
         TuningLog(str(blocker / "sub" / "run.jsonl"))
-
-
-def test_first_pass_follows_the_flops_share(tmp_path):
-    """The warm-up budget goes to the heavy tasks; FLOP-less copies get the minimum."""
-    from autosearch.task import TuningTask
-    from autosearch.tuner import MIN_FIRST_PASS, Tuner
-
-    def task(i, flops):
-        return TuningTask(index=i, name=f"t{i}", weight=1, flops=flops, mod=None, target=None, args=(),
-                          workload_key=str(i))
-
-    tasks = [task(0, 3e9), task(1, 1e9)] + [task(i, 0.0) for i in range(2, 22)]
-    with TuningLog(str(tmp_path / "l.jsonl")) as log:
-        tuner = Tuner(tasks=tasks, runner=None, log=log, strategy="random", budget=400, batch=16)
-        firsts = [tuner._first_pass(s) for s in tuner.states]
-    assert firsts[0] == 16 and firsts[1] == 16  # capped at one batch
-    assert all(f == MIN_FIRST_PASS for f in firsts[2:])
-    assert sum(firsts) <= 200
-
-
-def test_a_time_limit_alone_plans_the_warm_up_for_the_trials_it_should_hold(tmp_path):
-    """With ``seconds`` and no trial budget the warm-up is sized for the trials the limit should hold: at the prior
-    pace per build core first, then at the run's own pace; a tuner with neither bound is refused."""
-    from autosearch.task import TuningTask
-    from autosearch.tuner import PLANNED_TRIALS_PER_CORE_MINUTE, Tuner
-
-    class Runner:  # only its build workers are read
-        build_workers = 2
-
-    tasks = [TuningTask(index=i, name=f"t{i}", weight=1, flops=1e9 * (i + 1), mod=None, target=None, args=(),
-                        workload_key=str(i)) for i in range(40)]
-    with TuningLog(str(tmp_path / "l.jsonl")) as log:
-        timed = Tuner(tasks=tasks, runner=Runner(), log=log, strategy="random", seconds=600, batch=16)
-        counted = Tuner(tasks=tasks, runner=Runner(), log=log, strategy="random", budget=timed.planned, batch=16)
-        assert timed.planned == 10 * PLANNED_TRIALS_PER_CORE_MINUTE * 2 and timed.budget is None
-        assert [timed._first_pass(s) for s in timed.states] == [counted._first_pass(s) for s in counted.states]
-        # after a minute of 120 measured trials the run's own pace plans the rest: 2 a second for 540 s more
-        import time
-
-        from autosearch.records import Config
-
-        for n in range(120):
-            timed.states[n % 3].record(Config(0, (n,)), MeasureResult(Status.OK, (1e-3,)))
-        timed._start = time.perf_counter() - 60
-        assert timed.planned == pytest.approx(120 + 2 * 540, abs=3)
-        with pytest.raises(ValueError):
-            Tuner(tasks=tasks, runner=Runner(), log=log, strategy="random")
-        with pytest.raises(ValueError):
-            Tuner(tasks=tasks, runner=Runner(), log=log, strategy="random", seconds=0)
-
-
-def test_scheduler_moves_on_from_a_heavy_task_whose_best_stays_flat(tmp_path):
-    """Ansor's forward gradient fades with a task's trials: a heavy task stuck at its best for hundreds
-    of trials yields the next batch to a lighter task that has had few (and an improving task wins)."""
-    from autosearch.records import Config
-    from autosearch.task import TuningTask
-    from autosearch.tuner import Tuner
-
-    def task(i):
-        return TuningTask(index=i, name=f"t{i}", weight=1, flops=1e9, mod=None, target=None, args=(),
-                          workload_key=str(i))
-
-    def ok(secs):
-        return MeasureResult(Status.OK, (secs,))
-
-    with TuningLog(str(tmp_path / "l.jsonl")) as log:
-        tuner = Tuner(tasks=[task(0), task(1)], runner=None, log=log, strategy="random", budget=1000, batch=16)
-        heavy, light = tuner.states
-        for n in range(400):  # 16 ms, flat after the first trial
-            heavy.record(Config(0, (n,)), ok(16e-3 if n == 0 else 30e-3))
-        for n in range(32):  # 4 ms, also flat
-            light.record(Config(0, (n,)), ok(4e-3 if n == 0 else 9e-3))
-        for s in tuner.states:
-            s.strategy = object()  # both warmed up
-        assert tuner._next_task() is light
-        for n in range(32, 400):
-            light.record(Config(0, (n,)), ok(9e-3))
-        assert tuner._next_task() is heavy  # equal trials: the heavier task again
-        heavy.record(Config(0, (10_000,)), ok(8e-3))  # the heavy task improves: its backward term grows
-        for n in range(400, 430):
-            light.record(Config(0, (n,)), ok(9e-3))
-        assert tuner._next_task() is heavy
-
-
-def test_scheduler_gives_less_to_the_slower_alternative_of_a_layer(tmp_path):
-    """A layer tuned both ways runs its faster alternative: the slower one's gain is scaled down."""
-    from autosearch.records import Config
-    from autosearch.task import TuningTask
-    from autosearch.tuner import Tuner
-
-    def task(i, algorithm):
-        return TuningTask(index=i, name=f"t{i}", weight=1, flops=1e9, mod=None, target=None, args=(),
-                          workload_key=str(i), lowering={"winograd": "auto", "layer": "L", "algorithm": algorithm})
-
-    with TuningLog(str(tmp_path / "l.jsonl")) as log:
-        tuner = Tuner(tasks=[task(0, "direct"), task(1, "winograd")], runner=None, log=log, strategy="random",
-                      budget=1000, batch=16)
-        direct, wino = tuner.states
-        for n in range(64):
-            direct.record(Config(0, (n,)), MeasureResult(Status.OK, (10e-3,)))
-            wino.record(Config(0, (n,)), MeasureResult(Status.OK, (4e-3,)))
-        for s in tuner.states:
-            s.strategy = object()
-        assert tuner._rivalry() == {id(direct): pytest.approx(0.16)}
-        assert tuner._next_task() is wino

@@ -10,9 +10,9 @@ import pytest
 from rich.console import Console
 
 import autosearch
-from autosearch import end_to_end as report
 from autosearch.console import print_report
-from autosearch.deploy import openvino_default_precision
+from autosearch.deploy import report as report
+from autosearch.deploy.timing import openvino_default_precision
 from tests.conftest import ROOT, run_cli, small_conv_onnx
 
 TVM_DB = os.path.join(ROOT, "tests", "data", "tvm_tune_tir_db")

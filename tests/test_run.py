@@ -79,7 +79,7 @@ def test_a_time_limit_stops_the_search_goes_past_the_planned_trials_and_re_times
     follows the stop as it follows a spent budget."""
     import time
 
-    from autosearch.tuner import PLANNED_TRIALS_PER_CORE_MINUTE
+    from autosearch.search.scheduler import PLANNED_TRIALS_PER_CORE_MINUTE
 
     log = str(tmp_path / "run.jsonl")
     minutes = 0.25
@@ -109,12 +109,12 @@ def test_an_interrupted_run_resumed_with_another_batch_goes_on_from_its_log(tmp_
     logged trials, asks none of them again, nothing is measured twice, and the best never falls behind the log's.
     The random start is 4 trials, so the resumed strategy goes on from the logged ones in its own way at once
     (annealing's chains, optuna's TPE), as with the default starts after a longer first run."""
-    from autosearch import tuner as tuner_module
     from autosearch.measure.base import EvaluatorConfig
     from autosearch.measure.local import LocalRunner
     from autosearch.records import TuningLog
-    from autosearch.strategy import make_strategy
-    from autosearch.tuner import Tuner
+    from autosearch.search import tuner as tuner_module
+    from autosearch.search.strategy import make_strategy
+    from autosearch.search.tuner import Tuner
 
     def interrupt_at_6(event):
         if event.phase == "batch" and event.trials_done >= 6:
@@ -191,11 +191,11 @@ def test_tasks_are_set_up_in_chunks_each_once_before_its_first_trial(tmp_path, s
     """The tuner sets up the tasks waiting for activation together (their untuned modules build while their design
     spaces are built), up to SETUP_CHUNK at a time; every task is set up once, before its first trial, and its
     baseline is logged when it is activated."""
-    from autosearch import tuner as tuner_module
     from autosearch.measure.base import EvaluatorConfig
     from autosearch.measure.local import LocalRunner
     from autosearch.records import TuningLog
-    from autosearch.tuner import Tuner
+    from autosearch.search import tuner as tuner_module
+    from autosearch.search.tuner import Tuner
 
     calls: list[list[str]] = []
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from autosearch.records import Config
-from autosearch.space import perfect_tilings
+from autosearch.search.space import perfect_tilings
+from autosearch.types import Config
 
 
 def test_perfect_tilings_are_complete_and_legal():
@@ -69,7 +69,7 @@ def test_compute_locations_listed_are_legal_for_the_default_tiles(conv_space):
 def test_compute_locations_listed_are_every_location_tvm_accepts(conv_space):
     """The listed locations are exactly where TVM lands when asked for every location in turn (TVM snaps an
     illegal one to a legal one): none missing, none extra."""
-    from autosearch.space import _MAX_LOCATION_PROBE
+    from autosearch.search.space import _MAX_LOCATION_PROBE
 
     probed = 0
     for s in conv_space.sketches:

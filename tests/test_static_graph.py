@@ -106,7 +106,7 @@ def _save(tmp_path, model: onnx.ModelProto, name: str) -> str:
 
 
 def _imported(tmp_path, kind: str, target, **options):
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     return import_model(_save(tmp_path, detect_head_onnx(kind), kind), target, winograd="off", layout="NCHW",
                         **options)
@@ -121,7 +121,7 @@ def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 
 def test_the_runtime_shape_graph_is_what_tvm_cannot_legalise(target):
     """Without folding, the chunk chain stops TVM's legalisation: the graph tests what it claims to."""
-    from autosearch.importer import extract_tasks, to_relax
+    from autosearch.frontend.importer import extract_tasks, to_relax
 
     mod = to_relax(detect_head_onnx("runtime"), {"images": (1, 3, HW, HW)})
     with pytest.raises(AssertionError, match="ShapeExpr"):
@@ -154,7 +154,7 @@ def test_dynamic_axes_take_the_given_batch_and_size(tmp_path, target):
 
 
 def test_a_static_graph_is_passed_through_untouched():
-    from autosearch.static_graph import has_runtime_shapes, make_static
+    from autosearch.frontend.static_graph import has_runtime_shapes, make_static
 
     model = detect_head_onnx("static")
     assert not has_runtime_shapes(model)
@@ -175,7 +175,7 @@ def test_cli_dynamic_export_needs_its_shape_in_one_line(tmp_path, capfd):
 
 @pytest.mark.parametrize("kind", ["static", "runtime"])
 def test_an_op_tvm_cannot_import_is_named_with_its_node(tmp_path, target, kind, capfd):
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     path = _save(tmp_path, detect_head_onnx(kind, extra_op="Celu"), kind)
     with pytest.raises(UserError, match=r"^ONNX op not supported by TVM's Relax importer: Celu \(node 'user_op'\)$"):

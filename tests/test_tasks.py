@@ -47,7 +47,7 @@ def test_yolov8n_conv_task_count(models):
 def test_yolo11n_conv_and_attention_tasks(models):
     """88 conv layers in 62 distinct tasks; C2PSA's attention gives two batch matmuls and a softmax over the 400
     tokens of the 20x20 map, and each has a MetaSchedule design space with open decisions, like a conv."""
-    from autosearch.space import DecisionSpace
+    from autosearch.search.space import DecisionSpace
 
     tasks = models["yolo11n"].tasks
     assert sum(t.weight for t in tasks if "conv2d" in t.name) == 88
@@ -72,7 +72,7 @@ def test_task_records_carry_args_and_workload_key(models):
     assert task.args[0] == ((1, 1024, 13, 13), "float32")
     assert task.workload_key.isdigit()
     # round trip through the log header
-    from autosearch.task import TuningTask
+    from autosearch.frontend.task import TuningTask
 
     again = TuningTask.from_json(json.loads(json.dumps(task.to_json())))
     assert again.workload_key == task.workload_key and again.args == task.args and again.flops == task.flops
@@ -83,9 +83,10 @@ def test_exported_record_matches_when_tvm_applies_the_database(tmp_path, small_m
     import tvm
     from tvm import relax
 
-    from autosearch.database import export_database
-    from autosearch.importer import legalize
-    from autosearch.records import LogContents, MeasureResult, Record, Status
+    from autosearch.deploy.database import export_database
+    from autosearch.frontend.importer import legalize
+    from autosearch.records import LogContents
+    from autosearch.types import MeasureResult, Record, Status
 
     applied = conv_space.apply(conv_space.default(0))
     assert applied.ok
@@ -96,7 +97,7 @@ def test_exported_record_matches_when_tvm_applies_the_database(tmp_path, small_m
                                    flops=conv_task.flops, trace=applied.trace_json()))
     summary = export_database(contents, str(tmp_path / "db"))
     assert summary.records == 1
-    from autosearch.database import load_database
+    from autosearch.deploy.database import load_database
 
     db = load_database(str(tmp_path / "db"))
     lowered = legalize(small_model.relax_mod, conv_task.target)
@@ -160,7 +161,7 @@ def test_cli_tasks_table_for_a_user_onnx_file(tmp_path, capfd):
 def test_input_shape_override_for_dynamic_input(tmp_path, target, capfd):
     import onnx
 
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     model = small_conv_onnx()
     dim = model.graph.input[0].type.tensor_type.shape.dim
@@ -213,7 +214,7 @@ def test_bad_inputs_give_one_line_and_exit_code_2(tmp_path, capfd):
 
 
 def test_legacy_target_string_is_translated():
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
 
     t = parse_target("llvm -mcpu=skylake-avx512 -num-cores 2")
     exported = dict(t.export())
@@ -221,7 +222,7 @@ def test_legacy_target_string_is_translated():
 
 
 def test_default_target_is_the_host_with_all_cores():
-    from autosearch.target import host_cores, parse_target
+    from autosearch.frontend.target import host_cores, parse_target
 
     exported = dict(parse_target(None).export())
     assert exported["kind"] == "llvm" and exported["num-cores"] == host_cores()

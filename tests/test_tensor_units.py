@@ -134,8 +134,8 @@ def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel, strid
     """Every sketch of a bf16 conv task, as the tuner would build it, against NumPy on the same rounded operands."""
     import tvm
 
-    from autosearch.importer import import_model
-    from autosearch.space import DecisionSpace
+    from autosearch.frontend.importer import import_model
+    from autosearch.search.space import DecisionSpace
     from autosearch.tensor_units.amx import request_permission
 
     _needs_amx(target)
@@ -174,7 +174,7 @@ def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path,
     tolerance of ONNX Runtime's."""
     _needs_amx(target)
     from autosearch.cli import main
-    from autosearch.database import database_lowering
+    from autosearch.deploy.database import database_lowering
 
     run = tune_and_export(tmp_path, lambda p: small_conv_onnx(p, cin=32, cout=64, hw=16), trials=6, batch=3,
                           options=("--layout", "NHWC", "--precision", "auto"))
@@ -198,7 +198,7 @@ def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path,
     assert "tuned tasks" in proc.stdout and os.path.exists(library)
     import onnxruntime as ort
 
-    from autosearch.artifact import load_model
+    from autosearch.deploy.artifact import load_model
 
     x = np.random.default_rng(2).uniform(-1, 1, (1, 32, 16, 16)).astype("float32")
     import tvm
@@ -232,7 +232,7 @@ def test_unknown_precision_is_a_usage_error() -> None:
 
 def _database_with_lowering(tmp_path, **lowering) -> str:
     """An empty database directory whose lowering file says how it was tuned (NHWC, fast math, and ``lowering``)."""
-    from autosearch.database import LOWERING_FILE
+    from autosearch.deploy.database import LOWERING_FILE
 
     db = tmp_path / "db"
     db.mkdir()

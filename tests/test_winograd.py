@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from autosearch.winograd import ConvShape
+from autosearch.frontend.winograd import ConvShape
 from tests.conftest import run_cli, run_cli_here, small_conv_onnx
 
 
@@ -27,7 +27,7 @@ def test_winograd_compute_equals_direct_convolution(target, hw):
     import tvm
     from tvm import te
 
-    from autosearch.winograd import TILE, kernel_transform, winograd_conv
+    from autosearch.frontend.winograd import TILE, kernel_transform, winograd_conv
 
     cin, cout = 8, 16
     rng = np.random.default_rng(0)
@@ -56,7 +56,7 @@ def test_flop_formula_is_tvms_own_count(target):
     from tvm import te
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    from autosearch.winograd import TILE, winograd_conv
+    from autosearch.frontend.winograd import TILE, winograd_conv
 
     shape = ConvShape(batch=1, in_channels=64, out_channels=128, height=26, width=26, kernel=(3, 3))
     data = te.placeholder((1, 64, 26, 26), name="data")
@@ -86,7 +86,7 @@ def test_auto_offers_the_wide_layers_both_ways_and_off_none(imported):
 
 
 def test_policy_follows_measured_choices_before_the_flop_rule():
-    from autosearch.winograd import MAX_FLOP_RATIO, WinogradPolicy, choose_algorithms, layer_key
+    from autosearch.frontend.winograd import MAX_FLOP_RATIO, WinogradPolicy, choose_algorithms, layer_key
 
     wide = ConvShape(batch=1, in_channels=256, out_channels=256, height=13, width=13, kernel=(3, 3))
     narrow = ConvShape(batch=1, in_channels=32, out_channels=64, height=104, width=104, kernel=(3, 3))
@@ -163,7 +163,7 @@ def test_compile_with_either_lowering_finds_its_tuned_tasks(tuned_wide, capfd):
 
 
 def test_small_stem_conv_stays_direct(target, tmp_path):
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     path = str(tmp_path / "small.onnx")
     small_conv_onnx(path)

@@ -1,2 +1,2 @@
 """The built-in YOLO models as ONNX graphs built in code; the core finds them by name
-(:data:`autosearch.importer.BUILTIN_MODELS`)."""
+(:data:`autosearch.frontend.importer.BUILTIN_MODELS`)."""

@@ -6,9 +6,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from autosearch.frontend.task import TuningTask
 from autosearch.measure.policy import MeasurePolicy
-from autosearch.records import MeasureResult
-from autosearch.task import TuningTask
+from autosearch.types import MeasureResult
 
 _R = TypeVar("_R", bound="RunnerBase")
 
@@ -83,6 +83,11 @@ class RunnerBase:
         self.num_threads = num_threads
         self.policy = MeasurePolicy(evaluator=evaluator or EvaluatorConfig(), run_timeout=run_timeout)
         self.phase_secs = {"build": 0.0, "run": 0.0}  # wall seconds in each phase (benchmarks)
+
+    def count_phases(self, build_secs: float, run_secs: float) -> None:
+        """Add one measure call's wall seconds spent building and then measuring to :attr:`phase_secs`."""
+        self.phase_secs["build"] += build_secs
+        self.phase_secs["run"] += run_secs
 
     def baseline_secs(self, task: TuningTask) -> float | None:
         """Median seconds of the task's untuned kernel, once ``prepare`` measured it."""

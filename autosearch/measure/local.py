@@ -20,13 +20,13 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from autosearch.frontend.target import host_cores, target_num_cores, target_to_json
+from autosearch.frontend.task import TuningTask
 from autosearch.measure.base import RunnerBase
 from autosearch.measure.measuring import MeasuringProcess
 from autosearch.measure.policy import REFERENCE_TIMEOUT, build_failure
 from autosearch.measure.worker import STARTUP_TIMEOUT, Worker
-from autosearch.records import MeasureResult
-from autosearch.target import host_cores, target_num_cores, target_to_json
-from autosearch.task import TuningTask
+from autosearch.types import MeasureResult
 
 log = logging.getLogger(__name__)
 
@@ -224,8 +224,7 @@ class LocalRunner(RunnerBase):
         builds = self.builder.build([tvm.ir.save_json(m) for m in mods])
         built = time.perf_counter()
         results = [self._run(task, b) for b in builds]
-        self.phase_secs["build"] += built - start
-        self.phase_secs["run"] += time.perf_counter() - built
+        self.count_phases(built - start, time.perf_counter() - built)
         return results
 
     def _run(self, task: TuningTask, built: Built) -> MeasureResult:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from autosearch.records import MeasureResult, Status
+from autosearch.types import MeasureResult, Status
 
 if TYPE_CHECKING:
+    from autosearch.frontend.task import TuningTask
     from autosearch.measure.base import EvaluatorConfig
     from autosearch.measure.worker import Reply
-    from autosearch.task import TuningTask
 
 # Seconds the reference run may take: the unscheduled kernel, called once and then timed, can take seconds a call.
 REFERENCE_TIMEOUT = 600.0

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.exceptions import RayActorError, RayError, TaskCancelledError, WorkerCrashedError
 
+from autosearch.frontend.task import TuningTask
 from autosearch.measure.policy import REFERENCE_TIMEOUT, build_failure
 from autosearch.measure.ray_cluster import first_line
 from autosearch.measure.ray_device import build_in_worker, warm_build_worker
 from autosearch.measure.ray_fleet import Device
 from autosearch.measure.worker import STARTUP_TIMEOUT, Reply
-from autosearch.records import MeasureResult, Status
-from autosearch.task import TuningTask
+from autosearch.types import MeasureResult, Status
 
 if TYPE_CHECKING:
     from autosearch.measure.ray_pool import RayRunner
@@ -124,8 +124,7 @@ class RayBatch:
         if not self.reference:
             end = time.perf_counter()
             built = built if all_built else end
-            self.pool.phase_secs["build"] += built - start
-            self.pool.phase_secs["run"] += end - built
+            self.pool.count_phases(built - start, end - built)
         return [r for r in self.results if r is not None]
 
     def _handle(self, ref: Any, pinging: dict[Any, Device]) -> None:
@@ -200,7 +199,7 @@ class RayBatch:
         if self.reference:
             return device.handle.reference.remote(key, job.artifact, task.args, pool.seed,
                                                   self.policy.reference_evaluator(), self.run_timeout)
-        return device.handle.run.remote(key, [pool.references[key]], job.artifact, task.args, pool.seed,
+        return device.handle.run.remote(key, [pool.reference(key)], job.artifact, task.args, pool.seed,
                                         self.policy.run_evaluator(key), self.run_timeout)
 
     def _run_done(self, ref: Any) -> None:
@@ -223,7 +222,7 @@ class RayBatch:
             return self.policy.run_result(key, reply, build_secs=job.build_secs, worker=ident)
         result = self.policy.baseline_result(key, reply, build_secs=job.build_secs, worker=ident)
         if result.ok:
-            self.pool.references[key] = ray.put(reply.value["reference"])
+            self.pool.keep_reference(key, reply.value["reference"])
         return result
 
     # ---------------------------------------------------------------- faults

@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 from autosearch.errors import UserError
-from autosearch.target import host_cores
+from autosearch.frontend.target import host_cores
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from typing import Any
 import ray
 
 from autosearch.errors import UserError
+from autosearch.frontend.target import cpu_model, target_num_cores, target_to_json
 from autosearch.measure.measuring import MeasuringProcess
 from autosearch.measure.worker import STARTUP_TIMEOUT, Reply, Worker
-from autosearch.target import cpu_model, target_num_cores, target_to_json
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,8 @@ from typing import Any
 import ray
 
 from autosearch.errors import UserError
+from autosearch.frontend.target import target_num_cores, target_to_json
+from autosearch.frontend.task import TuningTask
 from autosearch.measure import ray_cluster
 from autosearch.measure.base import RunnerBase
 from autosearch.measure.ray_batch import RayBatch, warm_builders
@@ -30,9 +32,7 @@ from autosearch.measure.ray_device import device_key as key_for_target
 from autosearch.measure.ray_device import device_kind
 from autosearch.measure.ray_fleet import DeviceFleet
 from autosearch.measure.worker import STARTUP_TIMEOUT
-from autosearch.records import MeasureResult
-from autosearch.target import target_num_cores, target_to_json
-from autosearch.task import TuningTask
+from autosearch.types import MeasureResult
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class RayRunner(RunnerBase):
         self.max_retries = max_retries
         self.build_options = {"resources": dict(build_resources)} if build_resources else {}
         self.target_json = target_to_json(target)
-        self.references: dict[str, Any] = {}  # task key -> ObjectRef of the reference npz bytes
+        self._references: dict[str, Any] = {}  # task key -> ObjectRef of the reference npz bytes
         self.fleet = DeviceFleet(key=self.key, kind=self.kind, num_threads=self.num_threads,
                                  allow_mixed=allow_mixed, max_restarts=max_restarts)
         self._batch: RayBatch | None = None
@@ -123,7 +123,7 @@ class RayRunner(RunnerBase):
 
     def close(self) -> None:
         self.fleet.close()
-        self.references.clear()
+        self._references.clear()
         if self._owns_ray:
             ray_cluster.disconnect()
         self._owns_ray = False
@@ -134,6 +134,16 @@ class RayRunner(RunnerBase):
             return self._batch.run()
         finally:
             self._batch = None
+
+    # ------------------------------------------------------------------ what a batch keeps here
+    def keep_reference(self, task_key: str, reference: Any) -> None:
+        """Put a task's reference outputs (npz bytes, from its baseline) in Ray's object store, once for every
+        later batch of the task."""
+        self._references[task_key] = ray.put(reference)
+
+    def reference(self, task_key: str) -> Any:
+        """The ObjectRef of a task's reference outputs (:meth:`keep_reference`)."""
+        return self._references[task_key]
 
     # ------------------------------------------------------------------ progress and inspection
     def in_flight(self) -> dict[int, int]:

@@ -1,8 +1,8 @@
 """The experiment helpers every script in ``experiments/`` uses, each written once.
 
 - :mod:`.io`: where results go (``experiments/results/``), atomic JSON / text writes.
-- :mod:`.tables`: Markdown tables and number formatting.
-- :mod:`.stats`: medians, bootstrap intervals, trials-to-target, pairwise order on pairs far apart.
+- Markdown tables and number formatting: :mod:`autosearch.tables` (the core writes tables too).
+- :mod:`.stats`: medians, bootstrap intervals, trials-to-target, pairwise order by how far apart a pair is.
 - :mod:`.tasks`: naming a conv task stably (``MODEL[:LAYOUT]:LAYER[@KxK][/ALGORITHM]``) and finding it.
 - :mod:`.tuning`: one autosearch tuning run of one task, and what its records say at a budget.
 - :mod:`.retime`: re-timing schedules in fresh measuring processes, interleaved across methods.

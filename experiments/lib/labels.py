@@ -6,8 +6,8 @@ with the evaluator a tuner can afford (a slow kernel is timed once). As a label 
 therefore re-times every valid trial of every task after the trials, in ``rounds``: each round times each
 task's kernels in a fresh measuring process, in an order shuffled per round, with more repeats and no
 slow-kernel shortcut (:data:`LABEL_EVALUATOR`). A record's label is then the median over rounds of its
-per-round medians (``autosearch.cost_models.features.labelled_trials``, the rule of ``autosearch.finalists``), and
-``experiments/measurement_noise.py`` re-labels a sample the same way to measure how far two such labels agree.
+per-round medians (``autosearch.cost_models.features.labelled_trials``, the rule of ``autosearch.search.finalists``),
+and ``experiments/measurement_noise.py`` re-labels a sample the same way to measure how far two such labels agree.
 
 The settings are written to the log as a run header (``{"experiment": "make_dataset", "retime": ...}``) so the
 noise measurement repeats them without being told.
@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from autosearch.finalists import current_retimes, rotated
 from autosearch.measure.base import EvaluatorConfig
-from autosearch.records import LogContents, Record, TuningLog
+from autosearch.records import LogContents, TuningLog
+from autosearch.search.finalists import current_retimes, rotated
+from autosearch.types import Record
 from experiments.lib.retime import schedule
 
 log = logging.getLogger("labels")
@@ -55,7 +56,7 @@ def retime(runner, task, records: Sequence[Record], *, round_no: int, out: Tunin
     """Re-time ``records`` of ``task`` in a fresh measuring process (shuffled, ``BATCH`` at a time) and log each
     result as a ``retime`` record of round ``round_no``. Stops early at ``deadline`` (``time.time()``).
     ``fresh=False`` keeps the runner's current process (to tell per-process noise from per-call noise)."""
-    from autosearch.target import target_to_json
+    from autosearch.frontend.target import target_to_json
 
     target = target_to_json(runner.target)  # what the kernels are built for here, not the record's (another machine's)
     if fresh:

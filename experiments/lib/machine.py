@@ -6,7 +6,7 @@ import os
 import socket
 from typing import Any
 
-from autosearch.target import cpu_model
+from autosearch.frontend.target import cpu_model
 
 IDENTITY = ("cpu_model", "cores", "mcpu", "num_cores")  # what must agree for timings to be compared
 
@@ -16,7 +16,7 @@ def fingerprint(target) -> dict[str, Any]:
     import tvm
 
     from autosearch import __version__
-    from autosearch.target import target_num_cores, target_to_json
+    from autosearch.frontend.target import target_num_cores, target_to_json
 
     spec = target_to_json(target)
     return {"cpu_model": cpu_model(), "cores": os.cpu_count() or 1, "mcpu": spec.get("mcpu", ""),

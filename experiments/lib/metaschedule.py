@@ -58,7 +58,7 @@ def builder_and_runner(target, *, evaluator: EvaluatorConfig | None = None, fast
     """MetaSchedule's LocalBuilder and LocalRunner with our evaluator settings and the target's threads."""
     from tvm.s_tir import meta_schedule as ms
 
-    from autosearch.target import target_num_cores
+    from autosearch.frontend.target import target_num_cores
     from autosearch.tvm_compat import fast_build, import_tensor_intrinsics
 
     evaluator = evaluator or EvaluatorConfig()

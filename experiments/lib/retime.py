@@ -3,30 +3,28 @@
 A tuning run's best is selected *because* its in-run timing was low, so that timing is biased (the winner's
 curse), and fresh processes disagree about one kernel far more than repeats within a process do. So the
 schedules a comparison is about are timed again, each round in a fresh measuring process, and a schedule's
-score is the median over rounds of its per-round median (:mod:`autosearch.finalists`' rule). When several
+score is the median over rounds of its per-round median (:mod:`autosearch.search.finalists`' rule). When several
 methods are compared, :func:`round_robin` interleaves their schedules within a round and rotates which method
 goes first from round to round, so a slow spell of the machine hits every method alike.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
+
+from autosearch.search.finalists import score
 
 K = TypeVar("K")
 T = TypeVar("T")
 
 
 def schedule(task, trace) -> Any:
-    """The scheduled module of ``task`` a TVM trace (JSON, postprocessors included) describes."""
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.schedule import Trace
+    """The scheduled module of ``task`` a TVM trace (JSON, postprocessors included) describes
+    (:func:`autosearch.search.space.replay`)."""
+    from autosearch.search.space import replay
 
-    sch = Schedule(task.mod)
-    Trace.apply_json_to_schedule(trace, sch)
-    return sch.mod
+    return replay(task.mod, trace).mod
 
 
 def round_robin(groups: Mapping[K, Sequence[T]], round_index: int) -> list[tuple[K, T]]:
@@ -46,7 +44,7 @@ def round_robin(groups: Mapping[K, Sequence[T]], round_index: int) -> list[tuple
 def measure_traces(runner, task, traces: Sequence) -> list:
     """Time each schedule (TVM trace JSON) of ``task`` once, in the order given, on ``runner`` (whose reference for
     the task is prepared); a trace that no longer applies fails as ``invalid_config``, unbuilt."""
-    from autosearch.records import MeasureResult, Status
+    from autosearch.types import MeasureResult, Status
 
     mods: list[Any] = []
     for trace in traces:
@@ -90,14 +88,8 @@ def retime(task, target, traces: Sequence, *, evaluator=None, rounds: int = 1) -
     return out
 
 
-def score(results: Sequence) -> float:
-    """Seconds: the median over rounds of each round's median; ``inf`` if any round failed (never the best)."""
-    if not results or any(not r.ok for r in results):
-        return math.inf
-    return statistics.median(r.median for r in results)
-
-
 def retime_secs(task, target, traces: Sequence, *, evaluator=None, rounds: int = 1) -> list[float]:
-    """:func:`retime`, scored: seconds per trace (``inf`` for a schedule that failed a round)."""
+    """:func:`retime`, scored (:func:`autosearch.search.finalists.score`): seconds per trace (``inf`` for a
+    schedule that failed a round)."""
     per_round = retime(task, target, traces, evaluator=evaluator, rounds=rounds)
     return [score([r[i] for r in per_round]) for i in range(len(traces))]

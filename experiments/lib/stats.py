@@ -1,10 +1,11 @@
 """The statistics experiments report, each defined once.
 
 - :func:`bootstrap_ci`: a percentile bootstrap interval of the median (or another statistic) of a few runs.
-- :func:`pairwise_accuracy_apart` / :func:`close_share`: how well an order agrees with measured throughputs on
-  the pairs that differ by more than a ratio (``ratio=1.1``: "pairs more than 10% apart", the pairs that a
-  re-measurement orders the same way; closer pairs are mostly noise). One tie rule: a tie in the order being
-  judged counts half, as :func:`autosearch.cost_models.evaluate.pairwise_accuracy` counts it.
+- :func:`pairs_by_ratio` / :func:`close_share`: how well an order agrees with measured throughputs by how far
+  apart a pair is, and how many pairs are close (``ratio=1.1``: within 10%, mostly noise). The accuracy on the
+  pairs more than a ratio apart is :func:`autosearch.cost_models.evaluate.pairwise_accuracy` with ``ratio``; its
+  tie rule (a tie in the order being judged counts half, :func:`~autosearch.cost_models.evaluate.agreeing`) is
+  the one here.
 - :func:`trials_to_reach`, :func:`median_trials`: the first trial whose result reaches a target, and the median
   over runs where "never" counts as more than any number.
 """
@@ -15,6 +16,8 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
+from autosearch.cost_models.evaluate import agreeing
 
 NEVER = math.inf  # trials (or seconds) to a target that a run never reached
 
@@ -45,25 +48,10 @@ def _apart(truth: np.ndarray, ratio: float) -> np.ndarray:
     return truth[:, None] > ratio * truth[None, :]
 
 
-def _agreeing(order: np.ndarray, pairs: np.ndarray) -> float:
-    """How many of the (i faster than j) ``pairs`` ``order`` puts the same way round, a tie counting half."""
-    sign = np.sign(order[:, None] - order[None, :])[pairs]
-    return float((sign > 0).sum() + 0.5 * (sign == 0).sum())
-
-
-def pairwise_accuracy_apart(truth: Sequence[float], order: Sequence[float], *, ratio: float = 1.1) -> float:
-    """Share of the pairs whose ``truth`` (throughput, higher = faster) differs by more than ``ratio`` that
-    ``order`` (a prediction or a re-measurement, higher = faster) puts the same way round; ties in ``order`` count
-    half. NaN when no pair is that far apart."""
-    t = np.asarray(truth, dtype=np.float64)
-    apart = _apart(t, ratio)
-    return _agreeing(np.asarray(order, dtype=np.float64), apart) / apart.sum() if apart.any() else math.nan
-
-
 def pairs_by_ratio(truth: Sequence[float], order: Sequence[float],
                    edges: Sequence[float]) -> dict[tuple[float, float], tuple[int, float]]:
     """For each bucket (lo, hi] of consecutive ``edges``: the pairs whose ``truth`` ratio (faster / slower) falls in
-    it, and how many of them ``order`` puts the same way round (ties half, as in :func:`pairwise_accuracy_apart`)."""
+    it, and how many of them ``order`` puts the same way round (:func:`autosearch.cost_models.evaluate.agreeing`)."""
     t = np.asarray(truth, dtype=np.float64)
     o = np.asarray(order, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -71,7 +59,7 @@ def pairs_by_ratio(truth: Sequence[float], order: Sequence[float],
     out = {}
     for lo, hi in zip(edges[:-1], edges[1:]):
         sel = (ratio > lo) & (ratio <= hi)
-        out[(lo, hi)] = (int(sel.sum()), _agreeing(o, sel))
+        out[(lo, hi)] = (int(sel.sum()), agreeing(o, sel))
     return out
 
 

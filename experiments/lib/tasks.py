@@ -50,7 +50,7 @@ class TaskSpec:
 
 def conv_signature(task, layout: str = "NCHW") -> tuple[str, str, str] | None:
     """(NCHW layer key, ``KxK``, algorithm) of a conv task from its argument shapes, or None for other tasks."""
-    from autosearch.winograd import layer_key
+    from autosearch.frontend.winograd import layer_key
 
     if "conv2d" not in task.name or len(task.args) < 3:
         return None
@@ -70,7 +70,7 @@ def conv_signature(task, layout: str = "NCHW") -> tuple[str, str, str] | None:
 
 
 def layer_of(task, layout: str = "NCHW") -> str | None:
-    """The NCHW layer key of a conv task (``autosearch.winograd.layer_key``), or None for other tasks."""
+    """The NCHW layer key of a conv task (``autosearch.frontend.winograd.layer_key``), or None for other tasks."""
     signature = conv_signature(task, layout)
     return signature[0] if signature else None
 
@@ -124,7 +124,7 @@ class ModelTasks:
         self._models: dict[tuple[str, str, str], list] = {}
 
     def tasks(self, model: str, *, layout: str = "NCHW", winograd: str = "auto") -> list:
-        from autosearch.importer import import_model
+        from autosearch.frontend.importer import import_model
 
         key = (model, layout, winograd)
         if key not in self._models:

@@ -31,7 +31,7 @@ def run_autosearch(task, target, strategy: str, budget: int, batch: int, seed: i
     """
     from autosearch.measure.local import LocalRunner
     from autosearch.records import TuningLog, read_log
-    from autosearch.tuner import Tuner
+    from autosearch.search.tuner import Tuner
 
     log_path = log_path or os.path.join(tempfile.mkdtemp(prefix=f"tune-{strategy}-"), "log.jsonl")
     if os.path.exists(log_path):

@@ -55,8 +55,8 @@ def split(dataset):
 @pytest.fixture(scope="session")
 def task_spaces(contents):
     """task key -> (TuningTask rebuilt from its log header, its DecisionSpace), in log order."""
-    from autosearch.space import DecisionSpace
-    from autosearch.task import TuningTask
+    from autosearch.frontend.task import TuningTask
+    from autosearch.search.space import DecisionSpace
 
     out = {}
     for key, header in contents.tasks.items():

@@ -128,10 +128,10 @@ def test_guided_search_scores_configs_on_assembly_features(contents, task_spaces
     and a scorer on ``loop+asm`` learns from measured configs and ranks the others (on the dataset's first
     task, a 1x1 conv2d: the cheapest of its tasks to build, about a sixth of the costliest's build time; the
     scorer learns from the task's own records, so no task is held out here)."""
-    from autosearch.cost_model import make_cost_model
     from autosearch.cost_models.asm_features import asm_vector
     from autosearch.cost_models.features import TaskFeaturizer
     from autosearch.cost_models.guidance import ModelScorer
+    from autosearch.search.cost_model import make_cost_model
 
     task, space = next(iter(task_spaces.values()))
     assert task.name.startswith("fused_conv2d8_")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autosearch.cost_model import CostModel, make_cost_model
 from autosearch.cost_models import (
     blend,
     learned,
@@ -18,6 +17,7 @@ from autosearch.cost_models import (
 )
 from autosearch.cost_models.evaluate import pairwise_accuracy as pairwise
 from autosearch.errors import UserError
+from autosearch.search.cost_model import CostModel, make_cost_model
 
 MODELS = ["xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "tvm-mlp", "seq", "seq@sequence+loop", "mlp-rank",
           "mlp-rank@loop+asm", "blend", "xgb@pooled", "rf@pooled+loop", "xgb-rank@loop+asm",
@@ -80,7 +80,7 @@ def test_seed_changes_randomised_models(dataset, split, fitted):
 
 
 def test_every_registered_model_is_in_the_contract():
-    from autosearch.cost_model import COST_MODELS, PRETRAINED, SKLEARN_PREFIX
+    from autosearch.search.cost_model import COST_MODELS, PRETRAINED, SKLEARN_PREFIX
 
     assert set(COST_MODELS) - {PRETRAINED, SKLEARN_PREFIX} <= set(MODELS)
 
@@ -100,7 +100,7 @@ def test_a_learned_model_without_torch_says_which_extra_installs_it():
     import sys
 
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from autosearch.cost_model import make_cost_model\n"
+            "from autosearch.search.cost_model import make_cost_model\n"
             "from autosearch.errors import UserError\n"
             "for name in ('mlp', 'tvm-mlp', 'seq', 'mlp-rank'):\n"
             "    try:\n"

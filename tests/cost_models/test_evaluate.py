@@ -147,7 +147,7 @@ def _log_naming_models(tmp_path, contents, models_of_task):
 
 def test_leave_one_model_out(tmp_path, contents, monkeypatch):
     """Each model's tasks are scored by a cost model trained only on tasks that are no layer of it."""
-    import autosearch.cost_model as registry
+    import autosearch.search.cost_model as registry
 
     # tasks 0, 1: net-a; task 2: net-b; task 3: a layer of both
     path, keys = _log_naming_models(tmp_path, contents, [["net-a"], ["net-a"], ["net-b"], ["net-a", "net-b"]])

@@ -7,10 +7,11 @@ import os
 import numpy as np
 import pytest
 
-from autosearch.cost_model import ConfigScorer, make_cost_model, make_scorer
 from autosearch.cost_models.evaluate import pairwise_accuracy
 from autosearch.cost_models.guidance import ModelScorer
-from autosearch.records import Config, LogContents
+from autosearch.records import LogContents
+from autosearch.search.cost_model import ConfigScorer, make_cost_model, make_scorer
+from autosearch.types import Config
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def test_untrained_scores_are_seeded(held_out_task, task_records):
 
 
 def test_failed_results_are_not_learned_and_bad_configs_score_lowest(held_out_task, task_records):
-    from autosearch.records import MeasureResult, Status
+    from autosearch.types import MeasureResult, Status
 
     task, space = held_out_task
     train, test = task_records
@@ -203,10 +204,10 @@ def test_scorer_defaults_to_the_user_feature_cache(contents, held_out_task, feat
 
 def test_make_scorer_finds_the_scorer_through_the_registry(held_out_task):
     """The core names no scorer module: the package of each registry entry makes the scorer."""
-    from autosearch.cost_model import cost_model_names
     from autosearch.cost_models.learned import SegmentSumMLP
     from autosearch.cost_models.sklearn_model import SklearnCostModel
     from autosearch.cost_models.xgboost_model import XGBCostModel
+    from autosearch.search.cost_model import cost_model_names
 
     task, space = held_out_task
     for name, cls in (("xgb-rank", XGBCostModel), ("sklearn:KNeighborsRegressor", SklearnCostModel),

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from autosearch.cost_models.features import build_dataset, labelled_trials
-from autosearch.records import Config, LogContents, MeasureResult, Record, Status
+from autosearch.records import LogContents
+from autosearch.types import Config, MeasureResult, Record, Status
 
 
 def _record(kind: str, key: str, config: Config, latency: float | None, round_no: int = 0) -> Record:

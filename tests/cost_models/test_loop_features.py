@@ -52,7 +52,7 @@ def _schedule(func, *, vector: int = 16, parallel: bool = True, reorder_k_inside
 
 def held_out_pairwise(dataset, spec: str) -> float:
     """Mean pairwise accuracy of the cost model ``spec`` over the dataset's 4 tasks, each held out once."""
-    from autosearch.cost_model import make_cost_model
+    from autosearch.search.cost_model import make_cost_model
 
     y, groups = dataset.y, dataset.groups
     model = make_cost_model(spec, seed=0)
@@ -154,7 +154,7 @@ def test_constant_matrix_selects_cost_nothing_once_unrolled():
 
 
 def test_machine_from_the_host_target():
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
 
     machine = Machine.from_target(parse_target(None))
     assert machine.vector_bits in (128, 256, 512) and machine.cores >= 1

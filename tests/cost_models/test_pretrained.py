@@ -54,7 +54,7 @@ def _held_out_records(contents, key: str) -> list:
 def _held_out_features(contents, key: str) -> np.ndarray:
     """The loop features of one task's valid records of the dataset, in log order."""
     from autosearch.cost_models.features import TaskFeaturizer
-    from autosearch.task import TuningTask
+    from autosearch.frontend.task import TuningTask
 
     featurizer = TaskFeaturizer(TuningTask.from_json(contents.tasks[key]))
     schedules = [featurizer.schedule_from_trace(r.trace) for r in _held_out_records(contents, key)]
@@ -163,9 +163,9 @@ def test_a_blend_directory_without_its_network_is_a_one_line_error(blend_dir, tm
 
 
 def test_online_refit_grows_trees_on_top_of_the_pretrained_ones(trained_dir, contents):
-    from autosearch.cost_model import make_scorer
-    from autosearch.space import DecisionSpace
-    from autosearch.task import TuningTask
+    from autosearch.frontend.task import TuningTask
+    from autosearch.search.cost_model import make_scorer
+    from autosearch.search.space import DecisionSpace
 
     key = list(contents.tasks)[HELD_OUT]
     task = TuningTask.from_json(contents.tasks[key])

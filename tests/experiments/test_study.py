@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from autosearch.records import MeasureResult, Status
+from autosearch.types import MeasureResult, Status
 from experiments.lib.io import ROOT
 from experiments.lib.stats import NEVER
 from experiments.lib.study.config import ConfigError, load_config

@@ -64,7 +64,7 @@ def test_unscheduled_and_plain_kernels_are_not_split(conv_task):
 def test_measured_prepacked_kernel_is_checked_and_timed(conv_task, conv_space):
     from autosearch.measure.base import EvaluatorConfig
     from autosearch.measure.local import LocalRunner
-    from autosearch.records import Status
+    from autosearch.types import Status
 
     applied = _prepacked(conv_space, np.random.default_rng(4))
     with LocalRunner(target=conv_task.target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5),
@@ -78,9 +78,10 @@ def test_measured_prepacked_kernel_is_checked_and_timed(conv_task, conv_space):
 def test_tuned_build_folds_the_prepacking_into_the_constants(tmp_path, small_model, conv_task, conv_space):
     import tvm
 
-    from autosearch.database import export_database, load_database
-    from autosearch.lowering import apply_database, lower
-    from autosearch.records import LogContents, MeasureResult, Record, Status
+    from autosearch.deploy.database import export_database, load_database
+    from autosearch.frontend.lowering import apply_database, lower
+    from autosearch.records import LogContents
+    from autosearch.types import MeasureResult, Record, Status
 
     applied = _prepacked(conv_space, np.random.default_rng(6))
     contents = LogContents(path="mem")

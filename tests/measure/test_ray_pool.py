@@ -34,7 +34,7 @@ ray = pytest.importorskip("ray")
 
 from autosearch.errors import UserError  # noqa: E402
 from autosearch.measure.base import EvaluatorConfig  # noqa: E402
-from autosearch.records import Status  # noqa: E402
+from autosearch.types import Status  # noqa: E402
 from tests.measure.ray_faults import inject, misreport  # noqa: E402
 
 EVALUATOR = EvaluatorConfig(repeat=3, min_repeat_ms=5)

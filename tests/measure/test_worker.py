@@ -19,8 +19,8 @@ def test_a_worker_builds_and_runs_without_loading_torch(conv_task, conv_space):
     pytest.importorskip("torch")  # without torch installed there is nothing to keep out
     import tvm
 
+    from autosearch.frontend.target import target_to_json
     from autosearch.measure.worker import STARTUP_TIMEOUT, Worker
-    from autosearch.target import target_to_json
 
     w = Worker(name="lean")
     try:
@@ -50,7 +50,7 @@ def test_the_cli_imports_tvm_without_torch_and_a_learned_model_still_loads_it(tm
             f"assert main(['tasks', '--model', {model!r}]) == 0\n"
             "import tvm\n"
             "print('after tasks:', 'torch' in sys.modules, type(tvm.__loader__).__name__)\n"
-            "from autosearch.cost_model import make_cost_model\n"
+            "from autosearch.search.cost_model import make_cost_model\n"
             "make_cost_model('mlp', seed=0)\n"
             "import torch\n"
             "print('after mlp:', float(torch.ones(3).sum()))\n")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autosearch.records import Config, MeasureResult
-from autosearch.space import DecisionSpace
+from autosearch.search.space import DecisionSpace
+from autosearch.types import Config, MeasureResult
 from tests.strategies.replay import SyntheticLatency
 
 

@@ -10,7 +10,7 @@ the answers), not kernel timing. So the answers come from a deterministic source
   in :meth:`DecisionSpace.encode` space, plus a small hash-based noise. The surrogate is a test fixture,
   not a performance model: never report its numbers as measurements.
 - :func:`run_strategy`: the smallest ask -> measure -> tell loop, checking the strategy contract.
-  The real loop (budget over tasks, logging, cost-model filtering) is :mod:`autosearch.tuner`.
+  The real loop (budget over tasks, logging, cost-model filtering) is :mod:`autosearch.search.tuner`.
 
 Everything here is a pure function of (seed, config): the same config always gets the same answer,
 in any order, in any process (no Python ``hash``, which is salted per process).
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from autosearch.records import Config, MeasureResult, Status
-from autosearch.space import DecisionSpace, config_key
+from autosearch.search.space import DecisionSpace, config_key
+from autosearch.types import Config, MeasureResult, Status
 
 LatencySource = Callable[[Config], MeasureResult]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autosearch.space import DecisionSpace
+from autosearch.search.space import DecisionSpace
 from tests.strategies.replay import SyntheticLatency
 
 

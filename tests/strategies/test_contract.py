@@ -18,8 +18,15 @@ import pytest
 from strategy_helpers import EncodingRidgeScorer, OracleScorer
 
 from autosearch.errors import UserError
-from autosearch.records import Config, MeasureResult, Status
-from autosearch.strategy import STRATEGIES, Strategy, make_strategy, parse_options, strategy_class, strategy_options
+from autosearch.search.strategy import (
+    STRATEGIES,
+    Strategy,
+    make_strategy,
+    parse_options,
+    strategy_class,
+    strategy_options,
+)
+from autosearch.types import Config, MeasureResult, Status
 from tests.strategies.replay import ReplayRunner, SyntheticLatency, best_latency, run_strategy
 
 # the model-guided walk is kept small so the suite stays fast; its defaults are tested elsewhere
@@ -311,7 +318,7 @@ def test_options_table_matches_the_constructor(name: str) -> None:
 
 def test_random_search_exhausts_a_tiny_space_exactly(conv_space) -> None:
     """A space small enough to list is enumerated: every config exactly once, then nothing."""
-    from autosearch.space import enumerate_space
+    from autosearch.search.space import enumerate_space
     from autosearch.strategies.random_search import RandomSearch
 
     small = _TinySpace(conv_space)
@@ -344,7 +351,7 @@ class _TinySpace:
     """The conv space with every decision but two of sketch 0 fixed: a real sub-space of 16 configs."""
 
     def __init__(self, space) -> None:
-        from autosearch.records import Decision
+        from autosearch.types import Decision
 
         self._space = space
         sketch = space.sketches[0]
@@ -369,14 +376,14 @@ class _TinySpace:
         )
 
     def sample(self, rng):
-        from autosearch.records import Config
+        from autosearch.types import Config
 
         return Config(
             0, tuple(d.choices[int(rng.integers(len(d.choices)))] for d in self.sketches[0].decisions)
         )
 
     def mutate(self, config, rng):
-        from autosearch.space import DecisionSpace
+        from autosearch.search.space import DecisionSpace
 
         return DecisionSpace.mutate(self, config, rng)  # type: ignore[arg-type]
 

@@ -8,9 +8,9 @@ import statistics
 import pytest
 from strategy_helpers import OracleScorer
 
-from autosearch.records import Config, MeasureResult, Status
-from autosearch.space import hamming
+from autosearch.search.space import hamming
 from autosearch.strategies.coordinate_descent import CoordinateDescent
+from autosearch.types import Config, MeasureResult, Status
 from tests.strategies.replay import ReplayRunner, SyntheticLatency, best_latency, run_strategy
 
 

@@ -13,11 +13,11 @@ from optuna.trial import TrialState
 from strategy_helpers import EncodingRidgeScorer
 
 from autosearch.errors import UserError
-from autosearch.records import Config, MeasureResult, Status
-from autosearch.space import config_key
+from autosearch.search.space import config_key
 from autosearch.strategies import optuna_search
 from autosearch.strategies.optuna_search import SAMPLERS, OptunaSearch, make_sampler
 from autosearch.strategies.random_search import RandomSearch
+from autosearch.types import Config, MeasureResult, Status
 from tests.strategies.replay import ReplayRunner, SyntheticLatency, best_latency, run_strategy
 
 

@@ -8,8 +8,8 @@ import optuna
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FixedTrial
 
-from autosearch.records import Config
 from autosearch.strategies.optuna_encodings import CategoricalEncoding, OrdinalEncoding
+from autosearch.types import Config
 
 
 def _decode(encoding, params: dict) -> Config:

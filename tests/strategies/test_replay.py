@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 import pytest
 
-from autosearch.records import Config, MeasureResult, Status
+from autosearch.types import Config, MeasureResult, Status
 from tests.strategies.replay import ReplayRunner, SyntheticLatency, run_strategy
 
 

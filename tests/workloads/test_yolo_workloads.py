@@ -15,7 +15,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from autosearch.errors import UserError
-from autosearch.importer import BUILTIN_MODELS, build_model
+from autosearch.frontend.importer import BUILTIN_MODELS, build_model
 from autosearch.workloads.onnx_flops import count_flops
 
 EXPECTED_IO = {

@@ -1,9 +1,9 @@
 """Hill climbing with random restarts: neighbours of the current config while they improve on it, a random config
 when they have stopped improving for a while.
 
-Written against autosearch's public strategy interface only (:class:`autosearch.strategy.Strategy`: ``ask``,
-``tell``, ``resume``; :class:`autosearch.space.DecisionSpace` for sampling and one-decision mutations): the tuning
-loop owns the budget, so the strategy never counts trials. A restart leaves a local optimum the climb cannot get
+Written against autosearch's public strategy interface only (:class:`autosearch.search.strategy.Strategy`: ``ask``,
+``tell``, ``resume``; :class:`autosearch.search.space.DecisionSpace` for sampling and one-decision mutations): the
+tuning loop owns the budget, so the strategy never counts trials. A restart leaves a local optimum the climb cannot get
 out of, which matters on the rugged latency landscapes of tiled loop nests. The cost model, if any, is ignored.
 """
 
@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from autosearch.cost_model import ConfigScorer
-from autosearch.records import Config, MeasureResult
-from autosearch.space import DecisionSpace
-from autosearch.strategy import Option
+from autosearch.search.cost_model import ConfigScorer
+from autosearch.search.space import DecisionSpace
+from autosearch.search.strategy import Option
+from autosearch.types import Config, MeasureResult
 
 OPTIONS: dict[str, Option] = {
     "patience": Option("batches without an improvement on the current config before a random restart", 3, int),

@@ -98,7 +98,7 @@ def _method(raw: dict[str, Any], budget: int) -> Method:
         raise ConfigError(f"method {name!r}: kind must be one of {', '.join(KINDS)}, not {kind!r}")
     if kind == "autosearch":
         from autosearch.errors import UserError
-        from autosearch.strategy import parse_options
+        from autosearch.search.strategy import parse_options
 
         if not raw.get("strategy"):
             raise ConfigError(f"method {name!r}: an autosearch method needs a strategy")

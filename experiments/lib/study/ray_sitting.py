@@ -81,9 +81,9 @@ def sit_on_ray(config, store, address: str, tasks, *, retry_failed: bool = False
     import ray
 
     from autosearch.errors import UserError
+    from autosearch.frontend.target import parse_target
     from autosearch.measure.ray_cluster import connect, disconnect, first_line
     from autosearch.measure.ray_device import device_key
-    from autosearch.target import parse_target
 
     key = device_key(parse_target(None))
     with open(config.path) as fh:

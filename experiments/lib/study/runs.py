@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 def host_task(store: Store, spec):
     """The task a spec names, as extracted into the results directory, for this machine's target (a task file
     written on another machine carries that machine's target; the TIR module does not depend on it)."""
-    from autosearch.target import parse_target
-    from autosearch.task import TuningTask
+    from autosearch.frontend.target import parse_target
+    from autosearch.frontend.task import TuningTask
 
     task = TuningTask.from_json(read_json(store.task_file(spec)))
     return dataclasses.replace(task, target=parse_target(None))
@@ -39,7 +39,7 @@ def host_task(store: Store, spec):
 
 def extract_tasks(config: StudyConfig, store: Store, tasks: Iterable) -> None:
     """Write the task file of every spec that has none (each model imported once per lowering)."""
-    from autosearch.target import parse_target
+    from autosearch.frontend.target import parse_target
     from experiments.lib.tasks import ModelTasks
 
     missing = [t for t in tasks if not os.path.exists(store.task_file(t))]
@@ -67,7 +67,7 @@ def _autosearch(method: Method, task, config: StudyConfig, seed: int, work: str)
 
 
 def _metaschedule(method: Method, task, config: StudyConfig, seed: int, work: str):
-    from autosearch.database import read_database
+    from autosearch.deploy.database import read_database
     from autosearch.measure.base import EvaluatorConfig
     from experiments.lib.metaschedule import tune_tir
 

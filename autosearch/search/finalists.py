@@ -40,7 +40,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from autosearch.records import MeasureResult, Record
+    from autosearch.types import MeasureResult, Record
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
@@ -71,27 +71,40 @@ def failures(retimes: Iterable[tuple[K, MeasureResult]]) -> list[tuple[K, Measur
     return [(c, r) for c, r in retimes if not r.ok]
 
 
+def score(rounds: Iterable[MeasureResult]) -> float:
+    """One kernel's score over its re-timing rounds, the rule of the module docstring: the median over rounds of
+    its per-round median (seconds); ``inf`` when any round failed (it is out), or when there is no round.
+
+    The one place the rule is written: :func:`rank` (the tuner, ``export``), the cost models' labels
+    (``autosearch.cost_models.features.labelled_trials``) and the experiments' re-timing call it."""
+    medians = []
+    for result in rounds:
+        if not result.ok:
+            return math.inf
+        medians.append(result.median)
+    return statistics.median(medians) if medians else math.inf
+
+
+def scores(retimes: Iterable[tuple[K, MeasureResult]]) -> dict[K, float]:
+    """:func:`score` per key of ``retimes``, (key, result) pairs, one per key and round: ``inf`` for a key that
+    failed a round."""
+    rounds: dict[K, list[MeasureResult]] = {}
+    for key, result in retimes:
+        rounds.setdefault(key, []).append(result)
+    return {key: score(results) for key, results in rounds.items()}
+
+
 def rank(in_run: Mapping[K, float], retimes: Iterable[tuple[K, MeasureResult]]) -> list[K]:
-    """Configs best first: the re-timed finalists by their score (see the module docstring), then the
-    rest by in-run median (seconds).
+    """Configs best first: the re-timed finalists by their :func:`score`, then the rest by in-run median
+    (seconds).
 
     ``in_run`` maps every valid trial's config to its in-run median; ``retimes`` are the (config, result)
     pairs of the re-times that count, one per finalist and round. A config with a failed re-time is left
     out; a re-time of a config not in ``in_run`` is ignored.
     """
-    rounds: dict[K, list[float]] = {}
-    failed: set[K] = set()
-    for config, result in retimes:
-        if config not in in_run:
-            continue
-        if result.ok:
-            rounds.setdefault(config, []).append(result.median)
-        else:
-            failed.add(config)
-    score = {c: statistics.median(medians) for c, medians in rounds.items() if c not in failed}
-    finalists = sorted(score, key=lambda c: (score[c], in_run[c]))
-    rest = sorted((c for c in in_run if c not in score and c not in failed and math.isfinite(in_run[c])),
-                  key=lambda c: in_run[c])
+    retimed = scores((c, r) for c, r in retimes if c in in_run)
+    finalists = sorted((c for c, s in retimed.items() if math.isfinite(s)), key=lambda c: (retimed[c], in_run[c]))
+    rest = sorted((c for c in in_run if c not in retimed and math.isfinite(in_run[c])), key=lambda c: in_run[c])
     return finalists + rest
 
 

@@ -1,8 +1,8 @@
-"""Whole-model builds with a tuning database applied, and end-to-end timing in fresh processes.
+"""End-to-end timing of a built model (and of ONNX Runtime, OpenVINO) in fresh processes, with peak memory.
 
 TVM's thread pool pins the main thread to a core when it starts, and anything started after it
 inherits that: ONNX Runtime in the same process ran 2.3x slower here. So every runtime (TVM untuned,
-TVM tuned, ONNX Runtime, OpenVINO) is timed in its own process (``python -m autosearch.bench``), which
+TVM tuned, ONNX Runtime, OpenVINO) is timed in its own process (``python -m autosearch.deploy.bench``), which
 also reports its peak resident memory.
 
 Peak memory is reported above a **baseline**: the peak of a fresh process that imports the same runtime's
@@ -19,74 +19,10 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from autosearch.errors import UserError
-from autosearch.lowering import DEFAULT_FAST_MATH
-from autosearch.memory import MemoryEstimate
-
-
-@dataclass
-class CompiledModel:
-    """A model built by :func:`compile_model`: the library, its weights, and which of its tasks were tuned."""
-
-    path: str  # the shared library
-    weights_path: str = ""  # its weights, beside it (autosearch.artifact)
-    tuned_tasks: list[str] = field(default_factory=list)
-    missing_tasks: list[str] = field(default_factory=list)  # tasks the database has no record for
-    memory: MemoryEstimate | None = None  # computed from the module before the build (CPU targets)
-    model: str = ""  # the model's name (set by autosearch.api.compile)
-
-    @property
-    def task_count(self) -> int:
-        """Tasks of the compiled model (a layer tuned both ways counts once: the alternative compiled)."""
-        return len(self.tuned_tasks) + len(self.missing_tasks)
-
-
-def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto",
-                  layout="NCHW", fast_math=DEFAULT_FAST_MATH, plan_memory: bool = True,
-                  prepack: bool = True) -> CompiledModel:
-    """Build the whole model with the database applied (MetaSchedule's apply-database pass, weights
-    prepacked as the schedules want them, lowered with ``layout`` and ``fast_math``); tasks missing from
-    the database keep TVM's default code. Without a database: TVM's default build (the untuned baseline).
-    ``plan_memory=False`` builds without Relax's static memory planning, ``prepack=False`` leaves the weight
-    layout rewrites inside the kernels (:mod:`autosearch.lowering`). The library at ``out_path`` holds the code;
-    the weights, transformed as the kernels read them, go to a file beside it (:mod:`autosearch.artifact`). On CPU
-    targets the result carries the model's computed memory (:mod:`autosearch.memory`)."""
-    from autosearch.artifact import lift_weights, save_weights, weights_path
-    from autosearch.lowering import build_module, tuned_module, untuned_module, winograd_policy
-    from autosearch.memory import estimate_memory
-    from autosearch.tvm_compat import import_tensor_intrinsics
-
-    import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
-    policy = winograd_policy(winograd)
-    out = CompiledModel(path=out_path, weights_path=weights_path(out_path))
-    for task in (t for t in tasks if policy.uses(t.lowering)):  # a layer's unused alternative is no task
-        (out.tuned_tasks if db is not None and db.has_workload(task.mod) else out.missing_tasks).append(task.name)
-    try:
-        if db is None:
-            mod = untuned_module(relax_mod, target)  # what tvm.compile's default pipeline builds
-        else:
-            mod = tuned_module(relax_mod, target, db, winograd=winograd, layout=layout, fast_math=fast_math,
-                               prepack=prepack)
-        if target.kind.name == "llvm":
-            out.memory = estimate_memory(mod, target)
-        mod, weights = lift_weights(mod)
-        ex = build_module(mod, target, plan_memory=plan_memory)
-    except Exception as exc:
-        lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-        raise UserError(f"TVM could not compile the model: {lines[-1][:300] if lines else type(exc).__name__}") from exc
-    directory = os.path.dirname(os.path.abspath(out_path))
-    try:
-        os.makedirs(directory, exist_ok=True)
-        ex.export_library(out_path)
-        save_weights(weights, out_path)
-    except OSError as exc:
-        raise UserError(f"cannot write {out_path}: {exc.strerror}") from exc
-    return out
 
 
 @dataclass
@@ -126,7 +62,7 @@ class Timing:
 
 @dataclass(frozen=True)
 class Runtime:
-    """One runtime to time: the name shown in the report, how ``autosearch.bench`` runs it (``kind``:
+    """One runtime to time: the name shown in the report, how ``autosearch.deploy.bench`` runs it (``kind``:
     tvm, ort, ov = OpenVINO in fp32, ov-default = OpenVINO in its default precision) and the model file
     (a compiled TVM library or the ONNX file)."""
 
@@ -137,9 +73,9 @@ class Runtime:
 
 
 def _bench(args: list[str], *, threads: int, timeout: float) -> tuple[dict[str, Any] | None, str]:
-    """Run ``python -m autosearch.bench ARGS`` with ``threads`` threads: (its JSON line, "") or (None, error)."""
+    """Run ``python -m autosearch.deploy.bench ARGS`` with ``threads`` threads: (its JSON line, "") or (None, error)."""
     env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    cmd = [sys.executable, "-m", "autosearch.bench", *args, "--threads", str(threads)]
+    cmd = [sys.executable, "-m", "autosearch.deploy.bench", *args, "--threads", str(threads)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -165,7 +101,7 @@ def time_in_subprocess(runtime: Runtime, *, inputs_path: str, runs: int, threads
 
 def baseline_peak(kind: str, *, inputs_path: str, threads: int, timeout: float = 600) -> int:
     """The peak resident memory (bytes) of a fresh process that imports runtime ``kind``'s libraries and reads
-    the inputs, as ``autosearch.bench`` does before it loads a model, and loads none (see the module
+    the inputs, as ``autosearch.deploy.bench`` does before it loads a model, and loads none (see the module
     docstring); 0 if it fails."""
     data, _ = _bench([kind, "--baseline", "--inputs", inputs_path], threads=threads, timeout=timeout)
     return int(data["peak_bytes"]) if data is not None else 0
@@ -173,7 +109,7 @@ def baseline_peak(kind: str, *, inputs_path: str, threads: int, timeout: float =
 
 def add_baselines(timings: list[Timing], runtimes: list[Runtime], *, inputs_path: str, threads: int) -> None:
     """Set each timing's baseline: one baseline process per runtime library (kinds that share one share it)."""
-    from autosearch.bench import library_of
+    from autosearch.deploy.bench import library_of
 
     peaks: dict[str, int] = {}
     for timing, runtime in zip(timings, runtimes):

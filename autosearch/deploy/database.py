@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autosearch.errors import UserError, make_writable_dir
-from autosearch.records import LogContents, MeasureResult, Record, Status, read_log
-from autosearch.task import TuningTask, task_from_module
+from autosearch.frontend.task import TuningTask, task_from_module
+from autosearch.records import LogContents, read_log
+from autosearch.types import MeasureResult, Record, Status
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class ExportSummary:
     other_layout: int = 0  # --layout auto: tasks only the slower layout's model runs, not exported
     log: str = ""  # the tuning log exported (autosearch.export)
     corrupt: list[str] = field(default_factory=list)  # its lines skipped as corrupt (file:line ...)
-    memory_budget: Any = None  # autosearch.budget.BudgetChoice: what --memory-budget chose (None: no budget)
+    memory_budget: Any = None  # autosearch.deploy.budget.BudgetChoice: what --memory-budget chose (None: no budget)
 
 
 def _database(out_dir: str, *, create: bool):
@@ -64,7 +65,7 @@ def tuning_record(task: TuningTask, rec: Record, workload):
     """A MetaSchedule TuningRecord for one of our valid log records."""
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
-    from autosearch.target import target_to_json
+    from autosearch.frontend.target import target_to_json
     from autosearch.tensor_units.amx import register_for
 
     register_for(str(rec.trace))  # a trace tensorised onto AMX names its intrinsic
@@ -140,7 +141,7 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
                     lowering: dict | None = None) -> ExportSummary:
     """Write the best ``top_k`` valid records of every task of the model compiled (:func:`exported_records`) as a
     TVM JSONDatabase, with how it is lowered: ``lowering``, when given (``export --memory-budget`` chooses it:
-    :mod:`autosearch.budget`), else :func:`lowering_of` the log (the faster layout and algorithms)."""
+    :mod:`autosearch.deploy.budget`), else :func:`lowering_of` the log (the faster layout and algorithms)."""
     if top_k <= 0:
         raise UserError(f"--top-k must be positive, not {top_k}")
     existing = check_out_dir(out_dir, force=force, create=True)
@@ -175,7 +176,7 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
 
 def _in_model(header: dict, lowering: dict) -> bool:
     """Whether the model ``lowering`` compiles runs this task (a --layout auto log holds two models)."""
-    from autosearch.alternatives import task_layouts
+    from autosearch.frontend.alternatives import task_layouts
 
     task_lowering = header.get("lowering") or {}
     return "layouts" not in task_lowering or lowering.get("layout") in task_layouts(task_lowering)
@@ -187,10 +188,10 @@ def lowering_of(contents: LogContents) -> dict:
     default) and, for layers tuned both ways, the faster algorithm (``choices``: layer key -> "direct" |
     "winograd" | "fp32" | "bf16", by weight x
     best latency of their tasks). A ``--layout auto`` log gets the layout whose model is faster
-    (:mod:`autosearch.alternatives`; ``layout_totals``: each layout's estimated model seconds)."""
-    from autosearch.alternatives import AUTO, choose_layout, layout_totals, model_latency, task_layouts
-    from autosearch.lowering import OLD_LOWERING
-    from autosearch.winograd import choose_algorithms, layer_totals
+    (:mod:`autosearch.frontend.alternatives`; ``layout_totals``: each layout's estimated model seconds)."""
+    from autosearch.frontend.alternatives import AUTO, choose_layout, layout_totals, model_latency, task_layouts
+    from autosearch.frontend.lowering import OLD_LOWERING
+    from autosearch.frontend.winograd import choose_algorithms, layer_totals
 
     def logged(option: str, missing: str) -> set[str]:
         return {str((h.get("lowering") or {}).get(option, missing)) for h in contents.tasks.values()}
@@ -248,8 +249,8 @@ def database_lowering(path: str) -> dict:
 
 def _lowering_problem(value) -> str:
     """What is wrong with a lowering file's contents ("" when nothing is)."""
-    from autosearch.lowering import FAST_MATH_MODES, LAYOUTS, PRECISION_MODES
-    from autosearch.winograd import ALGORITHMS, MODES, PRECISIONS
+    from autosearch.frontend.lowering import FAST_MATH_MODES, LAYOUTS, PRECISION_MODES
+    from autosearch.frontend.winograd import ALGORITHMS, MODES, PRECISIONS
 
     if not isinstance(value, dict):
         return "not a JSON object"
@@ -315,7 +316,7 @@ def read_database(path: str) -> LogContents:
 
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    from autosearch.target import target_to_json
+    from autosearch.frontend.target import target_to_json
     from autosearch.tvm_compat import to_plain_json
 
     load_database(path)  # validates the files (corrupt, other TVM version) with clear errors

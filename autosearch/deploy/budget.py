@@ -2,10 +2,10 @@
 
 Speed alone (``export`` without a budget) takes, per layer tuned both ways, the faster algorithm, and the faster
 layout's model. Winograd costs memory: its transformed kernel holds (4 + 2)^2 = 36 values per 3x3 filter where
-the direct one holds 9 (:mod:`autosearch.memory`). Under a budget the choice is:
+the direct one holds 9 (:mod:`autosearch.deploy.memory`). Under a budget the choice is:
 
 - per **layout** tuned (``--layout auto`` logs: NCHW with its Winograd alternatives, and NHWC), one model;
-  a layout is a whole-model choice (:mod:`autosearch.alternatives`);
+  a layout is a whole-model choice (:mod:`autosearch.frontend.alternatives`);
 - in the NCHW model, per layer measured both ways, **Winograd or direct**: a 0/1 knapsack. Each layer where
   Winograd is the faster has a gain (weight x latency of its direct tasks minus its winograd tasks', from the
   log's best records) and a cost (the extra bytes of its transformed kernels); every other layer stays direct,
@@ -17,7 +17,7 @@ the direct one holds 9 (:mod:`autosearch.memory`). Under a budget the choice is:
 
 Memory is computed, not measured: each candidate model is lowered, the log's best schedules applied (the
 layers' kernel scratch depends on them) and its weights and planned activations read from the module
-(:func:`autosearch.memory.estimate_memory`); the NCHW model twice, all direct and every layer as Winograd, and
+(:func:`autosearch.deploy.memory.estimate_memory`); the NCHW model twice, all direct and every layer as Winograd, and
 the kernel scratch taken as the larger of the two, so the prediction for a mix is an upper bound. The model
 chosen is estimated again as it will be compiled: the prediction ``report`` prints beside the measured peak.
 Latency is predicted as the sum of weight x latency of the model's tasks (untuned ones at their untuned
@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from autosearch.deploy.memory import MIB, MemoryEstimate, mib
 from autosearch.errors import UserError
-from autosearch.memory import MIB, MemoryEstimate, mib
 from autosearch.records import LogContents
 
 
@@ -71,7 +71,8 @@ class BudgetChoice:
     predicted_secs: float
 
     def lowering(self, base: dict) -> dict:
-        """The lowering record ``export`` writes (``base``: the log's, :func:`autosearch.database.lowering_of`)."""
+        """The lowering record ``export`` writes (``base``: the log's,
+        :func:`autosearch.deploy.database.lowering_of`)."""
         return {**base, "layout": self.layout, "choices": dict(self.choices),
                 "memory_budget": {"budget_bytes": self.budget_bytes, "predicted_bytes": self.predicted.peak_bytes(),
                                   "predicted_secs": self.predicted_secs, "estimate": self.predicted.to_json()}}
@@ -100,7 +101,7 @@ def best_subset(gains: list[float], sizes: list[int], capacity: int) -> set[int]
 
 def _winograd_extra_bytes(layer: str, occurrences: int, *, value_bytes: int = 4) -> int:
     """Bytes the transformed kernels of ``occurrences`` convolutions of a layer add over their 3x3 kernels."""
-    from autosearch.winograd import TILE, ConvShape
+    from autosearch.frontend.winograd import TILE, ConvShape
 
     shape = ConvShape.from_key(layer)
     return occurrences * shape.in_channels * shape.out_channels * ((TILE + 2) ** 2 - 9) * value_bytes
@@ -108,12 +109,12 @@ def _winograd_extra_bytes(layer: str, occurrences: int, *, value_bytes: int = 4)
 
 def model_options(contents: LogContents, relax_mod, target, database, *, fast_math: str) -> list[ModelOption]:
     """The models the log can compile under a budget, one per layout it was tuned in, with their memory
-    (computed with ``database``, the log's best records: :func:`autosearch.database.memory_database`;
+    (computed with ``database``, the log's best records: :func:`autosearch.deploy.database.memory_database`;
     ``fast_math``: as the log was tuned)."""
-    from autosearch.alternatives import model_latency, task_layouts
-    from autosearch.lowering import tuned_module
-    from autosearch.memory import estimate_memory
-    from autosearch.winograd import layer_totals
+    from autosearch.deploy.memory import estimate_memory
+    from autosearch.frontend.alternatives import model_latency, task_layouts
+    from autosearch.frontend.lowering import tuned_module
+    from autosearch.frontend.winograd import layer_totals
 
     layouts = sorted({layout for h in contents.tasks.values() for layout in task_layouts(h.get("lowering") or {})})
     options = []
@@ -173,10 +174,10 @@ def choose(options: list[ModelOption], budget_bytes: int) -> tuple[ModelOption, 
 
 
 def import_tuned_model(contents: LogContents, model: str, target, *, input_shape: str | None = None):
-    """The model the log was tuned on, imported (:class:`autosearch.importer.ImportedModel`), as ``export
+    """The model the log was tuned on, imported (:class:`autosearch.frontend.importer.ImportedModel`), as ``export
     --memory-budget`` needs it to compute memory; a one-line error if the log has none of its tasks."""
-    from autosearch.database import lowering_of
-    from autosearch.importer import import_model
+    from autosearch.deploy.database import lowering_of
+    from autosearch.frontend.importer import import_model
 
     base = lowering_of(contents) or {}
     imported = import_model(model, target, input_shape=input_shape, winograd="off", layout=base.get("layout", "NCHW"),
@@ -191,10 +192,10 @@ def budget_choice(contents: LogContents, relax_mod, target, budget_mib: float) -
     """The fastest model of the log whose predicted peak memory is at most ``budget_mib`` MiB (see the module
     docstring) and the lowering record ``export`` writes for it; ``relax_mod``: the model the log was tuned on,
     imported (:func:`import_tuned_model`)."""
-    from autosearch.database import lowering_of, memory_database
-    from autosearch.lowering import tuned_module
-    from autosearch.memory import estimate_memory
-    from autosearch.winograd import WinogradPolicy
+    from autosearch.deploy.database import lowering_of, memory_database
+    from autosearch.deploy.memory import estimate_memory
+    from autosearch.frontend.lowering import tuned_module
+    from autosearch.frontend.winograd import WinogradPolicy
 
     if not budget_mib > 0:
         raise UserError(f"--memory-budget must be a positive number of MiB, not {budget_mib}")

@@ -64,7 +64,7 @@ def converts_layout(target, layout: str) -> bool:
 
 def check_winograd(mode: str) -> str:
     from autosearch.errors import UserError
-    from autosearch.winograd import MODES
+    from autosearch.frontend.winograd import MODES
 
     if mode not in MODES:
         raise UserError(f"unknown --winograd mode {mode!r}; valid modes: {', '.join(MODES)}")
@@ -76,7 +76,7 @@ def winograd_policy(winograd, precision: str | None = None):
     policy's own when given."""
     import dataclasses
 
-    from autosearch.winograd import WinogradPolicy
+    from autosearch.frontend.winograd import WinogradPolicy
 
     if not isinstance(winograd, WinogradPolicy):
         if winograd != "candidates":
@@ -133,7 +133,7 @@ def fast_sigmoid(x):
     convolutions cost more than the convolutions at 160x160."""
     from tvm import te, tirx, topi
 
-    from autosearch.task import APPROXIMATION_PREFIX  # blocks named so stay out of the task's FLOPs
+    from autosearch.frontend.task import APPROXIMATION_PREFIX  # blocks named so stay out of the task's FLOPs
 
     neg = te.compute(x.shape, lambda *i: -x(*i), name=f"{APPROXIMATION_PREFIX}sigmoid_negative",
                      tag=topi.tag.ELEMWISE)
@@ -152,9 +152,9 @@ def _bf16_conv2d(policy, fallback):
     conv`), else ``fallback`` (winograd's) or TVM's own."""
     from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
+    from autosearch.frontend.winograd import layer_key
     from autosearch.tensor_units.activations import conv2d_cast_input
     from autosearch.tensor_units.conv import flat_conv, legalize
-    from autosearch.winograd import layer_key
 
     def conv2d(bb, call):
         if flat_conv(call) is not None and policy.bf16(layer_key(call.args[0].ty.shape, call.ty.shape)):
@@ -208,7 +208,7 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
     legalize = [p for p in relax.pipeline.legalize_passes(target) if p.info.name != DEFAULT_SCHEDULE]
     custom = {"relax.sigmoid": _legalize_fast_sigmoid} if fast else {}
     if policy.mode != "off" and target.kind.name == "llvm":
-        from autosearch.winograd import legalize_map
+        from autosearch.frontend.winograd import legalize_map
 
         custom.update(legalize_map(policy))
     if policy.precision != "fp32" and target.kind.name == "llvm":

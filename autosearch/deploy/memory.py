@@ -4,7 +4,7 @@ Three parts, each read from the module TVM is about to build (legalised, the dat
 prepacking and Winograd kernel transforms folded into the constants):
 
 - **weights**: the bytes of the constants bound into the module (the build moves them into a file beside the
-  library, :mod:`autosearch.artifact`), i.e. after prepacking (same size, another
+  library, :mod:`autosearch.deploy.artifact`), i.e. after prepacking (same size, another
   layout) and after the Winograd kernel transform (36 values per 3x3 filter where the direct one holds 9);
 - **activations**: what Relax's static memory planning (``StaticPlanBlockMemory``) allocates for the
   intermediate tensors and the output, and what they would take without planning, both from TVM's own
@@ -19,11 +19,11 @@ prepacking and Winograd kernel transforms folded into the constants):
 The **predicted peak** is what the inference process adds to its resident memory over loading the model and
 running it (what ``report`` measures: peak resident set minus a process that imported the runtime and loaded
 no model): the weights, held once (the library holds none: they are read from the weights file beside it,
-each tensor straight into its own buffer, :mod:`autosearch.artifact`), the activations and one kernel's
+each tensor straight into its own buffer, :mod:`autosearch.deploy.artifact`), the activations and one kernel's
 scratch. Code pages and the VM's own structures are left out (small beside the weights of a YOLO).
 
 Libraries built before the weights moved out of them held the weights up to four times while TVM loaded them
-and twice afterwards (:mod:`autosearch.artifact`; ``tests/test_memory.py`` measures both on one model).
+and twice afterwards (:mod:`autosearch.deploy.artifact`; ``tests/test_memory.py`` measures both on one model).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def activation_bytes(mod, target, *, function: str = "main") -> tuple[int, int]:
     import tvm
     from tvm import relax
 
-    from autosearch.lowering import planning_passes
+    from autosearch.frontend.lowering import planning_passes
 
     with target, tvm.transform.PassContext(opt_level=3):
         planned = tvm.transform.Sequential(planning_passes(target))(mod)
@@ -133,7 +133,7 @@ def scratch_bytes(mod) -> int:
 
 def estimate_memory(mod, target) -> MemoryEstimate:
     """The memory of the model ``mod`` builds into: a legalised Relax module with its constants folded
-    (:func:`autosearch.lowering.tuned_module` or :func:`autosearch.lowering.untuned_module`)."""
+    (:func:`autosearch.frontend.lowering.tuned_module` or :func:`autosearch.frontend.lowering.untuned_module`)."""
     unplanned, planned = activation_bytes(mod, target)
     return MemoryEstimate(weight_bytes=constant_bytes(mod), planned_bytes=planned, unplanned_bytes=unplanned,
                           scratch_bytes=scratch_bytes(mod))

@@ -3,11 +3,11 @@ alternatives) and NHWC, tuned side by side, and the faster kept.
 
 The model runs one layout, so the two are compared as models: per layout, weight x latency summed over the
 tasks its model runs, each layer tuned both direct and as Winograd counted by its faster algorithm
-(:func:`autosearch.winograd.layer_totals`). A per-layer layout choice would be a third model, with layout
+(:func:`autosearch.frontend.winograd.layer_totals`). A per-layer layout choice would be a third model, with layout
 transforms between layers that no task measures; per layer is how Winograd is chosen, because an NCHW layer
 and its Winograd form read and write the same tensors.
 
-The tuner uses the totals to spend less on the layout behind (:meth:`autosearch.tuner.Tuner._rivalry`);
+The scheduler spends less on the layout behind (:meth:`autosearch.search.scheduler.TaskScheduler.rivalry`);
 ``export`` keeps the faster layout and records it for ``compile`` and ``report``. A task's latency here is what
 its model would run: the best valid measurement where it beats the untuned kernel, else the untuned kernel (as
 ``export`` leaves it to TVM's default code); unknown (``inf``) until one of them is measured.
@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from autosearch.lowering import LAYOUTS, OLD_LOWERING
-from autosearch.winograd import layer_totals
+from autosearch.frontend.lowering import LAYOUTS, OLD_LOWERING
+from autosearch.frontend.winograd import layer_totals
 
 AUTO = "auto"
 

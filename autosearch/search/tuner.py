@@ -1,19 +1,10 @@
-"""The tuning loop: ask -> apply -> measure -> log -> tell, over a model's tasks; owns the budget.
+"""The tuning loop: ask -> apply -> measure -> log -> tell, over a model's tasks; then the finalists re-timed.
 
-A task scheduler spreads the trial budget over tasks: every task first gets a warm-up (in proportion
-to its FLOPs, see :meth:`Tuner._first_pass`), then each next batch goes to the task with the largest
-expected gain in model latency per trial (:meth:`TaskState.expected_gain`), Ansor's gradient-based
-allocation: ``weight x best latency x (ALPHA x recent relative improvement per trial + (1 - ALPHA) /
-trials so far)``. The backward term rewards tasks that are still improving; the forward term is
-Ansor's optimistic guess that the task's latency could still be halved in as many trials again, so it
-fades as a task's trials grow and a heavy task whose best stays flat stops taking every batch.
+Which task gets the next batch, how large it is and when the budget (trials, a time limit or both) is spent is the
+task scheduler's (:mod:`autosearch.search.scheduler`); this module sets each task up when it is first scheduled,
+measures and logs every batch, tells the strategy and the cost model, and after the search re-times each task's
+finalists in fresh measuring processes (:meth:`Tuner._finalize`, the rule in :mod:`autosearch.search.finalists`).
 A task stops early after ``early_stop`` trials without improvement, or when its space is exhausted.
-
-The run stops at its trial budget, or at its time limit (``seconds``: wall time of this process's search,
-checked between rounds), whichever comes first; with a time limit alone the warm-up is planned for the trials
-the limit is expected to hold: those measured so far and the rest of the time at the run's own pace (a prior pace,
-:data:`PLANNED_TRIALS_PER_CORE_MINUTE`, until :data:`PACE_AFTER_TRIALS` are measured), and the search goes on
-past any plan while time remains. The finalists' re-timing follows either stop.
 """
 
 from __future__ import annotations
@@ -25,107 +16,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autosearch.finalists import contenders, failures, rank, rotated
-from autosearch.records import Config, LogContents, MeasureResult, Record, Status, TuningLog
-from autosearch.space import Applied, DecisionSpace
-from autosearch.strategy import Strategy, make_strategy
-from autosearch.target import host_cores, target_to_json
-from autosearch.task import TuningTask
+from autosearch.frontend.target import host_cores, target_to_json
+from autosearch.frontend.task import TuningTask
+from autosearch.records import LogContents, TuningLog
+from autosearch.search.finalists import contenders, failures, rank, rotated
+from autosearch.search.scheduler import TaskScheduler, TaskState
+from autosearch.search.space import Applied, DecisionSpace
+from autosearch.search.strategy import make_strategy
+from autosearch.types import Config, MeasureResult, Record, Status
 
 log = logging.getLogger(__name__)
 
-ALPHA = 0.2  # Ansor's weight of the backward (observed) gradient against the forward (optimistic) one
-MIN_FIRST_PASS = 2
 # Tasks whose weight x latency is below this share of the model's estimated latency keep their in-run best:
 # a noise-misjudged choice there moves the model by a fraction of that share, while re-timing them in
 # fresh processes (many small copies, pools and transposes) costs as much as re-timing the convolutions.
 FINALIST_MIN_SHARE = 0.01
 MAX_EMPTY_ROUNDS = 3
-# With a time limit and no trial budget: the trials a minute is expected to hold per build core, which sizes
-# each task's warm-up. README's quick start measures 400 trials in about 9 minutes on 2 cores; models of many
-# small tasks measure faster (YOLOv8n 70-95 a minute there). Only the warm-up depends on it.
-PLANNED_TRIALS_PER_CORE_MINUTE = 20
-PACE_AFTER_TRIALS = 32  # trials of this run after which its own pace replaces the prior one
 # Tasks set up together (:meth:`Tuner._prepare`): their untuned modules build on every build core while their
 # design spaces are built here. More overlap per chunk, but tasks a short run never reaches are set up too.
 SETUP_CHUNK = 8
-
-
-@dataclass
-class TaskState:
-    """Everything the loop knows about one task while tuning."""
-
-    task: TuningTask
-    space: DecisionSpace | None = None
-    strategy: Strategy | None = None
-    scorer: Any = None
-    baseline: MeasureResult | None = None
-    prepared: MeasureResult | None = None  # this run's untuned timing (Runner.prepare), set up ahead of activation
-    measured: dict[Config, MeasureResult] = field(default_factory=dict)  # effective config -> result
-    asked: dict[Config, Config] = field(default_factory=dict)  # requested -> effective
-    trials: int = 0  # measured in this log (budget units), resumed ones included
-    failures: int = 0
-    best: MeasureResult | None = None
-    best_trial: int = 0
-    history: list[tuple[int, float]] = field(default_factory=list)  # (task trial no., best GFLOPS so far)
-    done: str = ""  # why the task stopped ("early stop", "exhausted", ...)
-    # (config, result) of the re-times that count (finalists.current_retimes): the timings of the current
-    # finalists (this run's rounds, and an earlier run's if --resume added no trial) and every failure
-    finalist_results: list[tuple[Config, MeasureResult]] = field(default_factory=list)
-    empty_rounds: int = 0
-    resumed: int = 0  # trials loaded from the log by --resume
-
-    @property
-    def best_latency(self) -> float:
-        return self.best.median if self.best is not None else math.inf
-
-    @property
-    def model_seconds(self) -> float | None:
-        """What this task costs its model (:func:`autosearch.alternatives.model_latency`): the faster of its
-        best valid measurement and the untuned kernel; None while neither is known."""
-        from autosearch.alternatives import model_latency
-
-        untuned = self.baseline.median if self.baseline is not None and self.baseline.ok else None
-        return model_latency(self.best_latency, untuned)
-
-    @property
-    def best_gflops(self) -> float:
-        return self.best.gflops(self.task.flops) if self.best is not None else 0.0
-
-    @property
-    def speedup(self) -> float:
-        if self.best is None or self.baseline is None or not self.baseline.ok:
-            return 0.0
-        return self.baseline.median / self.best.median
-
-    def record(self, config: Config, result: MeasureResult) -> bool:
-        """Account one new measurement; True if it is a new best."""
-        self.measured[config] = result
-        self.trials += 1
-        if not result.ok:
-            self.failures += 1
-        improved = result.ok and result.median < self.best_latency
-        if improved:
-            self.best, self.best_trial = result, self.trials
-        self.history.append((self.trials, self.best_gflops))
-        return improved
-
-    def expected_gain(self, window: int) -> float:
-        """Ansor's gradient: model seconds saved per further trial of this task (estimated).
-
-        ``weight x latency x (ALPHA x backward + (1 - ALPHA) x forward)``: backward is the relative
-        improvement per trial over the last ``window`` trials, forward is ``1 / trials``.
-        """
-        latency = self.best_latency if math.isfinite(self.best_latency) else (
-            self.baseline.median if self.baseline is not None and self.baseline.ok else 1.0)
-        if len(self.history) > window:
-            then = self.history[-window - 1][1]
-            now = self.history[-1][1]
-            backward = (now - then) / now / window if now > 0 else 1.0 / window
-        else:
-            backward = 1.0 / max(1, window)
-        forward = 1.0 / max(1, self.trials)
-        return self.task.weight * latency * (ALPHA * backward + (1 - ALPHA) * forward)
 
 
 @dataclass(frozen=True)
@@ -172,7 +81,7 @@ def pretrained_model(spec: str) -> bool:
     so). A model trained online learns from the run's own measurements, those tasks' included."""
     import os
 
-    from autosearch.cost_model import COST_MODELS, PRETRAINED
+    from autosearch.search.cost_model import COST_MODELS, PRETRAINED
 
     return spec == PRETRAINED or (spec not in COST_MODELS and os.path.isdir(spec))
 
@@ -200,12 +109,6 @@ class Tuner:
         resume: LogContents | None = None,
         on_event: Callable[[TuneEvent], None] | None = None,
     ) -> None:
-        if budget is None and seconds is None:
-            raise ValueError("a trial budget, a time limit or both")
-        if budget is not None and budget <= 0:
-            raise ValueError("budget must be positive")
-        if seconds is not None and not seconds > 0:
-            raise ValueError("the time limit must be positive")
         if finalist_rounds < 0:
             raise ValueError("finalist_rounds must be 0 (no re-timing) or more")
         self.runner = runner
@@ -215,9 +118,6 @@ class Tuner:
         self.cost_model = cost_model
         self.warm_start = list(warm_start)
         self.budget = budget
-        self.seconds = seconds
-        cores = getattr(runner, "build_workers", None) or host_cores()
-        self._prior_pace = PLANNED_TRIALS_PER_CORE_MINUTE * cores / 60  # trials per second
         self.batch = batch
         self.seed = seed
         self.early_stop = early_stop
@@ -225,9 +125,10 @@ class Tuner:
         self.finalist_rounds = finalist_rounds  # fresh measuring processes that re-time every task's finalists
         self.on_event = on_event or (lambda event: None)
         self.states = [TaskState(task=t) for t in tasks]
+        cores = getattr(runner, "build_workers", None) or host_cores()
+        self.scheduler = TaskScheduler(self.states, budget=budget, seconds=seconds, batch=batch, cores=cores)
         self._headers_logged: set[str] = set()
         self._trial_counter = 0
-        self._start = time.perf_counter()
         # wall seconds per step of the loop (benchmarks report the split; measure = build + run)
         self.timing = {"ask": 0.0, "apply": 0.0, "measure": 0.0, "log": 0.0, "tell": 0.0, "setup": 0.0,
                        "finalists": 0.0}
@@ -235,7 +136,7 @@ class Tuner:
         self.setup_timing = {"space": 0.0, "baseline": 0.0, "strategy": 0.0}
         if resume is not None:
             self._load(resume)
-        self._resumed_trials = self.trials_done  # the log's, not this run's: the pace counts this run's alone
+        self.scheduler.start_counting()  # the log's trials are not this run's: the pace counts this run's alone
 
     # ------------------------------------------------------------------ resume
     def _load(self, contents: LogContents) -> None:
@@ -264,7 +165,7 @@ class Tuner:
 
     @property
     def trials_done(self) -> int:
-        return sum(s.trials for s in self.states)
+        return self.scheduler.trials_done
 
     # ------------------------------------------------------------------ task set-up
     def _activate(self, state: TaskState) -> None:
@@ -290,7 +191,7 @@ class Tuner:
         from autosearch.tensor_units.sketch import is_amx_task
 
         if self.cost_model and not (pretrained_model(self.cost_model) and is_amx_task(task.mod)):
-            from autosearch.cost_model import make_scorer
+            from autosearch.search.cost_model import make_scorer
 
             state.scorer = make_scorer(self.cost_model, state.space, task, seed=task_seed,
                                        warm_start=self.warm_start)
@@ -335,86 +236,7 @@ class Tuner:
         self.setup_timing["baseline"] += time.perf_counter() - clock - space_secs
 
     def _elapsed(self) -> float:
-        return time.perf_counter() - self._start
-
-    @property
-    def planned(self) -> int:
-        """The trials the warm-up is planned for (:meth:`_first_pass`): the budget, or with a time limit alone
-        the trials measured so far and what the rest of the limit should hold at this run's pace."""
-        if self.budget is not None:
-            return self.budget
-        assert self.seconds is not None
-        elapsed = self._elapsed()
-        measured = self.trials_done - self._resumed_trials
-        pace = measured / elapsed if measured >= PACE_AFTER_TRIALS and elapsed > 0 else self._prior_pace
-        return max(1, self.trials_done + math.ceil(pace * max(0.0, self.seconds - elapsed)))
-
-    def _time_left(self) -> bool:
-        return self.seconds is None or self._elapsed() < self.seconds
-
-    # ------------------------------------------------------------------ scheduling
-    def _first_pass(self, state: TaskState) -> int:
-        """Warm-up trials of a task before the gradient scheduler takes over.
-
-        Half the budget (or of the trials a time limit is planned to hold) at most is spent warming up,
-        shared in proportion to each task's FLOPs x weight (a prior for its share of the model's time), at
-        least ``MIN_FIRST_PASS`` trials (enough to see whether any schedule beats the untuned kernel) and at
-        most one batch. A YOLOv8n has 66 tasks, a third of them copies, splits and concatenations with no
-        FLOPs: an equal split of the warm-up spent most of a 400-trial budget on them.
-        """
-        total = sum(s.task.flops * s.task.weight for s in self.states) or 1.0
-        share = state.task.flops * state.task.weight / total
-        planned = self.planned  # read once: with a time limit it is computed from the clock
-        even = planned // (2 * max(1, len(self.states)))
-        by_share = int(round(planned / 2 * share))
-        return max(1, min(self.batch, max(min(MIN_FIRST_PASS, even), by_share)))
-
-    def _batch_for(self, state: TaskState) -> int:
-        first = self._first_pass(state)
-        return first - state.trials if state.trials < first else self.batch
-
-    def _next_task(self) -> TaskState | None:
-        live = [s for s in self.states if not s.done]
-        if not live:
-            return None
-        fresh = [s for s in live if s.strategy is None and s.trials < self._first_pass(s)]
-        if fresh:
-            return fresh[0]
-        rivalry = self._rivalry()
-        return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0))
-
-    def _layout_totals(self) -> dict[str, float]:
-        """With ``--layout auto``: each layout's model seconds as tuned so far ({} otherwise)."""
-        from autosearch.alternatives import layout_totals
-
-        return layout_totals((s.task.lowering, s.task.weight, s.model_seconds) for s in self.states)
-
-    def _rivalry(self) -> dict[int, float]:
-        """Gain factors for alternatives the model runs only one of: a layer tuned both ways (direct and
-        winograd), and with ``--layout auto`` the whole model in two layouts (:mod:`autosearch.alternatives`).
-        The slower alternative's gain is scaled by ``(faster total / own total) ** 2`` (totals: weight x latency
-        of the alternative's tasks): its own latency counts only once it overtakes, and that gets less likely
-        the further behind it is. The leader keeps its gain; a task both layouts run is no layout's rival."""
-        from autosearch.alternatives import task_layouts
-        from autosearch.winograd import layer_totals
-
-        def behind(own: float, leader: float) -> float:
-            return (leader / own) ** 2 if math.isfinite(own) and leader < own else 1.0
-
-        totals = layer_totals((s.task.lowering, s.task.weight, s.best_latency) for s in self.states)
-        layouts = self._layout_totals()
-        out = {}
-        for s in self.states:
-            factor = 1.0
-            if "layer" in s.task.lowering:
-                by_algorithm = totals[s.task.lowering["layer"]]
-                factor *= behind(by_algorithm[s.task.lowering["algorithm"]], min(by_algorithm.values()))
-            if len(layouts) > 1 and "layouts" in s.task.lowering:
-                own = min(layouts[layout] for layout in task_layouts(s.task.lowering))
-                factor *= behind(own, min(layouts.values()))
-            if factor != 1.0:
-                out[id(s)] = factor
-        return out
+        return self.scheduler.elapsed()
 
     def run(self) -> TuneSummary:
         interrupted = False
@@ -425,18 +247,15 @@ class Tuner:
                 self.log.write_task(state.task.to_json())
                 self._headers_logged.add(state.task.workload_key)
         try:
-            while self._time_left() and (self.budget is None or self.trials_done < self.budget):
-                state = self._next_task()
+            while self.scheduler.has_budget():
+                state = self.scheduler.next_task()
                 if state is None:
                     break
                 if state.strategy is None:
                     t0 = time.perf_counter()
                     self._activate(state)
                     self.timing["setup"] += time.perf_counter() - t0
-                n = self._batch_for(state)
-                if self.budget is not None:
-                    n = min(n, self.budget - self.trials_done)
-                self._round(state, n)
+                self._round(state, self.scheduler.batch_for(state))
             if self.finalists > 1 and self.finalist_rounds > 0:
                 t0 = time.perf_counter()
                 self._finalize()
@@ -514,17 +333,17 @@ class Tuner:
         In-run timings are noisy, and so is one fresh process: a kernel can run much faster in one process
         than in every other. Each round replaces the measuring process once (a process start costs
         seconds) and measures the top ``finalists`` configs of every task that can still be chosen
-        (:func:`autosearch.finalists.contenders`), each task's in an order rotated from round to round.
-        The choice is :func:`autosearch.finalists.rank` on the rounds so far (median over rounds; a
+        (:func:`autosearch.search.finalists.contenders`), each task's in an order rotated from round to round.
+        The choice is :func:`autosearch.search.finalists.rank` on the rounds so far (median over rounds; a
         finalist that fails any round is out), the rule ``LogContents.ranked`` applies to the log, so
         ``export`` writes the kernel chosen here. Every re-time is logged as ``retime`` with its round.
         Only the model that is exported is re-timed (the leading layout), and of it only the tasks with at
         least :data:`FINALIST_MIN_SHARE` of its estimated latency.
         The reported latency stays the in-run one, measured like the baseline.
         """
-        from autosearch.alternatives import choose_layout, model_total, task_layouts
+        from autosearch.frontend.alternatives import choose_layout, model_total, task_layouts
 
-        leader = choose_layout(self._layout_totals())  # --layout auto: the other layout's model is not exported
+        leader = choose_layout(self.scheduler.layout_totals())  # --layout auto: the other model is not exported
         in_model = [s for s in self.states if leader is None or "layouts" not in s.task.lowering
                     or leader in task_layouts(s.task.lowering)]
         total = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in in_model)
@@ -574,7 +393,7 @@ class Tuner:
 
     @staticmethod
     def _choose(state: TaskState) -> None:
-        """Best = first of :func:`autosearch.finalists.rank` on the re-times so far; a finalist that failed
+        """Best = first of :func:`autosearch.search.finalists.rank` on the re-times so far; a finalist that failed
         one is never best (with no valid config left, there is no best)."""
         ranked = rank({c: r.median for c, r in state.measured.items() if r.ok}, state.finalist_results)
         state.best = state.measured[ranked[0]] if ranked else None

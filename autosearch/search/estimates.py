@@ -3,7 +3,7 @@
 A user tunes a model, not 40 kernels: the question a run answers is how fast the model got, and how soon. The
 estimate after each trial is the one the tuner steers by and ``export`` keeps: per task the faster of its best
 valid trial so far and its untuned kernel, weight x latency summed over the tasks of the faster layout, a layer
-tuned in two forms (direct / Winograd, fp32 / bf16) counted by its faster (:mod:`autosearch.alternatives`). It
+tuned in two forms (direct / Winograd, fp32 / bf16) counted by its faster (:mod:`autosearch.frontend.alternatives`). It
 is read from the log rather than kept during the run, so a resumed run, or any log, is drawn the same way.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autosearch.alternatives import choose_layout, layout_totals, model_latency, model_total, task_layouts
+from autosearch.frontend.alternatives import choose_layout, layout_totals, model_latency, model_total, task_layouts
 from autosearch.records import LogContents
 
 

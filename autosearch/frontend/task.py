@@ -22,7 +22,7 @@ class TuningTask:
     target: Any = field(repr=False)  # tvm.target.Target
     args: tuple[tuple[tuple[int, ...], str], ...]
     workload_key: str
-    # how the model was lowered to get this task (autosearch.lowering), e.g. {"winograd": "auto"}
+    # how the model was lowered to get this task (autosearch.frontend.lowering), e.g. {"winograd": "auto"}
     lowering: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -33,7 +33,7 @@ class TuningTask:
         """Header written to the tuning log: enough to rebuild the task without the model."""
         from tvm.s_tir.meta_schedule.database import Workload
 
-        from autosearch.target import target_to_json
+        from autosearch.frontend.target import target_to_json
 
         return {
             "index": self.index,

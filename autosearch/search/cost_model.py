@@ -21,7 +21,7 @@ import numpy as np
 
 from autosearch import plugins
 from autosearch.errors import UserError, install_hint
-from autosearch.records import Config, MeasureResult
+from autosearch.types import Config, MeasureResult
 
 SKLEARN_PREFIX = "sklearn:"  # sklearn:<EstimatorName>, e.g. sklearn:KNeighborsRegressor
 PRETRAINED = "pretrained"

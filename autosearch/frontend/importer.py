@@ -18,8 +18,8 @@ import onnx
 
 from autosearch import plugins
 from autosearch.errors import UserError
-from autosearch.lowering import DEFAULT_FAST_MATH, OLD_LOWERING
-from autosearch.task import TuningTask, task_from_module
+from autosearch.frontend.lowering import DEFAULT_FAST_MATH, OLD_LOWERING
+from autosearch.frontend.task import TuningTask, task_from_module
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +33,9 @@ class ImportedModel:
     input_shapes: dict[str, tuple[int, ...]]
     relax_mod: Any  # before legalisation: what compile_relax wants, so database keys match
     tasks: list[TuningTask]
-    winograd: str = "auto"  # how conv2d was lowered (autosearch.lowering); the tuned build must match
-    layout: str = "NCHW"  # conv2d layout of the lowering, or "auto": both, tuned side by side (autosearch.alternatives)
-    fast_math: str = DEFAULT_FAST_MATH  # "on": vectorisable sigmoid / exp / softmax (autosearch.lowering)
+    winograd: str = "auto"  # how conv2d was lowered (autosearch.frontend.lowering); the tuned build must match
+    layout: str = "NCHW"  # conv2d layout of the lowering, or "auto": both, tuned side by side (frontend.alternatives)
+    fast_math: str = DEFAULT_FAST_MATH  # "on": vectorisable sigmoid / exp / softmax (autosearch.frontend.lowering)
     precision: str = OLD_LOWERING["precision"]  # fp32 / bf16 / auto: bf16 convolutions (autosearch.tensor_units)
     precision_note: str = ""  # why the precision is what it is on this target (run headers say it)
 
@@ -48,7 +48,7 @@ class ImportedModel:
     def flops(self) -> float:
         """FLOPs of one forward pass as TVM counts them, each layer once (its direct alternative when
         ``--winograd auto`` offers two; the NCHW model when ``--layout auto`` offers two)."""
-        from autosearch.alternatives import task_layouts
+        from autosearch.frontend.alternatives import task_layouts
 
         layouts = {layout for t in self.tasks for layout in task_layouts(t.lowering)}
         first = min(layouts, key=lambda layout: (layout != "NCHW", layout)) if layouts else ""
@@ -187,8 +187,8 @@ def check_supported_ops(proto: onnx.ModelProto) -> None:
 
 def make_static(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
     """``proto`` with its inputs fixed to ``shapes`` and its run-time shape arithmetic folded
-    (:mod:`autosearch.static_graph`); an op TVM lacks is named before any folding error."""
-    from autosearch.static_graph import make_static as fold
+    (:mod:`autosearch.frontend.static_graph`); an op TVM lacks is named before any folding error."""
+    from autosearch.frontend.static_graph import make_static as fold
 
     try:
         return fold(proto, shapes)
@@ -220,8 +220,8 @@ def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
 
 def legalize(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW",
              fast_math: str = DEFAULT_FAST_MATH, precision: str | None = None):
-    """The preparation task extraction and the tuned build share (:mod:`autosearch.lowering`)."""
-    from autosearch.lowering import lower
+    """The preparation task extraction and the tuned build share (:mod:`autosearch.frontend.lowering`)."""
+    from autosearch.frontend.lowering import lower
 
     return lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math, precision=precision)
 
@@ -244,17 +244,17 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
     """One TuningTask per distinct fused TIR function, heaviest (FLOPs x weight) first.
 
     ``winograd="auto"`` (CPU targets): the model is lowered twice, all direct and with every candidate
-    layer as winograd (:mod:`autosearch.winograd`); the tasks of both are merged, so each candidate layer
+    layer as winograd (:mod:`autosearch.frontend.winograd`); the tasks of both are merged, so each candidate layer
     is tuned both ways and its tasks carry ``lowering["layer"]`` and ``lowering["algorithm"]``.
     ``layout="NHWC"``: convolutions in NHWC (``lowering["layout"]``), all direct (winograd is NCHW only).
     ``layout="auto"`` (CPU targets): the tasks of both layouts, merged; each carries ``lowering["layout"] ==
-    "auto"`` and ``lowering["layouts"]``, the layouts whose model runs it (:mod:`autosearch.alternatives`).
-    ``fast_math``: ``lowering["fast_math"]``. ``precision`` (as :func:`autosearch.lowering.resolve_precision`
+    "auto"`` and ``lowering["layouts"]``, the layouts whose model runs it (:mod:`autosearch.frontend.alternatives`).
+    ``fast_math``: ``lowering["fast_math"]``. ``precision`` (as :func:`autosearch.frontend.lowering.resolve_precision`
     resolved it): ``bf16`` lowers the eligible NHWC convolutions to bf16; ``auto`` offers them both ways, like
     winograd (algorithms ``fp32`` and ``bf16``); NCHW convolutions stay fp32. ``lowering["precision"]``.
     """
-    from autosearch.lowering import LAYOUTS, converts_layout
-    from autosearch.winograd import task_layer
+    from autosearch.frontend.lowering import LAYOUTS, converts_layout
+    from autosearch.frontend.winograd import task_layer
 
     if layout == "auto":
         if target.kind.name != "llvm":  # NHWC is a CPU lowering: other targets keep the model's NCHW
@@ -289,9 +289,9 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
 
 def _precision_layer(name: str, args) -> tuple[str, str] | None:
     """(layer key, "fp32" | "bf16") of an NHWC conv task, or None (:mod:`autosearch.tensor_units.conv`)."""
+    from autosearch.frontend.winograd import layer_key
     from autosearch.tensor_units.conv import TASK_NAME
     from autosearch.tensor_units.pooling import WINDOW_MAX
-    from autosearch.winograd import layer_key
 
     if "conv2d" not in name or len(args) < 3:
         return None
@@ -330,7 +330,7 @@ def _dynamic_shape_message(name: str, proto: onnx.ModelProto, shapes: dict[str, 
     """A one-line error when lowering failed on a tensor whose shape stays unknown for static inputs (TVM
     fails in several ways there: an assertion in legalisation, a symbolic shape in a task); None when the
     graph has no such tensor and the failure is not that assertion (an internal error, traceback kept)."""
-    from autosearch.static_graph import first_dynamic_node, format_shapes
+    from autosearch.frontend.static_graph import first_dynamic_node, format_shapes
 
     node = first_dynamic_node(proto)
     if node is None and "ShapeExpr" not in str(exc):
@@ -344,9 +344,15 @@ def import_model(model: str, target, *, input_shape: str | None = None, seed: in
                  winograd: str = "auto", layout: str = "NCHW",
                  fast_math: str = DEFAULT_FAST_MATH, precision: str = OLD_LOWERING["precision"]) -> ImportedModel:
     """The whole path: name or file -> ONNX -> Relax -> tasks for ``target`` (``winograd``: see
-    :mod:`autosearch.winograd`; ``layout``, ``fast_math``, ``precision``: :mod:`autosearch.lowering`;
+    :mod:`autosearch.frontend.winograd`; ``layout``, ``fast_math``, ``precision``: :mod:`autosearch.frontend.lowering`;
     ``precision`` is resolved for the target first: ``auto`` is fp32 where the CPU has no bf16 unit)."""
-    from autosearch.lowering import LAYOUT_MODES, check_fast_math, check_layout, check_winograd, resolve_precision
+    from autosearch.frontend.lowering import (
+        LAYOUT_MODES,
+        check_fast_math,
+        check_layout,
+        check_winograd,
+        resolve_precision,
+    )
 
     check_winograd(winograd)
     check_layout(layout, modes=LAYOUT_MODES)

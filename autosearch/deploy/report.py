@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autosearch.memory import MIB, mib
+from autosearch.deploy.memory import MIB, mib
 from autosearch.plots import Bars, plot_bars
 
 
@@ -42,7 +42,7 @@ MEMORY_COLUMNS = ("TVM", "weights", "activations planned", "unplanned", "kernel 
 
 
 def _memory_rows(timings, compiled: dict) -> list[list[str]]:
-    """Per TVM build: its computed memory (:mod:`autosearch.memory`) beside the measured peaks, all in MiB above
+    """Per TVM build: its computed memory (:mod:`autosearch.deploy.memory`) beside the measured peaks, all in MiB above
     the baseline."""
     rows = []
     for t in timings:
@@ -99,7 +99,7 @@ class Check:
 
 
 def _check(timing, ort, precision: str) -> Check:
-    from autosearch.deploy import max_relative_error
+    from autosearch.deploy.timing import max_relative_error
 
     error = max_relative_error(timing.output_path, ort.output_path)
     if precision == "f32":
@@ -124,10 +124,10 @@ def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str
 
     import onnx
 
-    from autosearch.deploy import (
+    from autosearch.deploy.build import compile_model
+    from autosearch.deploy.timing import (
         Runtime,
         add_baselines,
-        compile_model,
         save_inputs,
         time_in_subprocess,
         time_taking_turns,
@@ -192,7 +192,7 @@ class Report:
     tuned_tasks: int  # tasks of the compiled model the database has a record for
     task_count: int
     missing_tasks: list[str]  # tasks without a tuned record (TVM's default code)
-    timings: list  # autosearch.deploy.Timing per runtime: TVM untuned, TVM tuned, ONNX Runtime, OpenVINO's
+    timings: list  # autosearch.deploy.timing.Timing per runtime: TVM untuned, TVM tuned, ONNX Runtime, OpenVINO's
     rows: list[list[str]]  # the latency table (RUNTIME_COLUMNS), one row per runtime, as printed
     checks: dict[str, Check]  # runtime name -> its outputs against ONNX Runtime's
     memory_rows: list[list[str]]  # TVM's computed and measured memory (MEMORY_COLUMNS), MiB
@@ -218,12 +218,12 @@ def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_
     tables as Markdown at ``markdown``. ``policy``, ``layout``, ``fast_math``: the lowering the database was tuned
     with (:func:`autosearch.api.report` reads it from the database). ``on_message``: a line at each step (minutes
     of compiling and timing), and when OpenVINO is missing."""
-    from autosearch.database import database_lowering, load_database, read_database
-    from autosearch.deploy import openvino_default_precision
+    from autosearch.deploy.database import database_lowering, load_database, read_database
+    from autosearch.deploy.timing import openvino_default_precision
     from autosearch.errors import UserError
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import target_num_cores
     from autosearch.records import read_log
-    from autosearch.target import target_num_cores
 
     say = on_message or (lambda line: None)
     if target.kind.name != "llvm":
@@ -312,6 +312,6 @@ def _plot_label(name: str) -> str:
 
 
 def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    from autosearch.tables import markdown_table
+
+    return markdown_table(header, rows) + "\n"

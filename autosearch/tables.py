@@ -1,4 +1,5 @@
-"""Markdown tables: one writer for every table an experiment prints or stores."""
+"""Markdown tables: one writer for every table autosearch writes (``report --markdown``, ``compare-models``) and
+every table an experiment prints or stores in ``experiments/results/``."""
 
 from __future__ import annotations
 

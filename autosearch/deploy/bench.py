@@ -1,6 +1,6 @@
-"""Time one runtime in this (fresh) process: ``python -m autosearch.bench KIND PATH ...``.
+"""Time one runtime in this (fresh) process: ``python -m autosearch.deploy.bench KIND PATH ...``.
 
-Kinds: ``tvm`` (a compiled library, its weights file beside it: :mod:`autosearch.artifact`), ``ort`` (ONNX
+Kinds: ``tvm`` (a compiled library, its weights file beside it: :mod:`autosearch.deploy.artifact`), ``ort`` (ONNX
 Runtime), ``ort-no-arena`` (ONNX Runtime without its CPU memory arena: every tensor from malloc), ``ov`` (OpenVINO
 told to infer in fp32, comparable with the others), ``ov-default`` (OpenVINO in its default precision: bf16 on
 CPUs with AMX or AVX512-BF16).
@@ -10,7 +10,7 @@ and saves the outputs for the correctness check. The peaks are this process's pe
 ``VmHWM``, else ``ru_maxrss``): after loading the model, and over the warm-up and timed runs alone (Linux can
 reset the peak in between; elsewhere ``run_peak_bytes`` is null). ``--baseline`` imports the runtime's
 libraries and reads the inputs, loads no model and runs nothing: the process a model's peak is measured
-against (:func:`autosearch.deploy.baseline_peak`).
+against (:func:`autosearch.deploy.timing.baseline_peak`).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _import_tvm():
     import tvm
     from tvm import relax  # noqa: F401 - the VM, loaded with the model
 
-    from autosearch import artifact
+    from autosearch.deploy import artifact
 
     return tvm, artifact, tvm.cpu()
 
@@ -146,7 +146,7 @@ def measure(kind: str, path: str, inputs: dict[str, np.ndarray], runs: int, thre
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m autosearch.bench")
+    p = argparse.ArgumentParser(prog="python -m autosearch.deploy.bench")
     p.add_argument("kind", choices=KINDS)
     p.add_argument("path", nargs="?", help="the compiled library (tvm) or the ONNX file")
     p.add_argument("--inputs", required=True)

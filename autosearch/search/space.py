@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from autosearch.records import Config, Decision
+from autosearch.types import Config, Decision
 
 # A fixed, large seed: every sampling decision is set explicitly, and small seeds are degenerate.
 _SCHEDULE_SEED = 1_234_567_891
@@ -90,10 +90,23 @@ class Applied:
         return not self.error
 
     def trace_json(self) -> Any:
-        """The trace as plain JSON (TVM's own format), replayable by ``Trace.apply_json_to_schedule``."""
+        """The trace as plain JSON (TVM's own format), replayable by :func:`replay`."""
         from autosearch.tvm_compat import to_plain_json
 
         return to_plain_json(self.trace.as_json(remove_postproc=False))
+
+
+def replay(mod, trace_json: Any):
+    """The schedule of ``mod`` a logged trace describes (TVM's JSON, postprocessors included: a log record's
+    ``trace``, :meth:`Applied.trace_json`), replayed on a fresh schedule as TVM replays a database record. Every
+    sampled decision is in the trace, so the seed changes nothing; no IR check after each step (the trace was
+    checked when it was applied)."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    sch = Schedule(mod, seed=_SCHEDULE_SEED, debug_mask=0)
+    Trace.apply_json_to_schedule(trace_json, sch)
+    return sch
 
 
 def _short(kind: str) -> str:
@@ -115,14 +128,14 @@ class DecisionSpace:
     Built from the same space generator, schedule rules and postprocessors ``ms.tune_tir`` uses for
     the target, so every comparison with TVM's own tuner searches the same space. One addition: a task
     that only moves data (no reduction block) on a CPU gets one more sketch after TVM's,
-    :func:`autosearch.data_movement.blocked_copy_sketch`, since TVM's single schedule for it can lose
+    :func:`autosearch.search.data_movement.blocked_copy_sketch`, since TVM's single schedule for it can lose
     to the naive loop nest.
     """
 
     def __init__(self, mod, target, *, seed: int = 0) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        from autosearch.data_movement import blocked_copy_sketch
+        from autosearch.search.data_movement import blocked_copy_sketch
         from autosearch.tensor_units.sketch import amx_sketches
         from autosearch.tvm_compat import import_tensor_intrinsics
 

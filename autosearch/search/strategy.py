@@ -1,6 +1,6 @@
 """The Strategy protocol (ask/tell), per-strategy option tables and the registry by name.
 
-A strategy proposes configs of one task's :class:`~autosearch.space.DecisionSpace` and learns from
+A strategy proposes configs of one task's :class:`~autosearch.search.space.DecisionSpace` and learns from
 their results. The tuning loop owns the budget: a strategy never counts trials, it only answers
 ``ask(n)`` with at most ``n`` configs it has not asked for before. A run continued from its log
 (``--resume``) hands a fresh strategy the logged trials through ``resume``, so it goes on from them
@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from autosearch import plugins
 from autosearch.errors import UserError
-from autosearch.records import Config, MeasureResult
+from autosearch.types import Config, MeasureResult
 
 # name -> module path: a view of the plug-in registry's group "autosearch.strategies" (autosearch.plugins), whose
 # entry points name the classes; the class's module defines OPTIONS (the options table), and AUTO_GUIDANCE if any.
@@ -49,7 +49,7 @@ class Strategy(Protocol):
     def resume(self, configs: Sequence[Config], results: Sequence[MeasureResult]) -> None:
         """Trials measured before this strategy existed (a resumed log), failures included; called once,
         before the first ``ask``. Learn from them as if told, and never ask any of them. A config may lie
-        outside :meth:`~autosearch.space.DecisionSpace.contains` (a compute location as TVM placed it):
+        outside :meth:`~autosearch.search.space.DecisionSpace.contains` (a compute location as TVM placed it):
         it is only never to be asked."""
 
 

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from autosearch.records import Config, Record, TuningLog
+from autosearch.records import TuningLog
+from autosearch.types import Config, Record
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,8 @@ class TaskSampler:
 
     def __init__(self, task, runner, tuning_log: TuningLog, *, per_task: int, random_fraction: float = RANDOM_FRACTION,
                  rng: np.random.Generator, logged: Sequence[Record] = (), models: Sequence[str] = ()) -> None:
-        from autosearch.space import DecisionSpace
-        from autosearch.target import target_to_json
+        from autosearch.frontend.target import target_to_json
+        from autosearch.search.space import DecisionSpace
 
         self.task, self.runner, self.log, self.rng = task, runner, tuning_log, rng
         self.per_task = per_task
@@ -121,7 +122,7 @@ def spread(tasks: Sequence, count: int) -> list:
 def dataset_tasks(model: str, target, *, count: int) -> list:
     """The conv tasks a dataset for ``model`` measures: ``count`` spread over FLOPs from each of its fp32 lowerings
     (NCHW direct and Winograd, NHWC), the tasks a tuning run of it guides; one task per workload."""
-    from autosearch.importer import import_model
+    from autosearch.frontend.importer import import_model
 
     found: dict[str, object] = {}
     for layout in ("NCHW", "NHWC"):
@@ -131,14 +132,14 @@ def dataset_tasks(model: str, target, *, count: int) -> list:
     return list(found.values())
 
 
-def measure_dataset(tasks: Sequence, out_path: str, *, target, seconds: float, per_task: int, batch: int = 8,
+def measure_dataset(tasks: Sequence, out_path: str, *, runner, seconds: float, per_task: int, batch: int = 8,
                     seed: int = 0, on_progress: Callable[[int, int], None] | None = None) -> int:
     """Measure ``tasks`` round-robin, a batch each in turn, for ``seconds`` or until each has ``per_task`` trials,
-    into the log ``out_path`` (continued when it exists); returns the trials logged now.
+    into the log ``out_path`` (continued when it exists); returns the trials logged now. ``runner``: a runner of
+    :mod:`autosearch.measure` for the tasks' target (the caller opens and closes it, as for the tuner).
     ``on_progress(trials in the log, trials wanted)`` after each batch."""
     import os
 
-    from autosearch.measure.local import LocalRunner
     from autosearch.records import read_log
 
     resume = os.path.exists(out_path)
@@ -148,7 +149,7 @@ def measure_dataset(tasks: Sequence, out_path: str, *, target, seconds: float, p
             logged.setdefault(rec.task_key, []).append(rec)
     deadline = time.monotonic() + seconds
     total = 0
-    with TuningLog(out_path, resume=resume) as tuning_log, LocalRunner(target=target, seed=seed) as runner:
+    with TuningLog(out_path, resume=resume) as tuning_log:
         tuning_log.write_run({"dataset": "train-model --measure", "tasks": len(tasks), "per_task": per_task,
                               "seconds": seconds, "seed": seed, "resumed": resume})
         samplers = []

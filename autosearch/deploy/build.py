@@ -1,0 +1,77 @@
+"""Whole-model builds with a tuning database applied: the shared library and its weights file beside it.
+
+The build goes through the same lowering as the tasks (:mod:`autosearch.frontend.lowering`), so the database's
+workload keys match; the weights leave the library (:mod:`autosearch.deploy.artifact`), and on CPU targets the
+model's memory is computed before the build (:mod:`autosearch.deploy.memory`). Timing the result is
+:mod:`autosearch.deploy.timing`'s.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from autosearch.deploy.memory import MemoryEstimate
+from autosearch.errors import UserError
+from autosearch.frontend.lowering import DEFAULT_FAST_MATH
+
+
+@dataclass
+class CompiledModel:
+    """A model built by :func:`compile_model`: the library, its weights, and which of its tasks were tuned."""
+
+    path: str  # the shared library
+    weights_path: str = ""  # its weights, beside it (autosearch.deploy.artifact)
+    tuned_tasks: list[str] = field(default_factory=list)
+    missing_tasks: list[str] = field(default_factory=list)  # tasks the database has no record for
+    memory: MemoryEstimate | None = None  # computed from the module before the build (CPU targets)
+    model: str = ""  # the model's name (set by autosearch.api.compile)
+
+    @property
+    def task_count(self) -> int:
+        """Tasks of the compiled model (a layer tuned both ways counts once: the alternative compiled)."""
+        return len(self.tuned_tasks) + len(self.missing_tasks)
+
+
+def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto",
+                  layout="NCHW", fast_math=DEFAULT_FAST_MATH, plan_memory: bool = True,
+                  prepack: bool = True) -> CompiledModel:
+    """Build the whole model with the database applied (MetaSchedule's apply-database pass, weights
+    prepacked as the schedules want them, lowered with ``layout`` and ``fast_math``); tasks missing from
+    the database keep TVM's default code. Without a database: TVM's default build (the untuned baseline).
+    ``plan_memory=False`` builds without Relax's static memory planning, ``prepack=False`` leaves the weight
+    layout rewrites inside the kernels (:mod:`autosearch.frontend.lowering`). The library at ``out_path`` holds the
+    code; the weights, transformed as the kernels read them, go to a file beside it
+    (:mod:`autosearch.deploy.artifact`). On CPU targets the result carries the model's computed memory
+    (:mod:`autosearch.deploy.memory`)."""
+    from autosearch.deploy.artifact import lift_weights, save_weights, weights_path
+    from autosearch.deploy.memory import estimate_memory
+    from autosearch.frontend.lowering import build_module, tuned_module, untuned_module, winograd_policy
+    from autosearch.tvm_compat import import_tensor_intrinsics
+
+    import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
+    policy = winograd_policy(winograd)
+    out = CompiledModel(path=out_path, weights_path=weights_path(out_path))
+    for task in (t for t in tasks if policy.uses(t.lowering)):  # a layer's unused alternative is no task
+        (out.tuned_tasks if db is not None and db.has_workload(task.mod) else out.missing_tasks).append(task.name)
+    try:
+        if db is None:
+            mod = untuned_module(relax_mod, target)  # what tvm.compile's default pipeline builds
+        else:
+            mod = tuned_module(relax_mod, target, db, winograd=winograd, layout=layout, fast_math=fast_math,
+                               prepack=prepack)
+        if target.kind.name == "llvm":
+            out.memory = estimate_memory(mod, target)
+        mod, weights = lift_weights(mod)
+        ex = build_module(mod, target, plan_memory=plan_memory)
+    except Exception as exc:
+        lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+        raise UserError(f"TVM could not compile the model: {lines[-1][:300] if lines else type(exc).__name__}") from exc
+    directory = os.path.dirname(os.path.abspath(out_path))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        ex.export_library(out_path)
+        save_weights(weights, out_path)
+    except OSError as exc:
+        raise UserError(f"cannot write {out_path}: {exc.strerror}") from exc
+    return out

@@ -1,0 +1,238 @@
+"""The task scheduler: which task gets the next batch, how large it is, and when the budget is spent.
+
+Every task first gets a warm-up (in proportion to its FLOPs, see :meth:`TaskScheduler.first_pass`), then each
+next batch goes to the task with the largest expected gain in model latency per trial
+(:meth:`TaskState.expected_gain`), Ansor's gradient-based allocation: ``weight x best latency x (ALPHA x recent
+relative improvement per trial + (1 - ALPHA) / trials so far)``. The backward term rewards tasks that are still
+improving; the forward term is Ansor's optimistic guess that the task's latency could still be halved in as many
+trials again, so it fades as a task's trials grow and a heavy task whose best stays flat stops taking every batch.
+Alternatives the model runs only one of (a layer direct or Winograd, the model in two layouts) compete:
+:meth:`TaskScheduler.rivalry`.
+
+The run stops at its trial budget, or at its time limit (``seconds``: wall time of this process's search, checked
+between rounds), whichever comes first; with a time limit alone the warm-up is planned for the trials the limit is
+expected to hold: those measured so far and the rest of the time at the run's own pace (a prior pace,
+:data:`PLANNED_TRIALS_PER_CORE_MINUTE`, until :data:`PACE_AFTER_TRIALS` are measured), and the search goes on past
+any plan while time remains.
+
+The scheduler only reads the tasks' states; the loop (:mod:`autosearch.search.tuner`) measures and records.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autosearch.frontend.task import TuningTask
+from autosearch.search.space import DecisionSpace
+from autosearch.search.strategy import Strategy
+from autosearch.types import Config, MeasureResult
+
+ALPHA = 0.2  # Ansor's weight of the backward (observed) gradient against the forward (optimistic) one
+MIN_FIRST_PASS = 2
+# With a time limit and no trial budget: the trials a minute is expected to hold per build core, which sizes
+# each task's warm-up. README's quick start measures 400 trials in about 9 minutes on 2 cores; models of many
+# small tasks measure faster (YOLOv8n 70-95 a minute there). Only the warm-up depends on it.
+PLANNED_TRIALS_PER_CORE_MINUTE = 20
+PACE_AFTER_TRIALS = 32  # trials of this run after which its own pace replaces the prior one
+
+
+@dataclass
+class TaskState:
+    """Everything the loop knows about one task while tuning."""
+
+    task: TuningTask
+    space: DecisionSpace | None = None
+    strategy: Strategy | None = None
+    scorer: Any = None
+    baseline: MeasureResult | None = None
+    prepared: MeasureResult | None = None  # this run's untuned timing (Runner.prepare), set up ahead of activation
+    measured: dict[Config, MeasureResult] = field(default_factory=dict)  # effective config -> result
+    asked: dict[Config, Config] = field(default_factory=dict)  # requested -> effective
+    trials: int = 0  # measured in this log (budget units), resumed ones included
+    failures: int = 0
+    best: MeasureResult | None = None
+    best_trial: int = 0
+    history: list[tuple[int, float]] = field(default_factory=list)  # (task trial no., best GFLOPS so far)
+    done: str = ""  # why the task stopped ("early stop", "exhausted", ...)
+    # (config, result) of the re-times that count (finalists.current_retimes): the timings of the current
+    # finalists (this run's rounds, and an earlier run's if --resume added no trial) and every failure
+    finalist_results: list[tuple[Config, MeasureResult]] = field(default_factory=list)
+    empty_rounds: int = 0
+    resumed: int = 0  # trials loaded from the log by --resume
+
+    @property
+    def best_latency(self) -> float:
+        return self.best.median if self.best is not None else math.inf
+
+    @property
+    def model_seconds(self) -> float | None:
+        """What this task costs its model (:func:`autosearch.frontend.alternatives.model_latency`): the faster of
+        its best valid measurement and the untuned kernel; None while neither is known."""
+        from autosearch.frontend.alternatives import model_latency
+
+        untuned = self.baseline.median if self.baseline is not None and self.baseline.ok else None
+        return model_latency(self.best_latency, untuned)
+
+    @property
+    def best_gflops(self) -> float:
+        return self.best.gflops(self.task.flops) if self.best is not None else 0.0
+
+    @property
+    def speedup(self) -> float:
+        if self.best is None or self.baseline is None or not self.baseline.ok:
+            return 0.0
+        return self.baseline.median / self.best.median
+
+    def record(self, config: Config, result: MeasureResult) -> bool:
+        """Account one new measurement; True if it is a new best."""
+        self.measured[config] = result
+        self.trials += 1
+        if not result.ok:
+            self.failures += 1
+        improved = result.ok and result.median < self.best_latency
+        if improved:
+            self.best, self.best_trial = result, self.trials
+        self.history.append((self.trials, self.best_gflops))
+        return improved
+
+    def expected_gain(self, window: int) -> float:
+        """Ansor's gradient: model seconds saved per further trial of this task (estimated).
+
+        ``weight x latency x (ALPHA x backward + (1 - ALPHA) x forward)``: backward is the relative
+        improvement per trial over the last ``window`` trials, forward is ``1 / trials``.
+        """
+        latency = self.best_latency if math.isfinite(self.best_latency) else (
+            self.baseline.median if self.baseline is not None and self.baseline.ok else 1.0)
+        if len(self.history) > window:
+            then = self.history[-window - 1][1]
+            now = self.history[-1][1]
+            backward = (now - then) / now / window if now > 0 else 1.0 / window
+        else:
+            backward = 1.0 / max(1, window)
+        forward = 1.0 / max(1, self.trials)
+        return self.task.weight * latency * (ALPHA * backward + (1 - ALPHA) * forward)
+
+
+class TaskScheduler:
+    """Spreads a trial budget or a time limit over the tasks of ``states`` (see the module docstring).
+
+    ``cores``: the build workers, which set the prior pace of a run bounded by time alone. The clock starts at
+    construction (:attr:`started`, ``time.perf_counter`` seconds); :meth:`start_counting` marks the trials already
+    measured (loaded by ``--resume``) as not this run's, so the run's own pace counts its own trials alone.
+    """
+
+    def __init__(self, states: Sequence[TaskState], *, budget: int | None = None, seconds: float | None = None,
+                 batch: int = 16, cores: int = 1) -> None:
+        if budget is None and seconds is None:
+            raise ValueError("a trial budget, a time limit or both")
+        if budget is not None and budget <= 0:
+            raise ValueError("budget must be positive")
+        if seconds is not None and not seconds > 0:
+            raise ValueError("the time limit must be positive")
+        self.states = list(states)
+        self.budget = budget
+        self.seconds = seconds
+        self.batch = batch
+        self.prior_pace = PLANNED_TRIALS_PER_CORE_MINUTE * cores / 60  # trials per second
+        self.started = time.perf_counter()
+        self._earlier_trials = 0
+
+    def start_counting(self) -> None:
+        """The trials measured so far are an earlier run's (``--resume``): the pace counts later ones only."""
+        self._earlier_trials = self.trials_done
+
+    @property
+    def trials_done(self) -> int:
+        return sum(s.trials for s in self.states)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    @property
+    def planned(self) -> int:
+        """The trials the warm-up is planned for (:meth:`first_pass`): the budget, or with a time limit alone
+        the trials measured so far and what the rest of the limit should hold at this run's pace."""
+        if self.budget is not None:
+            return self.budget
+        assert self.seconds is not None
+        elapsed = self.elapsed()
+        measured = self.trials_done - self._earlier_trials
+        pace = measured / elapsed if measured >= PACE_AFTER_TRIALS and elapsed > 0 else self.prior_pace
+        return max(1, self.trials_done + math.ceil(pace * max(0.0, self.seconds - elapsed)))
+
+    def has_budget(self) -> bool:
+        """Whether another round may start: time left and trials left."""
+        time_left = self.seconds is None or self.elapsed() < self.seconds
+        return time_left and (self.budget is None or self.trials_done < self.budget)
+
+    def first_pass(self, state: TaskState) -> int:
+        """Warm-up trials of a task before the gradient scheduler takes over.
+
+        Half the budget (or of the trials a time limit is planned to hold) at most is spent warming up,
+        shared in proportion to each task's FLOPs x weight (a prior for its share of the model's time), at
+        least ``MIN_FIRST_PASS`` trials (enough to see whether any schedule beats the untuned kernel) and at
+        most one batch. A YOLOv8n has 66 tasks, a third of them copies, splits and concatenations with no
+        FLOPs: an equal split of the warm-up spent most of a 400-trial budget on them.
+        """
+        total = sum(s.task.flops * s.task.weight for s in self.states) or 1.0
+        share = state.task.flops * state.task.weight / total
+        planned = self.planned  # read once: with a time limit it is computed from the clock
+        even = planned // (2 * max(1, len(self.states)))
+        by_share = int(round(planned / 2 * share))
+        return max(1, min(self.batch, max(min(MIN_FIRST_PASS, even), by_share)))
+
+    def batch_for(self, state: TaskState) -> int:
+        """The size of ``state``'s next batch: the rest of its warm-up, or a batch; never beyond the budget."""
+        first = self.first_pass(state)
+        n = first - state.trials if state.trials < first else self.batch
+        return min(n, self.budget - self.trials_done) if self.budget is not None else n
+
+    def next_task(self) -> TaskState | None:
+        """The task that gets the next batch: a task still warming up in order, then the largest expected gain;
+        None when every task is done."""
+        live = [s for s in self.states if not s.done]
+        if not live:
+            return None
+        fresh = [s for s in live if s.strategy is None and s.trials < self.first_pass(s)]
+        if fresh:
+            return fresh[0]
+        rivalry = self.rivalry()
+        return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0))
+
+    def layout_totals(self) -> dict[str, float]:
+        """With ``--layout auto``: each layout's model seconds as tuned so far ({} otherwise)."""
+        from autosearch.frontend.alternatives import layout_totals
+
+        return layout_totals((s.task.lowering, s.task.weight, s.model_seconds) for s in self.states)
+
+    def rivalry(self) -> dict[int, float]:
+        """Gain factors for alternatives the model runs only one of: a layer tuned both ways (direct and
+        winograd), and with ``--layout auto`` the whole model in two layouts (:mod:`autosearch.frontend.alternatives`).
+        The slower alternative's gain is scaled by ``(faster total / own total) ** 2`` (totals: weight x latency
+        of the alternative's tasks): its own latency counts only once it overtakes, and that gets less likely
+        the further behind it is. The leader keeps its gain; a task both layouts run is no layout's rival.
+        Keys are ``id(state)``."""
+        from autosearch.frontend.alternatives import task_layouts
+        from autosearch.frontend.winograd import layer_totals
+
+        def behind(own: float, leader: float) -> float:
+            return (leader / own) ** 2 if math.isfinite(own) and leader < own else 1.0
+
+        totals = layer_totals((s.task.lowering, s.task.weight, s.best_latency) for s in self.states)
+        layouts = self.layout_totals()
+        out = {}
+        for s in self.states:
+            factor = 1.0
+            if "layer" in s.task.lowering:
+                by_algorithm = totals[s.task.lowering["layer"]]
+                factor *= behind(by_algorithm[s.task.lowering["algorithm"]], min(by_algorithm.values()))
+            if len(layouts) > 1 and "layouts" in s.task.lowering:
+                own = min(layouts[layout] for layout in task_layouts(s.task.lowering))
+                factor *= behind(own, min(layouts.values()))
+            if factor != 1.0:
+                out[id(s)] = factor
+        return out

@@ -1,0 +1,109 @@
+"""The task scheduler on synthetic task states: warm-up shares, the plan of a time-limited run, Ansor's gradient,
+and the rivalry of alternatives the model runs only one of. Nothing is built or measured."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from autosearch.frontend.task import TuningTask
+from autosearch.records import TuningLog
+from autosearch.search.scheduler import MIN_FIRST_PASS, PLANNED_TRIALS_PER_CORE_MINUTE, TaskScheduler, TaskState
+from autosearch.search.tuner import Tuner
+from autosearch.types import Config, MeasureResult, Status
+
+
+def _task(i: int, flops: float = 1e9, **lowering) -> TuningTask:
+    return TuningTask(index=i, name=f"t{i}", weight=1, flops=flops, mod=None, target=None, args=(),
+                      workload_key=str(i), **({"lowering": lowering} if lowering else {}))
+
+
+def _ok(secs: float) -> MeasureResult:
+    return MeasureResult(Status.OK, (secs,))
+
+
+def _scheduler(tasks, **kw) -> TaskScheduler:
+    return TaskScheduler([TaskState(task=t) for t in tasks], **kw)
+
+
+def test_first_pass_follows_the_flops_share():
+    """The warm-up budget goes to the heavy tasks; FLOP-less copies get the minimum."""
+    scheduler = _scheduler([_task(0, 3e9), _task(1, 1e9)] + [_task(i, 0.0) for i in range(2, 22)],
+                           budget=400, batch=16)
+    firsts = [scheduler.first_pass(s) for s in scheduler.states]
+    assert firsts[0] == 16 and firsts[1] == 16  # capped at one batch
+    assert all(f == MIN_FIRST_PASS for f in firsts[2:])
+    assert sum(firsts) <= 200
+
+
+def test_a_time_limit_alone_plans_the_warm_up_for_the_trials_it_should_hold():
+    """With ``seconds`` and no trial budget the warm-up is sized for the trials the limit should hold: at the prior
+    pace per build core first, then at the run's own pace."""
+    tasks = [_task(i, 1e9 * (i + 1)) for i in range(40)]
+    timed = _scheduler(tasks, seconds=600, batch=16, cores=2)
+    counted = _scheduler(tasks, budget=timed.planned, batch=16, cores=2)
+    assert timed.planned == 10 * PLANNED_TRIALS_PER_CORE_MINUTE * 2 and timed.budget is None
+    assert [timed.first_pass(s) for s in timed.states] == [counted.first_pass(s) for s in counted.states]
+    # after a minute of 120 measured trials the run's own pace plans the rest: 2 a second for 540 s more
+    for n in range(120):
+        timed.states[n % 3].record(Config(0, (n,)), _ok(1e-3))
+    timed.started = time.perf_counter() - 60
+    assert timed.planned == pytest.approx(120 + 2 * 540, abs=3)
+
+
+def test_a_scheduler_needs_a_budget_or_a_time_limit_and_so_does_the_tuner(tmp_path):
+    with pytest.raises(ValueError):
+        _scheduler([_task(0)])
+    with pytest.raises(ValueError):
+        _scheduler([_task(0)], seconds=0)
+    with TuningLog(str(tmp_path / "l.jsonl")) as log:
+        with pytest.raises(ValueError):
+            Tuner(tasks=[_task(0)], runner=None, log=log, strategy="random")
+
+
+def test_a_batch_never_goes_beyond_the_budget():
+    scheduler = _scheduler([_task(0)], budget=5, batch=16)
+    [state] = scheduler.states
+    assert scheduler.batch_for(state) == scheduler.first_pass(state) == 2  # half the budget, rounded, warms up
+    for n in range(2):
+        state.record(Config(0, (n,)), _ok(1e-3))
+    assert scheduler.batch_for(state) == 3 and scheduler.has_budget()  # a batch, cut to the budget left
+    for n in range(2, 5):
+        state.record(Config(0, (n,)), _ok(1e-3))
+    assert not scheduler.has_budget()
+
+
+def test_scheduler_moves_on_from_a_heavy_task_whose_best_stays_flat():
+    """Ansor's forward gradient fades with a task's trials: a heavy task stuck at its best for hundreds
+    of trials yields the next batch to a lighter task that has had few (and an improving task wins)."""
+    scheduler = _scheduler([_task(0), _task(1)], budget=1000, batch=16)
+    heavy, light = scheduler.states
+    for n in range(400):  # 16 ms, flat after the first trial
+        heavy.record(Config(0, (n,)), _ok(16e-3 if n == 0 else 30e-3))
+    for n in range(32):  # 4 ms, also flat
+        light.record(Config(0, (n,)), _ok(4e-3 if n == 0 else 9e-3))
+    for s in scheduler.states:
+        s.strategy = object()  # both warmed up
+    assert scheduler.next_task() is light
+    for n in range(32, 400):
+        light.record(Config(0, (n,)), _ok(9e-3))
+    assert scheduler.next_task() is heavy  # equal trials: the heavier task again
+    heavy.record(Config(0, (10_000,)), _ok(8e-3))  # the heavy task improves: its backward term grows
+    for n in range(400, 430):
+        light.record(Config(0, (n,)), _ok(9e-3))
+    assert scheduler.next_task() is heavy
+
+
+def test_scheduler_gives_less_to_the_slower_alternative_of_a_layer():
+    """A layer tuned both ways runs its faster alternative: the slower one's gain is scaled down."""
+    scheduler = _scheduler([_task(0, winograd="auto", layer="L", algorithm="direct"),
+                            _task(1, winograd="auto", layer="L", algorithm="winograd")], budget=1000, batch=16)
+    direct, wino = scheduler.states
+    for n in range(64):
+        direct.record(Config(0, (n,)), _ok(10e-3))
+        wino.record(Config(0, (n,)), _ok(4e-3))
+    for s in scheduler.states:
+        s.strategy = object()
+    assert scheduler.rivalry() == {id(direct): pytest.approx(0.16)}
+    assert scheduler.next_task() is wino
