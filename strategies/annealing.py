@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autosearch.search.cost_model import ConfigScorer
-from autosearch.search.space import DecisionSpace, enumerate_space, pick_diverse
+from autosearch.search.space import DecisionSpace, draw_unseen, pick_diverse
 from autosearch.search.strategy import Option
 from autosearch.types import Config, MeasureResult
 
@@ -194,32 +194,11 @@ class SimulatedAnnealing:
         return sorted(self._ok_order, key=lambda c: -self._value[c])[:k]
 
     def _random(self, n: int, taken: set[Config] | None = None) -> list[Config]:
-        """Up to n random configs never asked and not in ``taken``."""
-        taken = taken if taken is not None else set()
-        out: list[Config] = []
-        misses = 0
-        while len(out) < n and misses < self.max_retries * n and not self._exhausted:
-            config = self.space.sample(self._rng)
-            if config in self._asked or config in taken:
-                misses += 1
-                continue
-            out.append(config)
-            taken.add(config)
-        if len(out) < n and not self._exhausted:
-            out.extend(self._enumerate_unasked(n - len(out), taken))
-        return out
-
-    def _enumerate_unasked(self, n: int, taken: set[Config]) -> list[Config]:
-        """Rejection sampling stalled: list the space if it is small enough, else give up on this ask."""
-        if self.space.size() > 1e6:
+        """Up to n random configs never asked and not in ``taken`` (:func:`draw_unseen`)."""
+        if self._exhausted:
             return []
-        rest = [c for c in enumerate_space(self.space) if c not in self._asked and c not in taken]
-        if not rest:
-            self._exhausted = True
-            return []
-        picks = self._rng.permutation(len(rest))[:n]
-        out = [rest[int(i)] for i in picks]
-        taken.update(out)
+        out, self._exhausted = draw_unseen(self.space, self._rng, n, self._asked,
+                                           taken if taken is not None else set(), max_retries=self.max_retries)
         return out
 
     def _unasked_neighbour(self, config: Config, taken: set[Config]) -> Config | None:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from autosearch.search.cost_model import ConfigScorer
-from autosearch.search.space import DecisionSpace, enumerate_space
+from autosearch.search.space import DecisionSpace, draw_unseen
 from autosearch.search.strategy import Option
 from autosearch.types import Config, MeasureResult
 
@@ -337,23 +337,11 @@ class CoordinateDescent:
         return picked
 
     def _random(self, n: int, taken: set[Config]) -> list[Config]:
-        """Up to n random configs never asked and not in ``taken`` (listing a small space when draws stall)."""
+        """Up to n random configs never asked and not in ``taken`` (:func:`draw_unseen`)."""
         out: list[Config] = []
-        misses = 0
-        while len(out) < n and misses < self.max_retries * n and not self._exhausted:
-            config = self.space.sample(self._rng)
-            if config in self._asked or config in taken:
-                misses += 1
-                continue
-            out.append(config)
-            taken.add(config)
-        if len(out) < n and not self._exhausted and self.space.size() <= 1e6:
-            rest = [c for c in enumerate_space(self.space) if c not in self._asked and c not in taken]
-            if not rest:
-                self._exhausted = True
-            picks = [rest[int(i)] for i in self._rng.permutation(len(rest))[: n - len(out)]]
-            taken.update(picks)
-            out += picks
+        if not self._exhausted:
+            out, self._exhausted = draw_unseen(self.space, self._rng, n, self._asked, taken,
+                                               max_retries=self.max_retries)
         if len(out) < n:
             log.debug("coordinate descent: %d of %d random configs found", len(out), n)
         return out

@@ -14,7 +14,7 @@ keys (structural hashes) do not match. Both go through :func:`lowering_passes`:
    FoldConstant, FuseOps, FuseTIR), as ``ms.relax_integration`` does, without the default schedules TVM's
    GPU pipelines end with (dlight's ``ApplyDefaultSchedule``): tasks must reach MetaSchedule unscheduled.
    The tuned build gives them, after the database, to the kernels the database lacks (:func:`apply_database`);
-4. winograd for the wide 3x3 stride-1 convolutions (:mod:`autosearch.winograd`, ``winograd="auto"``; CPU
+4. winograd for the wide 3x3 stride-1 convolutions (:mod:`autosearch.frontend.winograd`, ``winograd="auto"``; CPU
    targets only, NCHW convolutions only), legalised in place of TVM's direct conv2d;
 5. ``AttachAttrLayoutFreeBuffers``: the model's weights are constants, so a schedule may choose their
    layout (MetaSchedule's ``RewriteLayout``). This is TVM's own CPU recipe (``cpu_weight_prepack`` of
@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 LAYOUTS = ("NCHW", "NHWC")  # concrete conv2d data layouts of a lowering
-# run --layout: a concrete layout, or "auto": the model tuned in both, the faster compiled (autosearch.alternatives)
+# run --layout: a concrete layout, or "auto": the model tuned in both, the faster compiled (frontend.alternatives)
 LAYOUT_MODES = ("auto", *LAYOUTS)
 # run's default: NHWC vectorises most convolutions better but loses Winograd, which wide layers need; the
 # library's functions default to NCHW, the model as ONNX gives it
@@ -197,7 +197,7 @@ def leaky_relu_as_maximum():
 
 def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH,
                     precision: str | None = None) -> list[Any]:
-    """``winograd``: a mode name or an :class:`autosearch.winograd.WinogradPolicy` (measured choices);
+    """``winograd``: a mode name or an :class:`autosearch.frontend.winograd.WinogradPolicy` (measured choices);
     ``layout``: the conv2d data layout, ``NCHW`` (as ONNX gives it) or ``NHWC``. Winograd applies to NCHW
     convolutions only. ``fast_math="on"``: sigmoid, exp and softmax use TVM's vectorisable approximations.
     ``precision``: the policy's precision mode (``WinogradPolicy.precision``), replacing the policy's own."""

@@ -359,6 +359,34 @@ def enumerate_space(space: DecisionSpace) -> list[Config]:
     ]
 
 
+LISTABLE = 1e6  # configs: a space at most this large is listed when random draws stall on repeats
+
+
+def draw_unseen(space: DecisionSpace, rng, n: int, seen, taken: set[Config], *,
+                max_retries: int) -> tuple[list[Config], bool]:
+    """Up to ``n`` random configs in neither ``seen`` nor ``taken`` (each added to ``taken``), and whether the space is
+    exhausted. Uniform draws, rejected when already seen, until ``max_retries * n`` misses; then, for a space of at
+    most :data:`LISTABLE` configs, a random pick of the ones left (none left: exhausted). The one rule behind the
+    strategies' "a random config never asked before"."""
+    out: list[Config] = []
+    misses = 0
+    while len(out) < n and misses < max_retries * n:
+        config = space.sample(rng)
+        if config in seen or config in taken:
+            misses += 1
+            continue
+        out.append(config)
+        taken.add(config)
+    if len(out) < n and space.size() <= LISTABLE:
+        rest = [c for c in enumerate_space(space) if c not in seen and c not in taken]
+        if not rest:
+            return out, True
+        picks = [rest[int(i)] for i in rng.permutation(len(rest))[: n - len(out)]]
+        taken.update(picks)
+        out += picks
+    return out, False
+
+
 def hamming(a: Config, b: Config) -> int:
     """Decisions in which two configs differ (configs of different sketches differ in all of them)."""
     if a.sketch != b.sketch:
@@ -379,5 +407,5 @@ def pick_diverse(ranked: Sequence[Config], n: int, *, min_distance: int = 2) -> 
     return picked
 
 
-__all__ = ["Applied", "DecisionSpace", "Sketch", "config_key", "enumerate_space", "hamming", "perfect_tilings",
-           "pick_diverse"]
+__all__ = ["LISTABLE", "Applied", "DecisionSpace", "Sketch", "config_key", "draw_unseen", "enumerate_space", "hamming",
+           "perfect_tilings", "pick_diverse"]

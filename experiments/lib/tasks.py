@@ -17,8 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-LAYOUTS = ("NCHW", "NHWC")
-ALGORITHMS = ("direct", "winograd")
+from autosearch.frontend.lowering import LAYOUTS
 
 
 @dataclass(frozen=True)
