@@ -34,8 +34,9 @@ from autosearch.types import Config, MeasureResult
 ALPHA = 0.2  # Ansor's weight of the backward (observed) gradient against the forward (optimistic) one
 MIN_FIRST_PASS = 2
 # With a time limit and no trial budget: the trials a minute is expected to hold per build core, which sizes
-# each task's warm-up. README's quick start measures 400 trials in about 9 minutes on 2 cores; models of many
-# small tasks measure faster (YOLOv8n 70-95 a minute there). Only the warm-up depends on it.
+# each task's warm-up until the run has measured its own pace (PACE_AFTER_TRIALS). A prior from the quick start's
+# pace on the development machines (docs/results.md); models of many small tasks measure faster. Only the warm-up
+# depends on it.
 PLANNED_TRIALS_PER_CORE_MINUTE = 20
 PACE_AFTER_TRIALS = 32  # trials of this run after which its own pace replaces the prior one
 
