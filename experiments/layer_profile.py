@@ -110,12 +110,10 @@ def top_table(items: list[tuple[str, str, float]], total: float, limit: int) -> 
 
 
 def plot(columns: dict[str, dict[str, float]], path: str, title: str) -> None:
-    import matplotlib
+    from autosearch.plots import figure, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 3.2))
+    fig, axes = figure(size=(8, 3.2), grid="x")
+    ax = axes[0][0]
     names = list(columns)
     left = np.zeros(len(names))
     for category in CATEGORIES:
@@ -126,9 +124,7 @@ def plot(columns: dict[str, dict[str, float]], path: str, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.invert_yaxis()
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

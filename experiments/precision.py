@@ -71,13 +71,12 @@ def end_to_end_table(summaries: list[str]) -> str:
 
 
 def plot(rows: list[dict], path: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.5))
+    from autosearch.plots import figure, save
+
+    fig, axes = figure(size=(9, 0.45 * len(rows) + 1.5), grid="x")
+    ax = axes[0][0]
     y = np.arange(len(rows))
     ax.barh(y - 0.2, [r["fp32_ms"] if math.isfinite(r["fp32_ms"]) else 0 for r in rows], 0.4, label="fp32")
     ax.barh(y + 0.2, [r["bf16_ms"] if math.isfinite(r["bf16_ms"]) else 0 for r in rows], 0.4, label="bf16 (AMX)")
@@ -86,9 +85,7 @@ def plot(rows: list[dict], path: str, title: str) -> None:
     ax.set_xlabel("tuned latency, ms (weight x best of the layer's tasks)")
     ax.set_title(title, fontsize=10)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -211,23 +211,22 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
         from autosearch.frontend.winograd import legalize_map
 
         custom.update(legalize_map(policy))
-    if policy.precision != "fp32" and target.kind.name == "llvm":
+    bf16 = policy.precision != "fp32" and target.kind.name == "llvm"
+    if bf16:
         custom["relax.nn.conv2d"] = _bf16_conv2d(policy, custom.get("relax.nn.conv2d"))
     if custom:
         legalize = [relax.transform.LegalizeOps(customize_legalize_map=custom)
                     if p.info.name == "LegalizeOps" else p for p in legalize]
-    if policy.precision != "fp32" and target.kind.name == "llvm":
-        from autosearch.tensor_units.pooling import mark_fusable
-
-        at = next(i for i, p in enumerate(legalize) if p.info.name == "AnnotateTIROpPattern") + 1
-        legalize.insert(at, mark_fusable())  # the poolings fused into convolutions (tensor_units.pooling)
     convert = [leaky_relu_as_maximum(), relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]})] if (
         converts_layout(target, layout)) else []
     fast_ops = [relax.transform.FastMathTransform()] if fast else []
-    if policy.precision != "fp32" and target.kind.name == "llvm" and convert:
+    if bf16 and convert:  # bf16 convolutions are NHWC
         from autosearch.tensor_units.activations import keep_bf16_activations
+        from autosearch.tensor_units.pooling import mark_fusable
 
         convert.append(keep_bf16_activations())  # the same for every choice of bf16 layers: the tasks match
+        at = next(i for i, p in enumerate(legalize) if p.info.name == "AnnotateTIROpPattern") + 1
+        legalize.insert(at, mark_fusable())  # the poolings fused into convolutions (tensor_units.pooling)
     return [*convert, *fast_ops, *relax.pipeline.library_dispatch_passes(target), *legalize,
             relax.transform.AttachAttrLayoutFreeBuffers()]
 

@@ -85,11 +85,11 @@ def _dataflow(func) -> tuple[dict[Any, Any], dict[Any, list[Any]], set[Any], set
     return value_of, readers, set(_referenced(func.body.body)), convs
 
 
-def bf16_region(func) -> tuple[set[Any], set[Any]]:
+def bf16_region(func, flow=None) -> tuple[set[Any], set[Any]]:
     """(the activations of ``func`` to keep in bf16, the convolutions that read one): the largest set of fp32
     variables each of whose readers is a convolution the tile unit can run (reading it as data) or a transparent
-    operation whose output and inputs are all in the set."""
-    value_of, readers, escaping, convs = _dataflow(func)
+    operation whose output and inputs are all in the set. ``flow``: ``_dataflow(func)``, when already made."""
+    value_of, readers, escaping, convs = flow or _dataflow(func)
 
     region = {v for v in value_of if readers[v] and v not in escaping and _is_float32(v)}
     changed = True
@@ -109,12 +109,12 @@ def bf16_region(func) -> tuple[set[Any], set[Any]]:
     return region, readers_in
 
 
-def fused_pools(func, region: set[Any]) -> dict[Any, int]:
+def fused_pools(func, region: set[Any], flow=None) -> dict[Any, int]:
     """The max poolings of ``region`` to fuse into the convolution before them (:mod:`.pooling`): variable ->
-    window size."""
+    window size. ``flow``: ``_dataflow(func)``, when already made."""
     from autosearch.tensor_units.pooling import fed_by_convolution, window
 
-    value_of, readers, _, convs = _dataflow(func)
+    value_of, readers, _, convs = flow or _dataflow(func)
     found = {}
     for var in region:
         value = value_of[var]
@@ -171,9 +171,10 @@ def keep_bf16_activations():
             if not isinstance(func, relax.Function):
                 continue
             func = relax.analysis.remove_all_unused(func)  # e.g. the tuple a batch norm returns, unread
-            region, convs = bf16_region(func)
+            flow = _dataflow(func)
+            region, convs = bf16_region(func, flow)
             if convs:
-                mutator = Rewrite(mod, region, convs, fused_pools(func, region))
+                mutator = Rewrite(mod, region, convs, fused_pools(func, region, flow))
                 mutator.builder_.update_func(gv, relax.analysis.remove_all_unused(mutator.visit_expr(func)))
                 mod = mutator.builder_.get()  # with the window-max kernels it added
         return mod
