@@ -6,8 +6,12 @@ next batch goes to the task with the largest expected gain in model latency per 
 relative improvement per trial + (1 - ALPHA) / trials so far)``. The backward term rewards tasks that are still
 improving; the forward term is Ansor's optimistic guess that the task's latency could still be halved in as many
 trials again, so it fades as a task's trials grow and a heavy task whose best stays flat stops taking every batch.
-Alternatives the model runs only one of (a layer direct or Winograd, the model in two layouts) compete:
-:meth:`TaskScheduler.rivalry`.
+Alternatives the model runs only one of (a layer direct or Winograd, fp32 or bf16, the model in two layouts)
+compete: :meth:`TaskScheduler.rivalry`. Their warm-up comes in two rounds: every task is probed first
+(``MIN_FIRST_PASS`` trials for an alternative, its whole warm-up otherwise), then an alternative gets the rest of
+its warm-up only while it is less than ``1 / sqrt(WARM_UP_RIVALRY)`` times behind its rival; one further behind
+competes through the gradient alone. Warmed up in one round, an alternative that could not win (a model in NCHW
+against NHWC with AMX) took a large share of a short run's measuring time (docs/findings.md).
 
 The run stops at its trial budget, or at its time limit (``seconds``: wall time of this process's search, checked
 between rounds), whichever comes first; with a time limit alone the warm-up is planned for the trials the limit is
@@ -39,6 +43,9 @@ MIN_FIRST_PASS = 2
 # depends on it.
 PLANNED_TRIALS_PER_CORE_MINUTE = 20
 PACE_AFTER_TRIALS = 32  # trials of this run after which its own pace replaces the prior one
+# An alternative whose rivalry factor ((leader / own) ** 2, see TaskScheduler.rivalry) is below this after the
+# probes gets no more warm-up: behind by more than 2x, it is not expected to win.
+WARM_UP_RIVALRY = 0.25
 
 
 @dataclass
@@ -64,6 +71,7 @@ class TaskState:
     finalist_results: list[tuple[Config, MeasureResult]] = field(default_factory=list)
     empty_rounds: int = 0
     resumed: int = 0  # trials loaded from the log by --resume
+    warm_up: int = 0  # warm-up rounds given: 0 none, 1 probed (an alternative), 2 warmed up (TaskScheduler.next_round)
 
     @property
     def best_latency(self) -> float:
@@ -141,6 +149,10 @@ class TaskScheduler:
         self.prior_pace = PLANNED_TRIALS_PER_CORE_MINUTE * cores / 60  # trials per second
         self.started = time.perf_counter()
         self._earlier_trials = 0
+        from autosearch.frontend.alternatives import task_layouts
+
+        self._auto_layouts = {layout for s in self.states if "layouts" in s.task.lowering
+                              for layout in task_layouts(s.task.lowering)}
 
     def start_counting(self) -> None:
         """The trials measured so far are an earlier run's (``--resume``): the pace counts later ones only."""
@@ -186,23 +198,66 @@ class TaskScheduler:
         by_share = int(round(planned / 2 * share))
         return max(1, min(self.batch, max(min(MIN_FIRST_PASS, even), by_share)))
 
+    def is_alternative(self, state: TaskState) -> bool:
+        """Whether the model runs ``state``'s task or a rival instead: a layer tuned in two algorithms or
+        precisions, or a task of one layout of a ``--layout auto`` model (not one both layouts run)."""
+        from autosearch.frontend.alternatives import task_layouts
+
+        lowering = state.task.lowering
+        if "layer" in lowering:
+            return True
+        if "layouts" not in lowering:
+            return False
+        return len(task_layouts(lowering)) < len(self._auto_layouts)
+
     def batch_for(self, state: TaskState) -> int:
-        """The size of ``state``'s next batch: the rest of its warm-up, or a batch; never beyond the budget."""
+        """The size of ``state``'s next batch: its probe (the whole warm-up unless it is an alternative), the rest
+        of its warm-up, or a batch; never beyond the budget; 0 when its warm-up round is already measured
+        (``--resume``)."""
         first = self.first_pass(state)
-        n = first - state.trials if state.trials < first else self.batch
+        if state.warm_up == 0:
+            n = (min(first, MIN_FIRST_PASS) if self.is_alternative(state) else first) - state.trials
+        elif state.warm_up == 1:
+            n = first - state.trials
+        else:
+            n = self.batch
+        n = max(0, n)
         return min(n, self.budget - self.trials_done) if self.budget is not None else n
 
     def next_task(self) -> TaskState | None:
-        """The task that gets the next batch: a task still warming up in order, then the largest expected gain;
-        None when every task is done."""
+        """The task that gets the next batch: a task not yet probed, in order; then an alternative still warming up
+        that is not far behind its rival (``WARM_UP_RIVALRY``), in order; then the largest expected gain. None when
+        every task is done."""
         live = [s for s in self.states if not s.done]
         if not live:
             return None
-        fresh = [s for s in live if s.strategy is None and s.trials < self.first_pass(s)]
-        if fresh:
-            return fresh[0]
+        unprobed = [s for s in live if s.warm_up == 0]
+        if unprobed:
+            return unprobed[0]
         rivalry = self.rivalry()
+        warming = [s for s in live if s.warm_up == 1 and s.trials < self.first_pass(s)
+                   and rivalry.get(id(s), 1.0) >= WARM_UP_RIVALRY]
+        if warming:
+            return warming[0]
         return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0))
+
+    def next_round(self) -> tuple[TaskState, int] | None:
+        """The next task and the size of its batch, its warm-up advanced by this round; None when every task is
+        done. A warm-up round already measured (``--resume``) is skipped."""
+        while True:
+            state = self.next_task()
+            if state is None:
+                return None
+            n = self.batch_for(state)
+            stage = state.warm_up
+            if stage == 0:
+                state.warm_up = 1 if self.is_alternative(state) else 2
+            elif stage == 1:
+                state.warm_up = 2
+            if n > 0:
+                return state, n
+            if stage == 2:  # no trial left in the budget
+                return None
 
     def layout_totals(self) -> dict[str, float]:
         """With ``--layout auto``: each layout's model seconds as tuned so far ({} otherwise)."""

@@ -248,14 +248,15 @@ class Tuner:
                 self._headers_logged.add(state.task.workload_key)
         try:
             while self.scheduler.has_budget():
-                state = self.scheduler.next_task()
-                if state is None:
+                picked = self.scheduler.next_round()
+                if picked is None:
                     break
+                state, n = picked
                 if state.strategy is None:
                     t0 = time.perf_counter()
                     self._activate(state)
                     self.timing["setup"] += time.perf_counter() - t0
-                self._round(state, self.scheduler.batch_for(state))
+                self._round(state, n)
             if self.finalists > 1 and self.finalist_rounds > 0:
                 t0 = time.perf_counter()
                 self._finalize()

@@ -9,7 +9,13 @@ import pytest
 
 from autosearch.frontend.task import TuningTask
 from autosearch.records import TuningLog
-from autosearch.search.scheduler import MIN_FIRST_PASS, PLANNED_TRIALS_PER_CORE_MINUTE, TaskScheduler, TaskState
+from autosearch.search.scheduler import (
+    MIN_FIRST_PASS,
+    PLANNED_TRIALS_PER_CORE_MINUTE,
+    WARM_UP_RIVALRY,
+    TaskScheduler,
+    TaskState,
+)
 from autosearch.search.tuner import Tuner
 from autosearch.types import Config, MeasureResult, Status
 
@@ -65,10 +71,10 @@ def test_a_scheduler_needs_a_budget_or_a_time_limit_and_so_does_the_tuner(tmp_pa
 def test_a_batch_never_goes_beyond_the_budget():
     scheduler = _scheduler([_task(0)], budget=5, batch=16)
     [state] = scheduler.states
-    assert scheduler.batch_for(state) == scheduler.first_pass(state) == 2  # half the budget, rounded, warms up
+    assert scheduler.next_round() == (state, 2) and scheduler.first_pass(state) == 2  # half the budget warms up
     for n in range(2):
         state.record(Config(0, (n,)), _ok(1e-3))
-    assert scheduler.batch_for(state) == 3 and scheduler.has_budget()  # a batch, cut to the budget left
+    assert scheduler.next_round() == (state, 3) and scheduler.has_budget()  # a batch, cut to the budget left
     for n in range(2, 5):
         state.record(Config(0, (n,)), _ok(1e-3))
     assert not scheduler.has_budget()
@@ -84,7 +90,7 @@ def test_scheduler_moves_on_from_a_heavy_task_whose_best_stays_flat():
     for n in range(32):  # 4 ms, also flat
         light.record(Config(0, (n,)), _ok(4e-3 if n == 0 else 9e-3))
     for s in scheduler.states:
-        s.strategy = object()  # both warmed up
+        s.warm_up = 2  # both warmed up
     assert scheduler.next_task() is light
     for n in range(32, 400):
         light.record(Config(0, (n,)), _ok(9e-3))
@@ -104,6 +110,56 @@ def test_scheduler_gives_less_to_the_slower_alternative_of_a_layer():
         direct.record(Config(0, (n,)), _ok(10e-3))
         wino.record(Config(0, (n,)), _ok(4e-3))
     for s in scheduler.states:
-        s.strategy = object()
+        s.warm_up = 2
     assert scheduler.rivalry() == {id(direct): pytest.approx(0.16)}
     assert scheduler.next_task() is wino
+
+
+def _play(scheduler: TaskScheduler, latency, rounds: int) -> list[tuple[str, int]]:
+    """``rounds`` rounds of ``next_round``, each trial measured at ``latency(task name)``: (task, batch) per round."""
+    played = []
+    for _ in range(rounds):
+        picked = scheduler.next_round()
+        if picked is None:
+            break
+        state, n = picked
+        for _ in range(n):
+            state.record(Config(0, (state.trials,)), _ok(latency(state.task.name)))
+        played.append((state.task.name, n))
+    return played
+
+
+def test_an_alternative_far_behind_after_its_probe_gets_no_more_warm_up():
+    """Every task is probed first; the layout 4x behind after the probes skips the rest of its warm-up, while the
+    task both layouts run and the leading layout's tasks warm up in full."""
+    tasks = [_task(0, 4e9, layout="auto", layouts=["NCHW"]), _task(1, 4e9, layout="auto", layouts=["NHWC"]),
+             _task(2, 4e9, layout="auto", layouts=["NCHW", "NHWC"])]
+    scheduler = _scheduler(tasks, budget=300, batch=16)
+    nchw, nhwc, shared = scheduler.states
+    assert [scheduler.is_alternative(s) for s in scheduler.states] == [True, True, False]
+    played = _play(scheduler, lambda name: {"t0": 8e-3, "t1": 2e-3, "t2": 1e-3}[name], rounds=4)
+    first = scheduler.first_pass(nhwc)
+    assert first > MIN_FIRST_PASS
+    assert played[:3] == [("t0", MIN_FIRST_PASS), ("t1", MIN_FIRST_PASS), ("t2", first)]  # the probes
+    assert played[3] == ("t1", first - MIN_FIRST_PASS)  # the rest of the leader's warm-up, not NCHW's
+    assert scheduler.rivalry()[id(nchw)] < WARM_UP_RIVALRY and nchw.trials == MIN_FIRST_PASS
+
+
+def test_an_alternative_close_behind_its_rival_warms_up_in_full():
+    """A layer 1.5x slower as Winograd after the probes is still warmed up: it may yet win."""
+    tasks = [_task(0, 4e9, winograd="auto", layer="L", algorithm="direct"),
+             _task(1, 4e9, winograd="auto", layer="L", algorithm="winograd")]
+    scheduler = _scheduler(tasks, budget=300, batch=16)
+    played = _play(scheduler, lambda name: {"t0": 3e-3, "t1": 2e-3}[name], rounds=4)
+    rest = scheduler.first_pass(scheduler.states[0]) - MIN_FIRST_PASS
+    assert played == [("t0", MIN_FIRST_PASS), ("t1", MIN_FIRST_PASS), ("t0", rest), ("t1", rest)]
+
+
+def test_a_resumed_task_past_its_warm_up_goes_straight_to_the_gradient():
+    scheduler = _scheduler([_task(0), _task(1)], budget=1000, batch=16)
+    done, new = scheduler.states
+    for n in range(40):
+        done.record(Config(0, (n,)), _ok(1e-3))
+    state, n = scheduler.next_round()
+    assert state is new and n == scheduler.first_pass(new)
+    assert done.warm_up == 2  # its warm-up round was skipped, not measured again
