@@ -19,7 +19,8 @@ every line of the plot alike and the ratios come from one timing session:
 
 Resumable: tuning state, builds and timing rounds are kept in ``experiments/results/ttq-MODEL/state.json``; a
 killed autosearch tuning continues with ``run --resume`` for the minutes it still owes, a killed MetaSchedule
-tuning starts again (it cannot resume). Tables and the PNG: ``experiments/results/time_to_quality-MODEL.*``.
+tuning starts again (it cannot resume). Tables and the PNG: ``experiments/results/time_to_quality-MODEL.*``
+(``-MODEL-TAG`` with ``--tag``).
 
     python -m experiments.time_to_quality --model tiny-yolov2 --minutes 30 --every 3
     python -m experiments.time_to_quality --model yolov8n --methods default,none,metaschedule
@@ -319,13 +320,18 @@ def time_everything(state: State, args, work: str) -> None:
         print(f"timing round {r + 1}/{args.rounds} done", flush=True)
 
 
+def _name(args) -> str:
+    """The results' name: the model, and the tag that sets this comparison apart from another of the model."""
+    return f"{args.model}-{args.tag}" if args.tag else args.model
+
+
 def write_results(state: State, args) -> None:
     import numpy as np
 
     timing = state.data.get("timing", {})
     median = {k: float(np.median(v["runs"])) for k, v in timing.items() if v.get("runs")}
     minutes = sorted({float(k) for m in args.methods for k in state.method(m).get("builds", {})})
-    stem = results_path(f"time_to_quality-{args.model}")
+    stem = results_path(f"time_to_quality-{_name(args)}")
     curves = {m: [(t, median.get(f"{m}@{t:g}")) for t in minutes] for m in args.methods}
     peers = {name: median[kind] for kind, name in PEERS.items() if kind in median}
     header = ["method"] + [f"{t:g} min" for t in minutes]
@@ -357,7 +363,7 @@ def write_results(state: State, args) -> None:
 def trials_per_minute(state: State, args) -> dict[str, tuple[int, float]]:
     """Per autosearch method: (trials measured, tuning minutes) over its whole tuning."""
     out = {}
-    work = results_path(f"ttq-{args.model}")
+    work = results_path(f"ttq-{_name(args)}")
     for m in args.methods:
         segments = state.method(m).get("segments")
         log = os.path.join(work, f"{m}.jsonl")
@@ -406,6 +412,7 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=15, help="timed forward passes per build, over all rounds")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tag", help="results as ttq-MODEL-TAG/ and time_to_quality-MODEL-TAG.* (another comparison)")
     p.add_argument("--redo", action="append", default=[], metavar="METHOD",
                    help="tune this method again from scratch (its results are dropped; every line is re-timed)")
     p.add_argument("--metaschedule-child", action="store_true", help=argparse.SUPPRESS)
@@ -423,7 +430,7 @@ def main() -> int:
     unknown = [m for m in args.methods if m != "metaschedule" and m not in methods]
     if unknown:
         p.error(f"unknown method(s) {', '.join(unknown)}; define them with --method NAME=ARGS")
-    work = results_path(f"ttq-{args.model}")
+    work = results_path(f"ttq-{_name(args)}")
     os.makedirs(work, exist_ok=True)
     state = State(os.path.join(work, "state.json"))
     state.data.setdefault("cpu", f"{cpu_model()}, {os.cpu_count()} vCPU")
