@@ -30,17 +30,28 @@ Which re-times count: the timings logged after the task's last trial, and every 
 trial (a ``--resume`` that tuned the task further) may change the finalists, so earlier timings say
 nothing about them, but a kernel that failed once stays out; re-times of the same finalists from an
 earlier run of the same log are further rounds.
+
+:class:`Retiming` runs the rounds for the tuning loop (:mod:`autosearch.search.tuner`), which hands it how to
+measure, log and start a fresh measuring process, so the rounds and the choice are written here alone.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from autosearch.frontend.target import target_to_json
+from autosearch.types import Record
+
 if TYPE_CHECKING:
-    from autosearch.types import MeasureResult, Record
+    from autosearch.frontend.task import TuningTask
+    from autosearch.search.scheduler import TaskState
+    from autosearch.search.space import Applied
+    from autosearch.types import Config, MeasureResult
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
@@ -129,3 +140,94 @@ def contenders(retimes: Iterable[tuple[K, MeasureResult]], finalists: Sequence[K
     lowest = {c: bound(c, -math.inf) for c in alive}
     highest = {c: bound(c, math.inf) for c in alive}
     return [c for c in alive if all(lowest[c] <= highest[x] for x in alive if x != c)]
+
+
+def choose(state: TaskState) -> None:
+    """A task's best = first of :func:`rank` on its re-times so far; a finalist that failed one is never best (with
+    no valid config left, there is no best)."""
+    ranked = rank({c: r.median for c, r in state.measured.items() if r.ok}, state.finalist_results)
+    state.best = state.measured[ranked[0]] if ranked else None
+
+
+@dataclass
+class Retiming:
+    """The noise-aware best: each task's finalists re-timed in ``rounds`` fresh measuring processes.
+
+    In-run timings are noisy, and so is one fresh process: a kernel can run much faster in one process than in
+    every other. Each round replaces the measuring process once (``refresh``, the runner's: a process start costs
+    seconds) and measures the top ``top`` configs of every task that can still be chosen (:func:`contenders`),
+    each task's in an order rotated from round to round (:func:`rotated`). The choice is :func:`choose` on the
+    rounds so far, the rule ``LogContents.ranked`` applies to the log, so ``export`` writes the kernel chosen here.
+    Every re-time is logged (``append``) as ``retime`` with its round, and each task's round is reported
+    (``on_round``) after its choice. Only the model that is exported is re-timed (the ``leader`` layout's), and of
+    it only the tasks with at least ``min_share`` of its estimated latency: a noise-misjudged choice in a smaller
+    task moves the model by less than that share. The reported latency stays the in-run one, measured like the
+    baseline.
+    """
+
+    top: int  # finalists per task
+    rounds: int  # fresh measuring processes
+    min_share: float
+    measure: Callable[[TuningTask, list[Applied]], list[MeasureResult]]  # the loop's: no build for what not applies
+    append: Callable[[list[Record]], None]  # the tuning log's
+    refresh: Callable[[], None] | None = None  # a fresh measuring process (None: the runner has no other)
+    on_round: Callable[[TaskState, list[MeasureResult]], None] | None = None
+    strategy: str = ""  # the run's, logged with each re-time
+
+    def run(self, states: Sequence[TaskState], leader: str | None) -> None:
+        """Re-time the finalists of ``states`` (of the ``leader`` layout's model; None: the run tunes one model)
+        and choose each task's best, also of a task whose earlier run's re-times still stand."""
+        finalists = self.finalists(states, leader)
+        for round_no in range(1, self.rounds + 1):
+            todo = []
+            for state, top in finalists:
+                alive = contenders(state.finalist_results, top, self.rounds - round_no + 1)
+                if len(alive) > 1:  # else settled: no further round can change its choice
+                    todo.append((state, [c for c in rotated(top, round_no - 1) if c in alive]))
+            if not todo:
+                break
+            if self.refresh is not None:
+                self.refresh()
+            for state, configs in todo:
+                self._retime(state, configs, round_no)
+        for state in states:
+            if state.finalist_results:  # this run's rounds, or an earlier run's re-times that still stand
+                choose(state)
+
+    def finalists(self, states: Sequence[TaskState], leader: str | None) -> list[tuple[TaskState, list[Config]]]:
+        """The tasks worth re-timing with their finalists, best in-run median first. A task tuned further since its
+        earlier re-times keeps only their failures (:func:`failures`); a kernel that failed one is no finalist."""
+        from autosearch.frontend.alternatives import model_total, task_layouts
+
+        in_model = [s for s in states if leader is None or "layouts" not in s.task.lowering
+                    or leader in task_layouts(s.task.lowering)]
+        total = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in in_model)
+        out: list[tuple[TaskState, list[Config]]] = []
+        for state in in_model:
+            if math.isfinite(total) and state.task.weight * (state.model_seconds or 0.0) < self.min_share * total:
+                continue  # too small a part of the model for a misjudged finalist to matter
+            if state.trials > state.resumed:  # tuned further: timings from before --resume were of other finalists
+                state.finalist_results = failures(state.finalist_results)
+            failed = {c for c, _ in failures(state.finalist_results)}  # in an earlier run's re-times: stay out
+            top = sorted((c for c, r in state.measured.items() if r.ok and c not in failed),
+                         key=lambda c: state.measured[c].median)
+            if state.space is not None and len(top) > 1:  # set up in this run: the runner has its reference
+                out.append((state, top[: self.top]))
+        return out
+
+    def _retime(self, state: TaskState, configs: list[Config], round_no: int) -> None:
+        """One round of one task: measure its finalists, log the re-times, choose on the rounds so far."""
+        assert state.space is not None
+        task = state.task
+        results = self.measure(task, [state.space.apply(c) for c in configs])
+        target_json = target_to_json(task.target)
+        self.append([
+            Record(kind="retime", task_key=task.workload_key, task_name=task.name, target=target_json, config=c,
+                   result=r, flops=task.flops, strategy=self.strategy, round=round_no,
+                   started=time.time() - r.build_secs - r.run_secs)
+            for c, r in zip(configs, results)
+        ])
+        state.finalist_results.extend(zip(configs, results))
+        choose(state)
+        if self.on_round is not None:
+            self.on_round(state, results)
