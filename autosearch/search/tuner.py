@@ -18,8 +18,9 @@ from typing import Any
 
 from autosearch.frontend.target import host_cores, target_to_json
 from autosearch.frontend.task import TuningTask
+from autosearch.ranking import failures
 from autosearch.records import LogContents, TuningLog
-from autosearch.search.finalists import Retiming, failures
+from autosearch.search.finalists import Retiming
 from autosearch.search.scheduler import TaskScheduler, TaskState
 from autosearch.search.space import Applied, DecisionSpace
 from autosearch.search.strategy import make_strategy
