@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autosearch.errors import UserError
-from autosearch.search.finalists import current_retimes, rank
+from autosearch.ranking import current_retimes, rank
 from autosearch.types import LOG_FORMAT_VERSION, Record
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class LogContents:
 
     def ranked(self, task_key: str) -> list[Record]:
         """Valid trials of a task, best first, as the tuner chose: the finalists re-timed in fresh
-        processes after the task's last trial first, by :func:`autosearch.search.finalists.rank` (median over
+        processes after the task's last trial first, by :func:`autosearch.ranking.rank` (median over
         re-timing rounds; a lucky in-run timing does not win), then the rest by in-run median. Each
         keeps its in-run result, which was measured under the same conditions as the untuned baseline
         it is compared with. Failed or wrong-result records never appear, nor does a finalist that

@@ -58,8 +58,8 @@ from autosearch.cost_models.loop_features import WIDTH as LOOP_WIDTH
 from autosearch.cost_models.loop_features import Machine, loop_features
 from autosearch.cost_models.trace_tokens import sequence_input, trace_tokens
 from autosearch.errors import UserError
+from autosearch.ranking import current_retimes, scores
 from autosearch.records import LogContents
-from autosearch.search.finalists import current_retimes, scores
 from autosearch.types import Config, Record
 
 log = logging.getLogger(__name__)
@@ -324,7 +324,7 @@ def labelled_trials(contents: LogContents) -> list[tuple[Record, float]]:
     """The valid trials with the latency (seconds) a model learns from: the label.
 
     A task whose every valid trial was re-timed in fresh processes after the task's last trial (the re-times
-    ``autosearch.search.finalists.current_retimes`` counts; ``experiments/make_dataset.py --retime-rounds`` makes them)
+    ``autosearch.ranking.current_retimes`` counts; ``experiments/make_dataset.py --retime-rounds`` makes them)
     is labelled by the re-times: per record the median over rounds of its per-round medians, the rule of
     ``finalists.score``; a record whose kernel failed a re-time is left out. Any other task keeps the trials' own
     timings, for all its records: labels of one task from two kinds of timing (a run re-times only its finalists,

@@ -2,16 +2,16 @@
 
 Before its first trial each task needs its design space (MetaSchedule's sketches, and the legal compute locations
 of each, probed from TVM) and its baseline (the untuned module built, run for the reference output and timed).
-Three passes over every task of a model, each with a fresh runner, nothing else timed meanwhile:
+Two passes over every task of a model, each with a fresh runner, nothing else timed meanwhile:
 
-- ``spaces``: every design space as :class:`~autosearch.search.space.DecisionSpace` builds it (compute locations found
-by
-  walking TVM's snapping down, one probe per legal location), then again probing every location index as earlier
-  versions did; the two must list the same choices for every decision of every task (the script stops if not).
-- ``serial``: design space, then ``Runner.prepare``, one task after the other, with the compute locations probed
-  at every index (the tuner's set-up until 2026-11-26) and walked.
-- ``chunked``: the tuner's set-up now: chunks of :data:`~autosearch.search.tuner.SETUP_CHUNK` tasks whose untuned
+- ``serial``: design space, then ``Runner.prepare``, one task after the other.
+- ``chunked``: the tuner's set-up: chunks of :data:`~autosearch.search.tuner.SETUP_CHUNK` tasks whose untuned
   modules build on every build worker while their design spaces are built (``Runner.prepare_many``).
+
+``experiments/results/setup-yolo11n.*`` (written at commit 9e45319) has a third pass: the compute locations probed
+at every index, the enumeration before the walk down TVM's snapping. The script timed it by swapping that
+enumeration into :class:`~autosearch.search.space.DecisionSpace` in place of a private method of the shipped code,
+so it no longer does; ``tests/test_space.py`` checks that the walk lists every location probing every index finds.
 
     python -m experiments.setup_time --model yolo11n
 
@@ -30,72 +30,20 @@ from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.machine import describe, fingerprint
 
 
-def every_location(space, trace, position: int) -> tuple[int, ...]:
-    """The legal compute locations by probing every index up to the space's cap (the earlier enumeration)."""
-    from tvm.s_tir import Schedule
-
-    from autosearch.search.space import _MAX_LOCATION_PROBE, _SCHEDULE_SEED, _to_python
-
-    found: set[int] = set()
-    sch = Schedule(space.mod, seed=_SCHEDULE_SEED, debug_mask=0)
-
-    def probe(inst, inputs, attrs, decision):
-        if inst.same_as(trace.insts[position]):
-            for k in range(-2, _MAX_LOCATION_PROBE):
-                trial = sch.copy()
-                trial.sample_compute_location(inputs[0], decision=k)
-                found.add(_to_python(trial.trace.decisions[trial.trace.insts[-1]]))
-        return decision
-
-    trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=probe)
-    return tuple(sorted(found))
-
-
-def spaces(tasks) -> dict[str, float]:
-    """Every task's design space built both ways (seconds each); stops if any decision's choices differ."""
-    from autosearch.search.space import DecisionSpace
-
-    walk, every_index = 0.0, 0.0
-    walking = DecisionSpace._legal_locations
-    try:
-        for task in tasks:
-            clock = time.perf_counter()
-            new = DecisionSpace(task.mod, task.target)
-            walk += time.perf_counter() - clock
-            DecisionSpace._legal_locations = every_location
-            clock = time.perf_counter()
-            old = DecisionSpace(task.mod, task.target)
-            every_index += time.perf_counter() - clock
-            DecisionSpace._legal_locations = walking
-            for a, b in zip(new.sketches, old.sketches, strict=True):
-                if [d.choices for d in a.decisions] != [d.choices for d in b.decisions]:
-                    raise SystemExit(f"{task.name}: sketch {a.index} lists other compute locations than probing "
-                                     "every index finds")
-    finally:
-        DecisionSpace._legal_locations = walking
-    return {"walk": walk, "probe every index": every_index}
-
-
-def serial(tasks, target, *, probe_every_index: bool = False) -> dict[str, float]:
+def serial(tasks, target) -> dict[str, float]:
     from autosearch.measure.local import LocalRunner
     from autosearch.search.space import DecisionSpace
 
     out = {"design spaces": 0.0, "untuned kernels": 0.0}
-    walking = DecisionSpace._legal_locations
-    if probe_every_index:
-        DecisionSpace._legal_locations = every_location
-    try:
-        with LocalRunner(target=target) as runner:
-            runner.warm_up()
-            for task in tasks:
-                clock = time.perf_counter()
-                DecisionSpace(task.mod, task.target)
-                built = time.perf_counter()
-                runner.prepare(task)
-                out["design spaces"] += built - clock
-                out["untuned kernels"] += time.perf_counter() - built
-    finally:
-        DecisionSpace._legal_locations = walking
+    with LocalRunner(target=target) as runner:
+        runner.warm_up()
+        for task in tasks:
+            clock = time.perf_counter()
+            DecisionSpace(task.mod, task.target)
+            built = time.perf_counter()
+            runner.prepare(task)
+            out["design spaces"] += built - clock
+            out["untuned kernels"] += time.perf_counter() - built
     return out
 
 
@@ -157,23 +105,17 @@ def main(argv: list[str] | None = None) -> int:
     target = parse_target(None)
     tasks = list(import_model(args.model, target, layout=args.layout).tasks)
     machine = fingerprint(target)
-    probes = spaces(tasks)
-    ways = {"serial, every location index probed (until 2026-11-26)": serial(tasks, target, probe_every_index=True),
-            "serial, locations walked": serial(tasks, target),
-            "chunked, locations walked (the tuner's now)": chunked(tasks, target)}
+    ways = {"serial": serial(tasks, target), "chunked (the tuner's)": chunked(tasks, target)}
     totals = {name: sum(parts.values()) for name, parts in ways.items()}
     name = os.path.splitext(os.path.basename(args.model))[0]
     stem = results_path(f"setup-{name}")
     write_json(stem + ".json", {"model": name, "layout": args.layout, "tasks": len(tasks), "machine": machine,
-                                "design_spaces": probes, "set_up": ways})
+                                "set_up": ways})
     table = markdown_table(["set-up", "design spaces s", "untuned kernels s", "total s"],
                            [[name, fmt(parts["design spaces"]), fmt(parts["untuned kernels"]), fmt(totals[name])]
                             for name, parts in ways.items()])
     text = (f"Task set-up of {name} (`--layout {args.layout}`: {len(tasks)} tasks), wall seconds, each pass with "
-            f"a fresh runner; {describe(machine)}.\n\n{table}\n\nDesign spaces alone, every task's: "
-            f"{fmt(probes['walk'])} s with the compute locations found by walking TVM's snapping down, "
-            f"{fmt(probes['probe every index'])} s probing every location index; the same choices for every decision "
-            f"of every task.\n")
+            f"a fresh runner; {describe(machine)}.\n\n{table}\n")
     write_text(stem + ".md", text)
     plot(stem + ".png", ways, f"{name}: {len(tasks)} tasks set up; {machine['cpu_model']}, {machine['mcpu']}, "
                               f"{machine['num_cores']} threads")

@@ -4,7 +4,7 @@
 (:mod:`~autosearch.search.strategy`, the plug-ins in ``autosearch.strategies``) asks and is told, optionally
 guided by a cost model (:mod:`~autosearch.search.cost_model`, the plug-ins in ``autosearch.cost_models``);
 :mod:`~autosearch.search.scheduler` chooses which task gets the next batch and when the budget is spent;
-:mod:`~autosearch.search.tuner` runs the loop and re-times the finalists (the rule:
-:mod:`~autosearch.search.finalists`). Tasks come from :mod:`autosearch.frontend`; kernels are measured by a runner of
+:mod:`~autosearch.search.tuner` runs the loop, and :mod:`~autosearch.search.finalists` re-times each task's finalists
+after it. Tasks come from :mod:`autosearch.frontend`; kernels are measured by a runner of
 :mod:`autosearch.measure`.
 """

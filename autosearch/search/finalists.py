@@ -1,46 +1,39 @@
-"""Choosing a task's best kernel from its finalists re-timed in fresh measuring processes.
+"""Re-timing each task's finalists in fresh measuring processes at the end of a run, and choosing its best.
 
-At the end of a run each task's top configs (by in-run median) are re-timed in rounds: each round is
-one fresh measuring process that times the finalists of every task, each task's in an order rotated
-from round to round, so a slow spell or the first-in-a-process position hits every finalist alike.
+Each task's top configs (by in-run median) are re-timed in rounds: each round is one fresh measuring process
+that times the finalists of every task, each task's in an order rotated from round to round (:func:`rotated`), so a
+slow spell or the first-in-a-process position hits every finalist alike. The choice among them is the rule of
+:mod:`autosearch.ranking` (median over rounds of the per-round medians; a failed re-time rules a finalist out),
+which the log applies too, so ``export`` writes the kernel chosen here.
 
-The rule: a finalist's score is the **median over rounds of its per-round median**; the lowest score
-wins, the in-run median breaks a tie. Why this one:
+Cost: every round starts a fresh measuring process and times its finalists again. So a round measures only the
+:func:`contenders`, the finalists that can still be chosen whatever the rounds left measure; a task with one
+contender left is settled and needs no further round. With three rounds that skips the third round of a task whose
+two rounds so far put one finalist ahead of the others in both, and the third round of any finalist behind another
+in both.
 
-- Fresh processes disagree about one kernel by far more than its repeats within one process do (a
-  kernel can run markedly faster in one process than in every other), so the process is the unit of
-  evidence, and the median over processes ignores one lucky or one slow process per finalist. The minimum over
-  rounds would be that lucky process again; the mean is moved by it.
-- A median, unlike a rank-sum, weighs how much faster a finalist is and needs no equal number of
-  rounds per finalist (a run interrupted in mid-round, evidence kept from before a ``--resume``).
-- The in-run timing is not part of the score: the finalists were selected *because* it was low, so
-  it is biased towards luck (the winner's curse) and is exactly the evidence being double-checked.
-
-A finalist that failed any re-time (crash, timeout, wrong result, build error) is out: it is not
-ranked at all, so it can be neither the best nor exported. With one round the rule is the old one,
-the fastest re-time wins.
-
-Cost: a round rebuilds its finalists (the runner's ``measure`` builds), and builds dominate a round.
-So a round measures only the :func:`contenders`, the finalists that can still be chosen whatever the
-rounds left measure; a task with one contender left is settled and needs no further round. With
-three rounds that skips the third round of a task whose two rounds so far put one finalist ahead of
-the others in both, and the third round of any finalist behind another in both.
-
-Which re-times count: the timings logged after the task's last trial, and every failure. A later
-trial (a ``--resume`` that tuned the task further) may change the finalists, so earlier timings say
-nothing about them, but a kernel that failed once stays out; re-times of the same finalists from an
-earlier run of the same log are further rounds.
+:class:`Retiming` runs the rounds for the tuning loop (:mod:`autosearch.search.tuner`), which hands it how to
+measure, log and start a fresh measuring process, so the rounds and the choice are written here alone.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from autosearch.frontend.target import target_to_json
+from autosearch.ranking import failures, rank
+from autosearch.types import Record
+
 if TYPE_CHECKING:
-    from autosearch.types import MeasureResult, Record
+    from autosearch.frontend.task import TuningTask
+    from autosearch.search.scheduler import TaskState
+    from autosearch.search.space import Applied
+    from autosearch.types import Config, MeasureResult
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
@@ -54,63 +47,9 @@ def rotated(items: Sequence[T], round_index: int) -> list[T]:
     return [*items[k:], *items[:k]]
 
 
-def current_retimes(records: Iterable[Record]) -> list[Record]:
-    """The ``retime`` records of one task that count, in log order: the failed ones, and the ok ones
-    that follow the task's last ``trial`` record."""
-    out: list[Record] = []
-    for rec in records:
-        if rec.kind == "trial":
-            out = [r for r in out if not r.ok]
-        elif rec.kind == "retime":
-            out.append(rec)
-    return out
-
-
-def failures(retimes: Iterable[tuple[K, MeasureResult]]) -> list[tuple[K, MeasureResult]]:
-    """What a new trial of the task leaves of its re-times (see :func:`current_retimes`)."""
-    return [(c, r) for c, r in retimes if not r.ok]
-
-
-def score(rounds: Iterable[MeasureResult]) -> float:
-    """One kernel's score over its re-timing rounds, the rule of the module docstring: the median over rounds of
-    its per-round median (seconds); ``inf`` when any round failed (it is out), or when there is no round.
-
-    The one place the rule is written: :func:`rank` (the tuner, ``export``), the cost models' labels
-    (``autosearch.cost_models.features.labelled_trials``) and the experiments' re-timing call it."""
-    medians = []
-    for result in rounds:
-        if not result.ok:
-            return math.inf
-        medians.append(result.median)
-    return statistics.median(medians) if medians else math.inf
-
-
-def scores(retimes: Iterable[tuple[K, MeasureResult]]) -> dict[K, float]:
-    """:func:`score` per key of ``retimes``, (key, result) pairs, one per key and round: ``inf`` for a key that
-    failed a round."""
-    rounds: dict[K, list[MeasureResult]] = {}
-    for key, result in retimes:
-        rounds.setdefault(key, []).append(result)
-    return {key: score(results) for key, results in rounds.items()}
-
-
-def rank(in_run: Mapping[K, float], retimes: Iterable[tuple[K, MeasureResult]]) -> list[K]:
-    """Configs best first: the re-timed finalists by their :func:`score`, then the rest by in-run median
-    (seconds).
-
-    ``in_run`` maps every valid trial's config to its in-run median; ``retimes`` are the (config, result)
-    pairs of the re-times that count, one per finalist and round. A config with a failed re-time is left
-    out; a re-time of a config not in ``in_run`` is ignored.
-    """
-    retimed = scores((c, r) for c, r in retimes if c in in_run)
-    finalists = sorted((c for c, s in retimed.items() if math.isfinite(s)), key=lambda c: (retimed[c], in_run[c]))
-    rest = sorted((c for c in in_run if c not in retimed and math.isfinite(in_run[c])), key=lambda c: in_run[c])
-    return finalists + rest
-
-
 def contenders(retimes: Iterable[tuple[K, MeasureResult]], finalists: Sequence[K], rounds_left: int) -> list[K]:
-    """The ``finalists`` (in their order) that :func:`rank` can still put first after ``rounds_left``
-    further rounds, whatever those measure: one whose lowest possible final score is above another's
+    """The ``finalists`` (in their order) that :func:`~autosearch.ranking.rank` can still put first after
+    ``rounds_left`` further rounds, whatever those measure: one whose lowest possible final score is above another's
     highest possible one cannot win, nor can one that failed a re-time. Fewer than two: the task is
     settled. (The bounds: the median with every future round at -inf, and at +inf.)"""
     values: dict[K, list[float]] = {c: [] for c in finalists}
@@ -129,3 +68,96 @@ def contenders(retimes: Iterable[tuple[K, MeasureResult]], finalists: Sequence[K
     lowest = {c: bound(c, -math.inf) for c in alive}
     highest = {c: bound(c, math.inf) for c in alive}
     return [c for c in alive if all(lowest[c] <= highest[x] for x in alive if x != c)]
+
+
+def choose(state: TaskState) -> None:
+    """A task's best = first of :func:`~autosearch.ranking.rank` on its re-times so far; a finalist that failed one
+    is never best (with no valid config left, there is no best)."""
+    ranked = rank({c: r.median for c, r in state.measured.items() if r.ok}, state.finalist_results)
+    state.best = state.measured[ranked[0]] if ranked else None
+
+
+@dataclass
+class Retiming:
+    """The noise-aware best: each task's finalists re-timed in ``rounds`` fresh measuring processes.
+
+    In-run timings are noisy, and so is one fresh process: a kernel can run much faster in one process than in
+    every other. Each round replaces the measuring process once (``refresh``, the runner's: a process start costs
+    seconds) and measures the top ``top`` configs of every task that can still be chosen (:func:`contenders`),
+    each task's in an order rotated from round to round (:func:`rotated`). The choice is :func:`choose` on the
+    rounds so far, the rule ``LogContents.ranked`` applies to the log, so ``export`` writes the kernel chosen here.
+    Every re-time is logged (``append``) as ``retime`` with its round, and each task's round is reported
+    (``on_round``) after its choice. Only the model that is exported is re-timed (the ``leader`` layout's), and of
+    it only the tasks with at least ``min_share`` of its estimated latency: a noise-misjudged choice in a smaller
+    task moves the model by less than that share. The reported latency stays the in-run one, measured like the
+    baseline.
+    """
+
+    top: int  # finalists per task
+    rounds: int  # fresh measuring processes
+    min_share: float
+    measure: Callable[[TuningTask, list[Applied]], list[MeasureResult]]  # the loop's: no build for what not applies
+    append: Callable[[list[Record]], None]  # the tuning log's
+    refresh: Callable[[], None] | None = None  # a fresh measuring process (None: the runner has no other)
+    on_round: Callable[[TaskState, list[MeasureResult]], None] | None = None
+    strategy: str = ""  # the run's, logged with each re-time
+
+    def run(self, states: Sequence[TaskState], leader: str | None) -> None:
+        """Re-time the finalists of ``states`` (of the ``leader`` layout's model; None: the run tunes one model)
+        and choose each task's best, also of a task whose earlier run's re-times still stand."""
+        finalists = self.finalists(states, leader)
+        for round_no in range(1, self.rounds + 1):
+            todo = []
+            for state, top in finalists:
+                alive = contenders(state.finalist_results, top, self.rounds - round_no + 1)
+                if len(alive) > 1:  # else settled: no further round can change its choice
+                    todo.append((state, [c for c in rotated(top, round_no - 1) if c in alive]))
+            if not todo:
+                break
+            if self.refresh is not None:
+                self.refresh()
+            for state, configs in todo:
+                self._retime(state, configs, round_no)
+        for state in states:
+            if state.finalist_results:  # this run's rounds, or an earlier run's re-times that still stand
+                choose(state)
+
+    def finalists(self, states: Sequence[TaskState], leader: str | None) -> list[tuple[TaskState, list[Config]]]:
+        """The tasks worth re-timing with their finalists, best in-run median first. A task tuned further since its
+        earlier re-times keeps only their failures (:func:`~autosearch.ranking.failures`); a kernel that failed one
+        is no finalist."""
+        from autosearch.frontend.alternatives import model_total, task_layouts
+
+        in_model = [s for s in states if leader is None or "layouts" not in s.task.lowering
+                    or leader in task_layouts(s.task.lowering)]
+        total = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in in_model)
+        out: list[tuple[TaskState, list[Config]]] = []
+        for state in in_model:
+            if math.isfinite(total) and state.task.weight * (state.model_seconds or 0.0) < self.min_share * total:
+                continue  # too small a part of the model for a misjudged finalist to matter
+            if state.trials > state.resumed:  # tuned further: timings from before --resume were of other finalists
+                state.finalist_results = failures(state.finalist_results)
+            failed = {c for c, _ in failures(state.finalist_results)}  # in an earlier run's re-times: stay out
+            top = sorted((c for c, r in state.measured.items() if r.ok and c not in failed),
+                         key=lambda c: state.measured[c].median)
+            if state.space is not None and len(top) > 1:  # set up in this run: the runner has its reference
+                out.append((state, top[: self.top]))
+        return out
+
+    def _retime(self, state: TaskState, configs: list[Config], round_no: int) -> None:
+        """One round of one task: measure its finalists, log the re-times, choose on the rounds so far."""
+        assert state.space is not None
+        task = state.task
+        results = self.measure(task, [state.space.apply(c) for c in configs])
+        target_json = target_to_json(task.target)
+        self.append([
+            Record(kind="retime", task_key=task.workload_key, task_name=task.name, target=target_json, config=c,
+                   result=r, flops=task.flops, strategy=self.strategy, round=round_no,
+                   started=time.time() - r.build_secs - r.run_secs)
+            for c, r in zip(configs, results)
+        ])
+        state.finalist_results.extend(zip(configs, results))
+        choose(state)
+        if self.on_round is not None:
+            self.on_round(state, results)
+

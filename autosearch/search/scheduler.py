@@ -67,7 +67,7 @@ class TaskState:
     best_trial: int = 0
     history: list[tuple[int, float]] = field(default_factory=list)  # (task trial no., best GFLOPS so far)
     done: str = ""  # why the task stopped ("early stop", "exhausted", ...)
-    # (config, result) of the re-times that count (finalists.current_retimes): the timings of the current
+    # (config, result) of the re-times that count (autosearch.ranking.current_retimes): the timings of the current
     # finalists (this run's rounds, and an earlier run's if --resume added no trial) and every failure
     finalist_results: list[tuple[Config, MeasureResult]] = field(default_factory=list)
     empty_rounds: int = 0

@@ -2,8 +2,8 @@
 
 Which task gets the next batch, how large it is and when the budget (trials, a time limit or both) is spent is the
 task scheduler's (:mod:`autosearch.search.scheduler`); this module sets each task up when it is first scheduled,
-measures and logs every batch, tells the strategy and the cost model, and after the search re-times each task's
-finalists in fresh measuring processes (:meth:`Tuner._finalize`, the rule in :mod:`autosearch.search.finalists`).
+measures and logs every batch, tells the strategy and the cost model, and after the search has each task's
+finalists re-timed in fresh measuring processes (:class:`autosearch.search.finalists.Retiming`).
 A task stops early after ``early_stop`` trials without improvement, or when its space is exhausted.
 """
 
@@ -18,8 +18,9 @@ from typing import Any
 
 from autosearch.frontend.target import host_cores, target_to_json
 from autosearch.frontend.task import TuningTask
+from autosearch.ranking import failures
 from autosearch.records import LogContents, TuningLog
-from autosearch.search.finalists import contenders, failures, rank, rotated
+from autosearch.search.finalists import Retiming
 from autosearch.search.scheduler import TaskScheduler, TaskState
 from autosearch.search.space import Applied, DecisionSpace
 from autosearch.search.strategy import make_strategy
@@ -259,7 +260,7 @@ class Tuner:
                 self._round(state, n)
             if self.finalists > 1 and self.finalist_rounds > 0:
                 t0 = time.perf_counter()
-                self._finalize()
+                self._retime_finalists()
                 self.timing["finalists"] += time.perf_counter() - t0
         except KeyboardInterrupt:
             interrupted = True
@@ -268,6 +269,20 @@ class Tuner:
                               interrupted=interrupted, timing=dict(self.timing),
                               setup_timing=dict(self.setup_timing))
         return summary
+
+    def _retime_finalists(self) -> None:
+        """The noise-aware best (:class:`autosearch.search.finalists.Retiming`), measured, logged and reported as
+        the search's batches are; of the model that is exported alone (--layout auto: the faster layout's)."""
+        from autosearch.frontend.alternatives import choose_layout
+
+        def on_round(state: TaskState, results: list[MeasureResult]) -> None:
+            self.on_event(TuneEvent(state, self.trials_done, self.budget, results, self._elapsed(), "retime"))
+
+        retiming = Retiming(top=self.finalists, rounds=self.finalist_rounds, min_share=FINALIST_MIN_SHARE,
+                            measure=self._measure, append=self.log.append,
+                            refresh=getattr(self.runner, "refresh", None), on_round=on_round,
+                            strategy=self.strategy_name)
+        retiming.run(self.states, choose_layout(self.scheduler.layout_totals()))
 
     def _round(self, state: TaskState, n: int) -> None:
         """One batch of one task: ask, apply, de-duplicate, measure, log, tell."""
@@ -327,77 +342,6 @@ class Tuner:
         if self.early_stop and state.trials - state.best_trial >= self.early_stop and state.best is not None:
             state.done = f"no improvement in {self.early_stop} trials"
         self.on_event(TuneEvent(state, self.trials_done, self.budget, results, self._elapsed()))
-
-    def _finalize(self) -> None:
-        """Noise-aware best: re-time each task's finalists in ``finalist_rounds`` fresh measuring processes.
-
-        In-run timings are noisy, and so is one fresh process: a kernel can run much faster in one process
-        than in every other. Each round replaces the measuring process once (a process start costs
-        seconds) and measures the top ``finalists`` configs of every task that can still be chosen
-        (:func:`autosearch.search.finalists.contenders`), each task's in an order rotated from round to round.
-        The choice is :func:`autosearch.search.finalists.rank` on the rounds so far (median over rounds; a
-        finalist that fails any round is out), the rule ``LogContents.ranked`` applies to the log, so
-        ``export`` writes the kernel chosen here. Every re-time is logged as ``retime`` with its round.
-        Only the model that is exported is re-timed (the leading layout), and of it only the tasks with at
-        least :data:`FINALIST_MIN_SHARE` of its estimated latency.
-        The reported latency stays the in-run one, measured like the baseline.
-        """
-        from autosearch.frontend.alternatives import choose_layout, model_total, task_layouts
-
-        leader = choose_layout(self.scheduler.layout_totals())  # --layout auto: the other model is not exported
-        in_model = [s for s in self.states if leader is None or "layouts" not in s.task.lowering
-                    or leader in task_layouts(s.task.lowering)]
-        total = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in in_model)
-        finalists: list[tuple[TaskState, list[Config]]] = []
-        for state in in_model:
-            if math.isfinite(total) and state.task.weight * (state.model_seconds or 0.0) < FINALIST_MIN_SHARE * total:
-                continue  # too small a part of the model for a misjudged finalist to matter
-            if state.trials > state.resumed:  # tuned further: timings from before --resume were of other finalists
-                state.finalist_results = failures(state.finalist_results)
-            failed = {c for c, _ in failures(state.finalist_results)}  # in an earlier run's re-times: stay out
-            top = sorted((c for c, r in state.measured.items() if r.ok and c not in failed),
-                         key=lambda c: state.measured[c].median)
-            if state.space is not None and len(top) > 1:  # set up in this run: the runner has its reference
-                finalists.append((state, top[: self.finalists]))
-        refresh = getattr(self.runner, "refresh", None)
-        for round_no in range(1, self.finalist_rounds + 1):
-            todo = []
-            for state, top in finalists:
-                alive = contenders(state.finalist_results, top, self.finalist_rounds - round_no + 1)
-                if len(alive) > 1:  # else settled: no further round can change its choice
-                    todo.append((state, [c for c in rotated(top, round_no - 1) if c in alive]))
-            if not todo:
-                break
-            if refresh is not None:
-                refresh()
-            for state, configs in todo:
-                self._retime(state, configs, round_no)
-        for state in self.states:
-            if state.finalist_results:  # this run's rounds, or an earlier run's re-times that still stand
-                self._choose(state)
-
-    def _retime(self, state: TaskState, configs: list[Config], round_no: int) -> None:
-        """One round of one task: measure its finalists, log the re-times, choose on the rounds so far."""
-        assert state.space is not None
-        task = state.task
-        results = self._measure(task, [state.space.apply(c) for c in configs])
-        target_json = target_to_json(task.target)
-        self.log.append([
-            Record(kind="retime", task_key=task.workload_key, task_name=task.name, target=target_json, config=c,
-                   result=r, flops=task.flops, strategy=self.strategy_name, round=round_no,
-                   started=time.time() - r.build_secs - r.run_secs)
-            for c, r in zip(configs, results)
-        ])
-        state.finalist_results.extend(zip(configs, results))
-        self._choose(state)
-        self.on_event(TuneEvent(state, self.trials_done, self.budget, results, self._elapsed(), "retime"))
-
-    @staticmethod
-    def _choose(state: TaskState) -> None:
-        """Best = first of :func:`autosearch.search.finalists.rank` on the re-times so far; a finalist that failed
-        one is never best (with no valid config left, there is no best)."""
-        ranked = rank({c: r.median for c, r in state.measured.items() if r.ok}, state.finalist_results)
-        state.best = state.measured[ranked[0]] if ranked else None
 
     def _tick(self, step: str, since: float) -> float:
         now = time.perf_counter()

@@ -6,7 +6,7 @@ with the evaluator a tuner can afford (a slow kernel is timed once). As a label 
 therefore re-times every valid trial of every task after the trials, in ``rounds``: each round times each
 task's kernels in a fresh measuring process, in an order shuffled per round, with more repeats and no
 slow-kernel shortcut (:data:`LABEL_EVALUATOR`). A record's label is then the median over rounds of its
-per-round medians (``autosearch.cost_models.features.labelled_trials``, the rule of ``autosearch.search.finalists``),
+per-round medians (``autosearch.cost_models.features.labelled_trials``, the rule of ``autosearch.ranking``),
 and ``experiments/measurement_noise.py`` re-labels a sample the same way to measure how far two such labels agree.
 
 The settings are written to the log as a run header (``{"experiment": "make_dataset", "retime": ...}``) so the
@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from autosearch.measure.base import EvaluatorConfig
+from autosearch.ranking import current_retimes
 from autosearch.records import LogContents, TuningLog
-from autosearch.search.finalists import current_retimes, rotated
+from autosearch.search.finalists import rotated
 from autosearch.types import Record
 from experiments.lib.retime import schedule
 

@@ -3,7 +3,7 @@
 A tuning run's best is selected *because* its in-run timing was low, so that timing is biased (the winner's
 curse), and fresh processes disagree about one kernel far more than repeats within a process do. So the
 schedules a comparison is about are timed again, each round in a fresh measuring process, and a schedule's
-score is the median over rounds of its per-round median (:mod:`autosearch.search.finalists`' rule). When several
+score is the median over rounds of its per-round median (:mod:`autosearch.ranking`'s rule). When several
 methods are compared, :func:`round_robin` interleaves their schedules within a round and rotates which method
 goes first from round to round, so a slow spell of the machine hits every method alike.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from autosearch.search.finalists import score
+from autosearch.ranking import score
 
 K = TypeVar("K")
 T = TypeVar("T")
@@ -89,7 +89,7 @@ def retime(task, target, traces: Sequence, *, evaluator=None, rounds: int = 1) -
 
 
 def retime_secs(task, target, traces: Sequence, *, evaluator=None, rounds: int = 1) -> list[float]:
-    """:func:`retime`, scored (:func:`autosearch.search.finalists.score`): seconds per trace (``inf`` for a
+    """:func:`retime`, scored (:func:`autosearch.ranking.score`): seconds per trace (``inf`` for a
     schedule that failed a round)."""
     per_round = retime(task, target, traces, evaluator=evaluator, rounds=rounds)
     return [score([r[i] for r in per_round]) for i in range(len(traces))]

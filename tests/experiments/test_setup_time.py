@@ -16,9 +16,8 @@ def test_setup_time_sets_up_every_task_each_way_and_writes_its_table(tmp_path, m
     small_conv_onnx(model)
     assert setup_time.main(["--model", model, "--layout", "NCHW"]) == 0
     out = json.loads((tmp_path / "results" / "setup-small.json").read_text())
-    assert out["tasks"] == 2 and len(out["set_up"]) == 3
+    assert out["tasks"] == 2 and len(out["set_up"]) == 2
     for parts in out["set_up"].values():
         assert parts["design spaces"] > 0 and parts["untuned kernels"] > 0
-    assert out["design_spaces"]["walk"] > 0 and out["design_spaces"]["probe every index"] > 0
     assert "chunked" in (tmp_path / "results" / "setup-small.md").read_text()
     assert (tmp_path / "results" / "setup-small.png").stat().st_size > 0

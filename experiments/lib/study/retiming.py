@@ -5,7 +5,7 @@ methods ran. So once every run of a task is done, the best config of every run a
 ``retime_rounds`` rounds, each in a fresh measuring process, each measuring every method's configs in turn
 (:func:`experiments.lib.retime.round_robin`: one config of each method, then the next one of each, the method that
 goes first rotating from round to round). A config's re-timed latency is the median over rounds of its per-round
-median (``inf`` if it failed any round): :func:`autosearch.search.finalists.score`. A config two runs or budgets share
+median (``inf`` if it failed any round): :func:`autosearch.ranking.score`. A config two runs or budgets share
 (same trace) is timed once per round.
 
 Each round is stored when it ends (``retime/TASK/round<K>.json``, with the machine's fingerprint), so a killed
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from autosearch.search.finalists import score
+from autosearch.ranking import score
 from experiments.lib.retime import round_robin
 from experiments.lib.study.config import StudyConfig
 from experiments.lib.study.store import RunResult, Store
@@ -88,7 +88,7 @@ def _keys(config: StudyConfig, spec):
 
 
 def retimed(rounds: Sequence[dict[str, Any]]) -> dict[Item, float]:
-    """Re-timed seconds per item over the stored rounds (:func:`autosearch.search.finalists.score`)."""
+    """Re-timed seconds per item over the stored rounds (:func:`autosearch.ranking.score`)."""
     from autosearch.types import MeasureResult, Status
 
     per_item: dict[Item, list] = {}

@@ -1,4 +1,4 @@
-"""The finalists' rule, written once (autosearch.search.finalists.score): the tuner's ranking, the cost models'
+"""The finalists' rule, written once (autosearch.ranking.score): the tuner's ranking, the cost models'
 labels and the experiments' re-timing all call it. Pure Python: nothing is built or measured."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from autosearch.search.finalists import rank, score, scores
+from autosearch.ranking import rank, score, scores
 from autosearch.types import MeasureResult, Status
 
 
