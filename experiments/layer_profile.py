@@ -11,6 +11,14 @@ the same passes). One after the other, in this process, on the same threads::
 Writes ``experiments/results/OUT.md`` (per category and per kernel / node, the CPU named) and ``OUT.png``. The
 profilers add their own overhead (a few microseconds per call): compare kernels and
 categories, and take end-to-end figures from ``report``. Nothing here is kept between runs: it takes a minute.
+
+With ``--log`` (the run's tuning log) each kernel's time in the model is set beside what tuning measured for it
+(its task's best latency, per call, times the calls a forward pass makes: the run's own estimate of the model);
+``--retime`` then times each task's best config again alone, as tuning times it (repeats of 20 ms, the caches
+flushed before each repeat, so every call after the first finds the weights in cache) and cold (one call per
+flushed repeat, as a layer meets its weights in the model)::
+
+    python -m experiments.layer_profile --model yolov8n --db .../db --log .../log.jsonl --retime --out ...
 """
 
 from __future__ import annotations
@@ -53,9 +61,9 @@ def ov_category(node_type: str) -> str:
     return "other"
 
 
-def tvm_kernels(model: str, db: str, inputs: dict[str, np.ndarray], runs: int) -> dict[str, float]:
-    """Kernel name -> median milliseconds per forward pass (calls of one kernel summed) of the model built with
-    ``db``."""
+def tvm_kernels(model: str, db: str, inputs: dict[str, np.ndarray], runs: int) -> tuple[dict[str, float], list]:
+    """(kernel name -> median milliseconds per forward pass (calls of one kernel summed), the compiled model's
+    kernels with their tasks and calls) of the model built with ``db``."""
     import tvm
 
     import autosearch
@@ -63,7 +71,7 @@ def tvm_kernels(model: str, db: str, inputs: dict[str, np.ndarray], runs: int) -
 
     with tempfile.TemporaryDirectory() as tmp:
         library = os.path.join(tmp, "model.so")
-        autosearch.compile(model, db, library)
+        compiled = autosearch.compile(model, db, library)
         loaded = load_model(library)
         args = [tvm.runtime.tensor(v, tvm.cpu()) for v in inputs.values()]
         for _ in range(3):  # warm-up: first-touch of the weights and the workspace
@@ -72,7 +80,81 @@ def tvm_kernels(model: str, db: str, inputs: dict[str, np.ndarray], runs: int) -
         for _ in range(runs):
             for name, seconds in loaded.profile(*args).items():
                 per_run[name].append(seconds * 1e3)
-    return {name: statistics.median(v) for name, v in per_run.items()}
+    return {name: statistics.median(v) for name, v in per_run.items()}, compiled.kernels
+
+
+PREPACKED = "_prepacked"  # the suffix a kernel's name gets in the library when its weights are prepacked
+
+
+def as_tuned(profile: dict[str, float], kernels: list, log_path: str, retime: bool) -> list[dict]:
+    """Per kernel of ``profile`` that runs a task of the log: its milliseconds in the model, and the task's best
+    latency x calls as tuning measured it (and, with ``retime``, as re-timed alone now, warm and cold)."""
+    from autosearch.records import read_log
+
+    log = read_log(log_path)
+    by_name = {k.name: k for k in kernels}
+    rows = []
+    for name, ms in profile.items():
+        kernel = by_name.get(name[: -len(PREPACKED)] if name.endswith(PREPACKED) else name)
+        best = log.best(kernel.workload_key) if kernel is not None else None
+        if best is None or kernel.calls == 0:
+            continue
+        rows.append({"kernel": name, "category": tvm_category(name), "calls": kernel.calls, "in_model": ms,
+                     "tuned": best.latency * 1e3 * kernel.calls, "key": kernel.workload_key, "record": best})
+    if retime:
+        for row, (warm, cold) in zip(rows, retimed(log, [r["record"] for r in rows])):
+            row["warm"], row["cold"] = warm * 1e3 * row["calls"], cold * 1e3 * row["calls"]
+    return rows
+
+
+def retimed(log, records: list) -> list[tuple[float, float]]:
+    """(warm, cold) seconds of each record's config, built from its trace and timed alone, warm (tuning's
+    evaluator) and cold (one call per repeat, caches flushed before each)."""
+    import json
+
+    from autosearch.api import MeasureOptions, make_runner
+    from autosearch.frontend.task import TuningTask
+    from autosearch.search.space import replay
+    from autosearch.tensor_units.amx import register_for
+
+    tasks = {r.task_key: TuningTask.from_json(log.tasks[r.task_key]) for r in records}
+    target = next(iter(tasks.values())).target
+    timings = {}
+    for label, options in (("warm", MeasureOptions()), ("cold", MeasureOptions(repeat=30, min_repeat_ms=0))):
+        runner = make_runner("local", target, options)
+        try:
+            for i, record in enumerate(records):
+                print(f"  {label} {i + 1}/{len(records)} {record.task_name}", file=sys.stderr, flush=True)
+                task = tasks[record.task_key]
+                register_for(json.dumps(record.trace))  # the AMX intrinsics its trace names
+                runner.prepare(task)
+                [result] = runner.measure(task, [replay(task.mod, record.trace).mod])
+                timings[(label, i)] = result.median if result.ok else float("nan")
+        finally:
+            runner.close()
+    return [(timings[("warm", i)], timings[("cold", i)]) for i in range(len(records))]
+
+
+def tuned_table(rows: list[dict], limit: int) -> str:
+    """Per category, then the kernels that lose most in the model: in the model vs as tuned (x calls)."""
+    timed = "warm" in (rows[0] if rows else {})
+    heads = ["kernel", "calls", "in the model ms", "as tuned ms", "in the model / as tuned"]
+    if timed:
+        heads += ["alone, warm ms", "alone, cold ms"]
+
+    def line(label, group, calls=""):
+        model, tuned = sum(r["in_model"] for r in group), sum(r["tuned"] for r in group)
+        out = [label, str(calls), fmt(model, 3), fmt(tuned, 3), f"{model / tuned:.2f}x" if tuned else "-"]
+        if timed:
+            out += [fmt(sum(r["warm"] for r in group), 3), fmt(sum(r["cold"] for r in group), 3)]
+        return out
+
+    table = [line(f"**{c}**", [r for r in rows if r["category"] == c]) for c in CATEGORIES
+             if any(r["category"] == c for r in rows)]
+    table.append(line("**all tuned kernels**", rows))
+    for r in sorted(rows, key=lambda r: r["tuned"] - r["in_model"])[:limit]:
+        table.append(line(r["kernel"][:70], [r], r["calls"]))
+    return markdown_table(heads, table)
 
 
 def ov_nodes(path: str, inputs: dict[str, np.ndarray], runs: int, threads: int, *,
@@ -135,7 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--top", type=int, default=15, help="kernels / nodes listed per runtime")
+    p.add_argument("--log", help="the run's tuning log: each kernel in the model beside its task as tuned")
+    p.add_argument("--retime", action="store_true", help="with --log: time each task's best config alone again, "
+                   "warm and cold")
     args = p.parse_args(argv)
+    if args.retime and not args.log:
+        p.error("--retime needs --log")
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's runtime starts its thread pool
 
     import onnx
@@ -149,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     columns: dict[str, dict[str, float]] = {}
     items: dict[str, list[tuple[str, str, float]]] = {}
     print("profiling TVM tuned ...", file=sys.stderr, flush=True)
-    kernels = tvm_kernels(args.model, args.db, inputs, args.runs)
+    kernels, compiled_kernels = tvm_kernels(args.model, args.db, inputs, args.runs)
     items["TVM tuned"] = sorted(((k, tvm_category(k), ms) for k, ms in kernels.items()), key=lambda x: -x[2])
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.onnx")
@@ -170,6 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     for label, rows in items.items():
         parts += [f"**{label}**: the {args.top} slowest of {len(rows)}", "",
                   top_table(rows, sum(ms for _, _, ms in rows), args.top), ""]
+    if args.log:
+        print("the kernels as tuned ...", file=sys.stderr, flush=True)
+        rows = as_tuned(kernels, compiled_kernels, args.log, args.retime)
+        parts += [f"**TVM tuned, in the model against as tuned** (`{args.log}`: each task's best latency x the "
+                  "calls a forward pass makes" + ("; then each best config timed alone again, warm as tuning times "
+                  "it and cold, one call per flushed repeat" if args.retime else "") + f"); the {args.top} kernels "
+                  "that lose most in the model", "", tuned_table(rows, args.top), ""]
     write_text(results_path(f"{args.out}.md"), "\n".join(parts))
     plot(columns, results_path(f"{args.out}.png"), title)
     print("\n".join(parts))

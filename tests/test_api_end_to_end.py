@@ -81,6 +81,12 @@ def test_export_writes_the_database_the_cli_writes_and_compile_builds_with_it(tu
     assert compiled.model == "small" and compiled.tuned_tasks == ["fused_conv2d_relu1"]
     assert compiled.task_count == 2 and os.path.getsize(compiled.path) > 0 and os.path.exists(compiled.weights_path)
     assert compiled.memory is not None and compiled.memory.peak_bytes() > 0
+    # its kernels name the tasks they run, as the log keys them, and how often a forward pass calls each
+    kernels = {k.name: k for k in compiled.kernels}
+    [tuned_task] = result.tasks
+    conv = kernels["fused_conv2d_relu1"]
+    assert conv.calls == 1 and read_log(result.log).best(conv.workload_key).latency == tuned_task.best_secs
+    assert {k.calls for k in compiled.kernels} == {1} and len(kernels) == compiled.task_count
 
 
 def test_a_tuned_log_is_not_tuned_again_without_resume(tuned, work):

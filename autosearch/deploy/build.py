@@ -16,6 +16,17 @@ from autosearch.errors import UserError
 from autosearch.frontend.lowering import DEFAULT_FAST_MATH
 
 
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a compiled model: the tuning task it runs (its workload key, as a log or database records
+    it) and how many times one forward pass calls it. A profile of the model (``LoadedModel.profile``) names
+    kernels; this is how its figures meet the tuning log's, which are per call."""
+
+    name: str
+    workload_key: str
+    calls: int
+
+
 @dataclass
 class CompiledModel:
     """A model built by :func:`compile_model`: the library, its weights, and which of its tasks were tuned."""
@@ -26,6 +37,7 @@ class CompiledModel:
     missing_tasks: list[str] = field(default_factory=list)  # tasks the database has no record for
     memory: MemoryEstimate | None = None  # computed from the module before the build (CPU targets)
     model: str = ""  # the model's name (set by autosearch.api.compile)
+    kernels: list[Kernel] = field(default_factory=list)  # every PrimFunc of the lowered model (tuned builds)
 
     @property
     def task_count(self) -> int:
@@ -46,7 +58,7 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
     (:mod:`autosearch.deploy.memory`)."""
     from autosearch.deploy.artifact import lift_weights, save_weights, weights_path
     from autosearch.deploy.memory import estimate_memory
-    from autosearch.frontend.lowering import build_module, tuned_module, untuned_module, winograd_policy
+    from autosearch.frontend.lowering import apply_database, build_module, lower, untuned_module, winograd_policy
     from autosearch.tvm_compat import import_tensor_intrinsics
 
     import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
@@ -58,8 +70,9 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
         if db is None:
             mod = untuned_module(relax_mod, target)  # what tvm.compile's default pipeline builds
         else:
-            mod = tuned_module(relax_mod, target, db, winograd=winograd, layout=layout, fast_math=fast_math,
-                               prepack=prepack)
+            lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
+            out.kernels = model_kernels(lowered)
+            mod = apply_database(lowered, target, db, prepack=prepack)
         if target.kind.name == "llvm":
             out.memory = estimate_memory(mod, target)
         mod, weights = lift_weights(mod)
@@ -74,4 +87,32 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
         save_weights(weights, out_path)
     except OSError as exc:
         raise UserError(f"cannot write {out_path}: {exc.strerror}") from exc
+    return out
+
+
+def model_kernels(lowered) -> list[Kernel]:
+    """The kernels of a lowered model (:func:`autosearch.frontend.lowering.lower`) with their workload keys and
+    call counts, in the module's order."""
+    from collections import Counter
+
+    import tvm
+    from tvm import relax
+
+    from autosearch.frontend.task import workload_key
+
+    calls: Counter[str] = Counter()
+
+    def count(expr) -> None:
+        if isinstance(expr, relax.Call):
+            calls.update(a.name_hint for a in expr.args if isinstance(a, tvm.ir.GlobalVar))
+
+    for _, func in lowered.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, count)
+    out = []
+    for gv, func in lowered.functions_items():
+        if isinstance(func, relax.Function) or not hasattr(func, "body"):
+            continue
+        key = workload_key(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
+        out.append(Kernel(name=gv.name_hint, workload_key=key, calls=calls[gv.name_hint]))
     return out

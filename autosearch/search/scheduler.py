@@ -9,9 +9,10 @@ trials again, so it fades as a task's trials grow and a heavy task whose best st
 Alternatives the model runs only one of (a layer direct or Winograd, fp32 or bf16, the model in two layouts)
 compete: :meth:`TaskScheduler.rivalry`. Their warm-up comes in two rounds: every task is probed first
 (``MIN_FIRST_PASS`` trials for an alternative, its whole warm-up otherwise), then an alternative gets the rest of
-its warm-up only while it is less than ``1 / sqrt(WARM_UP_RIVALRY)`` (3) times behind its rival; one further behind
-competes through the gradient alone. Warmed up in one round, an alternative that could not win (a model in NCHW
-against NHWC with AMX) took a large share of a short run's measuring time (docs/findings.md).
+its warm-up while it is less than ``BEHIND_LIMIT`` times behind its rival; one further behind is dropped (no
+trial while it stays that far behind). Scaled down by the rivalry alone, such an alternative (a model in NCHW
+against NHWC with AMX) still took a large share of a run: its tasks, with few trials and slow kernels, have the
+largest optimistic gains (docs/findings.md).
 
 The run stops at its trial budget, or at its time limit (``seconds``: wall time of this process's search, checked
 between rounds), whichever comes first; with a time limit alone the warm-up is planned for the trials the limit is
@@ -43,10 +44,11 @@ MIN_FIRST_PASS = 2
 # depends on it.
 PLANNED_TRIALS_PER_CORE_MINUTE = 20
 PACE_AFTER_TRIALS = 32  # trials of this run after which its own pace replaces the prior one
-# An alternative whose rivalry factor ((leader / own) ** 2, see TaskScheduler.rivalry) is below this after the
-# probes gets no more warm-up: more than 3x behind. In the logs of earlier runs (docs/findings.md) the layout that
-# won in fp32 was at most 2.5x behind after its first trials, the NCHW model that lost to NHWC on AMX 3.5-5x.
-WARM_UP_RIVALRY = 1 / 9
+# An alternative more than this many times slower than its rival (model totals, TaskScheduler.rivalry) after the
+# probes is dropped: no more warm-up, no share of the gradient. In the logs of earlier runs (docs/findings.md) the
+# layout that won in fp32 was at most 2.5x behind after its first trials; the NCHW model that lost to NHWC on AMX
+# was 3.5-5x behind.
+BEHIND_LIMIT = 3.0
 
 
 @dataclass
@@ -227,8 +229,8 @@ class TaskScheduler:
 
     def next_task(self) -> TaskState | None:
         """The task that gets the next batch: a task not yet probed, in order; then an alternative still warming up
-        that is not far behind its rival (``WARM_UP_RIVALRY``), in order; then the largest expected gain. None when
-        every task is done."""
+        that is not dropped (``BEHIND_LIMIT``), in order; then the largest expected gain. None when every task is
+        done."""
         live = [s for s in self.states if not s.done]
         if not live:
             return None
@@ -237,7 +239,7 @@ class TaskScheduler:
             return unprobed[0]
         rivalry = self.rivalry()
         warming = [s for s in live if s.warm_up == 1 and s.trials < self.first_pass(s)
-                   and rivalry.get(id(s), 1.0) >= WARM_UP_RIVALRY]
+                   and rivalry.get(id(s), 1.0) > 0]
         if warming:
             return warming[0]
         return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0))
@@ -271,13 +273,15 @@ class TaskScheduler:
         winograd), and with ``--layout auto`` the whole model in two layouts (:mod:`autosearch.frontend.alternatives`).
         The slower alternative's gain is scaled by ``(faster total / own total) ** 2`` (totals: weight x latency
         of the alternative's tasks): its own latency counts only once it overtakes, and that gets less likely
-        the further behind it is. The leader keeps its gain; a task both layouts run is no layout's rival.
-        Keys are ``id(state)``."""
+        the further behind it is; more than ``BEHIND_LIMIT`` times behind, by 0: dropped. The leader keeps its
+        gain; a task both layouts run is no layout's rival. Keys are ``id(state)``."""
         from autosearch.frontend.alternatives import task_layouts
         from autosearch.frontend.winograd import layer_totals
 
         def behind(own: float, leader: float) -> float:
-            return (leader / own) ** 2 if math.isfinite(own) and leader < own else 1.0
+            if not (math.isfinite(own) and leader < own):
+                return 1.0
+            return 0.0 if own > BEHIND_LIMIT * leader else (leader / own) ** 2
 
         totals = layer_totals((s.task.lowering, s.task.weight, s.best_latency) for s in self.states)
         layouts = self.layout_totals()

@@ -12,7 +12,6 @@ from autosearch.records import TuningLog
 from autosearch.search.scheduler import (
     MIN_FIRST_PASS,
     PLANNED_TRIALS_PER_CORE_MINUTE,
-    WARM_UP_RIVALRY,
     TaskScheduler,
     TaskState,
 )
@@ -130,11 +129,12 @@ def _play(scheduler: TaskScheduler, latency, rounds: int) -> list[tuple[str, int
 
 
 def test_an_alternative_far_behind_after_its_probe_gets_no_more_warm_up():
-    """Every task is probed first; the layout 4.3x behind after the probes skips the rest of its warm-up, while the
-    task both layouts run and the leading layout's tasks warm up in full."""
+    """Every task is probed first; the layout 4.3x behind after the probes is dropped (no more warm-up, no batch
+    from the gradient, where its few trials would give it the largest optimistic gain), while the task both
+    layouts run and the leading layout's tasks warm up in full."""
     tasks = [_task(0, 4e9, layout="auto", layouts=["NCHW"]), _task(1, 4e9, layout="auto", layouts=["NHWC"]),
              _task(2, 4e9, layout="auto", layouts=["NCHW", "NHWC"])]
-    scheduler = _scheduler(tasks, budget=300, batch=16)
+    scheduler = _scheduler(tasks, budget=1000, batch=16)
     nchw, nhwc, shared = scheduler.states
     assert [scheduler.is_alternative(s) for s in scheduler.states] == [True, True, False]
     played = _play(scheduler, lambda name: {"t0": 12e-3, "t1": 2e-3, "t2": 1e-3}[name], rounds=4)
@@ -142,7 +142,11 @@ def test_an_alternative_far_behind_after_its_probe_gets_no_more_warm_up():
     assert first > MIN_FIRST_PASS
     assert played[:3] == [("t0", MIN_FIRST_PASS), ("t1", MIN_FIRST_PASS), ("t2", first)]  # the probes
     assert played[3] == ("t1", first - MIN_FIRST_PASS)  # the rest of the leader's warm-up, not NCHW's
-    assert scheduler.rivalry()[id(nchw)] < WARM_UP_RIVALRY and nchw.trials == MIN_FIRST_PASS
+    assert scheduler.rivalry()[id(nchw)] == 0 and nchw.trials == MIN_FIRST_PASS  # dropped
+    for s in scheduler.states:
+        s.warm_up = 2
+    later = _play(scheduler, lambda name: 2e-3, rounds=20)
+    assert len(later) == 20 and "t0" not in {name for name, _ in later}  # dropped: never picked again
 
 
 def test_an_alternative_close_behind_its_rival_warms_up_in_full():
