@@ -112,8 +112,9 @@ class MeasureOptions:
     """How :func:`tune` builds and times each config (``run``'s flags of the same names). The defaults are what
     ``run`` uses; a test or a smoke run may time less (``repeat=3, min_repeat_ms=5``)."""
 
-    repeat: int = 5  # timed repeats per kernel; the median counts
-    min_repeat_ms: int = 20  # a repeat runs the kernel as often as it takes to last this long
+    repeat: int = 30  # timed repeats per kernel (at most: as many as fit in 0.2 s, at least 5); the median counts
+    min_repeat_ms: int = 0  # 0: one call per repeat, caches flushed (cold, as in the model); > 0: a repeat runs
+    # the kernel as often as it takes to last this long (MetaSchedule's way: all but its first call warm)
     build_workers: int | None = None  # parallel builds (None: every core, or every CPU of the Ray cluster)
     build_timeout: float = 60.0  # seconds per build
     run_timeout: float = 30.0  # seconds per measurement, at least

@@ -430,8 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sampler", help="Optuna sampler: tpe (default), random, cmaes, gp, nsga2, qmc")
     p.add_argument("--optuna-storage", help="Optuna storage URL, e.g. sqlite:///study.db (one study per task)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="strategy option (repeatable)")
-    p.add_argument("--repeat", type=int, default=5, help="timed repeats per kernel (median is used)")
-    p.add_argument("--min-repeat-ms", type=int, default=20, help="minimum duration of one repeat")
+    p.add_argument("--repeat", type=int, default=30, help="timed repeats per kernel, at most (median is used; "
+                   "one call each, caches flushed: as many as fit in 0.2 s, at least 5)")
+    p.add_argument("--min-repeat-ms", type=int, default=0, help="minimum duration of one repeat (default 0: one "
+                   "call, cold as in the model; > 0: the kernel is called until the repeat lasts this long, warm)")
     p.add_argument("--build-workers", type=int, help="parallel build processes (default: cores)")
     p.add_argument("--build-timeout", type=float, default=60.0, help="seconds per build")
     p.add_argument("--run-timeout", type=float, default=30.0, help="seconds per measurement (at least)")

@@ -239,3 +239,36 @@ def test_a_measuring_process_grown_past_its_memory_limit_is_replaced_between_ker
         assert [x.status for x in results] == [Status.OK] * len(mods), [x.error for x in results]
         assert r.device.recycled == len(mods)
         assert len({x.worker for x in results}) == len(mods)  # each by another process
+
+
+def test_cold_timing_fits_its_repeats_to_the_budget():
+    """One call per repeat (the default): a fast kernel gets every repeat, a slow one as many as fit in the budget,
+    never fewer than MIN_REPEATS; a warm evaluator (``min_repeat_ms`` > 0) keeps its own."""
+    from autosearch.measure.kernels import MIN_REPEATS, fitted
+
+    cold = EvaluatorConfig().to_json()
+    assert cold["min_repeat_ms"] == 0 and cold["repeat"] == 30
+    assert fitted(cold, 1e-4)["repeat"] == 30  # 30 calls of 0.1 ms fit in 0.2 s
+    assert fitted(cold, 0.02)["repeat"] == 10  # 0.2 s / 20 ms
+    assert fitted(cold, 1.0)["repeat"] == MIN_REPEATS
+    warm = EvaluatorConfig(repeat=5, min_repeat_ms=20).to_json()
+    assert fitted(warm, 1.0) == warm
+
+
+def test_a_cold_timing_measures_every_call_with_the_weights_flushed(conv_task, conv_space):
+    """The default evaluator times one call per repeat: the kernel is timed as many times as its budget allows,
+    each latency one call's (no repeat averages several)."""
+    from autosearch.measure.local import LocalRunner
+
+    cold = LocalRunner(target=conv_task.target, evaluator=EvaluatorConfig(), build_workers=1, build_timeout=60,
+                       run_timeout=8)
+    try:
+        assert cold.prepare(conv_task).ok
+        [applied] = conv_space.sample_applied(np.random.default_rng(3), 1)
+        [result] = cold.measure(conv_task, [applied.mod])
+    finally:
+        cold.close()
+    assert result.ok, result.error
+    from autosearch.measure.kernels import MIN_REPEATS
+
+    assert MIN_REPEATS <= len(result.latencies) <= 30 and min(result.latencies) > 0

@@ -17,14 +17,20 @@ _R = TypeVar("_R", bound="RunnerBase")
 class EvaluatorConfig:
     """How one kernel is timed (TVM's time evaluator), as in MetaSchedule's ``EvaluatorConfig``.
 
-    Each repeat runs the kernel ``number`` times (raised until a repeat lasts ``min_repeat_ms``) and
-    reports the mean; the CPU caches are flushed before every repeat, so the weights are not warm.
+    Each repeat runs the kernel ``number`` times (raised until a repeat lasts ``min_repeat_ms``) and reports the
+    mean; the CPU caches are flushed before every repeat. The default is one call per repeat, so every timed call
+    meets its weights and output cold, as a layer does inside the model, where the layers before it have filled the
+    caches with their own data. With ``min_repeat_ms`` > 0 (MetaSchedule's way) only the first call of a repeat is
+    cold and the rest find everything in cache, and tuned kernels ran slower in the model than they were timed
+    (docs/results.md). With one call per repeat, a kernel gets ``repeat`` repeats or as many of its checked call's
+    length as fit in ``repeat_budget_ms``, at least :data:`autosearch.measure.kernels.MIN_REPEATS`.
     """
 
     number: int = 1
-    repeat: int = 5
-    min_repeat_ms: int = 20
+    repeat: int = 30
+    min_repeat_ms: int = 0
     cache_flush: bool = True
+    repeat_budget_ms: int = 200
     check_rtol: float = 1e-3
     # A candidate whose correctness run alone takes this many times the task's best latency is timed
     # once instead of ``repeat`` times: it cannot win, and re-timing multi-second kernels dominates tuning.

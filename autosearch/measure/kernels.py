@@ -96,6 +96,20 @@ def compare(outputs: list[np.ndarray], reference: list[np.ndarray], rtol: float,
     return ""
 
 
+MIN_REPEATS = 5  # a kernel timed one call per repeat gets at least this many, whatever its budget
+
+
+def fitted(evaluator: dict, once: float) -> dict:
+    """``evaluator`` with its repeats cut to its budget when each repeat is one call (``min_repeat_ms`` 0): as many as
+    fit in ``repeat_budget_ms`` at ``once`` seconds a call, at most ``repeat``, at least ``MIN_REPEATS``."""
+    budget = evaluator.get("repeat_budget_ms")
+    if evaluator.get("min_repeat_ms", 0) or not budget or once <= 0:
+        return evaluator
+    repeat = int(evaluator.get("repeat", 1))
+    fits = int(budget / 1e3 / once)
+    return {**evaluator, "repeat": max(min(repeat, MIN_REPEATS), min(repeat, fits))}
+
+
 class KernelRunner:
     """Loads built kernels and times them on one device; keeps each task's reference in memory."""
 
@@ -220,7 +234,7 @@ class KernelRunner:
             # repeating a kernel of seconds would dominate the tuning time.
             return {"latencies": [once], "median": once, "run_secs": time.perf_counter() - start,
                     "note": "timed once: far slower than the best so far"}
-        timing = self._time(module, arrays, evaluator)
+        timing = self._time(module, arrays, fitted(evaluator, once))
         timing["run_secs"] = time.perf_counter() - start
         return timing
 
