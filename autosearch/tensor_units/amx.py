@@ -114,6 +114,11 @@ def register_for(text: str) -> None:
         register_conv(ConvTile(mh=mh, mw=mw, nt=nt, **vars(parse_key(found[3:]))))
 
 
+def names_any(text: str) -> bool:
+    """Whether ``text`` names an intrinsic of this module."""
+    return bool(re.search(r"amx_bf16_\d|amx_conv_bf16_\d", text))
+
+
 def _tile_config_word(w):
     """Word ``w`` of the 64-byte tile configuration every intrinsic here loads: palette 1, 8 tiles of 16 rows x 64
     bytes (bytes 16-31: bytes per row, 48-55: rows)."""
@@ -259,4 +264,4 @@ def _conv_impl(tile: ConvTile):
 
 
 __all__ = ["KT_CHOICES", "SHAPES", "TILE_K", "TILE_ROWS", "ConvTile", "intrin_name", "register",
-           "register_conv", "register_for", "request_permission"]
+           "names_any", "register_conv", "register_for", "request_permission"]
