@@ -1,7 +1,7 @@
 """bf16 convolutions on the AVX512-BF16 dot product (:mod:`autosearch.tensor_units.dpbf16`), for CPUs with it and
-no AMX (AMD Zen 4): the micro-kernel on a matmul against NumPy. A target with ``+avx512bf16`` and without AMX
-features is what such a CPU's host target is, so the tests run on any CPU with the dot product; those that run code
-skip without it."""
+no AMX (AMD Zen 4): the micro-kernel on a matmul and every sketch of a conv task against NumPy, the precision
+choice and the design space on such a target. A target with ``+avx512bf16`` and without AMX features is what such
+a CPU's host target is, so the tests run on any CPU with the dot product; those that run code skip without it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from autosearch.tensor_units import cpu
-from tests.test_tensor_units import _to_bf16
+from tests.test_tensor_units import _to_bf16, check_bf16_conv_task
 
 ZEN4_FEATURES = ["+avx512f", "+avx512bw", "+avx512vl", "+avx512bf16", "+avx512vnni"]
 
@@ -26,6 +26,33 @@ def _dot_target():
 def _needs_avx512_bf16() -> None:
     if "avx512_bf16" not in cpu.host_flags():
         pytest.skip("this CPU has no AVX512-BF16 (avx512_bf16 in /proc/cpuinfo)")
+
+
+def test_a_target_with_the_dot_product_and_no_amx_lowers_bf16_to_it() -> None:
+    from autosearch.frontend.lowering import resolve_precision
+
+    target = _dot_target()
+    assert cpu.bf16_unit(target) == "AVX512-BF16" and not cpu.has_amx_bf16(target)
+    mode, why = resolve_precision("auto", target, "NHWC")
+    assert mode == "auto" and "AVX512-BF16" in why
+    assert resolve_precision("bf16", target, "NHWC")[0] == "bf16"
+    import tvm
+
+    amx = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "mattr": ["+amx-tile", "+amx-bf16",
+                                                                                   "+avx512bf16"]})
+    assert cpu.bf16_unit(amx) == "AMX-BF16"  # where both exist, the tiles
+    assert "AMX-BF16" in resolve_precision("auto", amx, "NHWC")[1]
+
+
+def test_auto_precision_on_a_cpu_with_the_dot_product_tunes_bf16_on_it(capfd) -> None:
+    from tests.conftest import run_cli_here
+
+    target = json.dumps({"kind": "llvm", "mcpu": "znver4", "mattr": ["+avx512bf16"], "num-cores": 2})
+    proc = run_cli_here(capfd, "tasks", "--model", "tiny-yolov2", "--layout", "NHWC", "--target", target)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout.replace("\n", " ")
+    assert "precision: auto (each eligible NHWC convolution tuned in fp32 and in bf16 on AVX512-BF16" in text
+    assert "amx_bf16" in proc.stdout  # the bf16 tasks: the flattened convolution's, whichever unit computes it
 
 
 @pytest.mark.parametrize(("pixels", "nv"), [(8, 2), (16, 1), (4, 2)])
@@ -61,3 +88,31 @@ def test_dpbf16_intrinsic_on_a_matmul_matches_numpy(pixels, nv) -> None:
     lib(tvm.runtime.tensor(a_np, dev), tvm.runtime.tensor(packed.copy(), dev), out)
     want = a_np.astype(np.float64) @ b_np.astype(np.float64)  # the same rounded operands, exact products
     np.testing.assert_allclose(out.numpy()[0], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+# 13: the last pixel tile of a row runs past the image's right edge (dropped), and the rows are odd (a junk row);
+# 64 output channels: two packed weight blocks; 1x1: the whole reduction is one tap; stride 2: a pixel's
+# input two flat pixels after the last; 16 and 3 channels: 2 and 8 taps per 32-value group; 16 output channels:
+# one vector wide (a stem's)
+@pytest.mark.parametrize(("hw", "kernel", "stride", "cin", "cout"), [
+    (13, 3, 1, 32, 48), (16, 3, 1, 32, 64), (13, 1, 1, 64, 48), (26, 3, 2, 32, 48), (16, 3, 1, 16, 48),
+    (26, 3, 2, 3, 48), (32, 3, 1, 3, 16)])
+def test_bf16_conv_task_on_avx512_bf16_matches_numpy(tmp_path, hw, kernel, stride, cin, cout) -> None:
+    """Every sketch of a bf16 conv task on a target with AVX512-BF16 and no AMX, at a random config of its own
+    (and the first sketch at its default), as the tuner would build it, against NumPy on the same rounded
+    operands."""
+    from autosearch.tensor_units.dpbf16 import SHAPES
+    from autosearch.types import Config
+
+    _needs_avx512_bf16()
+
+    def configs(space, sketch, rng):
+        drawn = Config(sketch.index, tuple(d.choices[int(rng.integers(len(d.choices)))] for d in sketch.decisions))
+        return [drawn] + ([space.default(sketch.index)] if sketch.index == 0 else [])
+
+    space = check_bf16_conv_task(tmp_path, _dot_target(), configs, hw=hw, kernel=kernel, stride=stride, cin=cin,
+                                 cout=cout)
+    padded = 16 if cout <= 16 else -(-cout // 32) * 32
+    shapes = [(rows, nv) for rows, _, nv in SHAPES if padded % (16 * nv) == 0]
+    assert len(space.sketches) == 2 * len(shapes)  # two loop orders a shape
+    assert all("dpbf16_conv_" in str(s.trace) and "amx_conv" not in str(s.trace) for s in space.sketches)
