@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from autosearch.tensor_units import cpu
-from tests.test_tensor_units import _to_bf16, check_bf16_conv_task
+from tests.conftest import small_conv_onnx, tune_and_export
+from tests.test_tensor_units import _to_bf16, check_bf16_conv_task, compiled_matches_onnxruntime
 
 ZEN4_FEATURES = ["+avx512f", "+avx512bw", "+avx512vl", "+avx512bf16", "+avx512vnni"]
 
@@ -53,6 +54,25 @@ def test_auto_precision_on_a_cpu_with_the_dot_product_tunes_bf16_on_it(capfd) ->
     text = proc.stdout.replace("\n", " ")
     assert "precision: auto (each eligible NHWC convolution tuned in fp32 and in bf16 on AVX512-BF16" in text
     assert "amx_bf16" in proc.stdout  # the bf16 tasks: the flattened convolution's, whichever unit computes it
+
+
+def test_bf16_tasks_tuned_on_avx512_bf16_then_exported_and_compiled(tmp_path) -> None:
+    """A real run on a target with AVX512-BF16 and no AMX (auto precision, random): its bf16 task is measured on
+    the dot product, export keeps the faster precision, compile replays the schedule (the intrinsic registered
+    from the database) and the model's output is within bf16's tolerance of ONNX Runtime's."""
+    from autosearch.deploy.database import RECORD_FILE
+
+    _needs_avx512_bf16()
+    target = json.dumps({"kind": "llvm", "mattr": ZEN4_FEATURES, "num-cores": 2})
+    run = tune_and_export(tmp_path, lambda p: small_conv_onnx(p, cin=32, cout=64, hw=16), trials=6, batch=3,
+                          options=("--layout", "NHWC", "--precision", "auto", "--target", target))
+    trials = [json.loads(line) for line in open(run["log"]) if '"kind":"trial"' in line]
+    bf16 = [t for t in trials if "amx_bf16" in t["task"]["name"]]
+    assert bf16 and all(t["result"]["status"] == "ok" for t in bf16), [t["result"] for t in bf16]
+    with open(f"{run['db']}/{RECORD_FILE}") as fh:
+        records = fh.read()
+    assert "dpbf16_conv_" in records and "amx_conv" not in records
+    compiled_matches_onnxruntime(tmp_path, run["model"], run["db"], "--target", target)
 
 
 @pytest.mark.parametrize(("pixels", "nv"), [(8, 2), (16, 1), (4, 2)])

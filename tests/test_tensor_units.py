@@ -202,8 +202,14 @@ def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path,
     assert main(["export", "--log", run["log"], "--out", db]) == 0
     lowering = database_lowering(db)
     assert lowering["precision"] == "auto" and set(lowering["choices"].values()) <= {"fp32", "bf16"}
+    compiled_matches_onnxruntime(tmp_path, run["model"], db)
+
+
+def compiled_matches_onnxruntime(tmp_path, model: str, db: str, *options: str) -> None:
+    """``compile`` (with ``options``) of ``model`` (:func:`small_conv_onnx` with 32 input channels at 16x16) and
+    ``db`` works, and the library's output is within bf16's tolerance of ONNX Runtime's."""
     library = str(tmp_path / "model.so")
-    proc = run_cli("compile", "--model", run["model"], "--db", db, "--out", library)
+    proc = run_cli("compile", "--model", model, "--db", db, "--out", library, *options)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "tuned tasks" in proc.stdout and os.path.exists(library)
     import onnxruntime as ort
@@ -214,7 +220,7 @@ def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path,
     import tvm
 
     got = load_model(library)(tvm.runtime.tensor(x, tvm.cpu())).numpy()
-    want = ort.InferenceSession(run["model"], providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=5e-2, atol=2e-2 * np.abs(want).max())
 
 
