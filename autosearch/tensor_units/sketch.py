@@ -167,7 +167,9 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
         sch.compute_at(flat, block)
         sch.vectorize(sch.get_loops(flat)[-1])
     if epilogue is not None:  # bias, activation and the slice to the real pixels, on each block as it is done
-        sch.reverse_compute_at(epilogue, block)
+        # its unit loops kept: a fused pooling of one row pair per block has a row loop of extent 1, and a trace's
+        # loops must be the same whatever its tile sizes
+        sch.reverse_compute_at(epilogue, block, preserve_unit_loops=True)
         sch.vectorize(sch.get_loops(epilogue)[-1])
     sch.tensorize(tile[0], how.intrin)
     return sch
