@@ -502,13 +502,33 @@ def _database_lowering(db: str, target: Any, *, winograd: str | None, layout: st
     precision = option("precision", precision)
     measured = lowering.get("choices") if "auto" in (mode, precision) else None
     if precision == "bf16" or "bf16" in (measured or {}).values():
-        from autosearch.tensor_units.cpu import has_amx_bf16
-
-        if not has_amx_bf16(target):
-            raise UserError(f"{db} has convolutions tuned in bf16 on AMX tiles; this target has no AMX-BF16 "
-                            "(tune the model again here, or compile it on a CPU with AMX)")
+        _check_bf16_units(db, target)
     policy = WinogradPolicy.of(mode, measured, precision=precision)
     return policy, option("layout", layout), option("fast_math", fast_math)
+
+
+def _check_bf16_units(db: str, target: Any) -> None:
+    """A one-line error unless ``target`` has the bf16 units the database's schedules run on (a bf16 unit at
+    least, where no schedule names one)."""
+    from autosearch.deploy.database import RECORD_FILE
+    from autosearch.tensor_units.cpu import bf16_unit, units
+    from autosearch.tensor_units.intrinsics import units_named
+
+    try:
+        with open(os.path.join(db, RECORD_FILE), encoding="utf-8") as fh:
+            used = units_named(fh.read())
+    except OSError:  # no records: loading the database says what is wrong
+        used = set()
+    here = set(units(target))
+    again = "tune the model again here, or compile it on a CPU with"
+    if "AMX-BF16" in used and "AMX-BF16" not in here:
+        raise UserError(f"{db} has convolutions tuned in bf16 on AMX tiles; this target has no AMX-BF16 ({again} AMX)")
+    if "AVX512-BF16" in used and "AVX512-BF16" not in here:
+        raise UserError(f"{db} has convolutions tuned in bf16 on AVX512-BF16; this target has no AVX512-BF16 "
+                        f"({again} it)")
+    if not used and bf16_unit(target) is None:
+        raise UserError(f"{db} has convolutions tuned in bf16; this target has no bf16 unit (AMX-BF16 or "
+                        f"AVX512-BF16) ({again} one)")
 
 
 def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: str | None = None,
@@ -524,9 +544,9 @@ def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: s
     from autosearch.frontend.importer import import_model
 
     target = _target(target)
-    database = load_database(db)
     policy, layout, fast_math = _database_lowering(db, target, winograd=winograd, layout=layout, fast_math=fast_math,
-                                                   precision=precision)
+                                                   precision=precision)  # before loading: a wrong target fails fast
+    database = load_database(db)
     imported = import_model(model, target, input_shape=input_shape, winograd=policy.mode, layout=layout,
                             fast_math=fast_math, precision=policy.precision)
     compiled = compile_model(imported.relax_mod, target, imported.tasks, database, out, winograd=policy,

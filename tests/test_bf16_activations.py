@@ -4,6 +4,7 @@ to tasks the tuner extracted, and that a model mixing bf16 and fp32 layers compu
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import numpy as np
@@ -141,16 +142,23 @@ def test_a_model_mixing_bf16_and_fp32_layers_matches_onnxruntime(target) -> None
         np.testing.assert_allclose(got, want, rtol=5e-2, atol=2e-2 * np.abs(want).max(), err_msg=str(bf16))
 
 
-def test_a_task_with_its_pooling_fused_matches_numpy_in_every_sketch(tmp_path, target) -> None:
+@pytest.mark.parametrize("unit", ["AMX-BF16", "AVX512-BF16"])
+def test_a_task_with_its_pooling_fused_matches_numpy_in_every_sketch(tmp_path, target, unit) -> None:
     """The first convolution of the chain with its 2x2 max pooling fused (bf16 in, bf16 pooled out), every sketch
-    with its default and a random config, against NumPy on the same rounded operands."""
-    if not cpu.has_amx_bf16(target):
+    on ``unit`` with its default and a random config, against NumPy on the same rounded operands."""
+    if unit == "AMX-BF16" and not cpu.has_amx_bf16(target):
         pytest.skip("this CPU has no AMX (amx_tile and amx_bf16 in /proc/cpuinfo)")
+    if unit == "AVX512-BF16":
+        from tests.test_dpbf16 import _dot_target, _needs_avx512_bf16
+
+        _needs_avx512_bf16()
+        target = _dot_target()
     import tvm
 
     from autosearch.frontend.importer import import_model
     from autosearch.search.space import DecisionSpace
     from autosearch.tensor_units.amx import request_permission
+    from autosearch.types import Config
     from tests.test_tensor_units import _conv_nhwc_relu, _packed, _to_bf16
 
     request_permission()
@@ -166,6 +174,13 @@ def test_a_task_with_its_pooling_fused_matches_numpy_in_every_sketch(tmp_path, t
     conv = _conv_nhwc_relu(x, w)
     want = conv.reshape(1, 8, 2, 8, 2, 32).max(axis=(2, 4))
     space = DecisionSpace(task.mod, task.target)
+    prefix = {"AMX-BF16": "amx_conv_bf16_", "AVX512-BF16": "dpbf16_conv_"}[unit]
+    assert space.sketches and all(prefix in str(s.trace) for s in space.sketches)
+    # every tile choice applies, those that leave a parallel block one row pair (one pooled row) included
+    failed = [(s.index, values) for s in space.sketches
+              for values in itertools.product(*(d.choices for d in s.decisions))
+              if not space.apply(Config(s.index, values)).ok]
+    assert not failed, failed
     rng = np.random.default_rng(2)
     dev = tvm.cpu()
     for sketch in space.sketches:

@@ -132,23 +132,32 @@ def _packed(w: np.ndarray, shape) -> np.ndarray:
     (16, 3, 1, 16, 48), (26, 3, 2, 3, 48), (32, 3, 1, 3, 16)])
 def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel, stride, cin, cout) -> None:
     """Every sketch of a bf16 conv task, as the tuner would build it, against NumPy on the same rounded operands."""
-    import tvm
-
-    from autosearch.frontend.importer import import_model
-    from autosearch.search.space import DecisionSpace
     from autosearch.tensor_units.amx import request_permission
 
     _needs_amx(target)
     request_permission()
+    space = check_bf16_conv_task(tmp_path, target, lambda space, sketch, rng: (
+        space.default(sketch.index), space.sample(rng)), hw=hw, kernel=kernel, stride=stride, cin=cin, cout=cout)
+    # tile shapes (rows x 16-pixel tiles x channel tiles) x 2 loop orders; two rows of tiles take a 3x3 filter
+    # (16 output channels are one tile wide: half the tile shapes)
+    expected = {(13, 3): 8, (16, 3): 8, (32, 3): 12, (13, 1): 4, (26, 3): 8}[(hw, kernel)]
+    assert len(space.sketches) == (expected // 2 if cout <= 16 else expected)
+
+
+def check_bf16_conv_task(tmp_path, target, configs, *, hw: int, kernel: int, stride: int, cin: int, cout: int):
+    """A small conv (:func:`small_conv_onnx`) imported in bf16 for ``target``; ``configs(space, sketch, rng)`` of
+    every sketch of its bf16 task built and run against NumPy on the same rounded operands. Returns the task's
+    design space."""
+    import tvm
+
+    from autosearch.frontend.importer import import_model
+    from autosearch.search.space import DecisionSpace
+
     path = str(tmp_path / "conv.onnx")
     small_conv_onnx(path, cin=cin, cout=cout, hw=hw, kernel=kernel, stride=stride)
     model = import_model(path, target, layout="NHWC", precision="bf16")
     task = next(t for t in model.tasks if "amx_bf16" in t.name)
     space = DecisionSpace(task.mod, task.target)
-    # tile shapes (rows x 16-pixel tiles x channel tiles) x 2 loop orders; two rows of tiles take a 3x3 filter
-    # (16 output channels are one tile wide: half the tile shapes)
-    expected = {(13, 3): 8, (16, 3): 8, (32, 3): 12, (13, 1): 4, (26, 3): 8}[(hw, kernel)]
-    assert len(space.sketches) == (expected // 2 if cout <= 16 else expected)
     rng = np.random.default_rng(1)
     x = rng.uniform(-1, 1, (1, hw, hw, cin)).astype("float32")
     w = _to_bf16(rng.uniform(-1, 1, (cout, kernel, kernel, cin)))  # OHWI, rounded as the packing rounds it
@@ -158,7 +167,7 @@ def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel, strid
     data = _to_bf16(x) if task.args[0][1] == "bfloat16" else x
     dev = tvm.cpu()
     for sketch in space.sketches:
-        for config in (space.default(sketch.index), space.sample(rng)):
+        for config in configs(space, sketch, rng):
             applied = space.apply(config)
             assert applied.ok, applied.error
             lib = tvm.compile(applied.mod, target=target)
@@ -166,6 +175,7 @@ def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel, strid
             lib(tvm.runtime.tensor(data, dev), tvm.runtime.tensor(packed, dev), out)
             np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max(),
                                        err_msg=f"config {config}")
+    return space
 
 
 def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path, target) -> None:
@@ -192,8 +202,14 @@ def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path,
     assert main(["export", "--log", run["log"], "--out", db]) == 0
     lowering = database_lowering(db)
     assert lowering["precision"] == "auto" and set(lowering["choices"].values()) <= {"fp32", "bf16"}
+    compiled_matches_onnxruntime(tmp_path, run["model"], db)
+
+
+def compiled_matches_onnxruntime(tmp_path, model: str, db: str, *options: str) -> None:
+    """``compile`` (with ``options``) of ``model`` (:func:`small_conv_onnx` with 32 input channels at 16x16) and
+    ``db`` works, and the library's output is within bf16's tolerance of ONNX Runtime's."""
     library = str(tmp_path / "model.so")
-    proc = run_cli("compile", "--model", run["model"], "--db", db, "--out", library)
+    proc = run_cli("compile", "--model", model, "--db", db, "--out", library, *options)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "tuned tasks" in proc.stdout and os.path.exists(library)
     import onnxruntime as ort
@@ -204,7 +220,7 @@ def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path,
     import tvm
 
     got = load_model(library)(tvm.runtime.tensor(x, tvm.cpu())).numpy()
-    want = ort.InferenceSession(run["model"], providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=5e-2, atol=2e-2 * np.abs(want).max())
 
 
@@ -215,13 +231,13 @@ def test_bf16_on_a_cpu_without_amx_is_a_one_line_error() -> None:
     assert "--precision bf16" in proc.stderr and "AMX" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_auto_precision_without_amx_is_fp32_and_says_why(capfd) -> None:
+def test_auto_precision_without_a_bf16_unit_is_fp32_and_says_why(capfd) -> None:
     from tests.conftest import run_cli_here
 
     proc = run_cli_here(capfd, "tasks", "--model", "tiny-yolov2", "--layout", "NHWC", "--target",
-                        '{"kind": "llvm", "mcpu": "znver4", "mattr": ["+avx512bf16"], "num-cores": 2}')
+                        '{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}')
     assert proc.returncode == 0
-    assert "precision: fp32 (this CPU has AVX512-BF16 but no AMX-BF16" in proc.stdout.replace("\n", " ")
+    assert "precision: fp32 (this CPU has no bf16 unit (AMX-BF16 or AVX512-BF16)" in proc.stdout.replace("\n", " ")
     assert "amx_bf16" not in proc.stdout
 
 
@@ -250,9 +266,19 @@ def test_a_database_of_another_precision_is_a_one_line_error(tmp_path) -> None:
     assert "tuned with --precision fp32, not bf16" in proc.stderr
 
 
-def test_a_bf16_database_on_a_target_without_amx_is_a_one_line_error(tmp_path) -> None:
+def test_a_bf16_database_on_a_target_without_a_bf16_unit_is_a_one_line_error(tmp_path) -> None:
     db = _database_with_lowering(tmp_path, precision="auto", choices={"1x13x13x64->1x13x13x64": "bf16"})
     proc = run_cli("compile", "--model", "tiny-yolov2", "--db", db, "--out", str(tmp_path / "m.so"),
                    "--target", '{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "tuned in bf16; this target has no bf16 unit (AMX-BF16 or AVX512-BF16)" in proc.stderr
+
+
+def test_a_database_tuned_on_amx_tiles_needs_them(tmp_path) -> None:
+    """A target with the AVX512-BF16 dot product but no AMX (Zen 4) cannot run schedules tensorised onto tiles."""
+    db = _database_with_lowering(tmp_path, precision="bf16")
+    (tmp_path / "db" / "database_tuning_record.json").write_text('[0, [["amx_conv_bf16_1x1x1_k3x3_g1_r15_c64_s1"]]]\n')
+    proc = run_cli("compile", "--model", "tiny-yolov2", "--db", db, "--out", str(tmp_path / "m.so"),
+                   "--target", '{"kind": "llvm", "mcpu": "znver4", "mattr": ["+avx512bf16"], "num-cores": 2}')
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "tuned in bf16 on AMX tiles; this target has no AMX-BF16" in proc.stderr

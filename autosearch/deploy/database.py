@@ -66,9 +66,9 @@ def tuning_record(task: TuningTask, rec: Record, workload):
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
     from autosearch.frontend.target import target_to_json
-    from autosearch.tensor_units.amx import register_for
+    from autosearch.tensor_units.intrinsics import register_for
 
-    register_for(str(rec.trace))  # a trace tensorised onto AMX names its intrinsic
+    register_for(str(rec.trace))  # a trace tensorised onto a bf16 unit names its intrinsic
     return TuningRecord.from_json(
         [rec.trace, list(rec.result.latencies), target_to_json(task.target), _args_info_json(task)], workload,
     )
@@ -272,12 +272,12 @@ def load_database(path: str):
     missing = [f for f in (WORKLOAD_FILE, RECORD_FILE) if not os.path.isfile(os.path.join(path, f))]
     if missing:
         raise UserError(f"{path} is not a MetaSchedule database: missing {', '.join(missing)}")
-    from autosearch.tensor_units.amx import register_for
+    from autosearch.tensor_units.intrinsics import register_for
 
     try:
         _check_workload_hashes(os.path.join(path, WORKLOAD_FILE))
         with open(os.path.join(path, RECORD_FILE)) as fh:
-            register_for(fh.read())  # records tensorised onto AMX: TVM looks their intrinsics up as it reads them
+            register_for(fh.read())  # records on a bf16 unit: TVM looks their intrinsics up as it reads them
         return _database(path, create=False)
     except UserError:
         raise

@@ -67,7 +67,7 @@ class ImportedModel:
 
     @property
     def bf16_tasks(self) -> int:
-        """Tasks of bf16 convolutions on AMX (alternatives or not)."""
+        """Tasks of bf16 convolutions on a bf16 unit (alternatives or not)."""
         from autosearch.tensor_units.conv import TASK_NAME
 
         return sum(1 for t in self.tasks if TASK_NAME in t.name)

@@ -95,18 +95,18 @@ def check_precision(mode: str) -> str:
 
 def resolve_precision(mode: str, target, layout: str) -> tuple[str, str]:
     """(the precision mode a lowering uses, why, in a few words) for ``--precision mode`` on ``target`` with
-    ``--layout layout``. bf16 convolutions need AMX-BF16 (the tile multiply autosearch lowers to) and NHWC
-    data (the flattened GEMM reads channels innermost): ``auto`` is fp32 without them, ``bf16`` an error."""
+    ``--layout layout``. bf16 convolutions need a bf16 unit autosearch lowers to (AMX-BF16 tiles, else the
+    AVX512-BF16 dot product: :func:`autosearch.tensor_units.cpu.bf16_unit`) and NHWC data (the flattened GEMM
+    reads channels innermost): ``auto`` is fp32 without them, ``bf16`` an error."""
     from autosearch.errors import UserError
-    from autosearch.tensor_units.cpu import has_amx_bf16, units
+    from autosearch.tensor_units.cpu import bf16_unit
 
     check_precision(mode)
     if mode == "fp32":
         return "fp32", "as asked"
-    if not has_amx_bf16(target):
-        found = units(target)
-        why = (f"this CPU has {', '.join(found)} but no AMX-BF16, the unit autosearch lowers bf16 to" if found
-               else "this CPU has no bf16 unit (AMX-BF16)")
+    unit = bf16_unit(target)
+    if unit is None:
+        why = "this CPU has no bf16 unit (AMX-BF16 or AVX512-BF16)"
         if mode == "bf16":
             raise UserError(f"--precision bf16: {why}; use --precision fp32 or auto")
         return "fp32", why
@@ -114,8 +114,8 @@ def resolve_precision(mode: str, target, layout: str) -> tuple[str, str]:
         if mode == "bf16":
             raise UserError("--precision bf16 needs NHWC convolutions: use --layout NHWC or auto")
         return "fp32", "bf16 convolutions are NHWC and --layout is NCHW"
-    return mode, ("every eligible NHWC convolution in bf16 on AMX" if mode == "bf16"
-                  else "each eligible NHWC convolution tuned in fp32 and in bf16 on AMX, the faster kept")
+    return mode, (f"every eligible NHWC convolution in bf16 on {unit}" if mode == "bf16"
+                  else f"each eligible NHWC convolution tuned in fp32 and in bf16 on {unit}, the faster kept")
 
 
 def check_fast_math(mode: str) -> str:

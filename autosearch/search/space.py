@@ -136,7 +136,7 @@ class DecisionSpace:
         from tvm.s_tir import meta_schedule as ms
 
         from autosearch.search.data_movement import blocked_copy_sketch
-        from autosearch.tensor_units.sketch import amx_sketches
+        from autosearch.tensor_units.sketch import bf16_sketches
         from autosearch.tvm_compat import import_tensor_intrinsics
 
         import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
@@ -150,8 +150,8 @@ class DecisionSpace:
             num_threads=1,
         )
         self._postprocs = list(self._ctx.space_generator.postprocs)
-        # a bf16 task for AMX has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
-        schedules = amx_sketches(mod, target, seed=_SCHEDULE_SEED) or list(self._ctx.generate_design_space())
+        # a bf16 task on a bf16 unit has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
+        schedules = bf16_sketches(mod, target, seed=_SCHEDULE_SEED) or list(self._ctx.generate_design_space())
         extra = blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)  # after TVM's: their indices stay
         self.sketches: tuple[Sketch, ...] = tuple(
             self._make_sketch(i, sch) for i, sch in enumerate(schedules + ([extra] if extra is not None else []))

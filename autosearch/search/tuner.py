@@ -78,8 +78,8 @@ class TuneSummary:
 
 def pretrained_model(spec: str) -> bool:
     """Whether a ``--cost-model`` is trained before the run (the shipped model, a train-model directory): its
-    records are fp32 schedules, so it does not guide the tasks tensorised onto AMX (they run unguided; ``run`` says
-    so). A model trained online learns from the run's own measurements, those tasks' included."""
+    records are fp32 schedules, so it does not guide the tasks tensorised onto a bf16 unit (they run unguided; ``run``
+    says so). A model trained online learns from the run's own measurements, those tasks' included."""
     import os
 
     from autosearch.search.cost_model import COST_MODELS, PRETRAINED

@@ -24,6 +24,8 @@ import re
 import sys
 from dataclasses import dataclass
 
+from autosearch.tensor_units.block import KEY_PATTERN, Block, Geometry, describe, parse_key
+
 _SYS_ARCH_PRCTL = 158
 _ARCH_REQ_XCOMP_PERM = 0x1023
 _XFEATURE_XTILEDATA = 18
@@ -58,11 +60,11 @@ def register(mt: int, nt: int, kt: int) -> str:
     return name
 
 
-@dataclass(frozen=True)
-class ConvTile:
+@dataclass(frozen=True, kw_only=True)
+class ConvTile(Geometry):
     """One whole-reduction convolution intrinsic: an accumulator block of ``mh`` output rows x ``16 mw`` pixels x
-    ``16 nt`` channels (``mh * mw`` <= 2 pixel tiles) of a flattened convolution (:mod:`.conv`) with a ``kh x kw``
-    filter, stride ``stride``, flat rows ``row`` apart and ``channels`` (padded) input channels per flat pixel.
+    ``16 nt`` channels (``mh * mw`` <= 2 pixel tiles) of a flattened convolution (:mod:`.conv`) of the
+    :class:`.block.Geometry` it extends.
 
     ``group`` taps per tile multiply: 1, or ``32 / channels`` when a pixel's channels fill less than a tile row
     (16, 8 or 4 of them): a tile row of 32 bf16 is then ``group`` neighbouring pixels, the taps ``(kh, kw ...
@@ -71,36 +73,18 @@ class ConvTile:
     mh: int
     mw: int
     nt: int
-    kh: int
-    kw: int
-    row: int
-    channels: int
-    stride: int
-    group: int = 1
 
     @property
     def name(self) -> str:
-        return (f"amx_conv_bf16_{self.mh}x{self.mw}x{self.nt}_k{self.kh}x{self.kw}_g{self.group}_r{self.row}"
-                f"_c{self.channels}_s{self.stride}")
+        return f"amx_conv_bf16_{self.mh}x{self.mw}x{self.nt}_{self.key}"
 
     @property
-    def groups(self) -> int:
-        """Tap groups along the filter's width: tile multiplies per filter row and channel slice."""
-        return -(-self.kw // self.group)
-
-    @property
-    def depth(self) -> int:
-        """Reduction length of one tap group: a pixel's channels, or one tile row of ``group`` pixels."""
-        return self.channels if self.group == 1 else TILE_K
-
-    @property
-    def span(self) -> int:
-        """Flat input rows one accumulator block reads."""
-        s = self.stride
-        return (s * (self.mh - 1) + self.kh - 1) * self.row + s * (TILE_ROWS * self.mw - 1) + self.groups * self.group
+    def block(self) -> Block:
+        """The block of the flattened convolution one call computes (:mod:`.block`)."""
+        return Block(rows=self.mh, pixels=TILE_ROWS * self.mw, cols=TILE_ROWS * self.nt, **vars(self.geometry))
 
 
-_CONV_TILE = re.compile(r"amx_conv_bf16_(\d+)x(\d+)x(\d+)_k(\d+)x(\d+)_g(\d+)_r(\d+)_c(\d+)_s(\d+)")
+_CONV_TILE = re.compile(r"amx_conv_bf16_(\d+)x(\d+)x(\d+)_" + KEY_PATTERN)
 
 
 def register_conv(tile: ConvTile) -> str:
@@ -116,7 +100,7 @@ def register_conv(tile: ConvTile) -> str:
     try:
         TensorIntrin.get(tile.name)
     except Exception:  # not registered yet: TVM raises when the name is unknown
-        TensorIntrin.register(tile.name, _conv_desc(tile), _conv_impl(tile))
+        TensorIntrin.register(tile.name, describe(tile.block), _conv_impl(tile))
     return tile.name
 
 
@@ -126,9 +110,13 @@ def register_for(text: str) -> None:
     for mt, nt, kt in set(re.findall(r"amx_bf16_(\d+)x(\d+)x(\d+)", text)):
         register(int(mt), int(nt), int(kt))
     for found in set(_CONV_TILE.findall(text)):
-        mh, mw, nt, kh, kw, group, row, channels, stride = (int(v) for v in found)
-        register_conv(ConvTile(mh=mh, mw=mw, nt=nt, kh=kh, kw=kw, row=row, channels=channels, stride=stride,
-                               group=group))
+        mh, mw, nt = (int(v) for v in found[:3])
+        register_conv(ConvTile(mh=mh, mw=mw, nt=nt, **vars(parse_key(found[3:]))))
+
+
+def names_any(text: str) -> bool:
+    """Whether ``text`` names an intrinsic of this module."""
+    return bool(re.search(r"amx_bf16_\d|amx_conv_bf16_\d", text))
 
 
 def _tile_config_word(w):
@@ -207,45 +195,6 @@ def _intrin_funcs(mt: int, nt: int, kt: int):
     return desc, impl
 
 
-def _conv_desc(tile: ConvTile):
-    """The description PrimFunc of a :class:`ConvTile`: TVMScript written for its loops, since TVM drops loops of
-    extent 1 from the block it matches (one output row per block, one tap group per filter row) and the
-    description must have exactly the block's loops."""
-    from tvm.script import from_source
-    from tvm.script import tirx as T
-
-    w_i, n_i, s = TILE_ROWS * tile.mw, TILE_ROWS * tile.nt, tile.stride
-    loops = [("h", tile.mh, "S"), ("i", w_i, "S"), ("j", n_i, "S"), ("r", tile.kh, "R"), ("g", tile.groups, "R"),
-             ("k", tile.depth, "R")]
-    loops = [loop for loop in loops if loop[1] > 1]
-    names = {name for name, _, _ in loops}
-    h, r, tap = (f"v{name}" if name in names else "0" for name in ("h", "r", "g"))
-    if tile.group == 1:
-        a_index = f"({h} * {s} + {r}) * {tile.row} + vi * {s} + {tap}, vk"
-    else:
-        a_index = (f"({h} * {s} + {r}) * {tile.row} + vi * {s} + {tap} * {tile.group} + vk // {tile.channels}, "
-                   f"vk % {tile.channels}")
-    b_shape = f"{tile.kh}, {tile.groups}, {tile.depth // 2}, {n_i}, 2"
-    source = f"""
-@T.prim_func(s_tir=True)
-def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-    A = T.match_buffer(a, ({tile.span}, {tile.channels}), "bfloat16", offset_factor=1, strides=[T.int32(), 1])
-    B = T.match_buffer(b, ({b_shape}), "bfloat16", offset_factor=1, strides=[T.int32(), T.int32(), T.int32(), 2, 1])
-    C = T.match_buffer(c, ({tile.mh}, {w_i}, {n_i}), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-    with T.sblock("root"):
-        T.reads(C[0:{tile.mh}, 0:{w_i}, 0:{n_i}], A[0:{tile.span}, 0:{tile.channels}],
-                B[0:{tile.kh}, 0:{tile.groups}, 0:{tile.depth // 2}, 0:{n_i}, 0:2])
-        T.writes(C[0:{tile.mh}, 0:{w_i}, 0:{n_i}])
-        for {", ".join(name for name, _, _ in loops)} in T.grid({", ".join(str(n) for _, n, _ in loops)}):
-            with T.sblock("update"):
-                {", ".join("v" + name for name, _, _ in loops)} = T.axis.remap(
-                    "{"".join(kind for _, _, kind in loops)}", [{", ".join(name for name, _, _ in loops)}])
-                C[{h}, vi, vj] = C[{h}, vi, vj] + T.cast(A[{a_index}], "float32") * T.cast(
-                    B[{r}, {tap}, vk // 2, vj, vk % 2], "float32")
-"""
-    return from_source(source, extra_vars={"T": T})
-
-
 def _conv_impl(tile: ConvTile):
     """The implementation PrimFunc of a :class:`ConvTile`: tile configuration, accumulator loads, then per filter
     row, tap group and channel slice the A tiles (16 flat rows ``s`` apart), the B tiles and the multiplies, then
@@ -255,8 +204,9 @@ def _conv_impl(tile: ConvTile):
     from tvm.script import tirx as T
 
     mh, mw, nt, kh, row, s_ = tile.mh, tile.mw, tile.nt, tile.kh, tile.row, tile.stride
-    w_i, n_i, span, channels, groups, depth = TILE_ROWS * mw, TILE_ROWS * nt, tile.span, tile.channels, tile.groups, (
-        tile.depth)
+    block = tile.block
+    w_i, n_i, span, channels, groups, depth = block.pixels, block.cols, block.span, tile.channels, block.groups, (
+        block.depth)
     k_tiles = depth // TILE_K
     tap_step = tile.group  # flat rows from one tap group to the next
     a_step = s_ * row if mh == 2 else s_ * TILE_ROWS  # flat rows from one pixel tile to the next
@@ -314,4 +264,4 @@ def _conv_impl(tile: ConvTile):
 
 
 __all__ = ["KT_CHOICES", "SHAPES", "TILE_K", "TILE_ROWS", "ConvTile", "intrin_name", "register",
-           "register_conv", "register_for", "request_permission"]
+           "names_any", "register_conv", "register_for", "request_permission"]

@@ -52,6 +52,19 @@ def has_amx_bf16(target) -> bool:
     return target.kind.name == "llvm" and set(AMX_BF16) <= target_features(target)
 
 
+def has_avx512_bf16(target) -> bool:
+    """Whether code for ``target`` may use the AVX512-BF16 dot product (``vdpbf16ps``)."""
+    return target.kind.name == "llvm" and set(AVX512_BF16) <= target_features(target)
+
+
+def bf16_unit(target) -> str | None:
+    """The unit autosearch lowers bf16 convolutions to on ``target``: AMX-BF16 where it has AMX tiles (they
+    multiply many times more per instruction), else AVX512-BF16 where it has the dot product, else None."""
+    if has_amx_bf16(target):
+        return "AMX-BF16"
+    return "AVX512-BF16" if has_avx512_bf16(target) else None
+
+
 def units(target) -> list[str]:
     """Human-readable names of the bf16 units a target may use (for messages and run headers)."""
     features = target_features(target) if target.kind.name == "llvm" else frozenset()
@@ -63,5 +76,5 @@ def units(target) -> list[str]:
     return out
 
 
-__all__ = ["AMX_BF16", "AVX512_BF16", "FLAG_FEATURES", "features_for", "has_amx_bf16", "host_flags",
-           "target_features", "units"]
+__all__ = ["AMX_BF16", "AVX512_BF16", "FLAG_FEATURES", "bf16_unit", "features_for", "has_amx_bf16",
+           "has_avx512_bf16", "host_flags", "target_features", "units"]

@@ -1,17 +1,20 @@
-"""The design space of a bf16 AMX convolution task (:mod:`.conv`): sketches of our own, one per tile shape.
+"""The design space of a bf16 convolution task (:mod:`.conv`): sketches of our own, one per accumulator shape, on
+the target's bf16 unit (AMX tiles, else the AVX512-BF16 dot product).
 
 TVM's auto-tensorising rule (``MultiLevelTilingWithIntrin``) maps a block onto an intrinsic whose operands are
 dense; the flattened convolution's A operand is a strided window of the input, which it does not map. So the
 schedule is written here, with TVM's primitives, and its open choices are TVM sampling instructions, so every
 strategy and cost model searches it like any MetaSchedule sketch and the exported trace replays in TVM:
 
-- the sketch: one per accumulator shape ``(mt, nt)`` (tiles along pixels and along channels) and loop order,
-  as MetaSchedule makes one sketch per structure. One intrinsic call computes an accumulator block over the
-  whole reduction, every filter tap and channel (``amx.register_conv``), so the accumulators stay in tile
-  registers and the tile configuration and the accumulator's load and store come once per block (a 1x1 filter
-  calls the plain tile multiply, up to 512 channels per call). The two orders: pixel tiles outside channel
-  tiles (an input window stays in cache across the channel tiles) or channel tiles outside pixel tiles (a block
-  of weights stays in cache across the pixel tiles: the wide, small layers whose weights are megabytes);
+- the sketch: one per accumulator shape (output rows, pixels along a row, channels) and loop order, as
+  MetaSchedule makes one sketch per structure. One intrinsic call computes an accumulator block over the
+  whole reduction, every filter tap and channel (``amx.register_conv``, ``dpbf16.register``), so the accumulators
+  stay in registers (tiles or vectors) and, on AMX, the tile configuration and the accumulator's load and store
+  come once per block (there a 1x1 filter calls the plain tile multiply, up to 512 channels per call). The
+  shapes are the unit's: up to 2 x 2 tiles of 16 pixels x 16 channels on AMX, 16 vector accumulators of 16 channels
+  for the dot product (:data:`.dpbf16.SHAPES`). The two orders: pixel tiles outside channel tiles (an input
+  window stays in cache across the channel tiles) or channel tiles outside pixel tiles (a block of weights stays
+  in cache across the pixel tiles: the wide, small layers whose weights are megabytes);
 - ``SamplePerfectTile`` of the pixel tiles and of the channel tiles into an outer (parallel) and an inner loop.
 
 The padding/flattening block and the epilogue (bias, activation, the slice back to the real pixels) are
@@ -20,10 +23,15 @@ parallel over rows and vectorised over channels.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from autosearch.tensor_units.amx import SHAPES, TILE_K, TILE_ROWS, ConvTile, register, register_conv
+from autosearch.tensor_units.block import Block, Geometry
 from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, GROUP_ATTR, KERNEL_ATTR, ROW_ATTR, STRIDE_ATTR
+from autosearch.tensor_units.dpbf16 import LANES
+from autosearch.tensor_units.dpbf16 import SHAPES as DOT_SHAPES
+from autosearch.tensor_units.dpbf16 import register as register_dot
 
 
 def is_amx_task(mod) -> bool:
@@ -44,13 +52,63 @@ def amx_sketches(mod, target, *, seed: int) -> list[Any]:
 
     if not has_amx_bf16(target) or not is_amx_task(mod):
         return []
+    shapes = [(mh, TILE_ROWS * mw, TILE_ROWS * nt) for mh, mw in ((1, 1), (1, 2), (2, 1)) for nt in (1, 2)]
+    return _sketches(mod, seed, shapes, _amx_plan)
+
+
+def dpbf16_sketches(mod, target, *, seed: int) -> list[Any]:
+    """Traced Schedules for ``mod`` on the AVX512-BF16 dot product (:mod:`.dpbf16`), one per accumulator shape the
+    GEMM's extents allow and loop order; [] for other tasks, and for targets without AVX512-BF16 or with AMX-BF16
+    (whose tiles multiply many times faster)."""
+    from autosearch.tensor_units.cpu import has_amx_bf16, has_avx512_bf16
+
+    if has_amx_bf16(target) or not has_avx512_bf16(target) or not is_amx_task(mod):
+        return []
+    shapes = [(rows, pixels, LANES * nv) for rows, pixels, nv in DOT_SHAPES]
+    return _sketches(mod, seed, shapes, _dot_plan)
+
+
+def bf16_sketches(mod, target, *, seed: int) -> list[Any]:
+    """The sketches of a bf16 convolution task on the target's bf16 unit: AMX tiles, else the AVX512-BF16 dot
+    product; [] for other tasks or targets with neither."""
+    return amx_sketches(mod, target, seed=seed) or dpbf16_sketches(mod, target, seed=seed)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How a unit computes a block: its intrinsic, and the reduction values per call when a call does not take the
+    whole reduction (the tile multiply of a 1x1 filter), else None."""
+
+    intrin: str
+    per_call: int | None = None
+
+
+def _amx_plan(geo: Geometry, mh: int, w_i: int, n_i: int) -> _Plan | None:
+    """One call per block over the whole reduction, or for a 1x1 (or 1xk) filter the plain tile multiply, as
+    many tile multiplies per call as the channels allow; None where neither fits."""
+    whole = geo.kh > 1 and geo.kw > 1
+    legal = [kt for _, _, kt in SHAPES if geo.channels % (TILE_K * kt) == 0]
+    if not (whole or legal) or (mh > 1 and not whole):
+        return None
+    mw, nt = w_i // TILE_ROWS, n_i // TILE_ROWS
+    if whole:
+        return _Plan(register_conv(ConvTile(mh=mh, mw=mw, nt=nt, **vars(geo))))
+    kt = max(legal)
+    return _Plan(register(mw, nt, kt), per_call=TILE_K * kt)
+
+
+def _dot_plan(geo: Geometry, mh: int, w_i: int, n_i: int) -> _Plan:
+    """One call per block over the whole reduction, whatever the filter."""
+    return _Plan(register_dot(Block(rows=mh, pixels=w_i, cols=n_i, **vars(geo))))
+
+
+def _sketches(mod, seed: int, shapes, plan) -> list[Any]:
     out = []
-    for pixels in ((1, 1), (1, 2), (2, 1)):
-        for nt in (1, 2):
-            for weights_outer in (False, True):
-                sch = _sketch(mod, seed, pixels, nt, weights_outer)
-                if sch is not None:
-                    out.append(sch)
+    for mh, w_i, n_i in shapes:
+        for weights_outer in (False, True):
+            sch = _sketch(mod, seed, (mh, w_i, n_i), weights_outer, plan)
+            if sch is not None:
+                out.append(sch)
     return out
 
 
@@ -58,11 +116,12 @@ def _extent(sch, loop) -> int:
     return int(sch.get(loop).extent)
 
 
-def _sketch(mod, seed: int, pixels: tuple[int, int], nt: int, weights_outer: bool):
-    """One sketch: accumulator blocks of ``pixels`` = (rows, 16-pixel tiles per row) x ``nt`` channel tiles."""
+def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, plan):
+    """One sketch: accumulator blocks of ``shape`` = (rows, pixels per row, channels), computed as ``plan`` says
+    (``plan(geometry, *shape)``: a :class:`_Plan`, or None where the unit cannot)."""
     from tvm.s_tir import Schedule
 
-    mh, mw = pixels
+    mh, w_i, n_i = shape
     sch = Schedule(mod, seed=seed, debug_mask=0)
     epilogue = _inline_epilogue(sch)
     gemm = sch.get_sblock(GEMM_BLOCK)
@@ -70,33 +129,32 @@ def _sketch(mod, seed: int, pixels: tuple[int, int], nt: int, weights_outer: boo
     annotations = sch.get(gemm).annotations
     kh, kw = (int(v) for v in annotations[KERNEL_ATTR])
     group = int(annotations[GROUP_ATTR])
-    channels = _extent(sch, reduction[-1]) if group == 1 else TILE_K // group  # per flat pixel
-    whole = kh > 1 and kw > 1  # the whole reduction in one call
-    legal = [kt for _, _, kt in SHAPES if channels % (TILE_K * kt) == 0]
-    if (_extent(sch, h) % 2 or _extent(sch, w) % (TILE_ROWS * mw) or _extent(sch, co) % (TILE_ROWS * nt)
-            or not (whole or legal) or (mh > 1 and not whole)):
+    geo = Geometry(kh=kh, kw=kw, row=int(annotations[ROW_ATTR]), stride=int(annotations[STRIDE_ATTR]), group=group,
+                   channels=_extent(sch, reduction[-1]) if group == 1 else TILE_K // group)
+    if _extent(sch, h) % 2 or _extent(sch, w) % w_i or _extent(sch, co) % n_i:
+        return None
+    how = plan(geo, mh, w_i, n_i)
+    if how is None:
         return None
     # rows go in pairs (the GEMM has an even number), so a parallel block never has a single row: loops of
     # extent 1 vanish, and a trace must find the same loops whatever its tile sizes
     h_o, h_p = sch.split(h, [None, 2])
-    w_o, w_i = sch.split(w, [None, TILE_ROWS * mw])
-    co_o, co_i = sch.split(co, [None, TILE_ROWS * nt])
+    w_o, w_i_loop = sch.split(w, [None, w_i])
+    co_o, co_i = sch.split(co, [None, n_i])
     h1, h2 = sch.split(h_o, sch.sample_perfect_tile(h_o, n=2, max_innermost_factor=16))
     c1, c2 = sch.split(co_o, sch.sample_perfect_tile(co_o, n=2, max_innermost_factor=16))
     pair = () if mh > 1 else (h_p,)  # two rows of pixel tiles: the pair is the tile's; else a loop over it
     inner = (c2, h2, *pair, w_o) if weights_outer else (h2, *pair, w_o, c2)
-    tile = ((h_p,) if mh > 1 else ()) + (w_i, co_i)
-    if whole:
+    tile = ((h_p,) if mh > 1 else ()) + (w_i_loop, co_i)
+    if how.per_call is None:  # the whole reduction in one call
         sch.reorder(n, h1, c1, *inner, *tile, *reduction)
-        conv = ConvTile(mh=mh, mw=mw, nt=nt, kh=kh, kw=kw, row=int(annotations[ROW_ATTR]), channels=channels,
-                        stride=int(annotations[STRIDE_ATTR]), group=group)
-        intrin, decompose_at = register_conv(conv), tile[0]
-    else:  # a 1x1 (or 1xk) filter: as many tile multiplies per call as the channels allow
-        kt = max(legal)
+        _fuse_unit_loops(sch, reduction)
+        decompose_at = tile[0]
+    else:
         *taps, rc = reduction
-        rc_o, rc_i = sch.split(rc, [None, TILE_K * kt])
+        rc_o, rc_i = sch.split(rc, [None, how.per_call])
         sch.reorder(n, h1, c1, *inner, *taps, rc_o, *tile, rc_i)
-        intrin, decompose_at = register(mw, nt, kt), (taps or [rc_o])[0]
+        decompose_at = (taps or [rc_o])[0]
     block = sch.fuse(n, h1, c1)
     sch.parallel(block)
     sch.decompose_reduction(gemm, decompose_at)
@@ -109,10 +167,24 @@ def _sketch(mod, seed: int, pixels: tuple[int, int], nt: int, weights_outer: boo
         sch.compute_at(flat, block)
         sch.vectorize(sch.get_loops(flat)[-1])
     if epilogue is not None:  # bias, activation and the slice to the real pixels, on each block as it is done
-        sch.reverse_compute_at(epilogue, block)
+        # its unit loops kept: a fused pooling of one row pair per block has a row loop of extent 1, and a trace's
+        # loops must be the same whatever its tile sizes
+        sch.reverse_compute_at(epilogue, block, preserve_unit_loops=True)
         sch.vectorize(sch.get_loops(epilogue)[-1])
-    sch.tensorize(tile[0], intrin)
+    sch.tensorize(tile[0], how.intrin)
     return sch
+
+
+def _fuse_unit_loops(sch, loops) -> None:
+    """Fuse each loop of extent 1 among ``loops`` (adjacent, outer first) into its neighbour: the description of a
+    block has no such loop (:func:`.block.describe`), and a filter of one row (1x1, 1xk) has one."""
+    loops = list(loops)
+    while len(loops) > 1:
+        unit = next((i for i, loop in enumerate(loops) if _extent(sch, loop) == 1), None)
+        if unit is None:
+            return
+        pair = (unit, unit + 1) if unit + 1 < len(loops) else (unit - 1, unit)
+        loops[pair[0]:pair[1] + 1] = [sch.fuse(loops[pair[0]], loops[pair[1]])]
 
 
 def _schedule_elementwise(sch, block) -> None:
@@ -134,4 +206,4 @@ def _inline_epilogue(sch):
     return after[-1] if after else None
 
 
-__all__ = ["amx_sketches", "is_amx_task"]
+__all__ = ["amx_sketches", "bf16_sketches", "dpbf16_sketches", "is_amx_task"]

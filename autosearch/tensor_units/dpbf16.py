@@ -1,0 +1,157 @@
+"""AVX512-BF16: a block of the flattened convolution (:mod:`.conv`) on ``vdpbf16ps``, as a tensor intrinsic for TVM.
+
+``vdpbf16ps`` adds to each of 16 fp32 lanes the two products of a pair of bf16 values: with the weights packed in
+pairs of reduction values (the layout the AMX tiles read too, :func:`.conv.pack_weight`), one instruction takes a
+pixel's pair of input channels, broadcast, times the pairs of 16 output channels. CPUs with this dot product but no
+AMX (AMD Zen 4) then compute bf16 convolutions too; there it multiplies twice as many values per cycle as an fp32
+FMA (on Intel's cores as many), and the operands are half the bytes.
+
+Why a micro-kernel in LLVM IR: TVM's BF16 legalisation rewrites every bf16 *value* to fp32 before code
+generation, so the LLVM intrinsic called from TIR gets ``<32 x float>`` where LLVM wants ``<32 x bfloat>``. The
+intrinsic's implementation calls a function written here as LLVM IR text instead, attached with the
+``pragma_import_llvm`` attribute: TVM's LLVM code generator parses it, links it into the module and inlines it
+(it marks imported functions always-inline). TIR passes only addresses (``uint16`` pointers, as the AMX tile loads
+do); the IR loads the bf16 pairs itself.
+
+The kernel keeps a block's ``rows x pixels x 16 nv`` fp32 accumulators in vector registers over the whole
+reduction, every filter tap and channel (:class:`.block.Block`): per filter row and pair of reduction values,
+``nv`` loads of 16 weight pairs and, per pixel, one broadcast input pair and ``nv`` dot products. The geometry (flat
+row, stride, channels, filter) is compiled in as constants, so every input address is one pointer plus an
+immediate; the flat input and the packed weights must then be dense, which the impl's buffer strides state (TVM
+checks them where it lowers a tensorised block: other strides fail to build rather than compute wrongly).
+"""
+
+from __future__ import annotations
+
+import re
+
+from autosearch.tensor_units.block import KEY_PATTERN, Block, describe, parse_key
+
+LANES = 16  # fp32 accumulators per zmm register: the output channels of one dot product
+PACKED_ROW = 64  # bf16 values per packed weight row: 32 output channels x a pair (conv.BLOCK_N x 2)
+# (rows, pixels per row, 16-channel vectors): 16 accumulators each, room left in the 32 zmm registers for the
+# weights and a broadcast; pixels divide the GEMM's 16-pixel row tiles, rows its pairs of rows, and the channels
+# stay within one 32-channel block of the packed weights
+SHAPES = ((1, 8, 2), (1, 16, 1), (2, 4, 2), (2, 8, 1))
+DPBF16 = "llvm.x86.avx512bf16.dpbf16ps.512"
+
+
+def intrin_name(block: Block) -> str:
+    """The intrinsic's name: the block's rows x pixels x 16-channel vectors, and its geometry."""
+    return f"dpbf16_conv_{block.rows}x{block.pixels}x{block.cols // LANES}_{block.key}"
+
+
+def symbol(block: Block) -> str:
+    """The micro-kernel's function name."""
+    return f"autosearch_{intrin_name(block)}"
+
+
+def pairs(block: Block) -> int:
+    """Pairs of reduction values per filter row: the tap groups' values lie one after another in the flat input (a
+    group's taps are neighbouring flat pixels) and in the packed weights."""
+    return block.groups * block.depth // 2
+
+
+_NAME = re.compile(r"dpbf16_conv_(\d+)x(\d+)x(\d+)_" + KEY_PATTERN)
+
+
+def register(block: Block) -> str:
+    """Register the intrinsic of ``block`` (whose ``cols`` are whole 16-channel vectors) with TVM, once per
+    process; returns its name."""
+    from tvm.s_tir import TensorIntrin
+
+    name = intrin_name(block)
+    try:
+        TensorIntrin.get(name)
+    except Exception:  # not registered yet: TVM raises when the name is unknown
+        TensorIntrin.register(name, describe(block), _impl(block))
+    return name
+
+
+def register_for(text: str) -> None:
+    """Register the intrinsics ``text`` (a trace, a database file) names: TVM looks a tensorising trace's
+    intrinsic up when it reads the trace."""
+    for found in set(_NAME.findall(text)):
+        rows, pixels, nv = (int(v) for v in found[:3])
+        register(Block(rows=rows, pixels=pixels, cols=LANES * nv, **vars(parse_key(found[3:]))))
+
+
+def names_any(text: str) -> bool:
+    """Whether ``text`` names an intrinsic of this module."""
+    return _NAME.search(text) is not None
+
+
+def kernel_ir(block: Block) -> str:
+    """The micro-kernel of ``block`` as LLVM IR text: ``void @autosearch_<name>(ptr C, i64 C's row stride, i64
+    C's pixel stride, ptr A, ptr B)``, strides in floats, A and B at their block's first bf16 value."""
+    s, ch, row, nv = block.stride, block.channels, block.row, block.cols // LANES
+    pixels = [(h, w) for h in range(block.rows) for w in range(block.pixels)]
+    accs = [(h, w, v) for h, w in pixels for v in range(nv)]
+    a_at = {(h, w): (h * s * row + w * s) * ch for h, w in pixels}  # bf16 offsets, per pixel
+    lines = [f"define void @{symbol(block)}(ptr noalias %c, i64 %ch, i64 %cw, ptr noalias %a, ptr noalias %b) {{",
+             "entry:"]
+    for h, w, v in accs:
+        t = f"{h}.{w}.{v}"
+        lines += [f"  %ch.{t} = mul i64 %ch, {h}", f"  %cw.{t} = mul i64 %cw, {w}",
+                  f"  %chw.{t} = add i64 %ch.{t}, %cw.{t}", f"  %co.{t} = add i64 %chw.{t}, {LANES * v}",
+                  f"  %cp.{t} = getelementptr float, ptr %c, i64 %co.{t}",
+                  f"  %init.{t} = load <16 x float>, ptr %cp.{t}, align 4"]
+    lines += ["  br label %row", "row:", "  %r = phi i64 [0, %entry], [%r.next, %row.end]"]
+    lines += [f"  %accr.{h}.{w}.{v} = phi <16 x float> [%init.{h}.{w}.{v}, %entry], [%acc.{h}.{w}.{v}, %row.end]"
+              for h, w, v in accs]
+    lines += [f"  %ar = mul i64 %r, {row * ch}", f"  %br = mul i64 %r, {pairs(block) * PACKED_ROW}",
+              "  br label %pair", "pair:", "  %k = phi i64 [0, %row], [%k.next, %pair]"]
+    lines += [f"  %acck.{h}.{w}.{v} = phi <16 x float> [%accr.{h}.{w}.{v}, %row], [%acc.{h}.{w}.{v}, %pair]"
+              for h, w, v in accs]
+    lines += ["  %k2 = shl i64 %k, 1", "  %ak = add i64 %ar, %k2", f"  %bkk = mul i64 %k, {PACKED_ROW}",
+              "  %bk = add i64 %br, %bkk"]
+    for v in range(nv):
+        lines += [f"  %bo.{v} = add i64 %bk, {2 * LANES * v}", f"  %bp.{v} = getelementptr i16, ptr %b, i64 %bo.{v}",
+                  f"  %bv.{v} = load <32 x bfloat>, ptr %bp.{v}, align 2"]
+    for h, w in pixels:
+        t = f"{h}.{w}"
+        lines += [f"  %ao.{t} = add i64 %ak, {a_at[h, w]}", f"  %ap.{t} = getelementptr i16, ptr %a, i64 %ao.{t}",
+                  f"  %as.{t} = load i32, ptr %ap.{t}, align 2",
+                  f"  %ai.{t} = insertelement <16 x i32> poison, i32 %as.{t}, i64 0",
+                  f"  %ab.{t} = shufflevector <16 x i32> %ai.{t}, <16 x i32> poison, <16 x i32> zeroinitializer",
+                  f"  %av.{t} = bitcast <16 x i32> %ab.{t} to <32 x bfloat>"]
+        lines += [f"  %acc.{t}.{v} = call <16 x float> @{DPBF16}(<16 x float> %acck.{t}.{v}, <32 x bfloat> %av.{t}, "
+                  f"<32 x bfloat> %bv.{v})" for v in range(nv)]
+    lines += ["  %k.next = add i64 %k, 1", f"  %k.done = icmp eq i64 %k.next, {pairs(block)}",
+              "  br i1 %k.done, label %row.end, label %pair", "row.end:", "  %r.next = add i64 %r, 1",
+              f"  %r.done = icmp eq i64 %r.next, {block.kh}", "  br i1 %r.done, label %exit, label %row", "exit:"]
+    lines += [f"  store <16 x float> %acc.{h}.{w}.{v}, ptr %cp.{h}.{w}.{v}, align 4" for h, w, v in accs]
+    lines += ["  ret void", "}", f"declare <16 x float> @{DPBF16}(<16 x float>, <32 x bfloat>, <32 x bfloat>)"]
+    return "\n".join(lines) + "\n"
+
+
+def _impl(block: Block):
+    """The implementation PrimFunc of ``block``: one call of its micro-kernel, imported where it is called."""
+    from tvm.script import tirx as T
+
+    rows, pixels, n_i, kh, groups, half = block.rows, block.pixels, block.cols, block.kh, block.groups, block.depth // 2
+    span, channels = block.span, block.channels
+    b_strides = [pairs(block) * PACKED_ROW, half * PACKED_ROW, PACKED_ROW, 2, 1]  # dense packed weights
+    ir, name = kernel_ir(block), symbol(block)
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        sh = T.int32()
+        sw = T.int32()
+        A = T.match_buffer(a, (span, channels), "bfloat16", offset_factor=1, strides=[channels, 1])
+        B = T.match_buffer(b, (kh, groups, half, n_i, 2), "bfloat16", offset_factor=1, strides=b_strides)
+        C = T.match_buffer(c, (rows, pixels, n_i), "float32", offset_factor=1, strides=[sh, sw, 1])
+        with T.sblock("root"):
+            T.reads(C[0:rows, 0:pixels, 0:n_i], A[0:span, 0:channels], B[0:kh, 0:groups, 0:half, 0:n_i, 0:2])
+            T.writes(C[0:rows, 0:pixels, 0:n_i])
+            with T.attr(0, "pragma_import_llvm", ir):
+                T.evaluate(T.call_extern(
+                    "void", name, C.access_ptr("rw"), T.int64(sh), T.int64(sw),
+                    T.tvm_access_ptr(T.type_annotation("uint16"), A.data, A.elem_offset, span * channels, 1),
+                    T.tvm_access_ptr(T.type_annotation("uint16"), B.data, B.elem_offset, kh * groups * half * n_i * 2,
+                                     1)))
+
+    return impl
+
+
+__all__ = ["LANES", "SHAPES", "intrin_name", "kernel_ir", "names_any", "pairs", "register", "register_for", "symbol"]

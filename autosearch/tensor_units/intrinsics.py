@@ -1,0 +1,28 @@
+"""The tensor intrinsics a trace names, registered with TVM before it reads the trace: TVM looks a tensorising
+trace's intrinsic up by name as it replays it, and registering every intrinsic there could be would take seconds
+(each convolution's geometry has its own)."""
+
+from __future__ import annotations
+
+
+def register_for(text: str) -> None:
+    """Register the AMX and AVX512-BF16 intrinsics ``text`` (a trace, a database file) names."""
+    from autosearch.tensor_units import amx, dpbf16
+
+    amx.register_for(text)
+    dpbf16.register_for(text)
+
+
+def units_named(text: str) -> set[str]:
+    """The bf16 units (:func:`autosearch.tensor_units.cpu.units`' names) whose intrinsics ``text`` names."""
+    from autosearch.tensor_units import amx, dpbf16
+
+    found = set()
+    if amx.names_any(text):
+        found.add("AMX-BF16")
+    if dpbf16.names_any(text):
+        found.add("AVX512-BF16")
+    return found
+
+
+__all__ = ["register_for", "units_named"]

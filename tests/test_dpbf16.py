@@ -1,0 +1,138 @@
+"""bf16 convolutions on the AVX512-BF16 dot product (:mod:`autosearch.tensor_units.dpbf16`), for CPUs with it and
+no AMX (AMD Zen 4): the micro-kernel on a matmul and every sketch of a conv task against NumPy, the precision
+choice and the design space on such a target. A target with ``+avx512bf16`` and without AMX features is what such
+a CPU's host target is, so the tests run on any CPU with the dot product; those that run code skip without it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from autosearch.tensor_units import cpu
+from tests.conftest import small_conv_onnx, tune_and_export
+from tests.test_tensor_units import _to_bf16, check_bf16_conv_task, compiled_matches_onnxruntime
+
+ZEN4_FEATURES = ["+avx512f", "+avx512bw", "+avx512vl", "+avx512bf16", "+avx512vnni"]
+
+
+def _dot_target():
+    """The host CPU with AVX512-BF16 and without AMX, as a Zen 4's target reads."""
+    from autosearch.frontend.target import parse_target
+
+    return parse_target(json.dumps({"kind": "llvm", "mattr": ZEN4_FEATURES, "num-cores": 2}))
+
+
+def _needs_avx512_bf16() -> None:
+    if "avx512_bf16" not in cpu.host_flags():
+        pytest.skip("this CPU has no AVX512-BF16 (avx512_bf16 in /proc/cpuinfo)")
+
+
+def test_a_target_with_the_dot_product_and_no_amx_lowers_bf16_to_it() -> None:
+    from autosearch.frontend.lowering import resolve_precision
+
+    target = _dot_target()
+    assert cpu.bf16_unit(target) == "AVX512-BF16" and not cpu.has_amx_bf16(target)
+    mode, why = resolve_precision("auto", target, "NHWC")
+    assert mode == "auto" and "AVX512-BF16" in why
+    assert resolve_precision("bf16", target, "NHWC")[0] == "bf16"
+    import tvm
+
+    amx = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "mattr": ["+amx-tile", "+amx-bf16",
+                                                                                   "+avx512bf16"]})
+    assert cpu.bf16_unit(amx) == "AMX-BF16"  # where both exist, the tiles
+    assert "AMX-BF16" in resolve_precision("auto", amx, "NHWC")[1]
+
+
+def test_auto_precision_on_a_cpu_with_the_dot_product_tunes_bf16_on_it(capfd) -> None:
+    from tests.conftest import run_cli_here
+
+    target = json.dumps({"kind": "llvm", "mcpu": "znver4", "mattr": ["+avx512bf16"], "num-cores": 2})
+    proc = run_cli_here(capfd, "tasks", "--model", "tiny-yolov2", "--layout", "NHWC", "--target", target)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout.replace("\n", " ")
+    assert "precision: auto (each eligible NHWC convolution tuned in fp32 and in bf16 on AVX512-BF16" in text
+    assert "amx_bf16" in proc.stdout  # the bf16 tasks: the flattened convolution's, whichever unit computes it
+
+
+def test_bf16_tasks_tuned_on_avx512_bf16_then_exported_and_compiled(tmp_path) -> None:
+    """A real run on a target with AVX512-BF16 and no AMX (auto precision, random): its bf16 task is measured on
+    the dot product, export keeps the faster precision, compile replays the schedule (the intrinsic registered
+    from the database) and the model's output is within bf16's tolerance of ONNX Runtime's."""
+    from autosearch.deploy.database import RECORD_FILE
+
+    _needs_avx512_bf16()
+    target = json.dumps({"kind": "llvm", "mattr": ZEN4_FEATURES, "num-cores": 2})
+    run = tune_and_export(tmp_path, lambda p: small_conv_onnx(p, cin=32, cout=64, hw=16), trials=6, batch=3,
+                          options=("--layout", "NHWC", "--precision", "auto", "--target", target))
+    trials = [json.loads(line) for line in open(run["log"]) if '"kind":"trial"' in line]
+    bf16 = [t for t in trials if "amx_bf16" in t["task"]["name"]]
+    assert bf16 and all(t["result"]["status"] == "ok" for t in bf16), [t["result"] for t in bf16]
+    with open(f"{run['db']}/{RECORD_FILE}") as fh:
+        records = fh.read()
+    assert "dpbf16_conv_" in records and "amx_conv" not in records
+    compiled_matches_onnxruntime(tmp_path, run["model"], run["db"], "--target", target)
+
+
+@pytest.mark.parametrize(("pixels", "nv"), [(8, 2), (16, 1), (4, 2)])
+def test_dpbf16_intrinsic_on_a_matmul_matches_numpy(pixels, nv) -> None:
+    """A matmul written as the flattened convolution of a 1x1 filter: ``C[0, m, n] = sum_k A[m, k] * B[n // 32, 0,
+    0, k // 2, n % 32, k % 2]``, blocks of ``pixels`` rows x ``16 nv`` columns, the whole K per call."""
+    import tvm
+    from tvm import s_tir, te
+
+    from autosearch.tensor_units.block import Block
+    from autosearch.tensor_units.dpbf16 import register
+
+    _needs_avx512_bf16()
+    m, n, k = 2 * pixels, 64, 96
+    a = te.placeholder((m, k), "bfloat16", name="A")
+    b = te.placeholder((n // 32, 1, 1, k // 2, 32, 2), "bfloat16", name="B")
+    r = te.reduce_axis((0, k), name="r")
+    c = te.compute((1, m, n), lambda z, i, j: te.sum(
+        a[i, r].astype("float32") * b[j // 32, 0, 0, r // 2, j % 32, r % 2].astype("float32"), axis=r), name="C")
+    sch = s_tir.Schedule(te.create_prim_func([a, b, c]))
+    z, i, j, kk = sch.get_loops(sch.get_sblock("C"))
+    i0, i1 = sch.split(i, [None, pixels])
+    j0, j1 = sch.split(j, [None, 16 * nv])
+    sch.reorder(z, i0, j0, i1, j1, kk)
+    sch.decompose_reduction(sch.get_sblock("C"), i1)
+    sch.tensorize(i1, register(Block(rows=1, pixels=pixels, cols=16 * nv, kh=1, kw=1, row=1, channels=k, stride=1)))
+    lib = tvm.compile(sch.mod, target=_dot_target())
+    rng = np.random.default_rng(0)
+    a_np, b_np = _to_bf16(rng.uniform(-1, 1, (m, k))), _to_bf16(rng.uniform(-1, 1, (k, n)))
+    packed = b_np.reshape(k // 2, 2, n // 32, 32).transpose(2, 0, 3, 1).reshape(n // 32, 1, 1, k // 2, 32, 2)
+    dev = tvm.cpu()
+    out = tvm.runtime.tensor(np.full((1, m, n), np.nan, "float32"), dev)
+    lib(tvm.runtime.tensor(a_np, dev), tvm.runtime.tensor(packed.copy(), dev), out)
+    want = a_np.astype(np.float64) @ b_np.astype(np.float64)  # the same rounded operands, exact products
+    np.testing.assert_allclose(out.numpy()[0], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+# 13: the last pixel tile of a row runs past the image's right edge (dropped), and the rows are odd (a junk row);
+# 64 output channels: two packed weight blocks; 1x1: the whole reduction is one tap; stride 2: a pixel's
+# input two flat pixels after the last; 16 and 3 channels: 2 and 8 taps per 32-value group; 16 output channels:
+# one vector wide (a stem's)
+@pytest.mark.parametrize(("hw", "kernel", "stride", "cin", "cout"), [
+    (13, 3, 1, 32, 48), (16, 3, 1, 32, 64), (13, 1, 1, 64, 48), (26, 3, 2, 32, 48), (16, 3, 1, 16, 48),
+    (26, 3, 2, 3, 48), (32, 3, 1, 3, 16)])
+def test_bf16_conv_task_on_avx512_bf16_matches_numpy(tmp_path, hw, kernel, stride, cin, cout) -> None:
+    """Every sketch of a bf16 conv task on a target with AVX512-BF16 and no AMX, at a random config of its own
+    (and the first sketch at its default), as the tuner would build it, against NumPy on the same rounded
+    operands."""
+    from autosearch.tensor_units.dpbf16 import SHAPES
+    from autosearch.types import Config
+
+    _needs_avx512_bf16()
+
+    def configs(space, sketch, rng):
+        drawn = Config(sketch.index, tuple(d.choices[int(rng.integers(len(d.choices)))] for d in sketch.decisions))
+        return [drawn] + ([space.default(sketch.index)] if sketch.index == 0 else [])
+
+    space = check_bf16_conv_task(tmp_path, _dot_target(), configs, hw=hw, kernel=kernel, stride=stride, cin=cin,
+                                 cout=cout)
+    padded = 16 if cout <= 16 else -(-cout // 32) * 32
+    shapes = [(rows, nv) for rows, _, nv in SHAPES if padded % (16 * nv) == 0]
+    assert len(space.sketches) == 2 * len(shapes)  # two loop orders a shape
+    assert all("dpbf16_conv_" in str(s.trace) and "amx_conv" not in str(s.trace) for s in space.sketches)
