@@ -115,7 +115,7 @@ def retimed(log, records: list) -> list[tuple[float, float]]:
     from autosearch.api import MeasureOptions, make_runner
     from autosearch.frontend.task import TuningTask
     from autosearch.search.space import replay
-    from autosearch.tensor_units.amx import register_for
+    from autosearch.tensor_units.intrinsics import register_for
 
     tasks = {r.task_key: TuningTask.from_json(log.tasks[r.task_key]) for r in records}
     target = next(iter(tasks.values())).target
@@ -126,7 +126,7 @@ def retimed(log, records: list) -> list[tuple[float, float]]:
             for i, record in enumerate(records):
                 print(f"  {label} {i + 1}/{len(records)} {record.task_name}", file=sys.stderr, flush=True)
                 task = tasks[record.task_key]
-                register_for(json.dumps(record.trace))  # the AMX intrinsics its trace names
+                register_for(json.dumps(record.trace))  # the tensor intrinsics its trace names
                 runner.prepare(task)
                 [result] = runner.measure(task, [replay(task.mod, record.trace).mod])
                 timings[(label, i)] = result.median if result.ok else float("nan")
