@@ -14,7 +14,7 @@ categories, and take end-to-end figures from ``report``. Nothing here is kept be
 
 With ``--log`` (the run's tuning log) each kernel's time in the model is set beside what tuning measured for it
 (its task's best latency, per call, times the calls a forward pass makes: the run's own estimate of the model);
-``--retime`` then times each task's best config again alone, as tuning times it (repeats of 20 ms, the caches
+``--retime`` then times each task's best config again alone, warm as MetaSchedule times it (repeats of 20 ms, the caches
 flushed before each repeat, so every call after the first finds the weights in cache) and cold (one call per
 flushed repeat, as a layer meets its weights in the model)::
 
@@ -108,7 +108,7 @@ def as_tuned(profile: dict[str, float], kernels: list, log_path: str, retime: bo
 
 
 def retimed(log, records: list) -> list[tuple[float, float]]:
-    """(warm, cold) seconds of each record's config, built from its trace and timed alone, warm (tuning's
+    """(warm, cold) seconds of each record's config, built from its trace and timed alone, warm (MetaSchedule's
     evaluator) and cold (one call per repeat, caches flushed before each)."""
     import json
 
@@ -120,7 +120,8 @@ def retimed(log, records: list) -> list[tuple[float, float]]:
     tasks = {r.task_key: TuningTask.from_json(log.tasks[r.task_key]) for r in records}
     target = next(iter(tasks.values())).target
     timings = {}
-    for label, options in (("warm", MeasureOptions()), ("cold", MeasureOptions(repeat=30, min_repeat_ms=0))):
+    # warm: 5 repeats of 20 ms (run --min-repeat-ms 20); cold: run's default, one call per flushed repeat
+    for label, options in (("warm", MeasureOptions(repeat=5, min_repeat_ms=20)), ("cold", MeasureOptions())):
         runner = make_runner("local", target, options)
         try:
             for i, record in enumerate(records):
@@ -261,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         print("the kernels as tuned ...", file=sys.stderr, flush=True)
         rows = as_tuned(kernels, compiled_kernels, args.log, args.retime)
         parts += [f"**TVM tuned, in the model against as tuned** (`{args.log}`: each task's best latency x the "
-                  "calls a forward pass makes" + ("; then each best config timed alone again, warm as tuning times "
-                  "it and cold, one call per flushed repeat" if args.retime else "") + f"); the {args.top} kernels "
+                  "calls a forward pass makes" + ("; then each best config timed alone again, warm as MetaSchedule "
+                  "times it and cold, one call per flushed repeat" if args.retime else "") + f"); the {args.top} kernels "
                   "that lose most in the model", "", tuned_table(rows, args.top), ""]
     write_text(results_path(f"{args.out}.md"), "\n".join(parts))
     plot(columns, results_path(f"{args.out}.png"), title)
