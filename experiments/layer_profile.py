@@ -263,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = as_tuned(kernels, compiled_kernels, args.log, args.retime)
         parts += [f"**TVM tuned, in the model against as tuned** (`{args.log}`: each task's best latency x the "
                   "calls a forward pass makes" + ("; then each best config timed alone again, warm as MetaSchedule "
-                  "times it and cold, one call per flushed repeat" if args.retime else "") + f"); the {args.top} kernels "
-                  "that lose most in the model", "", tuned_table(rows, args.top), ""]
+                  "times it and cold, one call per flushed repeat" if args.retime else "")
+                  + f"); the {args.top} kernels that lose most in the model", "", tuned_table(rows, args.top), ""]
     write_text(results_path(f"{args.out}.md"), "\n".join(parts))
     plot(columns, results_path(f"{args.out}.png"), title)
     print("\n".join(parts))
