@@ -10,7 +10,9 @@ strategy and cost model searches it like any MetaSchedule sketch and the exporte
   MetaSchedule makes one sketch per structure. One intrinsic call computes an accumulator block over the
   whole reduction, every filter tap and channel (``amx.register_conv``, ``dpbf16.register``), so the accumulators
   stay in registers (tiles or vectors) and, on AMX, the tile configuration and the accumulator's load and store
-  come once per block (there a 1x1 filter calls the plain tile multiply, up to 512 channels per call). The
+  come once per block. A 1x1 filter too: it once called the plain tile multiply (``amx.register``) for up to 512
+  channels at a time, paying the tile configuration and the accumulators' load and store per slice, and ran up to
+  1.4x slower on YOLOv8n's 1x1 layers of 80-384 channels. The
   shapes are the unit's: up to 2 x 2 tiles of 16 pixels x 16 channels on AMX, 16 vector accumulators of 16 channels
   for the dot product (:data:`.dpbf16.SHAPES`). The two orders: pixel tiles outside channel tiles (an input
   window stays in cache across the channel tiles) or channel tiles outside pixel tiles (a block of weights stays
@@ -23,10 +25,9 @@ parallel over rows and vectorised over channels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from autosearch.tensor_units.amx import SHAPES, TILE_K, TILE_ROWS, ConvTile, register, register_conv
+from autosearch.tensor_units.amx import TILE_K, TILE_ROWS, ConvTile, register_conv
 from autosearch.tensor_units.block import Block, Geometry
 from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, GROUP_ATTR, KERNEL_ATTR, ROW_ATTR, STRIDE_ATTR
 from autosearch.tensor_units.dpbf16 import LANES
@@ -74,32 +75,14 @@ def bf16_sketches(mod, target, *, seed: int) -> list[Any]:
     return amx_sketches(mod, target, seed=seed) or dpbf16_sketches(mod, target, seed=seed)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """How a unit computes a block: its intrinsic, and the reduction values per call when a call does not take the
-    whole reduction (the tile multiply of a 1x1 filter), else None."""
-
-    intrin: str
-    per_call: int | None = None
+def _amx_plan(geo: Geometry, mh: int, w_i: int, n_i: int) -> str:
+    """The tile intrinsic of one block over the whole reduction, whatever the filter."""
+    return register_conv(ConvTile(mh=mh, mw=w_i // TILE_ROWS, nt=n_i // TILE_ROWS, **vars(geo)))
 
 
-def _amx_plan(geo: Geometry, mh: int, w_i: int, n_i: int) -> _Plan | None:
-    """One call per block over the whole reduction, or for a 1x1 (or 1xk) filter the plain tile multiply, as
-    many tile multiplies per call as the channels allow; None where neither fits."""
-    whole = geo.kh > 1 and geo.kw > 1
-    legal = [kt for _, _, kt in SHAPES if geo.channels % (TILE_K * kt) == 0]
-    if not (whole or legal) or (mh > 1 and not whole):
-        return None
-    mw, nt = w_i // TILE_ROWS, n_i // TILE_ROWS
-    if whole:
-        return _Plan(register_conv(ConvTile(mh=mh, mw=mw, nt=nt, **vars(geo))))
-    kt = max(legal)
-    return _Plan(register(mw, nt, kt), per_call=TILE_K * kt)
-
-
-def _dot_plan(geo: Geometry, mh: int, w_i: int, n_i: int) -> _Plan:
-    """One call per block over the whole reduction, whatever the filter."""
-    return _Plan(register_dot(Block(rows=mh, pixels=w_i, cols=n_i, **vars(geo))))
+def _dot_plan(geo: Geometry, mh: int, w_i: int, n_i: int) -> str:
+    """The dot-product intrinsic of one block over the whole reduction, whatever the filter."""
+    return register_dot(Block(rows=mh, pixels=w_i, cols=n_i, **vars(geo)))
 
 
 def _sketches(mod, seed: int, shapes, plan) -> list[Any]:
@@ -118,7 +101,7 @@ def _extent(sch, loop) -> int:
 
 def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, plan):
     """One sketch: accumulator blocks of ``shape`` = (rows, pixels per row, channels), computed as ``plan`` says
-    (``plan(geometry, *shape)``: a :class:`_Plan`, or None where the unit cannot)."""
+    (``plan(geometry, *shape)``: the name of the intrinsic that computes one block)."""
     from tvm.s_tir import Schedule
 
     mh, w_i, n_i = shape
@@ -133,9 +116,7 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
                    channels=_extent(sch, reduction[-1]) if group == 1 else TILE_K // group)
     if _extent(sch, h) % 2 or _extent(sch, w) % w_i or _extent(sch, co) % n_i:
         return None
-    how = plan(geo, mh, w_i, n_i)
-    if how is None:
-        return None
+    intrin = plan(geo, mh, w_i, n_i)
     # rows go in pairs (the GEMM has an even number), so a parallel block never has a single row: loops of
     # extent 1 vanish, and a trace must find the same loops whatever its tile sizes
     h_o, h_p = sch.split(h, [None, 2])
@@ -146,18 +127,11 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
     pair = () if mh > 1 else (h_p,)  # two rows of pixel tiles: the pair is the tile's; else a loop over it
     inner = (c2, h2, *pair, w_o) if weights_outer else (h2, *pair, w_o, c2)
     tile = ((h_p,) if mh > 1 else ()) + (w_i_loop, co_i)
-    if how.per_call is None:  # the whole reduction in one call
-        sch.reorder(n, h1, c1, *inner, *tile, *reduction)
-        _fuse_unit_loops(sch, reduction)
-        decompose_at = tile[0]
-    else:
-        *taps, rc = reduction
-        rc_o, rc_i = sch.split(rc, [None, how.per_call])
-        sch.reorder(n, h1, c1, *inner, *taps, rc_o, *tile, rc_i)
-        decompose_at = (taps or [rc_o])[0]
+    sch.reorder(n, h1, c1, *inner, *tile, *reduction)  # the whole reduction in one call
+    _fuse_unit_loops(sch, reduction)
     block = sch.fuse(n, h1, c1)
     sch.parallel(block)
-    sch.decompose_reduction(gemm, decompose_at)
+    sch.decompose_reduction(gemm, tile[0])
     init = sch.get_sblock(f"{GEMM_BLOCK}_init")
     sch.vectorize(sch.get_loops(init)[-1])
     flat = sch.get_sblock(FLAT_BLOCK)
@@ -171,7 +145,7 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
         # loops must be the same whatever its tile sizes
         sch.reverse_compute_at(epilogue, block, preserve_unit_loops=True)
         sch.vectorize(sch.get_loops(epilogue)[-1])
-    sch.tensorize(tile[0], how.intrin)
+    sch.tensorize(tile[0], intrin)
     return sch
 
 
