@@ -222,9 +222,11 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
     fast_ops = [relax.transform.FastMathTransform()] if fast else []
     if bf16 and convert:  # bf16 convolutions are NHWC
         from autosearch.tensor_units.activations import keep_bf16_activations
+        from autosearch.tensor_units.pointwise import flatten_pointwise
         from autosearch.tensor_units.pooling import mark_fusable
 
         convert.append(keep_bf16_activations())  # the same for every choice of bf16 layers: the tasks match
+        convert.append(flatten_pointwise())  # 1x1 convolutions of narrow images in rows of whole tiles
         at = next(i for i, p in enumerate(legalize) if p.info.name == "AnnotateTIROpPattern") + 1
         legalize.insert(at, mark_fusable())  # the poolings fused into convolutions (tensor_units.pooling)
     return [*convert, *fast_ops, *relax.pipeline.library_dispatch_passes(target), *legalize,
