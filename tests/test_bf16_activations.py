@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from autosearch.tensor_units import cpu
 from autosearch.tensor_units.pooling import WINDOW_MAX
+from tests.bf16_models import amx_target, relax_of
 
 
 def _conv(rng, name: str, cin: int, cout: int, data: str, out: str) -> tuple[list, list]:
@@ -40,21 +41,6 @@ def chain_onnx(*, residual: bool = False) -> onnx.ModelProto:
     return model
 
 
-def _relax(proto):
-    from autosearch.frontend.importer import make_static, resolve_input_shapes, to_relax
-
-    shapes = resolve_input_shapes(proto, {})
-    return to_relax(make_static(proto, shapes), shapes)
-
-
-def _amx_target():
-    """A target with AMX-BF16 whatever the host (lowering only: nothing here runs on it)."""
-    import tvm
-
-    features = cpu.features_for(["avx512f", "avx512_bf16", "amx_tile", "amx_bf16"])
-    return tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "mattr": features, "num-cores": 2})
-
-
 def _kernels(lowered) -> dict[str, str]:
     """Each call_tir's PrimFunc name -> the dtype of its output, in the order the lowered model calls them."""
     text = lowered["main"].script()
@@ -64,7 +50,7 @@ def _kernels(lowered) -> dict[str, str]:
 def test_activations_read_only_by_bf16_convolutions_are_written_in_bf16() -> None:
     from autosearch.frontend.lowering import lower
 
-    kernels = _kernels(lower(_relax(chain_onnx()), _amx_target(), winograd="off", layout="NHWC", precision="bf16"))
+    kernels = _kernels(lower(relax_of(chain_onnx()), amx_target(), winograd="off", layout="NHWC", precision="bf16"))
     convs = {name: dtype for name, dtype in kernels.items() if "conv2d" in name}
     assert len(convs) == 3, kernels
     (first, dtype1), (_, dtype2), (_, dtype3) = convs.items()  # in the order the model runs them
@@ -80,13 +66,13 @@ def test_an_activation_with_another_reader_stays_fp32() -> None:
     from autosearch.frontend.lowering import lower
     from autosearch.tensor_units.activations import bf16_region
 
-    mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(_relax(chain_onnx(residual=True)))
+    mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(relax_of(chain_onnx(residual=True)))
     region, convs = bf16_region(mod["main"])
     bindings = mod["main"].body.blocks[0].bindings
     pooled = [b.var for b in bindings if b.value.op.name == "relax.nn.max_pool2d"]
     first, second, third = (b.var for b in bindings if b.value.op.name == "relax.nn.conv2d")
     assert pooled and pooled[0] not in region  # read by the residual add as well as by the second convolution
-    kernels = _kernels(lower(_relax(chain_onnx(residual=True)), _amx_target(), winograd="off", layout="NHWC",
+    kernels = _kernels(lower(relax_of(chain_onnx(residual=True)), amx_target(), winograd="off", layout="NHWC",
                              precision="bf16"))
     assert any(k.startswith("max_pool2d") for k in kernels), kernels  # not fused: its output stays fp32
     assert second not in convs and {first, third} <= convs  # the first reads the transposed input, the third the sum
@@ -98,7 +84,7 @@ def test_every_choice_of_bf16_layers_lowers_to_extracted_tasks() -> None:
     from autosearch.frontend.importer import _extract, extract_tasks
     from autosearch.frontend.winograd import WinogradPolicy
 
-    relax_mod, target = _relax(chain_onnx()), _amx_target()
+    relax_mod, target = relax_of(chain_onnx()), amx_target()
     extracted = {t.workload_key for t in extract_tasks(relax_mod, target, winograd="off", layout="NHWC",
                                                        precision="auto")}
     layers = sorted({t.lowering["layer"] for t in extract_tasks(relax_mod, target, winograd="off", layout="NHWC",
@@ -126,7 +112,7 @@ def test_a_model_mixing_bf16_and_fp32_layers_matches_onnxruntime(target) -> None
 
     request_permission()
     proto = chain_onnx()
-    relax_mod = _relax(proto)
+    relax_mod = relax_of(proto)
     layers = sorted({t.lowering["layer"] for t in extract_tasks(relax_mod, target, winograd="off", layout="NHWC",
                                                                 precision="auto") if "layer" in t.lowering})
     x = np.random.default_rng(2).uniform(-1, 1, (1, 16, 16, 16)).astype("float32")

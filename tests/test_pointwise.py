@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from autosearch.tensor_units import cpu
+from tests.bf16_models import amx_target, relax_of
 
 
 def pointwise_onnx(hw: int) -> onnx.ModelProto:
@@ -38,25 +39,10 @@ def pointwise_onnx(hw: int) -> onnx.ModelProto:
     return model
 
 
-def _relax(proto):
-    from autosearch.frontend.importer import make_static, resolve_input_shapes, to_relax
-
-    shapes = resolve_input_shapes(proto, {})
-    return to_relax(make_static(proto, shapes), shapes)
-
-
-def _amx_target():
-    """A target with AMX-BF16 whatever the host (lowering only: nothing here runs on it)."""
-    import tvm
-
-    features = cpu.features_for(["avx512f", "avx512_bf16", "amx_tile", "amx_bf16"])
-    return tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "mattr": features, "num-cores": 2})
-
-
 def _bf16_task_inputs(hw: int, target) -> list[tuple[int, ...]]:
     from autosearch.frontend.importer import extract_tasks
 
-    tasks = extract_tasks(_relax(pointwise_onnx(hw)), target, winograd="off", layout="NHWC", precision="bf16")
+    tasks = extract_tasks(relax_of(pointwise_onnx(hw)), target, winograd="off", layout="NHWC", precision="bf16")
     # (input shape, filter height: the packed weights' second axis) of each bf16 convolution, the 3x3 one first
     return sorted(((tuple(t.args[0][0]), t.args[1][0][1]) for t in tasks if "amx_bf16" in t.name),
                   key=lambda shapes: (-shapes[1], shapes[0][-1]))
@@ -66,7 +52,7 @@ def _bf16_task_inputs(hw: int, target) -> list[tuple[int, ...]]:
 def test_a_1x1_convolution_of_a_narrow_image_runs_on_whole_tile_rows(hw, rows) -> None:
     """40 wide: 1,600 pixels as 50 rows of 32; 20: 400 as 25 of 16; 13 (169 pixels, no whole tiles) and 32 (whole
     tiles already) stay. The 3x3 convolution never moves."""
-    inputs = _bf16_task_inputs(hw, _amx_target())
+    inputs = _bf16_task_inputs(hw, amx_target())
     want = (1, *rows) if rows else (1, hw, hw)
     assert inputs == [((1, hw, hw, 64), 3), ((*want, 32), 1), ((*want, 64), 1)], inputs
 
@@ -76,7 +62,7 @@ def test_the_epilogue_moves_with_the_convolution_and_other_readers_get_the_image
 
     from autosearch.frontend.lowering import lower
 
-    lowered = lower(_relax(pointwise_onnx(20)), _amx_target(), winograd="off", layout="NHWC", precision="bf16")
+    lowered = lower(relax_of(pointwise_onnx(20)), amx_target(), winograd="off", layout="NHWC", precision="bf16")
     text = lowered["main"].script()
     first = re.search(r"R\.call_tir\((?:cls\.)?(\w+), \(\w+, metadata.*?out_ty=R\.Tensor\(\((.*?)\)", text)
     assert "amx_bf16" in first.group(1) and first.group(2) == "1, 25, 16, 64", text
@@ -92,7 +78,7 @@ def test_every_choice_of_bf16_layers_lowers_to_extracted_tasks() -> None:
     from autosearch.frontend.importer import _extract, extract_tasks
     from autosearch.frontend.winograd import WinogradPolicy
 
-    relax_mod, target = _relax(pointwise_onnx(20)), _amx_target()
+    relax_mod, target = relax_of(pointwise_onnx(20)), amx_target()
     tasks = extract_tasks(relax_mod, target, winograd="off", layout="NHWC", precision="auto")
     extracted = {t.workload_key for t in tasks}
     layers = sorted({t.lowering["layer"] for t in tasks if "layer" in t.lowering})
@@ -121,7 +107,7 @@ def test_the_model_still_matches_onnxruntime(target, precision) -> None:
 
     request_permission()
     proto = pointwise_onnx(20)
-    relax_mod = _relax(proto)
+    relax_mod = relax_of(proto)
     layers = sorted({t.lowering["layer"] for t in extract_tasks(relax_mod, target, winograd="off", layout="NHWC",
                                                                 precision="auto") if "layer" in t.lowering})
     policy = WinogradPolicy.of("off", dict.fromkeys(layers, precision), precision="auto")
