@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 
 from autosearch.tensor_units.block import KEY_PATTERN, Block, Geometry, describe, parse_key
+from autosearch.tensor_units.intrinsics import register_once
 
 _SYS_ARCH_PRCTL = 158
 _ARCH_REQ_XCOMP_PERM = 0x1023
@@ -50,14 +51,7 @@ def intrin_name(mt: int, nt: int, kt: int) -> str:
 
 def register(mt: int, nt: int, kt: int) -> str:
     """Register the intrinsic of one tile shape with TVM, once per process; returns its name."""
-    from tvm.s_tir import TensorIntrin
-
-    name = intrin_name(mt, nt, kt)
-    try:
-        TensorIntrin.get(name)
-    except Exception:  # not registered yet: TVM raises when the name is unknown
-        TensorIntrin.register(name, *_intrin_funcs(mt, nt, kt))
-    return name
+    return register_once(intrin_name(mt, nt, kt), lambda: _intrin_funcs(mt, nt, kt))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,13 +89,7 @@ def register_conv(tile: ConvTile) -> str:
     tile configuration, the accumulator load and its store happen once per block rather than once per tap and
     channel slice (which dominated the narrow layers: 16 or 32 channels make one tile multiply per tap). The
     geometry (``row``, the stride, the filter) is part of the description, so each layer has its own."""
-    from tvm.s_tir import TensorIntrin
-
-    try:
-        TensorIntrin.get(tile.name)
-    except Exception:  # not registered yet: TVM raises when the name is unknown
-        TensorIntrin.register(tile.name, describe(tile.block), _conv_impl(tile))
-    return tile.name
+    return register_once(tile.name, lambda: (describe(tile.block), _conv_impl(tile)))
 
 
 def register_for(text: str) -> None:

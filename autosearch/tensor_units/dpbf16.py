@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 
 from autosearch.tensor_units.block import KEY_PATTERN, Block, describe, parse_key
+from autosearch.tensor_units.intrinsics import register_once
 
 LANES = 16  # fp32 accumulators per zmm register: the output channels of one dot product
 PACKED_ROW = 64  # bf16 values per packed weight row: 32 output channels x a pair (conv.BLOCK_N x 2)
@@ -58,14 +59,7 @@ _NAME = re.compile(r"dpbf16_conv_(\d+)x(\d+)x(\d+)_" + KEY_PATTERN)
 def register(block: Block) -> str:
     """Register the intrinsic of ``block`` (whose ``cols`` are whole 16-channel vectors) with TVM, once per
     process; returns its name."""
-    from tvm.s_tir import TensorIntrin
-
-    name = intrin_name(block)
-    try:
-        TensorIntrin.get(name)
-    except Exception:  # not registered yet: TVM raises when the name is unknown
-        TensorIntrin.register(name, describe(block), _impl(block))
-    return name
+    return register_once(intrin_name(block), lambda: (describe(block), _impl(block)))
 
 
 def register_for(text: str) -> None:

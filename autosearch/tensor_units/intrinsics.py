@@ -4,6 +4,21 @@ trace's intrinsic up by name as it replays it, and registering every intrinsic t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+
+def register_once(name: str, make: Callable[[], tuple[Any, Any]]) -> str:
+    """Register the intrinsic ``name`` with TVM unless this process has; ``make()`` gives its (description,
+    implementation) PrimFuncs, built only when needed. Returns ``name``."""
+    from tvm.s_tir import TensorIntrin
+
+    try:
+        TensorIntrin.get(name)
+    except Exception:  # not registered yet: TVM raises when the name is unknown
+        TensorIntrin.register(name, *make())
+    return name
+
 
 def register_for(text: str) -> None:
     """Register the AMX and AVX512-BF16 intrinsics ``text`` (a trace, a database file) names."""
@@ -25,4 +40,4 @@ def units_named(text: str) -> set[str]:
     return found
 
 
-__all__ = ["register_for", "units_named"]
+__all__ = ["register_for", "register_once", "units_named"]
