@@ -67,7 +67,7 @@ class TaskState:
     failures: int = 0
     best: MeasureResult | None = None
     best_trial: int = 0
-    history: list[tuple[int, float]] = field(default_factory=list)  # (task trial no., best GFLOPS so far)
+    history: list[float] = field(default_factory=list)  # the best latency after each trial (inf before an ok one)
     done: str = ""  # why the task stopped ("early stop", "exhausted", ...)
     # (config, result) of the re-times that count (autosearch.ranking.current_retimes): the timings of the current
     # finalists (this run's rounds, and an earlier run's if --resume added no trial) and every failure
@@ -108,7 +108,7 @@ class TaskState:
         improved = result.ok and result.median < self.best_latency
         if improved:
             self.best, self.best_trial = result, self.trials
-        self.history.append((self.trials, self.best_gflops))
+        self.history.append(self.best_latency)
         return improved
 
     def expected_gain(self, window: int) -> float:
@@ -119,10 +119,10 @@ class TaskState:
         """
         latency = self.best_latency if math.isfinite(self.best_latency) else (
             self.baseline.median if self.baseline is not None and self.baseline.ok else 1.0)
-        if len(self.history) > window:
-            then = self.history[-window - 1][1]
-            now = self.history[-1][1]
-            backward = (now - then) / now / window if now > 0 else 1.0 / window
+        if len(self.history) > window and math.isfinite(self.history[-1]):
+            # the latency's relative fall (1 where the window began with no working kernel): in latency, not in
+            # GFLOPS, which a task that only moves data has none of (its GFLOPS stay 0, as if always improving)
+            backward = (1.0 - self.history[-1] / self.history[-window - 1]) / window
         else:
             backward = 1.0 / max(1, window)
         forward = 1.0 / max(1, self.trials)
