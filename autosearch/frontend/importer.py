@@ -229,10 +229,14 @@ def legalize(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW",
 def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = "NCHW",
              fast_math: str = DEFAULT_FAST_MATH, precision: str = "fp32",
              precision_label: str | None = None) -> list[TuningTask]:
+    from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
     lowered = legalize(relax_mod, target, winograd=lowering_mode, layout=layout, fast_math=fast_math,
                        precision=precision)
+    # a reshape alone in its kernel becomes a view of the same memory in the build (RewriteDataflowReshape, the
+    # first of the backend's dataflow passes): no kernel runs, so there is no task to tune
+    lowered = relax.transform.RewriteDataflowReshape()(lowered)
     lowering = {"winograd": label, "layout": layout, "fast_math": fast_math,
                 "precision": precision_label or precision}
     return [task_from_module(t.dispatched[0], target, name=t.task_name, weight=int(t.weight), lowering=lowering)
