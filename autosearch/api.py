@@ -629,7 +629,8 @@ def train_model(out: str, *, logs: Sequence[str] = (), measure: bool = False, mi
     ``manifest.json``), for ``tune(cost_model=out)``. ``logs``: tuning logs or TVM databases; ``measure``: first
     measure a dataset on this machine for ``minutes`` (``out/dataset.jsonl``, gone on from when it exists:
     random configs and mutations of the best, of ``tasks_per_layout`` conv tasks of ``model`` per layout, up to
-    ``per_task`` configs each) and train on it too. ``family``: ``xgb-rank`` or ``blend`` (needs PyTorch).
+    ``per_task`` configs each, then of its other conv tasks one by one while the minutes last) and train on it
+    too. ``family``: ``xgb-rank`` or ``blend`` (needs PyTorch).
     Held-out accuracy over ``folds`` folds by task; ``exclude_tasks``: workload keys left out, e.g. to test the
     model on them. ``on_progress(label, done, total)``: measuring configs, then featurising records."""
     _prepare()
@@ -667,14 +668,15 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
         raise UserError("--tasks-per-layout and --per-task must be positive")
     make_writable_dir(out)
     target = parse_target(None)  # this machine's CPU, all its cores
-    tasks = dataset_tasks(model, target, count=tasks_per_layout)
+    tasks, more = dataset_tasks(model, target, count=tasks_per_layout)
     path = os.path.join(out, DATASET_FILE)
     say(f"measuring a dataset on this machine: {len(tasks)} conv tasks of {model} (both layouts), up to "
-        f"{per_task} configs each, {minutes:g} min -> {path}")
+        f"{per_task} configs each, then its {len(more)} other conv tasks one by one while the {minutes:g} min "
+        f"last -> {path}")
     from autosearch.measure.local import LocalRunner
 
     with LocalRunner(target=target, seed=seed) as runner:
-        measure_dataset(tasks, path, runner=runner, seconds=60 * minutes, per_task=per_task, seed=seed,
+        measure_dataset(tasks, path, runner=runner, seconds=60 * minutes, per_task=per_task, seed=seed, more=more,
                         on_progress=lambda done, total: progress("measuring configs", done, total))
     return path
 

@@ -20,32 +20,60 @@ import tempfile
 
 import numpy as np
 
-from autosearch.frontend.importer import load_onnx, resolve_input_shapes
+from autosearch.frontend.importer import load_onnx
 from autosearch.tables import markdown_table
 from experiments.lib.io import results_path, write_text
 
 
-def conv_layers(proto) -> dict[str, str]:
-    """Conv node name -> "Cin -> Cout, HxW, KxK[, stride s]" from ONNX shape inference."""
-    from onnx import shape_inference
+def _nchw(shape: list[int]) -> list[int]:
+    """A tensor shape as NCHW: ORT's blocked NCHWc shapes (N, C/b, H, W, b) folded back."""
+    return [shape[0], shape[1] * shape[4], shape[2], shape[3]] if len(shape) == 5 else list(shape)
 
-    inferred = shape_inference.infer_shapes(proto)
-    values = list(inferred.graph.value_info) + list(inferred.graph.input)
-    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in values}
-    weights = {i.name: list(i.dims) for i in inferred.graph.initializer}
-    out = {}
-    for node in inferred.graph.node:
-        if node.op_type != "Conv" or node.input[1] not in weights or node.input[0] not in shapes:
+
+def profile(proto, threads: int, runs: int) -> list[dict]:
+    """ONNX Runtime's profiler over ``runs`` passes at ``threads`` threads: its node events."""
+    import onnx
+    import onnxruntime as ort
+
+    from autosearch.frontend.importer import resolve_input_shapes
+
+    with tempfile.TemporaryDirectory(prefix="ort-profile-") as work:
+        path = os.path.join(work, "model.onnx")
+        onnx.save(proto, path)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+        opts.enable_profiling, opts.profile_file_prefix = True, os.path.join(work, "profile")
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(0)
+        feed = {k: rng.random(s, dtype=np.float32) for k, s in resolve_input_shapes(proto, {}).items()}
+        for _ in range(runs):  # the first pass (warm-up) is profiled too: ORT cannot start its profiler later
+            sess.run(None, feed)
+        with open(sess.end_profiling()) as fh:
+            return [e for e in json.load(fh) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+
+
+def conv_events(events: list[dict], runs: int) -> list[tuple[str, float]]:
+    """(``layer@KxK``, ms per pass) of each conv node in a :func:`profile` of ``runs`` passes. The layer is keyed
+    by its NCHW input and output shapes, as :func:`autosearch.frontend.winograd.layer_key` keys TVM's tasks: ORT
+    names a fused conv after the last node it absorbed (``LeakyRelu_3_out0_nchwc``), so the shapes in its event,
+    not the name, say which layer it is."""
+    from autosearch.frontend.winograd import layer_key
+
+    per_node: dict[tuple[str, str], float] = collections.defaultdict(float)
+    for e in events:
+        a = e["args"]
+        if a.get("op_name") not in ("Conv", "FusedConv", "NchwcConv"):
             continue
-        x, w = shapes[node.input[0]], weights[node.input[1]]
-        stride = next((list(a.ints) for a in node.attribute if a.name == "strides"), [1, 1])[0]
-        out[node.name] = (f"{x[1]} -> {w[0]}, {x[2]}x{x[3]}, {w[2]}x{w[3]}"
-                          + (f", stride {stride}" if stride != 1 else ""))
-    return out
+        shapes = (a["input_type_shape"][0], a["input_type_shape"][1], a["output_type_shape"][0])
+        (data,), (weight,), (result,) = (list(t.values()) for t in shapes)
+        result = _nchw(result)
+        result[1] = weight[0]  # NCHWc pads the output channels to its block (125 -> 128); the weight has them
+        key = f"{layer_key(_nchw(data), result)}@{weight[-2]}x{weight[-1]}"
+        per_node[(e["name"], key)] += e["dur"] / runs / 1e3
+    return [(key, ms) for (_, key), ms in per_node.items()]
 
 
 def main() -> int:
-    import onnx
     import onnxruntime as ort
 
     p = argparse.ArgumentParser()
@@ -54,38 +82,19 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=25)
     args = p.parse_args()
     name, proto = load_onnx(args.model)
-    shapes = resolve_input_shapes(proto, {})
-    work = tempfile.mkdtemp(prefix="ort-profile-")
-    path = os.path.join(work, "model.onnx")
-    onnx.save(proto, path)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = args.threads, 1
-    opts.enable_profiling, opts.profile_file_prefix = True, os.path.join(work, "profile")
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    feed = {k: rng.random(s, dtype=np.float32) for k, s in shapes.items()}
-    sess.run(None, feed)
-    for _ in range(args.runs):
-        sess.run(None, feed)
-    with open(sess.end_profiling()) as fh:
-        events = [e for e in json.load(fh) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-    runs = args.runs + 1
+    events = profile(proto, args.threads, args.runs)
     by_op: dict[str, float] = collections.defaultdict(float)
-    by_node: dict[str, float] = collections.defaultdict(float)
     for e in events:
-        by_op[e["args"].get("op_name", "?")] += e["dur"] / runs / 1e3
-        by_node[e["name"].replace("_kernel_time", "").replace("_out0_nchwc", "")] += e["dur"] / runs / 1e3
-    layers = conv_layers(proto)
+        by_op[e["args"].get("op_name", "?")] += e["dur"] / args.runs / 1e3
     by_layer: dict[str, list[float]] = collections.defaultdict(list)
-    for node, ms in by_node.items():
-        if node in layers:
-            by_layer[layers[node]].append(ms)
+    for key, ms in conv_events(events, args.runs):
+        by_layer[key].append(ms)
     ops = [[op, f"{ms:.2f}"] for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1])]
-    convs = [[layer, len(times), f"{float(np.median(times)):.3f}", f"{sum(times):.3f}"]
+    convs = [[layer.replace("->", " -> "), len(times), f"{float(np.median(times)):.3f}", f"{sum(times):.3f}"]
              for layer, times in sorted(by_layer.items(), key=lambda kv: -sum(kv[1]))]
     lines = [f"# ONNX Runtime {ort.__version__} profile of {name}, {args.threads} threads, {args.runs} runs", "",
              markdown_table(["operator", "ms per pass"], ops), "",
-             markdown_table(["conv layer (NCHW)", "count", "ms each (median)", "ms total"], convs)]
+             markdown_table(["conv layer (NCHW in -> out @ kernel)", "count", "ms each (median)", "ms total"], convs)]
     out = write_text(results_path(f"ort_profile-{name}.md"), "\n".join(lines) + "\n")
     sys.stdout.write("\n".join(lines) + f"\n\nwritten: {out}\n")
     return 0

@@ -6,6 +6,10 @@ a time-limited ``run --minutes`` on a bigger model) come from here, not from com
     python -m experiments.user_path                                  # README's first command, then report
     python -m experiments.user_path --model yolov8n --minutes 15 --seed 1
 
+A CPU without one of this machine's units can be stood in for: ``--target`` (run and report) builds for fewer
+features, e.g. AVX512-BF16 without AMX as on AMD Zen 4, and ``--onednn-max-isa`` caps OpenVINO's oneDNN kernels
+alike (``ONEDNN_MAX_CPU_ISA``, e.g. ``AVX512_CORE_BF16``) for the report, so both sides run the same units.
+
 Each step is the CLI in a fresh process, as a user would type it (``--log`` and ``--out`` point into the
 results; the feature cache starts empty unless ``--keep-cache``: a new user has none). Writes
 ``experiments/results/user-MODEL-TAG/``: ``run.txt`` (run's output), ``log.jsonl``, ``db/``, ``report.md`` and
@@ -65,6 +69,9 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=10, help="report --rounds")
     p.add_argument("--runs", type=int, default=100, help="report --runs")
     p.add_argument("--keep-cache", action="store_true", help="use the user's feature cache instead of an empty one")
+    p.add_argument("--target", help="run and report --target (a JSON dict: fewer features than the host's)")
+    p.add_argument("--onednn-max-isa", help="report with ONEDNN_MAX_CPU_ISA set: OpenVINO's oneDNN kernels capped "
+                   "at that ISA (e.g. AVX512_CORE_BF16: no AMX)")
     p.add_argument("run_args", nargs="*", help="more arguments for run (after --)")
     args = p.parse_args()
 
@@ -78,6 +85,8 @@ def main() -> int:
     summary_path = os.path.join(work, "summary.json")
     summary = read_json(summary_path) if os.path.exists(summary_path) else {}
     summary.setdefault("cpu", f"{cpu_model()}, {os.cpu_count()} vCPU")
+    if args.target or args.onednn_max_isa:
+        summary.setdefault("stand_in", {"target": args.target, "onednn_max_cpu_isa": args.onednn_max_isa})
     env = dict(os.environ)
     if not args.keep_cache:
         env["AUTOSEARCH_CACHE"] = os.path.join(work, "cache")
@@ -92,6 +101,7 @@ def main() -> int:
                             ("--seed", args.seed)):
             if value is not None:
                 run += [flag, str(value)]
+        run += ["--target", args.target] if args.target else []
         run += args.run_args
         print(f"[run] python -m autosearch {' '.join(run)}", flush=True)
         code, secs = _cli(run, os.path.join(work, "run.txt"), env)
@@ -112,8 +122,10 @@ def main() -> int:
         report = ["report", "--model", model, "--db", _rel(db), "--log", _rel(log), "--rounds", str(args.rounds),
                   "--runs", str(args.runs), "--untuned-runs", "1", "--markdown", _rel(markdown),
                   "--plot", _rel(os.path.join(work, "report.png"))]
+        report += ["--target", args.target] if args.target else []
+        report_env = {**env, "ONEDNN_MAX_CPU_ISA": args.onednn_max_isa} if args.onednn_max_isa else env
         print(f"[report] python -m autosearch {' '.join(report)}", flush=True)
-        code, secs = _cli(report, os.path.join(work, "report.txt"), env)
+        code, secs = _cli(report, os.path.join(work, "report.txt"), report_env)
         if code != 0:
             raise SystemExit(f"report failed (exit code {code}): see {work}/report.txt")
         with open(markdown) as fh:

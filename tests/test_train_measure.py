@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from tests.conftest import run_cli, small_conv_onnx
+from tests.conftest import run_cli, small_conv_onnx, two_wide_convs_onnx
 
 
 def _trials(path: str) -> dict[str, list[dict]]:
@@ -52,6 +52,52 @@ def test_measure_train_continue_and_guide_a_run(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     header = json.loads(open(log).readline())["run"]
     assert header["cost_model"] == out and out in header["guided_by"]
+
+
+def test_every_prefix_of_the_joining_order_spreads_over_flops() -> None:
+    from types import SimpleNamespace
+
+    from autosearch.search.dataset import spread_order
+
+    tasks = [SimpleNamespace(flops=float(f)) for f in (5, 1, 9, 3, 7, 2, 8, 4, 6)]
+    order = [t.flops for t in spread_order(tasks)]
+    assert sorted(order) == sorted(t.flops for t in tasks)  # each task once
+    assert order[:3] == [1, 9, 5]  # the cheapest, the costliest, the middle
+    assert set(order[3:5]) == {3, 7}  # then the quarters
+
+
+def _task_order(path: str) -> list[str]:
+    return [json.loads(line)["task"]["workload_key"] for line in open(path) if '"kind":"task"' in line]
+
+
+def test_the_other_tasks_join_once_the_first_are_done_and_resume_in_order(tmp_path) -> None:
+    """Tasks done before the minutes are: the model's other conv tasks join one by one, so the budget buys records
+    instead of ending early; the same command again takes them back in the same order, measuring none twice."""
+    model = str(tmp_path / "two.onnx")
+    two_wide_convs_onnx(model)
+    out = str(tmp_path / "mine")
+    args = ("train-model", "--measure", "--model", model, "--tasks-per-layout", "1", "--out", out, "--folds", "2",
+            "--minutes", "5")
+    proc = run_cli(*args, "--per-task", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dataset = os.path.join(out, "dataset.jsonl")
+    first, order = _trials(dataset), _task_order(dataset)
+    header = json.loads(open(dataset).readline())["run"]
+    # one task per layout from the start, then the other conv tasks of both layers (direct NHWC, direct and
+    # Winograd NCHW) joined; each measured to the cap
+    assert header["tasks"] == 2 and header["more_tasks"] >= 3
+    assert len(first) == 2 + header["more_tasks"] and all(len(t) == 2 for t in first.values())
+    assert f"then its {header['more_tasks']} other conv tasks one by one" in proc.stdout + proc.stderr
+
+    proc = run_cli(*args, "--per-task", "3", "--force")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    second = _trials(dataset)
+    assert _task_order(dataset) == order  # no task header written twice: every task taken back, in order
+    assert set(second) == set(first) and all(len(t) == 3 for t in second.values())
+    for key, trials in second.items():
+        assert trials[:2] == first[key]
+        configs = [json.dumps(t["config"], sort_keys=True) for t in trials]
+        assert len(set(configs)) == len(configs)
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -6,9 +6,10 @@ visits late in a run). Each trial is measured by the real pipeline (import, Deci
 with its applied trace, so ``train-model`` featurises it like any tuning log.
 
 :func:`measure_dataset` spreads a time budget over its tasks round-robin, a batch per task at a time, so a short
-budget still covers every task; it resumes a log an interrupted call wrote (nothing is measured twice: the
-configs logged, requested and effective, are not proposed again). ``experiments/make_dataset.py`` (the study
-datasets) measures task by task with the same :class:`TaskSampler`.
+budget still covers every task; when those are done before the budget is, more tasks join one at a time, so the
+minutes a user gives buy records rather than end early. It resumes a log an interrupted call wrote (nothing is
+measured twice: the configs logged, requested and effective, are not proposed again).
+``experiments/make_dataset.py`` (the study datasets) measures task by task with the same :class:`TaskSampler`.
 """
 
 from __future__ import annotations
@@ -119,25 +120,48 @@ def spread(tasks: Sequence, count: int) -> list:
     return [ordered[i] for i in dict.fromkeys(picks.tolist())]
 
 
-def dataset_tasks(model: str, target, *, count: int) -> list:
-    """The conv tasks a dataset for ``model`` measures: ``count`` spread over FLOPs from each of its fp32 lowerings
-    (NCHW direct and Winograd, NHWC), the tasks a tuning run of it guides; one task per workload."""
+def spread_order(tasks: Sequence) -> list:
+    """All of ``tasks``, ordered so that every prefix spreads over their FLOPs: the cheapest and the costliest,
+    then the middle, then the quarters, and so on (bisection order over the FLOPs ranking)."""
+    ordered = sorted(tasks, key=lambda t: t.flops)
+    n = len(ordered)
+    if n <= 2:
+        return ordered
+    out, seen, parts = [], set(), 1
+    while len(out) < n:
+        for k in range(parts + 1):
+            i = round(k * (n - 1) / parts)
+            if i not in seen:
+                seen.add(i)
+                out.append(ordered[i])
+        parts *= 2
+    return out
+
+
+def dataset_tasks(model: str, target, *, count: int) -> tuple[list, list]:
+    """The conv tasks a dataset for ``model`` measures, from each of its fp32 lowerings (NCHW direct and Winograd,
+    NHWC), the tasks a tuning run of it guides; one task per workload: (``count`` per layout spread over FLOPs,
+    measured from the start; the rest, in :func:`spread_order`, to join while the budget lasts)."""
     from autosearch.frontend.importer import import_model
 
-    found: dict[str, object] = {}
+    first: dict[str, object] = {}
+    rest: dict[str, object] = {}
     for layout in ("NCHW", "NHWC"):
         convs = [t for t in import_model(model, target, layout=layout).tasks if "conv2d" in t.name]
         for task in spread(convs, count):
-            found.setdefault(task.workload_key, task)
-    return list(found.values())
+            first.setdefault(task.workload_key, task)
+        for task in spread_order(convs):
+            rest.setdefault(task.workload_key, task)
+    return list(first.values()), [t for key, t in rest.items() if key not in first]
 
 
 def measure_dataset(tasks: Sequence, out_path: str, *, runner, seconds: float, per_task: int, batch: int = 8,
-                    seed: int = 0, on_progress: Callable[[int, int], None] | None = None) -> int:
+                    seed: int = 0, more: Sequence = (), on_progress: Callable[[int, int], None] | None = None) -> int:
     """Measure ``tasks`` round-robin, a batch each in turn, for ``seconds`` or until each has ``per_task`` trials,
-    into the log ``out_path`` (continued when it exists); returns the trials logged now. ``runner``: a runner of
-    :mod:`autosearch.measure` for the tasks' target (the caller opens and closes it, as for the tuner).
-    ``on_progress(trials in the log, trials wanted)`` after each batch."""
+    into the log ``out_path`` (continued when it exists); returns the trials logged now. When every task is done
+    and time is left, the tasks of ``more`` join in order, one each time the ones measuring are all done.
+    ``runner``: a runner of :mod:`autosearch.measure` for the tasks' target (the caller opens and closes it, as
+    for the tuner). ``on_progress(trials in the log, trials wanted of the tasks measuring)`` after each batch."""
     import os
 
     from autosearch.records import read_log
@@ -149,26 +173,39 @@ def measure_dataset(tasks: Sequence, out_path: str, *, runner, seconds: float, p
             logged.setdefault(rec.task_key, []).append(rec)
     deadline = time.monotonic() + seconds
     total = 0
+    waiting = list(more)
     with TuningLog(out_path, resume=resume) as tuning_log:
-        tuning_log.write_run({"dataset": "train-model --measure", "tasks": len(tasks), "per_task": per_task,
-                              "seconds": seconds, "seed": seed, "resumed": resume})
-        samplers = []
-        for i, task in enumerate(tasks):
-            if time.monotonic() >= deadline:
-                break
+        tuning_log.write_run({"dataset": "train-model --measure", "tasks": len(tasks), "more_tasks": len(waiting),
+                              "per_task": per_task, "seconds": seconds, "seed": seed, "resumed": resume})
+        samplers: list[TaskSampler] = []
+
+        def join(task) -> None:
             previous = logged.get(task.workload_key, [])
             samplers.append(TaskSampler(task, runner, tuning_log, per_task=per_task, logged=previous,
-                                        rng=np.random.default_rng([seed, i, len(previous)])))
-        wanted = per_task * len(tasks)
-        while time.monotonic() < deadline and any(not s.finished for s in samplers):
+                                        rng=np.random.default_rng([seed, len(samplers), len(previous)])))
+
+        for task in tasks:
+            if time.monotonic() >= deadline:
+                break
+            join(task)
+        # a resumed call first takes back the extra tasks an earlier call had begun, in the same order
+        while waiting and waiting[0].workload_key in logged and time.monotonic() < deadline:
+            join(waiting.pop(0))
+        while time.monotonic() < deadline:
+            if all(s.finished for s in samplers):
+                if not waiting:
+                    break
+                join(waiting.pop(0))
+                continue
             for sampler in samplers:
                 if sampler.finished or time.monotonic() >= deadline:
                     continue
                 total += sampler.step(batch)
                 if on_progress is not None:
-                    on_progress(sum(s.done for s in samplers), wanted)
+                    on_progress(sum(s.done for s in samplers), per_task * len(samplers))
     log.info("dataset %s: %d trials logged now", out_path, total)
     return total
 
 
-__all__ = ["DATASET_FILE", "RANDOM_FRACTION", "TaskSampler", "dataset_tasks", "measure_dataset", "propose", "spread"]
+__all__ = ["DATASET_FILE", "RANDOM_FRACTION", "TaskSampler", "dataset_tasks", "measure_dataset", "propose", "spread",
+           "spread_order"]

@@ -1,0 +1,285 @@
+"""Where a tuned fp32 model loses to ONNX Runtime, layer by layer: kernel quality or budget.
+
+For each convolution of a model tuned by ``run`` (its log), side by side on this machine:
+
+- **ONNX Runtime**: the layer's time under its own profiler (its MLAS kernels, NCHWc, activation fused);
+- **tuned**: the run's best for the layer (weight x best latency; the layout ``export`` would keep), and the
+  trials it got;
+- **longer search** (``--long-trials N``): the same task searched alone for N trials (Optuna TPE guided by the
+  shipped model): what the design space holds when the budget is not the limit;
+- **MetaSchedule** (``--ms-trials N``): TVM's own tuner on the same task, same evaluator, N trials;
+- each as GFLOPS and as a fraction of this machine's fp32 peak, measured as the GFLOPS of a large sgemm (NumPy's
+  BLAS on the same threads).
+
+Tuned against longer search separates the budget (the run gave the layer too few trials) from kernel quality (the
+space holds nothing faster); longer search against ONNX Runtime is what the space itself lacks::
+
+    python -m experiments.fp32_gap --model tiny-yolov2 --log LOG --long-trials 160 --ms-trials 64 \\
+        --out fp32-gap-tiny-yolov2
+
+Writes ``experiments/results/OUT.md`` (table, the CPU named), ``OUT.png`` and ``OUT.json``, the state it resumes
+from: each layer's searches are kept as they finish, so an interrupted run repeats none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+
+from autosearch.tables import fmt, markdown_table
+from experiments.lib.io import read_json, results_path, write_json, write_text
+
+
+def sgemm_gflops(threads: int, sizes: tuple[int, ...] = (2048, 4096), repeats: int = 5) -> float:
+    """The best GFLOPS of a square fp32 matrix product through NumPy's BLAS on ``threads`` threads: the machine's
+    attainable fp32 peak, the yardstick of every layer's GFLOPS."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    best = 0.0
+    rng = np.random.default_rng(0)
+    with threadpool_limits(threads):
+        for n in sizes:
+            a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+            a @ b
+            for _ in range(repeats):
+                start = time.perf_counter()
+                a @ b
+                best = max(best, 2 * n**3 / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def ort_conv_layers(proto, threads: int, runs: int) -> dict[str, float]:
+    """ONNX Runtime's time per pass for each conv layer, keyed as :func:`layer_name` keys TVM's tasks (a layer
+    that occurs several times: the sum over its nodes)."""
+    from experiments.ort_profile import conv_events, profile
+
+    out: dict[str, float] = collections.defaultdict(float)
+    for key, ms in conv_events(profile(proto, threads, runs), runs):
+        out[key] += ms
+    return dict(out)
+
+
+def ort_time(ort: dict[str, float], layer: str) -> float:
+    """ONNX Runtime's ms for a TVM layer key; NCHWc pads output channels to its block (125 -> 128), so a layer
+    it padded matches the ORT layer of the same input, kernel and image with up to 15 more output channels."""
+    if layer in ort:
+        return ort[layer]
+    shapes, _, kernel = layer.partition("@")
+    data, _, out = shapes.partition("->")
+    n, c, h, w = (int(d) for d in out.split("x"))
+    for padded in range(c + 1, c + 16):
+        key = f"{data}->{n}x{padded}x{h}x{w}@{kernel}"
+        if key in ort:
+            return ort[key]
+    return math.nan
+
+
+def layer_name(header: dict) -> tuple[str, str, str] | None:
+    """(``layer@KxK``, algorithm, layout) of a conv task from its log header; None for other tasks."""
+    from types import SimpleNamespace
+
+    from experiments.lib.tasks import conv_signature
+
+    layouts = (header.get("lowering") or {}).get("layouts") or ["NCHW"]
+    if len(layouts) != 1:
+        return None
+    task = SimpleNamespace(name=header["name"], args=header["args"])
+    signature = conv_signature(task, layouts[0])
+    if signature is None:
+        return None
+    layer, kernel, algorithm = signature
+    return f"{layer}@{kernel}", algorithm, layouts[0]
+
+
+def tuned_layers(log_path: str) -> tuple[str, dict[str, dict]]:
+    """The layout ``export`` keeps (the lower sum of weight x best latency) and, per conv layer of it, the faster
+    algorithm's ms, trials and GFLOP."""
+    from autosearch.records import read_log
+
+    contents = read_log(log_path)
+    per: dict[str, dict[str, dict]] = collections.defaultdict(dict)  # layout -> layer -> entry
+    for key, header in contents.tasks.items():
+        named = layer_name(header)
+        best = contents.best(key)
+        if named is None or best is None:
+            continue
+        layer, algorithm, layout = named
+        weight = int(header.get("weight", 1))
+        entry = {"ms": best.latency * weight * 1e3, "trials": len(contents.trials(key)), "algorithm": algorithm,
+                 "gflop": header["flops"] * weight / 1e9, "name": header["name"]}
+        old = per[layout].get(layer)
+        if old is None or entry["ms"] < old["ms"]:
+            if algorithm == "winograd" and old is not None:
+                entry["gflop"] = old["gflop"]  # the direct layer's FLOPs: GFLOPS compare like for like
+            per[layout][layer] = entry
+        elif old["algorithm"] == "winograd" and algorithm == "direct":
+            old["gflop"] = entry["gflop"]
+    layout = min(per, key=lambda lay: sum(e["ms"] for e in per[lay].values()))
+    return layout, dict(per[layout])
+
+
+def _task(model: str, layout: str, layer: str, fast_math: str, threads: int):
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import host_target
+    from experiments.lib.tasks import pick_task
+
+    target = host_target(threads)
+    tasks = import_model(model, target, layout=layout, fast_math=fast_math, precision="fp32").tasks
+    return pick_task(tasks, f"{layer}/direct", layout=layout), target
+
+
+def _long_search(model: str, layout: str, layer: str, fast_math: str, threads: int, trials: int,
+                 seed: int) -> dict:
+    from autosearch.api import resolve_guidance
+    from experiments.lib.tuning import run_autosearch
+
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    task, target = _task(model, layout, layer, fast_math, threads)
+    guidance, _ = resolve_guidance("auto", target, "optuna", seed=seed)  # as run's default
+    run = run_autosearch(task, target, "optuna", trials, 16, seed, cost_model=guidance)
+    valid = [r.latency for r in run.records if r.ok]
+    return {"ms": min(valid) * task.weight * 1e3 if valid else math.inf, "trials": len(run.records),
+            "wall_secs": run.wall_secs}
+
+
+def _metaschedule(model: str, layout: str, layer: str, fast_math: str, threads: int, trials: int,
+                  seed: int) -> dict:
+    from experiments.lib.metaschedule import tune_tir
+
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    task, target = _task(model, layout, layer, fast_math, threads)
+    with tempfile.TemporaryDirectory(prefix="fp32-gap-ms-") as work:
+        run = tune_tir(task.mod, target, work, trials, seed=seed)
+    return {"ms": run.best_secs * task.weight * 1e3, "trials": run.trials, "wall_secs": run.wall_secs}
+
+
+def _in_fresh_process(fn, *args) -> dict:
+    """One search per spawned process: TVM's thread pools and MetaSchedule's workers end with it."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
+def table(state: dict) -> str:
+    peak = state["sgemm_gflops"]
+    rows, totals = [], collections.defaultdict(float)
+    layers = sorted(state["tuned"], key=lambda k: -state["tuned"][k]["ms"])
+    for layer in layers:
+        tuned = state["tuned"][layer]
+        ort = ort_time(state["ort"], layer)
+        long_ = state["long"].get(layer, {})
+        ms_ = state["metaschedule"].get(layer, {})
+        gflop = tuned["gflop"]
+        best = min(tuned["ms"], long_.get("ms", math.inf))
+        for name, value in (("ort", ort), ("tuned", tuned["ms"]), ("long", long_.get("ms", math.nan)),
+                            ("metaschedule", ms_.get("ms", math.nan)), ("best", best)):
+            totals[name] += value
+        winograd = ", winograd" if tuned["algorithm"] == "winograd" else ""
+        rows.append([layer.replace("->", " -> "), fmt(gflop, 3), fmt(ort, 3),
+                     f"{fmt(tuned['ms'], 3)} ({tuned['trials']}{winograd})",
+                     f"{fmt(long_['ms'], 3)} ({long_['trials']})" if long_ else "-",
+                     f"{fmt(ms_['ms'], 3)} ({ms_['trials']})" if ms_ else "-",
+                     f"{100 * gflop / ort * 1e3 / peak:.0f}%" if math.isfinite(ort) else "-",
+                     f"{100 * gflop / tuned['ms'] * 1e3 / peak:.0f}%",
+                     f"{100 * gflop / best * 1e3 / peak:.0f}%",
+                     fmt(tuned["ms"] / ort, 2) + "x" if math.isfinite(ort) else "-",
+                     fmt(best / ort, 2) + "x" if math.isfinite(ort) else "-"])
+    rows.append(["**all conv layers**", fmt(sum(state["tuned"][k]["gflop"] for k in layers), 3),
+                 fmt(totals["ort"], 3), fmt(totals["tuned"], 3),
+                 fmt(totals["long"], 3) if state["long"] else "-",
+                 fmt(totals["metaschedule"], 3) if state["metaschedule"] else "-", "", "", "",
+                 fmt(totals["tuned"] / totals["ort"], 2) + "x", fmt(totals["best"] / totals["ort"], 2) + "x"])
+    return markdown_table(["layer (NCHW) @ kernel", "GFLOP", "ONNX Runtime ms", "tuned ms (trials)",
+                           "longer search ms (trials)", "MetaSchedule ms (trials)", "ORT % of peak",
+                           "tuned % of peak", "best % of peak", "tuned / ORT", "best / ORT"], rows,
+                          align="lrrrrrrrrrr")
+
+
+def plot(state: dict, path: str, title: str) -> None:
+    import numpy as np
+
+    from autosearch.plots import figure, save
+
+    layers = sorted(state["tuned"], key=lambda k: -state["tuned"][k]["ms"])
+    series = {"ONNX Runtime": [ort_time(state["ort"], k) for k in layers],
+              "tuned (the run)": [state["tuned"][k]["ms"] for k in layers],
+              "longer search": [state["long"].get(k, {}).get("ms", math.nan) for k in layers],
+              "MetaSchedule": [state["metaschedule"].get(k, {}).get("ms", math.nan) for k in layers]}
+    series = {k: v for k, v in series.items() if any(math.isfinite(x) for x in v)}
+    fig, axes = figure(size=(10, 0.5 * len(layers) + 2), grid="x")
+    ax = axes[0][0]
+    y = np.arange(len(layers))
+    height = 0.8 / len(series)
+    for i, (label, values) in enumerate(series.items()):
+        ax.barh(y + i * height, values, height=height, label=label)
+    ax.set_yticks(y + 0.4 - height / 2, [k.replace("->", " -> ") for k in layers], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per pass")
+    ax.legend()
+    ax.set_title(title, fontsize=9)
+    save(fig, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="built-in model or .onnx (the one the log tuned)")
+    p.add_argument("--log", required=True, help="the run's tuning log (fp32)")
+    p.add_argument("--out", required=True, help="results name: experiments/results/OUT.md, .png and .json")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--runs", type=int, default=25, help="ONNX Runtime's profiled passes")
+    p.add_argument("--long-trials", type=int, default=0, help="a longer search of each layer alone (0: none)")
+    p.add_argument("--ms-trials", type=int, default=0, help="MetaSchedule on each layer (0: none)")
+    p.add_argument("--layers", type=int, default=0, help="only the N slowest layers as tuned get the searches")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    from autosearch.frontend.importer import load_onnx
+    from autosearch.frontend.target import cpu_model
+    from autosearch.records import read_log
+
+    state_path = results_path(f"{args.out}.json")
+    state = read_json(state_path) if os.path.exists(state_path) else {}
+    if state.get("log") not in (None, args.log) or state.get("model") not in (None, args.model):
+        p.error(f"{state_path} holds another model or log: choose another --out")
+    state.update(model=args.model, log=args.log, cpu=cpu_model(), threads=args.threads)
+    state.setdefault("long", {})
+    state.setdefault("metaschedule", {})
+    if "sgemm_gflops" not in state:
+        print("sgemm peak ...", file=sys.stderr, flush=True)
+        state["sgemm_gflops"] = sgemm_gflops(args.threads)
+        write_json(state_path, state)
+    if "ort" not in state:
+        print("ONNX Runtime's profile ...", file=sys.stderr, flush=True)
+        state["ort"] = ort_conv_layers(load_onnx(args.model)[1], args.threads, args.runs)
+        write_json(state_path, state)
+    state["layout"], state["tuned"] = tuned_layers(args.log)
+    write_json(state_path, state)
+    fast_math = next(iter(read_log(args.log).tasks.values()))["lowering"].get("fast_math", "on")
+    order = sorted(state["tuned"], key=lambda k: -state["tuned"][k]["ms"])
+    order = order[: args.layers] if args.layers else order
+    for kind, trials, fn in (("long", args.long_trials, _long_search), ("metaschedule", args.ms_trials, _metaschedule)):
+        for i, layer in enumerate(order if trials else []):
+            if state[kind].get(layer, {}).get("trials", 0) >= trials:
+                continue
+            print(f"{kind} {i + 1}/{len(order)}: {layer}, {trials} trials ...", file=sys.stderr, flush=True)
+            state[kind][layer] = _in_fresh_process(fn, args.model, state["layout"], layer, fast_math, args.threads,
+                                                   trials, args.seed)
+            write_json(state_path, state)
+    title = (f"{args.model}, fp32, {state['layout']}: conv layers against ONNX Runtime, {args.threads} threads "
+             f"({state['cpu']}; sgemm peak {state['sgemm_gflops']:.0f} GFLOPS)")
+    text = "\n".join([f"**{title}**; log `{args.log}`. ms per pass; trials in brackets; % of peak: the layer's "
+                      "GFLOPS over the sgemm's; best: the faster of tuned and longer search.", "", table(state), ""])
+    write_text(results_path(f"{args.out}.md"), text)
+    plot(state, results_path(f"{args.out}.png"), title)
+    sys.stdout.write(text + "\n" + json.dumps({"written": results_path(f"{args.out}.md")}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
