@@ -7,6 +7,7 @@ The Python API (:mod:`autosearch.api`), what the CLI's commands do::
     run = autosearch.tune("tiny-yolov2", strategy="optuna", trials=64, log="runs/tiny.jsonl")
     autosearch.export(run.log, "tiny-db")
     autosearch.compile("tiny-yolov2", "tiny-db", "tiny.so")
+    model = autosearch.load_model("tiny.so", threads=2)  # model(tvm.runtime.tensor(x)) runs a forward pass
     print(autosearch.report("tiny-yolov2", "tiny-db", log=run.log).median_ms)
 
 The names are imported on first use, so ``import autosearch`` imports neither TVM nor the API's module.
@@ -24,7 +25,7 @@ _API = {
     "compile": "autosearch.api", "report": "autosearch.api", "compare_models": "autosearch.api",
     "train_model": "autosearch.api", "MeasureOptions": "autosearch.api", "TaskResult": "autosearch.api",
     "TunePlanned": "autosearch.api", "TuneResult": "autosearch.api", "TuneStarted": "autosearch.api",
-    "UserError": "autosearch.errors",
+    "load_model": "autosearch.deploy.artifact", "UserError": "autosearch.errors",
 }
 
 __all__ = ["__version__", *_API]

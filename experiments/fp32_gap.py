@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join([f"**{title}**; log `{args.log}`. ms per pass; trials in brackets; % of peak: the layer's "
                       "GFLOPS over the sgemm's; best: the faster of tuned and longer search.", "", table(state), ""])
     write_text(results_path(f"{args.out}.md"), text)
-    plot(state, results_path(f"{args.out}.png"), title)
+    plot(state, results_path(f"{args.out}.png"), title.replace(" (", "\n(", 1))
     sys.stdout.write(text + "\n" + json.dumps({"written": results_path(f"{args.out}.md")}) + "\n")
     return 0
 

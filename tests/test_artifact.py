@@ -69,6 +69,7 @@ def test_a_tuned_build_reads_the_weights_its_kernels_read_when_they_were_in_the_
     from autosearch.deploy.build import compile_model
     from autosearch.frontend.importer import import_model
     from autosearch.frontend.lowering import build_module, tuned_module, winograd_policy
+    from autosearch.frontend.target import host_cores
 
     path = str(tmp_path / "wide.onnx")
     proto = wide_conv_onnx(path, channels=64, hw=16)
@@ -97,7 +98,10 @@ def test_a_tuned_build_reads_the_weights_its_kernels_read_when_they_were_in_the_
     old = str(tmp_path / "bound.so")
     build_module(bound, target).export_library(old)
     x = np.random.default_rng(1).uniform(0, 1, (1, 64, 16, 16)).astype("float32")
-    got = load_model(compiled.path)(tvm.runtime.tensor(x)).numpy()
+    got = load_model(compiled.path, threads=1)(tvm.runtime.tensor(x)).numpy()
+    assert tvm.runtime.num_threads() == 1  # the runtime's pool, as asked
+    load_model(compiled.path, threads=host_cores())
+    assert tvm.runtime.num_threads() == host_cores()
     before = relax.VirtualMachine(tvm.runtime.load_module(old), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     assert np.array_equal(got, before)
     [expected] = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
@@ -126,6 +130,9 @@ def test_a_missing_or_foreign_weights_file_is_one_line(target, tmp_path):
         load_model(first.path)
     with pytest.raises(UserError, match="would overwrite its own weights file"):
         weights_path(str(tmp_path / "model.params"))
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(UserError, match="threads must be a positive integer"):
+            load_model(second.path, threads=bad)
 
 
 def test_a_model_input_named_like_a_weight_is_still_an_input(target, tmp_path):

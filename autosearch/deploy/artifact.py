@@ -36,6 +36,9 @@ from autosearch.errors import UserError
 
 WEIGHT_PREFIX = "weight_"  # main's weight parameters and the weights file's keys: weight_0, weight_1, ...
 WEIGHTS_SUFFIX = ".params"
+# TVM's thread-pool affinity mode "big cores" (ThreadGroup::kBig), its own default: on a CPU whose cores are alike,
+# every core
+THREADPOOL_ALL_CORES = 1
 
 
 def weights_path(library: str) -> str:
@@ -139,14 +142,24 @@ class LoadedModel:
         return times
 
 
-def load_model(library: str) -> LoadedModel:
+def load_model(library: str, *, threads: int | None = None) -> LoadedModel:
     """Load a compiled model on the CPU: the library, then its weights file (each weight read once, into its own
-    tensor); a one-line error when the weights file is missing or belongs to another build."""
+    tensor); a one-line error when the weights file is missing or belongs to another build.
+
+    ``threads``: the threads TVM's runtime runs kernels on; by default ``TVM_NUM_THREADS`` where it is set, else
+    every core this process may run on. Left to itself, TVM's runtime takes half the logical CPUs on x86 (it
+    assumes two hardware threads per core): one thread on a 2-vCPU VM, half the speed ``report`` measures. TVM
+    has one thread pool per process, so this sets it for every model the process runs, as the variable does."""
     import tvm
     from tvm import relax
 
+    from autosearch.frontend.target import host_cores
     from autosearch.tensor_units.amx import request_permission
 
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise UserError(f"threads must be a positive integer, not {threads!r}")
+    if threads is not None or not os.environ.get("TVM_NUM_THREADS"):
+        tvm.get_global_func("runtime.config_threadpool")(THREADPOOL_ALL_CORES, threads or host_cores())
     request_permission()  # a model with bf16 layers runs AMX tile instructions: Linux grants them on request
     vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
     arity = vm.module["get_function_arity"]("main")
