@@ -161,7 +161,8 @@ def measure_dataset(tasks: Sequence, out_path: str, *, runner, seconds: float, p
     into the log ``out_path`` (continued when it exists); returns the trials logged now. When every task is done
     and time is left, the tasks of ``more`` join in order, one each time the ones measuring are all done.
     ``runner``: a runner of :mod:`autosearch.measure` for the tasks' target (the caller opens and closes it, as
-    for the tuner). ``on_progress(trials in the log, trials wanted of the tasks measuring)`` after each batch."""
+    for the tuner). ``on_progress(trials in the log, trials of every task of ``tasks`` and ``more``)`` after each
+    batch."""
     import os
 
     from autosearch.records import read_log
@@ -174,6 +175,7 @@ def measure_dataset(tasks: Sequence, out_path: str, *, runner, seconds: float, p
     deadline = time.monotonic() + seconds
     total = 0
     waiting = list(more)
+    wanted = per_task * (len(tasks) + len(waiting))  # every task's configs: what the minutes may or may not reach
     with TuningLog(out_path, resume=resume) as tuning_log:
         tuning_log.write_run({"dataset": "train-model --measure", "tasks": len(tasks), "more_tasks": len(waiting),
                               "per_task": per_task, "seconds": seconds, "seed": seed, "resumed": resume})
@@ -202,7 +204,7 @@ def measure_dataset(tasks: Sequence, out_path: str, *, runner, seconds: float, p
                     continue
                 total += sampler.step(batch)
                 if on_progress is not None:
-                    on_progress(sum(s.done for s in samplers), per_task * len(samplers))
+                    on_progress(sum(s.done for s in samplers), wanted)
     log.info("dataset %s: %d trials logged now", out_path, total)
     return total
 
