@@ -83,47 +83,48 @@ def ort_time(ort: dict[str, float], layer: str) -> float:
 
 
 def layer_name(header: dict) -> tuple[str, str, str] | None:
-    """(``layer@KxK``, algorithm, layout) of a conv task from its log header; None for other tasks."""
+    """(``layer@KxK``, algorithm, layout) of a conv task from its log header; None for other tasks and for tasks
+    both layouts of a ``--layout auto`` run share."""
     from types import SimpleNamespace
 
+    from autosearch.frontend.alternatives import task_layouts
     from experiments.lib.tasks import conv_signature
 
-    layouts = (header.get("lowering") or {}).get("layouts") or ["NCHW"]
+    layouts = task_layouts(header.get("lowering") or {})
     if len(layouts) != 1:
         return None
-    task = SimpleNamespace(name=header["name"], args=header["args"])
-    signature = conv_signature(task, layouts[0])
+    signature = conv_signature(SimpleNamespace(name=header["name"], args=header["args"]), layouts[0])
     if signature is None:
         return None
     layer, kernel, algorithm = signature
     return f"{layer}@{kernel}", algorithm, layouts[0]
 
 
-def tuned_layers(log_path: str) -> tuple[str, dict[str, dict]]:
-    """The layout ``export`` keeps (the lower sum of weight x best latency) and, per conv layer of it, the faster
-    algorithm's ms, trials and GFLOP."""
-    from autosearch.records import read_log
+def tuned_layers(contents) -> tuple[dict, dict[str, dict]]:
+    """How ``export`` lowers the log (:func:`autosearch.deploy.database.lowering_of`: the layout it keeps, the fast
+    math) and, per conv layer of that layout, its faster algorithm's ms, trials and GFLOP (the direct
+    convolution's FLOPs, so that GFLOPS compare like for like when Winograd is faster)."""
+    from autosearch.deploy.database import lowering_of
 
-    contents = read_log(log_path)
-    per: dict[str, dict[str, dict]] = collections.defaultdict(dict)  # layout -> layer -> entry
+    lowering = lowering_of(contents)
+    if not lowering:
+        raise SystemExit(f"{contents.path}: its tasks were lowered in more than one way; give the log of one run")
+    by_layer: dict[str, list[dict]] = collections.defaultdict(list)
     for key, header in contents.tasks.items():
         named = layer_name(header)
         best = contents.best(key)
-        if named is None or best is None:
+        if named is None or best is None or named[2] != lowering["layout"]:
             continue
-        layer, algorithm, layout = named
         weight = int(header.get("weight", 1))
-        entry = {"ms": best.latency * weight * 1e3, "trials": len(contents.trials(key)), "algorithm": algorithm,
-                 "gflop": header["flops"] * weight / 1e9, "name": header["name"]}
-        old = per[layout].get(layer)
-        if old is None or entry["ms"] < old["ms"]:
-            if algorithm == "winograd" and old is not None:
-                entry["gflop"] = old["gflop"]  # the direct layer's FLOPs: GFLOPS compare like for like
-            per[layout][layer] = entry
-        elif old["algorithm"] == "winograd" and algorithm == "direct":
-            old["gflop"] = entry["gflop"]
-    layout = min(per, key=lambda lay: sum(e["ms"] for e in per[lay].values()))
-    return layout, dict(per[layout])
+        by_layer[named[0]].append({"ms": best.latency * weight * 1e3, "trials": len(contents.trials(key)),
+                                   "algorithm": named[1], "gflop": header["flops"] * weight / 1e9,
+                                   "name": header["name"]})
+    layers = {}
+    for layer, entries in by_layer.items():
+        fastest = dict(min(entries, key=lambda e: e["ms"]))
+        fastest["gflop"] = next((e["gflop"] for e in entries if e["algorithm"] == "direct"), fastest["gflop"])
+        layers[layer] = fastest
+    return lowering, layers
 
 
 def _task(model: str, layout: str, layer: str, fast_math: str, threads: int):
@@ -258,9 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         print("ONNX Runtime's profile ...", file=sys.stderr, flush=True)
         state["ort"] = ort_conv_layers(load_onnx(args.model)[1], args.threads, args.runs)
         write_json(state_path, state)
-    state["layout"], state["tuned"] = tuned_layers(args.log)
+    lowering, state["tuned"] = tuned_layers(read_log(args.log))
+    state["layout"], fast_math = lowering["layout"], lowering["fast_math"]
     write_json(state_path, state)
-    fast_math = next(iter(read_log(args.log).tasks.values()))["lowering"].get("fast_math", "on")
     order = sorted(state["tuned"], key=lambda k: -state["tuned"][k]["ms"])
     order = order[: args.layers] if args.layers else order
     for kind, trials, fn in (("long", args.long_trials, _long_search), ("metaschedule", args.ms_trials, _metaschedule)):

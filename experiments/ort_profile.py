@@ -66,9 +66,7 @@ def conv_events(events: list[dict], runs: int) -> list[tuple[str, float]]:
             continue
         shapes = (a["input_type_shape"][0], a["input_type_shape"][1], a["output_type_shape"][0])
         (data,), (weight,), (result,) = (list(t.values()) for t in shapes)
-        result = _nchw(result)
-        result[1] = weight[0]  # NCHWc pads the output channels to its block (125 -> 128); the weight has them
-        key = f"{layer_key(_nchw(data), result)}@{weight[-2]}x{weight[-1]}"
+        key = f"{layer_key(_nchw(data), _nchw(result))}@{weight[-2]}x{weight[-1]}"
         per_node[(e["name"], key)] += e["dur"] / runs / 1e3
     return [(key, ms) for (_, key), ms in per_node.items()]
 

@@ -31,3 +31,5 @@ def test_tvm_tasks_are_named_by_their_nchw_layer_whatever_the_layout() -> None:
     assert layer_name(nhwc) == ("1x16x208x208->1x32x208x208@3x3", "direct", "NHWC")
     assert layer_name(nchw) == ("1x16x208x208->1x32x208x208@3x3", "direct", "NCHW")
     assert layer_name({**nhwc, "name": "max_pool2d"}) is None
+    fixed = {**nhwc, "lowering": {"layout": "NHWC"}}  # a run of one layout: its own
+    assert layer_name(fixed) == ("1x16x208x208->1x32x208x208@3x3", "direct", "NHWC")
