@@ -214,7 +214,7 @@ def run_front(setup: Setup, measurer: Measurer, state: State, args) -> list[dict
     from autosearch.deploy.budget import budget_choice, model_options
 
     options = model_options(setup.contents, setup.model.relax_mod, setup.target, setup.database,
-                            fast_math=setup.base["fast_math"])
+                            fast_math=setup.base["fast_math"], precision=setup.base.get("precision", "fp32"))
     low = min(o.memory.peak_bytes() for o in options)  # the smallest model: every budget below fails
     fastest, _ = budget_choice(setup.contents, setup.model.relax_mod, setup.target, 10**6)  # no budget binds
     # the knapsack bounds scratch and Winograd weights from above, so the fastest model needs this much budget

@@ -282,3 +282,90 @@ def test_a_database_tuned_on_amx_tiles_needs_them(tmp_path) -> None:
                    "--target", '{"kind": "llvm", "mcpu": "znver4", "mattr": ["+avx512bf16"], "num-cores": 2}')
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "tuned in bf16 on AMX tiles; this target has no AMX-BF16" in proc.stderr
+
+
+def _same_shapes_convs_onnx(path: str) -> None:
+    """A 3x3 then a 1x1 convolution, both 32 -> 32 channels at 16 x 16 (+ ReLU): two layers with one input and
+    output shape, as YOLOv8n's head has at 80 x 80 x 80."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    w3 = numpy_helper.from_array((rng.standard_normal((32, 32, 3, 3)) * 0.05).astype("float32"), "W3")
+    w1 = numpy_helper.from_array((rng.standard_normal((32, 32, 1, 1)) * 0.05).astype("float32"), "W1")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W3"], ["c0"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c0"], ["r0"]),
+         helper.make_node("Conv", ["r0", "W1"], ["c1"]), helper.make_node("Relu", ["c1"], ["y"])],
+        "same_shapes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16])], [w3, w1])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def test_a_1x1_and_a_3x3_layer_of_the_same_shapes_keep_their_own_precision(tmp_path) -> None:
+    """Each layer is tuned in both precisions under its own key (the filter in it), so export can keep bf16 for one
+    and fp32 for the other, and the lowering follows each choice; a database exported when the key was the shapes
+    alone still finds its choice. Extraction only: the target names AMX, this CPU need not have it."""
+    import tvm
+
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.lowering import lower
+    from autosearch.frontend.winograd import WinogradPolicy
+    from autosearch.tensor_units.conv import TASK_NAME
+
+    path = str(tmp_path / "same_shapes.onnx")
+    _same_shapes_convs_onnx(path)
+    amx = tvm.target.Target({"kind": "llvm", "mcpu": "rocketlake", "num-cores": 2,
+                             "mattr": ["+amx-tile", "+amx-bf16", "+avx512bf16"]})
+    model = import_model(path, amx, layout="NHWC", precision="auto")
+    layers: dict[str, set[str]] = {}
+    for t in model.tasks:
+        if "layer" in t.lowering:
+            layers.setdefault(t.lowering["layer"], set()).add(t.lowering["algorithm"])
+    k3, k1 = "1x16x16x32->1x16x16x32@3x3", "1x16x16x32->1x16x16x32@1x1"
+    assert layers == {k3: {"fp32", "bf16"}, k1: {"fp32", "bf16"}}
+
+    policy = WinogradPolicy.of("auto", {k3: "bf16", k1: "fp32"}, precision="auto")
+    used = {(t.lowering["layer"], t.lowering["algorithm"]) for t in model.tasks
+            if "layer" in t.lowering and policy.uses(t.lowering)}
+    assert used == {(k3, "bf16"), (k1, "fp32")}
+    lowered = lower(model.relax_mod, amx, winograd=policy, layout="NHWC", precision="auto")
+    bf16_funcs = [gv.name_hint for gv in lowered.get_global_vars() if TASK_NAME in gv.name_hint]
+    assert len(bf16_funcs) == 1, bf16_funcs
+
+    before = WinogradPolicy.of("auto", {"1x16x16x32->1x16x16x32": "bf16"}, precision="auto")
+    assert before.bf16(k3) and before.bf16(k1)
+    assert not WinogradPolicy.of("auto", {k3: "bf16"}, precision="auto").bf16(k1)
+
+
+def test_a_memory_budget_keeps_each_layers_faster_precision(tmp_path, target) -> None:
+    """``export --memory-budget`` on a log tuned with ``--precision auto``: the precision of each layer is not traded
+    for memory (bf16 weights take less), so the budget's database keeps export's per-layer choice (no Winograd
+    layer to trade: a layer tuned in two precisions is not one) and compile follows it."""
+    _needs_amx(target)
+    from autosearch.deploy.budget import budget_choice, import_tuned_model, model_options
+    from autosearch.deploy.database import lowering_of, memory_database
+    from autosearch.records import read_log
+
+    run = tune_and_export(tmp_path, lambda p: small_conv_onnx(p, cin=32, cout=64, hw=16), trials=4, batch=4,
+                          options=("--layout", "NHWC", "--precision", "auto", "--finalist-rounds", "0"))
+    contents = read_log(run["log"])
+    speed = lowering_of(contents)
+    assert set(speed["choices"].values()) <= {"fp32", "bf16"} and len(speed["choices"]) == 1
+    model = import_tuned_model(contents, run["model"], target)
+    [option] = model_options(contents, model.relax_mod, target, memory_database(contents), fast_math="on",
+                             precision="auto")
+    assert dict(option.precisions) == speed["choices"] and not option.layers  # no Winograd layer to trade
+    _, lowering = budget_choice(contents, model.relax_mod, target, 1000.0)
+    assert lowering["choices"] == speed["choices"] and lowering["precision"] == "auto"
+    proc = run_cli("export", "--log", run["log"], "--out", str(tmp_path / "budget-db"), "--memory-budget", "1000",
+                   "--model", run["model"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    compiled = {}
+    for db in (run["db"], str(tmp_path / "budget-db")):  # export's own database, then the budget's
+        proc = run_cli("compile", "--model", run["model"], "--db", db, "--out", str(tmp_path / "m.so"))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        compiled[db] = [line for line in proc.stdout.splitlines() if "tuned tasks" in line or "not in the" in line]
+    # the same kernels: the budget's database lowers each layer in the precision export's speed rule chose
+    assert compiled[run["db"]] == compiled[str(tmp_path / "budget-db")] and compiled[run["db"]]

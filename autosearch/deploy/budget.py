@@ -53,6 +53,9 @@ class ModelOption:
     memory: MemoryEstimate  # every layer direct; kernel scratch: the most of any choice
     fixed_secs: float  # the tasks that are no layer's alternative (inf when one is unmeasured)
     layers: tuple[LayerOption, ...] = ()
+    # the layers tuned in fp32 and bf16 -> the faster: precision costs no memory a budget could trade (bf16 weights
+    # take less), so export's speed rule decides it, and the memory is predicted with it
+    precisions: tuple[tuple[str, str], ...] = ()
 
     def capacity(self, budget_bytes: int) -> int:
         """The most weight bytes a model with these activations and scratch may hold under the budget."""
@@ -66,7 +69,7 @@ class BudgetChoice:
 
     budget_bytes: int
     layout: str
-    choices: dict[str, str]  # every layer measured both ways -> "direct" | "winograd"
+    choices: dict[str, str]  # every layer measured both ways -> "direct" | "winograd" (| "fp32" | "bf16")
     predicted: MemoryEstimate  # the chosen model as it will be compiled
     predicted_secs: float
 
@@ -107,14 +110,15 @@ def _winograd_extra_bytes(layer: str, occurrences: int, *, value_bytes: int = 4)
     return occurrences * shape.in_channels * shape.out_channels * ((TILE + 2) ** 2 - 9) * value_bytes
 
 
-def model_options(contents: LogContents, relax_mod, target, database, *, fast_math: str) -> list[ModelOption]:
+def model_options(contents: LogContents, relax_mod, target, database, *, fast_math: str,
+                  precision: str = "fp32") -> list[ModelOption]:
     """The models the log can compile under a budget, one per layout it was tuned in, with their memory
     (computed with ``database``, the log's best records: :func:`autosearch.deploy.database.memory_database`;
-    ``fast_math``: as the log was tuned)."""
+    ``fast_math``, ``precision``: as the log was tuned)."""
     from autosearch.deploy.memory import estimate_memory
     from autosearch.frontend.alternatives import model_latency, task_layouts
     from autosearch.frontend.lowering import tuned_module
-    from autosearch.frontend.winograd import layer_totals
+    from autosearch.frontend.winograd import PRECISIONS, WinogradPolicy, choose_algorithms, layer_totals
 
     layouts = sorted({layout for h in contents.tasks.values() for layout in task_layouts(h.get("lowering") or {})})
     options = []
@@ -133,17 +137,21 @@ def model_options(contents: LogContents, relax_mod, target, database, *, fast_ma
                                     untuned.latency if untuned is not None and untuned.ok else None)
             fixed += latency * weight if latency is not None else math.inf
         totals = layer_totals(alternatives)
+        by_precision = {k: totals.pop(k) for k in [k for k, by in totals.items() if set(by) <= set(PRECISIONS)]}
+        fixed += sum(min(by.values()) for by in by_precision.values())  # inf while one is unmeasured
+        precisions = choose_algorithms(by_precision)
         layers = tuple(LayerOption(layer, by.get("direct", math.inf), by.get("winograd", math.inf),
                                    _winograd_extra_bytes(layer, occurrences.get(layer, 0)))
                        for layer, by in sorted(totals.items()))
 
-        direct, *winograd = (estimate_memory(tuned_module(relax_mod, target, database, winograd=mode, layout=layout,
-                                                          fast_math=fast_math), target)
+        direct, *winograd = (estimate_memory(tuned_module(relax_mod, target, database,
+                                                          winograd=WinogradPolicy.of(mode, precisions, precision),
+                                                          layout=layout, fast_math=fast_math), target)
                              for mode in ("off", *(("candidates",) if layers else ())))
         if winograd:  # the scratch of every layer as winograd too: the prediction of any mix is then an upper bound
             direct = MemoryEstimate(direct.weight_bytes, direct.planned_bytes, direct.unplanned_bytes,
                                     max(direct.scratch_bytes, winograd[0].scratch_bytes))
-        options.append(ModelOption(layout, direct, fixed, layers))
+        options.append(ModelOption(layout, direct, fixed, layers, tuple(sorted(precisions.items()))))
     return options
 
 
@@ -205,9 +213,12 @@ def budget_choice(contents: LogContents, relax_mod, target, budget_mib: float) -
                         "tasks): --memory-budget needs one model")
     budget_bytes = int(budget_mib * MIB)
     database = memory_database(contents)
-    options = model_options(contents, relax_mod, target, database, fast_math=base["fast_math"])
+    options = model_options(contents, relax_mod, target, database, fast_math=base["fast_math"],
+                            precision=base["precision"])
     option, choices, secs = choose(options, budget_bytes)
-    policy = WinogradPolicy.of(base["winograd"], choices)  # every measured layer named: no FLOP rule decides
+    choices = {**dict(option.precisions), **choices}
+    # every measured layer named: no FLOP rule decides
+    policy = WinogradPolicy.of(base["winograd"], choices, base["precision"])
     predicted = estimate_memory(tuned_module(relax_mod, target, database, winograd=policy, layout=option.layout,
                                              fast_math=base["fast_math"]), target)
     if predicted.peak_bytes() > budget_bytes:  # a layer the log never measured, lowered by the FLOP rule

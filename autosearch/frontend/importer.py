@@ -292,8 +292,9 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
 
 
 def _precision_layer(name: str, args) -> tuple[str, str] | None:
-    """(layer key, "fp32" | "bf16") of an NHWC conv task, or None (:mod:`autosearch.tensor_units.conv`)."""
-    from autosearch.frontend.winograd import layer_key
+    """(layer key, "fp32" | "bf16") of an NHWC conv task, or None (:mod:`autosearch.tensor_units.conv`). The filter
+    height is the weight's second dimension in both: OHWI in fp32, packed ``(O / 32, KH, ...)`` in bf16."""
+    from autosearch.frontend.winograd import precision_layer_key
     from autosearch.tensor_units.conv import TASK_NAME
     from autosearch.tensor_units.pooling import WINDOW_MAX
 
@@ -305,9 +306,9 @@ def _precision_layer(name: str, args) -> tuple[str, str] | None:
     if WINDOW_MAX in name:  # the pooling fused in: the convolution's own output is the size of its input
         out = (*data[:3], out[3])
     if TASK_NAME in name:
-        return layer_key(data, out), "bf16"
+        return precision_layer_key(data, out, weight[1]), "bf16"
     ok = len(weight) == 4 and weight[0] == out[3] and weight[3] == data[3]
-    return (layer_key(data, out), "fp32") if ok else None
+    return (precision_layer_key(data, out, weight[1]), "fp32") if ok else None
 
 
 def _merge_alternatives(first: list[TuningTask], second: list[TuningTask], classify) -> list[TuningTask]:

@@ -152,12 +152,13 @@ def _bf16_conv2d(policy, fallback):
     conv`), else ``fallback`` (winograd's) or TVM's own."""
     from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
-    from autosearch.frontend.winograd import layer_key
+    from autosearch.frontend.winograd import precision_layer_key
     from autosearch.tensor_units.activations import conv2d_cast_input
     from autosearch.tensor_units.conv import flat_conv, legalize
 
     def conv2d(bb, call):
-        if flat_conv(call) is not None and policy.bf16(layer_key(call.args[0].ty.shape, call.ty.shape)):
+        conv = flat_conv(call)
+        if conv is not None and policy.bf16(precision_layer_key(call.args[0].ty.shape, call.ty.shape, conv.kernel[0])):
             return legalize(bb, call)
         if str(call.args[0].ty.dtype) == "bfloat16":  # a layer kept in fp32 reading a bf16 activation
             return conv2d_cast_input(bb, call)

@@ -78,6 +78,13 @@ def layer_key(data_shape, out_shape) -> str:
     return "x".join(str(int(d)) for d in data_shape) + "->" + "x".join(str(int(d)) for d in out_shape)
 
 
+def precision_layer_key(data_shape, out_shape, kernel: int) -> str:
+    """An NHWC conv layer's key for its precision alternatives: :func:`layer_key` and its filter height
+    (``1x80x80x80->1x80x80x80@3x3``), since a 1x1 and a 3x3 layer can share their input and output shapes (YOLOv8n's
+    head has both at 80x80x80) and each keeps its own precision."""
+    return f"{layer_key(data_shape, out_shape)}@{int(kernel)}x{int(kernel)}"
+
+
 def task_layer(name: str, args) -> tuple[str, str] | None:
     """(layer key, algorithm) of a fused conv task from its name and arguments, or None.
 
@@ -143,10 +150,15 @@ class WinogradPolicy:
         return cls(mode, tuple(sorted((choices or {}).items())), precision)
 
     def bf16(self, key: str) -> bool:
-        """Whether the eligible NHWC convolution ``key`` (:func:`layer_key`) is lowered to bf16."""
+        """Whether the eligible NHWC convolution ``key`` (:func:`precision_layer_key`) is lowered to bf16. A
+        database exported before the filter joined the key names the layer by its shapes alone: looked up so too."""
         if self.precision in ("bf16", "candidates"):
             return True
-        return self.precision == "auto" and dict(self.choices).get(key) == "bf16"
+        if self.precision != "auto":
+            return False
+        choices = dict(self.choices)
+        chosen = choices.get(key, choices.get(key.split("@")[0]))
+        return chosen == "bf16"
 
     def converts(self, shape: ConvShape, key: str) -> bool:
         if self.mode == "off":
@@ -284,4 +296,5 @@ def legalize_map(policy: WinogradPolicy) -> dict[str, Any]:
 
 
 __all__ = ["ALGORITHMS", "MODES", "PRECISIONS", "TILE", "ConvShape", "WinogradPolicy", "choose_algorithms",
-           "conv_shape", "kernel_transform", "layer_key", "layer_totals", "legalize_map", "task_layer", "winograd_conv"]
+           "conv_shape", "kernel_transform", "layer_key", "layer_totals", "legalize_map", "precision_layer_key",
+           "task_layer", "winograd_conv"]
