@@ -79,6 +79,7 @@ class ConvTile(Geometry):
 
 
 _CONV_TILE = re.compile(r"amx_conv_bf16_(\d+)x(\d+)x(\d+)_" + KEY_PATTERN)
+_ZERO = re.compile(r"amx_acc_zero_(\d+)x(\d+)x(\d+)")
 
 
 def register_conv(tile: ConvTile) -> str:
@@ -88,8 +89,27 @@ def register_conv(tile: ConvTile) -> str:
     of a block's reduction in one call, so the accumulators stay in tile registers for the whole reduction and the
     tile configuration, the accumulator load and its store happen once per block rather than once per tap and
     channel slice (which dominated the narrow layers: 16 or 32 channels make one tile multiply per tap). The
-    geometry (``row``, the stride, the filter) is part of the description, so each layer has its own."""
+    geometry (``row``, the stride, the filter) is part of the description, so each layer has its own.
+
+    The accumulators start at zero (``tilezero``), not from C: the description is the whole reduction, so wherever
+    it matches, the reduction's init (C = 0) comes right before the call, and C holds zeros there. Loading those
+    zeros cost each block its C tiles' loads, and, with the init storing them first, 4-12% of a layer's time
+    (docs/results.md); :func:`register_zero` lets the init store nothing."""
     return register_once(tile.name, lambda: (describe(tile.block), _conv_impl(tile)))
+
+
+def zero_name(rows: int, pixels: int, cols: int) -> str:
+    return f"amx_acc_zero_{rows}x{pixels}x{cols}"
+
+
+def register_zero(rows: int, pixels: int, cols: int) -> str:
+    """Register the accumulator init of a ``rows x pixels x cols`` block (:func:`register_conv`'s C), once per
+    process; returns its name. Its description is the GEMM's init block (C = 0 over the block); its implementation
+    stores nothing, since the tile call that follows it over the same block starts its accumulators at zero in
+    the tile registers: together they compute C = A B, as the init and the reduction do, without C's zeros
+    stored and loaded again. Only for the init right before a :func:`register_conv` call of the same block (the
+    sketch's, :mod:`.sketch`); the measurement checks every kernel against its unscheduled reference."""
+    return register_once(zero_name(rows, pixels, cols), lambda: _zero_funcs(rows, pixels, cols))
 
 
 def register_for(text: str) -> None:
@@ -100,11 +120,13 @@ def register_for(text: str) -> None:
     for found in set(_CONV_TILE.findall(text)):
         mh, mw, nt = (int(v) for v in found[:3])
         register_conv(ConvTile(mh=mh, mw=mw, nt=nt, **vars(parse_key(found[3:]))))
+    for rows, pixels, cols in set(_ZERO.findall(text)):
+        register_zero(int(rows), int(pixels), int(cols))
 
 
 def names_any(text: str) -> bool:
     """Whether ``text`` names an intrinsic of this module."""
-    return bool(re.search(r"amx_bf16_\d|amx_conv_bf16_\d", text))
+    return bool(re.search(r"amx_bf16_\d|amx_conv_bf16_\d|amx_acc_zero_\d", text))
 
 
 def _tile_config_word(w):
@@ -116,6 +138,36 @@ def _tile_config_word(w):
     return T.if_then_else(w == 0, T.uint32(1), T.if_then_else(
         tirx.all(4 <= w, w < 8), T.uint32(0x00400040),
         T.if_then_else(tirx.all(12 <= w, w < 14), T.uint32(0x10101010), T.uint32(0))))
+
+
+def _zero_funcs(rows: int, pixels: int, cols: int):
+    """(description, implementation) PrimFuncs of :func:`register_zero`: TVMScript written for the init's loops,
+    which leave out loops of extent 1 (one output row per block), as :func:`.block.describe` does."""
+    from tvm.script import from_source
+    from tvm.script import tirx as T
+
+    loops = [(name, n) for name, n in (("h", rows), ("i", pixels), ("j", cols)) if n > 1]
+    names, extents = ", ".join(name for name, _ in loops), ", ".join(str(n) for _, n in loops)
+    h = "vh" if rows > 1 else "0"
+    head = f"""
+    C = T.match_buffer(c, ({rows}, {pixels}, {cols}), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+    with T.sblock("root"):
+        T.reads()
+        T.writes(C[0:{rows}, 0:{pixels}, 0:{cols}])"""
+    desc = f"""
+@T.prim_func(s_tir=True)
+def desc(c: T.handle) -> None:{head}
+        for {names} in T.grid({extents}):
+            with T.sblock("init"):
+                {", ".join("v" + name for name, _ in loops)} = T.axis.remap("{"S" * len(loops)}", [{names}])
+                C[{h}, vi, vj] = T.float32(0)
+"""
+    impl = f"""
+@T.prim_func(s_tir=True)
+def impl(c: T.handle) -> None:{head}
+        T.evaluate(0)
+"""
+    return from_source(desc, extra_vars={"T": T}), from_source(impl, extra_vars={"T": T})
 
 
 def _intrin_funcs(mt: int, nt: int, kt: int):
@@ -184,7 +236,7 @@ def _intrin_funcs(mt: int, nt: int, kt: int):
 
 
 def _conv_impl(tile: ConvTile):
-    """The implementation PrimFunc of a :class:`ConvTile`: tile configuration, accumulator loads, then per filter
+    """The implementation PrimFunc of a :class:`ConvTile`: tile configuration, accumulators zeroed, then per filter
     row, tap group and channel slice the A tiles (16 flat rows ``s`` apart), the B tiles and the multiplies, then
     the accumulator stores. The pixel tiles of a block lie side by side in one output row (``mw`` = 2) or one above
     the other (``mh`` = 2): the second A tile starts ``16 s`` flat rows or ``s`` image rows further, the second C
@@ -219,11 +271,9 @@ def _conv_impl(tile: ConvTile):
             for w in T.unroll(16):
                 cfg[w] = _tile_config_word(w)
             T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", cfg.access_ptr("r")))
-            for mi in T.unroll(mh * mw):
+            for mi in T.unroll(mh * mw):  # the whole reduction: C is the init's zeros here (register_conv)
                 for ni in T.unroll(nt):
-                    T.evaluate(T.call_llvm_intrin(
-                        "void", "llvm.x86.tileloadd64", T.uint8(mi * nt + ni),
-                        C.access_ptr("r", offset=mi * (by_row * sh + by_pixels * sw) + ni * 16), T.int64(sw * 4)))
+                    T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilezero", T.uint8(mi * nt + ni)))
             for r, g, ko in T.grid(kh, groups, k_tiles):
                 for mi in T.unroll(mh * mw):
                     T.evaluate(T.call_llvm_intrin(
@@ -252,4 +302,4 @@ def _conv_impl(tile: ConvTile):
 
 
 __all__ = ["KT_CHOICES", "SHAPES", "TILE_K", "TILE_ROWS", "ConvTile", "intrin_name", "register",
-           "names_any", "register_conv", "register_for", "request_permission"]
+           "names_any", "register_conv", "register_for", "register_zero", "request_permission", "zero_name"]

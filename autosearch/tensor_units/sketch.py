@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autosearch.tensor_units.amx import TILE_K, TILE_ROWS, ConvTile, register_conv
+from autosearch.tensor_units.amx import TILE_K, TILE_ROWS, ConvTile, register_conv, register_zero
 from autosearch.tensor_units.block import Block, Geometry
 from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, GROUP_ATTR, KERNEL_ATTR, ROW_ATTR, STRIDE_ATTR
 from autosearch.tensor_units.dpbf16 import LANES
@@ -54,7 +54,7 @@ def amx_sketches(mod, target, *, seed: int) -> list[Any]:
     if not has_amx_bf16(target) or not is_amx_task(mod):
         return []
     shapes = [(mh, TILE_ROWS * mw, TILE_ROWS * nt) for mh, mw in ((1, 1), (1, 2), (2, 1)) for nt in (1, 2)]
-    return _sketches(mod, seed, shapes, _amx_plan)
+    return _sketches(mod, seed, shapes, _amx_plan, zero=register_zero)
 
 
 def dpbf16_sketches(mod, target, *, seed: int) -> list[Any]:
@@ -85,11 +85,11 @@ def _dot_plan(geo: Geometry, mh: int, w_i: int, n_i: int) -> str:
     return register_dot(Block(rows=mh, pixels=w_i, cols=n_i, **vars(geo)))
 
 
-def _sketches(mod, seed: int, shapes, plan) -> list[Any]:
+def _sketches(mod, seed: int, shapes, plan, zero=None) -> list[Any]:
     out = []
     for mh, w_i, n_i in shapes:
         for weights_outer in (False, True):
-            sch = _sketch(mod, seed, (mh, w_i, n_i), weights_outer, plan)
+            sch = _sketch(mod, seed, (mh, w_i, n_i), weights_outer, plan, zero)
             if sch is not None:
                 out.append(sch)
     return out
@@ -99,9 +99,12 @@ def _extent(sch, loop) -> int:
     return int(sch.get(loop).extent)
 
 
-def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, plan):
+def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, plan, zero=None):
     """One sketch: accumulator blocks of ``shape`` = (rows, pixels per row, channels), computed as ``plan`` says
-    (``plan(geometry, *shape)``: the name of the intrinsic that computes one block)."""
+    (``plan(geometry, *shape)``: the name of the intrinsic that computes one block). ``zero(*shape)``, where given,
+    names the intrinsic the block's init is tensorised onto: a unit whose call starts its accumulators at zero in
+    registers (AMX tiles: :func:`.amx.register_zero`) needs no zeros stored for it; else the init is a vectorised
+    store."""
     from tvm.s_tir import Schedule
 
     mh, w_i, n_i = shape
@@ -133,7 +136,8 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
     sch.parallel(block)
     sch.decompose_reduction(gemm, tile[0])
     init = sch.get_sblock(f"{GEMM_BLOCK}_init")
-    sch.vectorize(sch.get_loops(init)[-1])
+    if zero is None:
+        sch.vectorize(sch.get_loops(init)[-1])
     flat = sch.get_sblock(FLAT_BLOCK)
     if weights_outer:  # the whole input once, up front: each parallel block reads all of it
         _schedule_elementwise(sch, flat)
@@ -145,6 +149,9 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
         # loops must be the same whatever its tile sizes
         sch.reverse_compute_at(epilogue, block, preserve_unit_loops=True)
         sch.vectorize(sch.get_loops(epilogue)[-1])
+    if zero is not None:  # the init's loops are the tile's: (the row pair,) pixels, channels
+        init = sch.get_sblock(f"{GEMM_BLOCK}_init")
+        sch.tensorize(sch.get_loops(init)[-len(tile)], zero(mh, w_i, n_i))
     sch.tensorize(tile[0], intrin)
     return sch
 
