@@ -369,3 +369,17 @@ def test_a_memory_budget_keeps_each_layers_faster_precision(tmp_path, target) ->
         compiled[db] = [line for line in proc.stdout.splitlines() if "tuned tasks" in line or "not in the" in line]
     # the same kernels: the budget's database lowers each layer in the precision export's speed rule chose
     assert compiled[run["db"]] == compiled[str(tmp_path / "budget-db")] and compiled[run["db"]]
+
+
+def test_the_accumulator_inits_a_trace_names_are_registered_and_name_their_unit() -> None:
+    """A trace on either unit names the init its block's call starts from (the accumulators zeroed in registers):
+    registered from the trace's text, as the tile calls are, and counted for the unit whose call it precedes."""
+    from tvm.s_tir import TensorIntrin
+
+    from autosearch.tensor_units.intrinsics import register_for, units_named
+
+    register_for('["amx_acc_zero_2x16x32", "dpbf16_acc_zero_1x8x32"]')
+    for name in ("amx_acc_zero_2x16x32", "dpbf16_acc_zero_1x8x32"):
+        assert TensorIntrin.get(name) is not None
+    assert units_named("dpbf16_conv_1x8x2_k3x3_g1_r18_c32_s1 dpbf16_acc_zero_1x8x32") == {"AVX512-BF16"}
+    assert units_named("amx_acc_zero_2x16x32") == {"AMX-BF16"}

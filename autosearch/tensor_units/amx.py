@@ -24,7 +24,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from autosearch.tensor_units.block import KEY_PATTERN, Block, Geometry, describe, parse_key
+from autosearch.tensor_units.block import KEY_PATTERN, Block, Geometry, describe, parse_key, zero_funcs
 from autosearch.tensor_units.intrinsics import register_once
 
 _SYS_ARCH_PRCTL = 158
@@ -94,7 +94,7 @@ def register_conv(tile: ConvTile) -> str:
     The accumulators start at zero (``tilezero``), not from C: the description is the whole reduction, so wherever
     it matches, the reduction's init (C = 0) comes right before the call, and C holds zeros there. Loading those
     zeros cost each block its C tiles' loads, and, with the init storing them first, 4-12% of a layer's time
-    (docs/results.md); :func:`register_zero` lets the init store nothing."""
+    (docs/results.md); :func:`register_zero` lets the init store nothing (:func:`.block.zero_funcs`)."""
     return register_once(tile.name, lambda: (describe(tile.block), _conv_impl(tile)))
 
 
@@ -103,13 +103,9 @@ def zero_name(rows: int, pixels: int, cols: int) -> str:
 
 
 def register_zero(rows: int, pixels: int, cols: int) -> str:
-    """Register the accumulator init of a ``rows x pixels x cols`` block (:func:`register_conv`'s C), once per
-    process; returns its name. Its description is the GEMM's init block (C = 0 over the block); its implementation
-    stores nothing, since the tile call that follows it over the same block starts its accumulators at zero in
-    the tile registers: together they compute C = A B, as the init and the reduction do, without C's zeros
-    stored and loaded again. Only for the init right before a :func:`register_conv` call of the same block (the
-    sketch's, :mod:`.sketch`); the measurement checks every kernel against its unscheduled reference."""
-    return register_once(zero_name(rows, pixels, cols), lambda: _zero_funcs(rows, pixels, cols))
+    """Register the accumulator init of a ``rows x pixels x cols`` block of :func:`register_conv` (which starts its
+    tiles at zero, :func:`.block.zero_funcs`), once per process; returns its name."""
+    return register_once(zero_name(rows, pixels, cols), lambda: zero_funcs(rows, pixels, cols))
 
 
 def register_for(text: str) -> None:
@@ -138,36 +134,6 @@ def _tile_config_word(w):
     return T.if_then_else(w == 0, T.uint32(1), T.if_then_else(
         tirx.all(4 <= w, w < 8), T.uint32(0x00400040),
         T.if_then_else(tirx.all(12 <= w, w < 14), T.uint32(0x10101010), T.uint32(0))))
-
-
-def _zero_funcs(rows: int, pixels: int, cols: int):
-    """(description, implementation) PrimFuncs of :func:`register_zero`: TVMScript written for the init's loops,
-    which leave out loops of extent 1 (one output row per block), as :func:`.block.describe` does."""
-    from tvm.script import from_source
-    from tvm.script import tirx as T
-
-    loops = [(name, n) for name, n in (("h", rows), ("i", pixels), ("j", cols)) if n > 1]
-    names, extents = ", ".join(name for name, _ in loops), ", ".join(str(n) for _, n in loops)
-    h = "vh" if rows > 1 else "0"
-    head = f"""
-    C = T.match_buffer(c, ({rows}, {pixels}, {cols}), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
-    with T.sblock("root"):
-        T.reads()
-        T.writes(C[0:{rows}, 0:{pixels}, 0:{cols}])"""
-    desc = f"""
-@T.prim_func(s_tir=True)
-def desc(c: T.handle) -> None:{head}
-        for {names} in T.grid({extents}):
-            with T.sblock("init"):
-                {", ".join("v" + name for name, _ in loops)} = T.axis.remap("{"S" * len(loops)}", [{names}])
-                C[{h}, vi, vj] = T.float32(0)
-"""
-    impl = f"""
-@T.prim_func(s_tir=True)
-def impl(c: T.handle) -> None:{head}
-        T.evaluate(0)
-"""
-    return from_source(desc, extra_vars={"T": T}), from_source(impl, extra_vars={"T": T})
 
 
 def _intrin_funcs(mt: int, nt: int, kt: int):

@@ -111,4 +111,41 @@ def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
     return from_source(source, extra_vars={"T": T})
 
 
-__all__ = ["KEY_PATTERN", "TAP_ROW", "Block", "Geometry", "describe", "parse_key"]
+def zero_funcs(rows: int, pixels: int, cols: int):
+    """(description, implementation) PrimFuncs of the init of a ``rows x pixels x cols`` block whose unit's call
+    starts its accumulators at zero in registers (AMX tiles: ``tilezero``; the dot product: zeroed vectors), so the
+    init stores nothing: its description is the GEMM's init block (C = 0 over the block), its implementation empty.
+    The intrinsic call that follows it over the same block computes the whole reduction (:func:`describe`), so
+    wherever the pair matches, C is the init's zeros when the call begins, and the call's result is C = A B, as the
+    init and the reduction compute it: C's zeros are neither stored nor loaded again (4-12% of an AMX layer's time,
+    docs/results.md). Only for an init right before such a call (the sketch's, :mod:`.sketch`); the measurement
+    checks every kernel against its unscheduled reference. TVMScript written for the init's loops, which leave out
+    loops of extent 1 (one output row per block), as :func:`describe` does."""
+    from tvm.script import from_source
+    from tvm.script import tirx as T
+
+    loops = [(name, n) for name, n in (("h", rows), ("i", pixels), ("j", cols)) if n > 1]
+    names, extents = ", ".join(name for name, _ in loops), ", ".join(str(n) for _, n in loops)
+    h = "vh" if rows > 1 else "0"
+    head = f"""
+    C = T.match_buffer(c, ({rows}, {pixels}, {cols}), "float32", offset_factor=1, strides=[T.int32(), T.int32(), 1])
+    with T.sblock("root"):
+        T.reads()
+        T.writes(C[0:{rows}, 0:{pixels}, 0:{cols}])"""
+    desc = f"""
+@T.prim_func(s_tir=True)
+def desc(c: T.handle) -> None:{head}
+        for {names} in T.grid({extents}):
+            with T.sblock("init"):
+                {", ".join("v" + name for name, _ in loops)} = T.axis.remap("{"S" * len(loops)}", [{names}])
+                C[{h}, vi, vj] = T.float32(0)
+"""
+    impl = f"""
+@T.prim_func(s_tir=True)
+def impl(c: T.handle) -> None:{head}
+        T.evaluate(0)
+"""
+    return from_source(desc, extra_vars={"T": T}), from_source(impl, extra_vars={"T": T})
+
+
+__all__ = ["KEY_PATTERN", "TAP_ROW", "Block", "Geometry", "describe", "parse_key", "zero_funcs"]

@@ -33,6 +33,7 @@ from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, GROUP_ATTR, KER
 from autosearch.tensor_units.dpbf16 import LANES
 from autosearch.tensor_units.dpbf16 import SHAPES as DOT_SHAPES
 from autosearch.tensor_units.dpbf16 import register as register_dot
+from autosearch.tensor_units.dpbf16 import register_zero as register_dot_zero
 
 
 def is_amx_task(mod) -> bool:
@@ -66,7 +67,7 @@ def dpbf16_sketches(mod, target, *, seed: int) -> list[Any]:
     if has_amx_bf16(target) or not has_avx512_bf16(target) or not is_amx_task(mod):
         return []
     shapes = [(rows, pixels, LANES * nv) for rows, pixels, nv in DOT_SHAPES]
-    return _sketches(mod, seed, shapes, _dot_plan)
+    return _sketches(mod, seed, shapes, _dot_plan, zero=register_dot_zero)
 
 
 def bf16_sketches(mod, target, *, seed: int) -> list[Any]:
@@ -102,9 +103,8 @@ def _extent(sch, loop) -> int:
 def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, plan, zero=None):
     """One sketch: accumulator blocks of ``shape`` = (rows, pixels per row, channels), computed as ``plan`` says
     (``plan(geometry, *shape)``: the name of the intrinsic that computes one block). ``zero(*shape)``, where given,
-    names the intrinsic the block's init is tensorised onto: a unit whose call starts its accumulators at zero in
-    registers (AMX tiles: :func:`.amx.register_zero`) needs no zeros stored for it; else the init is a vectorised
-    store."""
+    names the intrinsic the block's init is tensorised onto: the units' calls start their accumulators at zero in
+    registers (:func:`.block.zero_funcs`), so the init stores nothing; without it the init is a vectorised store."""
     from tvm.s_tir import Schedule
 
     mh, w_i, n_i = shape
