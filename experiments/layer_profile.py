@@ -12,7 +12,9 @@ Writes ``experiments/results/OUT.md`` (per category and per kernel / node, the C
 profilers add their own overhead (a few microseconds per call): compare kernels and
 categories, and take end-to-end figures from ``report``. Nothing here is kept between runs: it takes a minute.
 
-With ``--log`` (the run's tuning log) each kernel's time in the model is set beside what tuning measured for it
+With ``--log`` (the run's tuning log) the convolutions are also set beside OpenVINO's layer by layer, matched by
+geometry (pixels and channels in and out, filter size: a 1x1 layer flattened into rows of 32 pixels is the same
+layer), and each kernel's time in the model is set beside what tuning measured for it
 (its task's best latency, per call, times the calls a forward pass makes: the run's own estimate of the model);
 ``--retime`` then times each task's best config again alone, warm as MetaSchedule times it (repeats of 20 ms, the caches
 flushed before each repeat, so every call after the first finds the weights in cache) and cold (one call per
@@ -158,15 +160,74 @@ def tuned_table(rows: list[dict], limit: int) -> str:
     return markdown_table(heads, table)
 
 
+def geometry_label(in_pixels: tuple[int, int], in_channels: int, out_pixels: tuple[int, int], out_channels: int,
+                   kernel: int) -> str:
+    """A convolution layer as both runtimes' profiles can name it: ``80x80x64 -> 80x80x80, 3x3``."""
+    (h, w), (oh, ow) = in_pixels, out_pixels
+    return f"{h}x{w}x{in_channels} -> {oh}x{ow}x{out_channels}, {kernel}x{kernel}"
+
+
+def tvm_conv_geometry(name: str, args: list) -> tuple | None:
+    """(in pixels, in channels, out pixels, out channels, filter size) of a fused conv task from its name and
+    arguments (a log header's ``args``), or None: NHWC in fp32 (OHWI weights) or bf16 (packed weights, the filter
+    height second), NCHW direct (OIHW) or Winograd (3x3). A 1x1 layer computed on rows of 32 or 16 pixels
+    (:mod:`autosearch.tensor_units.pointwise`) counts its pixels, not its rows; a fused max pool (the convolution
+    then writes the pooled image) is named by the convolution's own output, the size of its input."""
+    from autosearch.tensor_units.conv import TASK_NAME
+    from autosearch.tensor_units.pooling import WINDOW_MAX
+
+    if "conv2d" not in name or len(args) < 3:
+        return None
+    data, weight, out = (tuple(int(d) for d in a[0]) for a in (args[0], args[1], args[-1]))
+    if len(data) != 4 or len(out) != 4:
+        return None
+    if TASK_NAME in name:
+        nhwc, kernel = True, weight[1]
+    elif "winograd" in name:
+        nhwc, kernel = False, 3
+    elif len(weight) == 4 and weight[0] == out[3] and weight[3] == data[3] and weight[1] == weight[2]:
+        nhwc, kernel = True, weight[1]
+    elif len(weight) == 4 and weight[:2] == (out[1], data[1]) and weight[2] == weight[3]:
+        nhwc, kernel = False, weight[2]
+    else:
+        return None
+    (h, w, c), (oh, ow, o) = ((data[1], data[2], data[3]), (out[1], out[2], out[3])) if nhwc else (
+        (data[2], data[3], data[1]), (out[2], out[3], out[1]))
+    if WINDOW_MAX in name:
+        oh, ow = h, w
+    if (h, w) == (oh, ow) and kernel == 1 and w in (16, 32):  # rows of pixels: the image's shape is not in the task
+        return None if h * w != oh * ow else ("flat", h * w, c, o)
+    return (h, w), c, (oh, ow), o, kernel
+
+
+def ov_conv_geometry(compiled) -> dict[str, tuple]:
+    """Node name -> (in pixels, in channels, out pixels, out channels, filter size) of every ungrouped convolution
+    in OpenVINO's runtime model (logical NCHW shapes, whatever layout its kernels use)."""
+    out = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        if op.get_rt_info()["layerType"].astype(str) != "Convolution" or op.get_input_size() < 2:
+            continue
+        try:
+            data, weight = (list(op.input(i).get_partial_shape().to_shape()) for i in (0, 1))
+            shape = list(op.output(0).get_partial_shape().to_shape())
+        except RuntimeError:  # a dynamic shape
+            continue
+        if len(data) == 4 and len(weight) == 4 and weight[1] == data[1] and weight[2] == weight[3]:
+            out[op.get_friendly_name()] = ((data[2], data[3]), data[1], (shape[2], shape[3]), shape[1], weight[2])
+    return out
+
+
 def ov_nodes(path: str, inputs: dict[str, np.ndarray], runs: int, threads: int, *,
-             fp32: bool) -> dict[tuple[str, str, str], float]:
-    """(node name, node type, the kernel OpenVINO chose) -> median milliseconds per forward pass."""
+             fp32: bool) -> tuple[dict[tuple[str, str, str], float], dict[str, tuple]]:
+    """(node name, node type, the kernel OpenVINO chose) -> median milliseconds per forward pass; and each
+    convolution node's geometry (:func:`ov_conv_geometry`)."""
     import openvino
 
     config: dict[str, object] = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "PERF_COUNT": True}
     if fp32:
         config["INFERENCE_PRECISION_HINT"] = "f32"
-    request = openvino.Core().compile_model(path, "CPU", config).create_infer_request()
+    compiled = openvino.Core().compile_model(path, "CPU", config)
+    request = compiled.create_infer_request()
     for _ in range(3):
         request.infer(inputs)
     per_run: dict[tuple[str, str, str], list[float]] = defaultdict(list)
@@ -176,7 +237,61 @@ def ov_nodes(path: str, inputs: dict[str, np.ndarray], runs: int, threads: int, 
             if str(info.status).endswith("EXECUTED"):
                 key = (info.node_name, info.node_type, info.exec_type)
                 per_run[key].append(info.real_time.total_seconds() * 1e3)
-    return {key: statistics.median(v) for key, v in per_run.items()}
+    return {key: statistics.median(v) for key, v in per_run.items()}, ov_conv_geometry(compiled)
+
+
+def per_layer(tvm_rows: list[dict], log_path: str, ov: dict[str, tuple[dict, dict]]) -> list[dict]:
+    """Per convolution geometry: the tuned model's milliseconds in the model (its kernels of that geometry) and each
+    OpenVINO profile's (its nodes of that geometry), with how many of each. A 1x1 layer the tuned model runs on
+    rows of pixels is matched by its pixel count and channels."""
+    from autosearch.records import read_log
+
+    headers = read_log(log_path).tasks
+    layers: dict[str, dict] = {}
+    flat: dict[tuple, str] = {}  # ("flat", pixels, in, out) -> the label OpenVINO's 1x1 layer of that geometry has
+    for label, (nodes, geometry) in ov.items():
+        for (node, _, _), ms in nodes.items():
+            g = geometry.get(node)
+            if g is None:
+                continue
+            name = geometry_label(*g)
+            if g[4] == 1 and g[0] == g[2]:
+                flat[("flat", g[0][0] * g[0][1], g[1], g[3])] = name
+            row = layers.setdefault(name, {"layer": name, "tvm": 0.0, "tvm_n": 0})
+            row[label] = row.get(label, 0.0) + ms
+            row[f"{label}_n"] = row.get(f"{label}_n", 0) + 1
+    for r in tvm_rows:
+        header = headers.get(r["key"])
+        g = tvm_conv_geometry(header["name"], header["args"]) if header else None
+        if g is None:
+            continue
+        name = flat.get(g) if g[0] == "flat" else geometry_label(*g)
+        if name is None:
+            continue
+        row = layers.setdefault(name, {"layer": name, "tvm": 0.0, "tvm_n": 0})
+        row["tvm"] += r["in_model"]
+        row["tvm_n"] += r["calls"]
+    return sorted(layers.values(), key=lambda row: -row["tvm"])
+
+
+def layer_table(rows: list[dict], labels: list[str]) -> str:
+    """Per convolution geometry: the tuned model's ms and calls, each OpenVINO profile's, and the ratio to the
+    first (tuned / OpenVINO: above 1 the tuned layer is slower); the sums last."""
+    body = []
+    for r in rows:
+        line = [r["layer"], f"{fmt(r['tvm'], 3)} ({r['tvm_n']})"]
+        line += [f"{fmt(r.get(label, 0.0), 3)} ({r.get(label + '_n', 0)})" for label in labels]
+        first = r.get(labels[0], 0.0)
+        line.append(f"{r['tvm'] / first:.2f}x" if first and r["tvm"] else "-")
+        body.append(line)
+    both = [r for r in rows if r["tvm"] and r.get(labels[0])]
+    tvm, first = sum(r["tvm"] for r in both), sum(r[labels[0]] for r in both)
+    body.append([f"**layers in both ({len(both)})**", fmt(tvm, 3),
+                 *(fmt(sum(r.get(label, 0.0) for r in both), 3) for label in labels),
+                 f"{tvm / first:.2f}x" if first else "-"])
+    return markdown_table(["convolution (H x W x C, in -> out, filter)", "TVM tuned ms (calls)",
+                           *(f"{label} ms (nodes)" for label in labels), f"tuned / {labels[0]}"], body,
+                          align="l" + "r" * (len(labels) + 2))
 
 
 def category_table(columns: dict[str, dict[str, float]]) -> str:
@@ -236,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     inputs = {k: rng.uniform(0, 1, s).astype("float32") for k, s in shapes.items()}
     columns: dict[str, dict[str, float]] = {}
     items: dict[str, list[tuple[str, str, float]]] = {}
+    ov: dict[str, tuple[dict, dict]] = {}
     print("profiling TVM tuned ...", file=sys.stderr, flush=True)
     kernels, compiled_kernels = tvm_kernels(args.model, args.db, inputs, args.runs)
     items["TVM tuned"] = sorted(((k, tvm_category(k), ms) for k, ms in kernels.items()), key=lambda x: -x[2])
@@ -244,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         onnx.save(proto, path)
         for label, fp32 in (("OpenVINO default precision", False), ("OpenVINO fp32", True)):
             print(f"profiling {label} ...", file=sys.stderr, flush=True)
-            nodes = ov_nodes(path, inputs, args.runs, args.threads, fp32=fp32)
+            nodes, geometry = ov_nodes(path, inputs, args.runs, args.threads, fp32=fp32)
+            ov[label] = (nodes, geometry)
             items[label] = sorted(((f"{n} ({t}, {e})", ov_category(t), ms) for (n, t, e), ms in nodes.items()),
                                   key=lambda x: -x[2])
     for label, rows in items.items():
@@ -261,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.log:
         print("the kernels as tuned ...", file=sys.stderr, flush=True)
         rows = as_tuned(kernels, compiled_kernels, args.log, args.retime)
+        parts += ["**Convolutions layer by layer** (matched by geometry; each side's milliseconds in its own profile, "
+                  "summed over the layers of that geometry)", "", layer_table(per_layer(rows, args.log, ov), list(ov)),
+                  ""]
         parts += [f"**TVM tuned, in the model against as tuned** (`{args.log}`: each task's best latency x the "
                   "calls a forward pass makes" + ("; then each best config timed alone again, warm as MetaSchedule "
                   "times it and cold, one call per flushed repeat" if args.retime else "")

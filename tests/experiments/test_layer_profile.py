@@ -1,0 +1,59 @@
+"""experiments/layer_profile.py: each convolution of the tuned model matched with OpenVINO's of the same geometry
+(pixels and channels in and out, the filter), whichever layout or precision the task was lowered to."""
+
+from __future__ import annotations
+
+import json
+
+from experiments.layer_profile import geometry_label, layer_table, per_layer, tvm_conv_geometry
+
+
+def test_a_conv_tasks_geometry_is_read_in_every_lowering() -> None:
+    nhwc_fp32 = [[[1, 80, 80, 64], "bfloat16"], [[80, 3, 3, 64], "float32"], [[80], "float32"],
+                 [[1, 80, 80, 80], "float32"]]
+    bf16 = [[[1, 80, 80, 64], "bfloat16"], [[3, 3, 3, 32, 32, 2], "bfloat16"], [[1, 80, 80, 80], "bfloat16"]]
+    nchw = [[[1, 64, 80, 80], "float32"], [[80, 64, 3, 3], "float32"], [[1, 80, 80, 80], "float32"]]
+    winograd = [[[1, 64, 80, 80], "float32"], [[6, 6, 64, 80], "float32"], [[1, 80, 80, 80], "float32"]]
+    want = ((80, 80), 64, (80, 80), 80, 3)
+    assert tvm_conv_geometry("fused_conv2d30_add16_fast_sigmoid12", nhwc_fp32) == want
+    assert tvm_conv_geometry("fused_conv2d_amx_bf1630_add16", bf16) == want
+    assert tvm_conv_geometry("fused_conv2d26_add13", nchw) == want
+    assert tvm_conv_geometry("fused_conv2d_winograd2_add6", winograd) == want
+    # a 1x1 layer on rows of 16 pixels (20x20 as 25 x 16): its pixels, not its rows
+    rows = [[[1, 25, 16, 384], "bfloat16"], [[8, 1, 1, 192, 32, 2], "bfloat16"], [[1, 25, 16, 256], "bfloat16"]]
+    assert tvm_conv_geometry("fused_conv2d_amx_bf1612_add5", rows) == ("flat", 400, 384, 256)
+    # the convolution's own output when the max pool is fused into it (the task writes the pooled image)
+    pooled = [[[1, 26, 26, 64], "bfloat16"], [[4, 3, 3, 32, 32, 2], "bfloat16"], [[1, 13, 13, 128], "bfloat16"]]
+    assert tvm_conv_geometry("fused_conv2d_amx_bf164_max_pool2d_window1", pooled) == ((26, 26), 64, (26, 26), 128, 3)
+    assert tvm_conv_geometry("fused_concatenate12", nchw) is None
+    assert geometry_label(*want) == "80x80x64 -> 80x80x80, 3x3"
+
+
+def test_layers_are_matched_by_geometry_and_summed_per_side(tmp_path) -> None:
+    """Two calls of one geometry on each side are summed; a 1x1 layer on rows meets OpenVINO's 20x20 layer; a
+    layer only one side has keeps its row with nothing on the other."""
+    log = tmp_path / "log.jsonl"
+    headers = {
+        "k3": ("fused_conv2d_amx_bf161_add1", [[[1, 40, 40, 64], "bfloat16"], [[2, 3, 3, 32, 32, 2], "bfloat16"],
+                                                [[1, 40, 40, 64], "bfloat16"]]),
+        "k1": ("fused_conv2d_amx_bf162_add2", [[[1, 25, 16, 128], "bfloat16"], [[4, 1, 1, 64, 32, 2], "bfloat16"],
+                                                [[1, 25, 16, 128], "bfloat16"]]),
+    }
+    with open(log, "w") as f:
+        for key, (name, args) in headers.items():
+            f.write(json.dumps({"kind": "task", "task": {"workload_key": key, "name": name, "args": args, "index": 0,
+                                                         "weight": 1, "flops": 1.0, "target": {"kind": "llvm"},
+                                                         "workload": {}, "lowering": {}}}) + "\n")
+    tvm_rows = [{"key": "k3", "in_model": 0.2, "calls": 2}, {"key": "k1", "in_model": 0.1, "calls": 1}]
+    ov_geometry = {"Conv_1": ((40, 40), 64, (40, 40), 64, 3), "Conv_2": ((40, 40), 64, (40, 40), 64, 3),
+                   "Conv_3": ((20, 20), 128, (20, 20), 128, 1), "Conv_9": ((80, 80), 16, (80, 80), 32, 3)}
+    nodes = {("Conv_1", "Convolution", "brgconv"): 0.06, ("Conv_2", "Convolution", "brgconv"): 0.07,
+             ("Conv_3", "Convolution", "brgconv_1x1"): 0.05, ("Conv_9", "Convolution", "brgconv"): 0.3,
+             ("Sigmoid_1", "Subgraph", "jit"): 0.1}
+    rows = {r["layer"]: r for r in per_layer(tvm_rows, str(log), {"OpenVINO": (nodes, ov_geometry)})}
+    k3, k1 = rows["40x40x64 -> 40x40x64, 3x3"], rows["20x20x128 -> 20x20x128, 1x1"]
+    assert (k3["tvm"], k3["tvm_n"], k3["OpenVINO"], k3["OpenVINO_n"]) == (0.2, 2, 0.13, 2)
+    assert (k1["tvm"], k1["tvm_n"], k1["OpenVINO"]) == (0.1, 1, 0.05)
+    assert rows["80x80x16 -> 80x80x32, 3x3"]["tvm"] == 0.0
+    table = layer_table(list(rows.values()), ["OpenVINO"])
+    assert "**layers in both (2)** | 0.3" in table and "| 2.00x |" in table
