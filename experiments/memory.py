@@ -88,7 +88,8 @@ class Setup:
         from autosearch.deploy.build import compile_model
         from autosearch.frontend.winograd import WinogradPolicy
 
-        policy = WinogradPolicy.of(self.base["winograd"], variant.choices)
+        # the log's precision: a layer the choices keep in bf16 is compiled so (a --precision auto log)
+        policy = WinogradPolicy.of(self.base["winograd"], variant.choices, self.base.get("precision", "fp32"))
         return compile_model(self.model.relax_mod, self.target, [], self.database, path, winograd=policy,
                              layout=variant.layout, fast_math=self.base["fast_math"],
                              plan_memory=variant.plan_memory, prepack=variant.prepack)
