@@ -24,7 +24,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from autosearch.tensor_units.block import KEY_PATTERN, Block, Geometry, describe, parse_key, zero_funcs
+from autosearch.tensor_units.block import KEY_PATTERN, Block, Geometry, describe, parse_key, register_zeros
 from autosearch.tensor_units.intrinsics import register_once
 
 _SYS_ARCH_PRCTL = 158
@@ -79,7 +79,6 @@ class ConvTile(Geometry):
 
 
 _CONV_TILE = re.compile(r"amx_conv_bf16_(\d+)x(\d+)x(\d+)_" + KEY_PATTERN)
-_ZERO = re.compile(r"amx_acc_zero_(\d+)x(\d+)x(\d+)")
 
 
 def register_conv(tile: ConvTile) -> str:
@@ -94,18 +93,9 @@ def register_conv(tile: ConvTile) -> str:
     The accumulators start at zero (``tilezero``), not from C: the description is the whole reduction, so wherever
     it matches, the reduction's init (C = 0) comes right before the call, and C holds zeros there. Loading those
     zeros cost each block its C tiles' loads, and, with the init storing them first, 4-12% of a layer's time
-    (docs/results.md); :func:`register_zero` lets the init store nothing (:func:`.block.zero_funcs`)."""
+    (docs/results.md); the init is tensorised onto ``amx_acc_zero_*``, which stores nothing
+    (:func:`.block.register_zero`)."""
     return register_once(tile.name, lambda: (describe(tile.block), _conv_impl(tile)))
-
-
-def zero_name(rows: int, pixels: int, cols: int) -> str:
-    return f"amx_acc_zero_{rows}x{pixels}x{cols}"
-
-
-def register_zero(rows: int, pixels: int, cols: int) -> str:
-    """Register the accumulator init of a ``rows x pixels x cols`` block of :func:`register_conv` (which starts its
-    tiles at zero, :func:`.block.zero_funcs`), once per process; returns its name."""
-    return register_once(zero_name(rows, pixels, cols), lambda: zero_funcs(rows, pixels, cols))
 
 
 def register_for(text: str) -> None:
@@ -116,8 +106,7 @@ def register_for(text: str) -> None:
     for found in set(_CONV_TILE.findall(text)):
         mh, mw, nt = (int(v) for v in found[:3])
         register_conv(ConvTile(mh=mh, mw=mw, nt=nt, **vars(parse_key(found[3:]))))
-    for rows, pixels, cols in set(_ZERO.findall(text)):
-        register_zero(int(rows), int(pixels), int(cols))
+    register_zeros("amx", text)
 
 
 def names_any(text: str) -> bool:
@@ -268,4 +257,4 @@ def _conv_impl(tile: ConvTile):
 
 
 __all__ = ["KT_CHOICES", "SHAPES", "TILE_K", "TILE_ROWS", "ConvTile", "intrin_name", "register",
-           "names_any", "register_conv", "register_for", "register_zero", "request_permission", "zero_name"]
+           "names_any", "register_conv", "register_for", "request_permission"]

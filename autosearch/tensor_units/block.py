@@ -11,7 +11,10 @@ product (:mod:`.dpbf16`) describe their intrinsics with it, so the same block of
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from autosearch.tensor_units.intrinsics import register_once
 
 TAP_ROW = 32  # bf16 values of a group of taps: one 64-byte row (the tile row the packing was made for)
 KEY_PATTERN = r"k(\d+)x(\d+)_g(\d+)_r(\d+)_c(\d+)_s(\d+)"  # Geometry.key: kh, kw, group, row, channels, stride
@@ -111,7 +114,19 @@ def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
     return from_source(source, extra_vars={"T": T})
 
 
-def zero_funcs(rows: int, pixels: int, cols: int):
+def register_zero(unit: str, rows: int, pixels: int, cols: int) -> str:
+    """Register ``{unit}_acc_zero_{rows}x{pixels}x{cols}`` (``unit``: ``amx`` or ``dpbf16``), the init of a block
+    whose unit's call starts its accumulators at zero, once per process; returns its name (:func:`_zero_funcs`)."""
+    return register_once(f"{unit}_acc_zero_{rows}x{pixels}x{cols}", lambda: _zero_funcs(rows, pixels, cols))
+
+
+def register_zeros(unit: str, text: str) -> None:
+    """Register the inits of ``unit`` that ``text`` (a trace, a database file) names."""
+    for rows, pixels, cols in set(re.findall(unit + r"_acc_zero_(\d+)x(\d+)x(\d+)", text)):
+        register_zero(unit, int(rows), int(pixels), int(cols))
+
+
+def _zero_funcs(rows: int, pixels: int, cols: int):
     """(description, implementation) PrimFuncs of the init of a ``rows x pixels x cols`` block whose unit's call
     starts its accumulators at zero in registers (AMX tiles: ``tilezero``; the dot product: zeroed vectors), so the
     init stores nothing: its description is the GEMM's init block (C = 0 over the block), its implementation empty.
@@ -148,4 +163,4 @@ def impl(c: T.handle) -> None:{head}
     return from_source(desc, extra_vars={"T": T}), from_source(impl, extra_vars={"T": T})
 
 
-__all__ = ["KEY_PATTERN", "TAP_ROW", "Block", "Geometry", "describe", "parse_key", "zero_funcs"]
+__all__ = ["KEY_PATTERN", "TAP_ROW", "Block", "Geometry", "describe", "parse_key", "register_zero", "register_zeros"]

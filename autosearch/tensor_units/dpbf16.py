@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from autosearch.tensor_units.block import KEY_PATTERN, Block, describe, parse_key, zero_funcs
+from autosearch.tensor_units.block import KEY_PATTERN, Block, describe, parse_key, register_zeros
 from autosearch.tensor_units.intrinsics import register_once
 
 LANES = 16  # fp32 accumulators per zmm register: the output channels of one dot product
@@ -54,7 +54,6 @@ def pairs(block: Block) -> int:
 
 
 _NAME = re.compile(r"dpbf16_conv_(\d+)x(\d+)x(\d+)_" + KEY_PATTERN)
-_ZERO = re.compile(r"dpbf16_acc_zero_(\d+)x(\d+)x(\d+)")
 
 
 def register(block: Block) -> str:
@@ -63,20 +62,13 @@ def register(block: Block) -> str:
     return register_once(intrin_name(block), lambda: (describe(block), _impl(block)))
 
 
-def register_zero(rows: int, pixels: int, cols: int) -> str:
-    """Register the accumulator init of a ``rows x pixels x cols`` block (the micro-kernel starts its accumulators
-    at zero: :func:`.block.zero_funcs`), once per process; returns its name."""
-    return register_once(f"dpbf16_acc_zero_{rows}x{pixels}x{cols}", lambda: zero_funcs(rows, pixels, cols))
-
-
 def register_for(text: str) -> None:
     """Register the intrinsics ``text`` (a trace, a database file) names: TVM looks a tensorising trace's
     intrinsic up when it reads the trace."""
     for found in set(_NAME.findall(text)):
         rows, pixels, nv = (int(v) for v in found[:3])
         register(Block(rows=rows, pixels=pixels, cols=LANES * nv, **vars(parse_key(found[3:]))))
-    for rows, pixels, cols in set(_ZERO.findall(text)):
-        register_zero(int(rows), int(pixels), int(cols))
+    register_zeros("dpbf16", text)
 
 
 def names_any(text: str) -> bool:
@@ -88,7 +80,7 @@ def kernel_ir(block: Block) -> str:
     """The micro-kernel of ``block`` as LLVM IR text: ``void @autosearch_<name>(ptr C, i64 C's row stride, i64
     C's pixel stride, ptr A, ptr B)``, strides in floats, A and B at their block's first bf16 value. The
     accumulators start at zero, not from C: the call is the block's whole reduction, so C holds the init's zeros
-    (:func:`.block.zero_funcs`)."""
+    (the init before it is ``dpbf16_acc_zero_*``, which stores nothing: :func:`.block.register_zero`)."""
     s, ch, row, nv = block.stride, block.channels, block.row, block.cols // LANES
     pixels = [(h, w) for h in range(block.rows) for w in range(block.pixels)]
     accs = [(h, w, v) for h, w in pixels for v in range(nv)]
@@ -158,5 +150,4 @@ def _impl(block: Block):
     return impl
 
 
-__all__ = ["LANES", "SHAPES", "intrin_name", "kernel_ir", "names_any", "pairs", "register", "register_for",
-           "register_zero", "symbol"]
+__all__ = ["LANES", "SHAPES", "intrin_name", "kernel_ir", "names_any", "pairs", "register", "register_for", "symbol"]

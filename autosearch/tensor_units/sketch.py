@@ -27,13 +27,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from autosearch.tensor_units.amx import TILE_K, TILE_ROWS, ConvTile, register_conv, register_zero
-from autosearch.tensor_units.block import Block, Geometry
+from autosearch.tensor_units.amx import TILE_K, TILE_ROWS, ConvTile, register_conv
+from autosearch.tensor_units.block import Block, Geometry, register_zero
 from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, GROUP_ATTR, KERNEL_ATTR, ROW_ATTR, STRIDE_ATTR
 from autosearch.tensor_units.dpbf16 import LANES
 from autosearch.tensor_units.dpbf16 import SHAPES as DOT_SHAPES
 from autosearch.tensor_units.dpbf16 import register as register_dot
-from autosearch.tensor_units.dpbf16 import register_zero as register_dot_zero
 
 
 def is_amx_task(mod) -> bool:
@@ -55,7 +54,7 @@ def amx_sketches(mod, target, *, seed: int) -> list[Any]:
     if not has_amx_bf16(target) or not is_amx_task(mod):
         return []
     shapes = [(mh, TILE_ROWS * mw, TILE_ROWS * nt) for mh, mw in ((1, 1), (1, 2), (2, 1)) for nt in (1, 2)]
-    return _sketches(mod, seed, shapes, _amx_plan, zero=register_zero)
+    return _sketches(mod, seed, shapes, _amx_plan, "amx")
 
 
 def dpbf16_sketches(mod, target, *, seed: int) -> list[Any]:
@@ -67,7 +66,7 @@ def dpbf16_sketches(mod, target, *, seed: int) -> list[Any]:
     if has_amx_bf16(target) or not has_avx512_bf16(target) or not is_amx_task(mod):
         return []
     shapes = [(rows, pixels, LANES * nv) for rows, pixels, nv in DOT_SHAPES]
-    return _sketches(mod, seed, shapes, _dot_plan, zero=register_dot_zero)
+    return _sketches(mod, seed, shapes, _dot_plan, "dpbf16")
 
 
 def bf16_sketches(mod, target, *, seed: int) -> list[Any]:
@@ -86,11 +85,11 @@ def _dot_plan(geo: Geometry, mh: int, w_i: int, n_i: int) -> str:
     return register_dot(Block(rows=mh, pixels=w_i, cols=n_i, **vars(geo)))
 
 
-def _sketches(mod, seed: int, shapes, plan, zero=None) -> list[Any]:
+def _sketches(mod, seed: int, shapes, plan, unit: str) -> list[Any]:
     out = []
     for mh, w_i, n_i in shapes:
         for weights_outer in (False, True):
-            sch = _sketch(mod, seed, (mh, w_i, n_i), weights_outer, plan, zero)
+            sch = _sketch(mod, seed, (mh, w_i, n_i), weights_outer, plan, unit)
             if sch is not None:
                 out.append(sch)
     return out
@@ -100,11 +99,11 @@ def _extent(sch, loop) -> int:
     return int(sch.get(loop).extent)
 
 
-def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, plan, zero=None):
+def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, plan, unit: str):
     """One sketch: accumulator blocks of ``shape`` = (rows, pixels per row, channels), computed as ``plan`` says
-    (``plan(geometry, *shape)``: the name of the intrinsic that computes one block). ``zero(*shape)``, where given,
-    names the intrinsic the block's init is tensorised onto: the units' calls start their accumulators at zero in
-    registers (:func:`.block.zero_funcs`), so the init stores nothing; without it the init is a vectorised store."""
+    (``plan(geometry, *shape)``: the name of the intrinsic that computes one block). The block's init is tensorised
+    onto ``unit``'s init that stores nothing: the unit's call starts its accumulators at zero in registers
+    (:func:`.block.register_zero`)."""
     from tvm.s_tir import Schedule
 
     mh, w_i, n_i = shape
@@ -135,9 +134,6 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
     block = sch.fuse(n, h1, c1)
     sch.parallel(block)
     sch.decompose_reduction(gemm, tile[0])
-    init = sch.get_sblock(f"{GEMM_BLOCK}_init")
-    if zero is None:
-        sch.vectorize(sch.get_loops(init)[-1])
     flat = sch.get_sblock(FLAT_BLOCK)
     if weights_outer:  # the whole input once, up front: each parallel block reads all of it
         _schedule_elementwise(sch, flat)
@@ -149,9 +145,8 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
         # loops must be the same whatever its tile sizes
         sch.reverse_compute_at(epilogue, block, preserve_unit_loops=True)
         sch.vectorize(sch.get_loops(epilogue)[-1])
-    if zero is not None:  # the init's loops are the tile's: (the row pair,) pixels, channels
-        init = sch.get_sblock(f"{GEMM_BLOCK}_init")
-        sch.tensorize(sch.get_loops(init)[-len(tile)], zero(mh, w_i, n_i))
+    init = sch.get_sblock(f"{GEMM_BLOCK}_init")  # its loops are the tile's: (the row pair,) pixels, channels
+    sch.tensorize(sch.get_loops(init)[-len(tile)], register_zero(unit, mh, w_i, n_i))
     sch.tensorize(tile[0], intrin)
     return sch
 
