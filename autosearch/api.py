@@ -227,7 +227,7 @@ class TuneStarted:
     guidance: str  # one line saying what guides the run
     log: str
     corrupt: list[str] = field(default_factory=list)  # resume: the log's lines skipped as corrupt (file:line ...)
-    bf16_unguided: bool = False  # the bf16 tasks run unguided: a pre-trained model has no bf16 records
+    bf16_unguided: bool = False  # the bf16 tasks run unguided: the pre-trained model has no records of their unit
 
 
 @dataclass(frozen=True)
@@ -367,7 +367,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     _prepare()
     from autosearch.frontend.importer import import_model
     from autosearch.records import TuningLog, read_log
-    from autosearch.search.tuner import Tuner, pretrained_model
+    from autosearch.search.tuner import Tuner, guides_unit
+    from autosearch.tensor_units.cpu import bf16_unit
 
     target = _target(target)
     if target.kind.name != "llvm" and runner == "local":
@@ -394,7 +395,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
         notify(TuneStarted(model=imported, tasks=chosen, strategy=strategy, options=options, trials=trials,
                            minutes=minutes, runner=runner_name, target=target, cost_model=model_cost,
                            guidance=guidance, log=log_path, corrupt=list(logged.corrupt) if logged else [],
-                           bf16_unguided=bool(imported.bf16_tasks and model_cost and pretrained_model(model_cost))))
+                           bf16_unguided=bool(imported.bf16_tasks and model_cost
+                                              and not guides_unit(model_cost, bf16_unit(target)))))
         tuning_log.write_run({"strategy": strategy, "options": options, "cost_model": cost_model,
                               "guided_by": guidance, "trials": trials, "minutes": minutes, "batch": batch,
                               "seed": seed, "resumed": bool(resume), "autosearch": __version__})

@@ -225,6 +225,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _print_run_header(console, started) -> None:
     """What a run tunes and how, before its first measurement."""
+    from autosearch.tensor_units.cpu import bf16_unit
+
     if started.corrupt:
         console.print(f"[yellow]warning[/yellow]: skipped {len(started.corrupt)} corrupt line(s): {started.corrupt[0]}")
     model, target = started.model, dict(started.target.export())
@@ -234,7 +236,8 @@ def _print_run_header(console, started) -> None:
                   f"{target.get('mcpu', started.target.kind.name)} x{target.get('num-cores', '?')} — log "
                   f"{started.log}\ncost model: {started.guidance}\nprecision: {model.precision} "
                   f"({model.precision_note})"
-                  + ("; the bf16 tasks run unguided: the pre-trained model has no bf16 records"
+                  + (f"; the bf16 tasks run unguided: the pre-trained model has no records of "
+                       f"{bf16_unit(started.target)} schedules"
                      if started.bf16_unguided else ""))
 
 

@@ -19,7 +19,13 @@ features model the machine instead, for each leaf block of the scheduled (post-p
 - **caches**: data touched by one execution of each loop level, and the traffic into a cache of each
   size (loaded once per iteration of the loop just outside the largest level that fits);
 - **the register tile** of reductions (accumulators live across the innermost reduction loop),
-  parallel extent and imbalance over the target's cores, unroll budget.
+  parallel extent and imbalance over the target's cores, unroll budget;
+- **a block tensorised onto a bf16 unit** (an AMX tile multiply, the AVX512-BF16 dot product,
+  ``autosearch.tensor_units``): its body is a call, opaque to the analysis above, so it is read off the
+  block's operands instead (the ``A``, ``B``, ``C`` regions its intrinsic matches): the unit, calls and their
+  parallel split, the call's GEMM shape (M, N, K), accumulators per call (tiles or vectors) and operand
+  loads per unit operation (the reuse the accumulator shape buys), the unit operations, operand bytes and
+  cache traffic over the loops around the calls.
 
 Sizes are log2 ratios to the task's FLOPs, so a 1x1 convolution and a 3x3 one share a scale; the
 whole vector is ``sign(x) log2(1 + |x|)`` (tree models do not care; scaled regressors do).
@@ -47,7 +53,7 @@ from autosearch.cost_models._scaling import signed_log
 
 # Bump when the features of a schedule change (a new effect, a changed estimate, renamed or reordered
 # names): cached features (autosearch.cost_models.feature_store) of an older version are then recomputed.
-VERSION = 1
+VERSION = 2  # 2: blocks tensorised onto a bf16 unit described (they were read as their body's config stores)
 LLVM_FULL_UNROLL = 8  # LLVM fully unrolls inner loops of a few constant steps even without TVM's pragma
 CACHE_LEVELS = ("reg", "l1", "l2", "l3")
 
@@ -114,6 +120,8 @@ class Nest:
     reduce_loops: set[int] = field(default_factory=set)  # loops that drive a reduction block var
     const_ops: int = 0  # operations on indices and constants alone (folded when their loops are unrolled)
     const_loops: set[int] = field(default_factory=set)  # loops that change what those operations read
+    unit: str = ""  # a tensorised block: the unit its intrinsic runs on (``TENSOR_UNITS``); "" for a loop body
+    gemm: tuple[int, int, int] = (0, 0, 0)  # a tensorised block: M, N, K of one call
 
     def env(self, ranges: dict) -> dict:
         """Intervals of the loop vars in ``ranges`` (others 0) extended with the block vars' intervals."""
@@ -161,6 +169,8 @@ def interval(expr: tuple, env: dict) -> tuple[int, int]:
         return env.get(expr[1], (0, 0))
     if op == "c":
         return expr[1], expr[1]
+    if op == "r":  # a range of constants: an operand region's extent (a tensorised block's A, B, C)
+        return expr[1], expr[2]
     a, b = interval(expr[1], env), interval(expr[2], env)
     if op == "Add":
         return a[0] + b[0], a[1] + b[1]
@@ -233,6 +243,10 @@ def _visit(stmt, loops: list[Loop], bindings: list, out: list[Nest]) -> None:
             return  # the weight prepack: done once at compile time, not timed
         inner = bindings + [(var_key(iv.var), compile_index(value), int(iv.iter_type))
                             for iv, value in zip(block.iter_vars, stmt.iter_values)]
+        unit = _tensor_unit(block)
+        if unit:
+            out.append(_tensor_nest(block, unit, loops, inner))
+            return
         if type(block.body).__name__ == "BufferStore":
             out.append(_nest(block, block.body, loops, inner))
         else:
@@ -275,6 +289,74 @@ def _nest(block, store, loops, bindings) -> Nest:
     nest.reduce_loops = _loops_changing(nest, {var for var, _, kind in bindings if kind == IterVar.CommReduce})
     if nest.const_ops:
         nest.const_loops = _loops_changing(nest, const_vars)
+    return nest
+
+
+# The units a tensorised block runs on: the accumulator's shape (rows x fp32 columns: an AMX tile, a zmm register
+# of 16 lanes), the reduction one unit operation covers (tdpbf16ps: a 64-byte tile row, 32 bf16 values of K;
+# vdpbf16ps: a pair), and the id the features give the unit (0: no tensorised block)
+TENSOR_UNITS = {"amx": (16, 16, 32, 2.0), "dpbf16": (1, 16, 2, 1.0)}
+_TDPBF16PS = "llvm.x86.tdpbf16ps"
+_DPBF16_SYMBOL = "autosearch_dpbf16"  # autosearch.tensor_units.dpbf16.symbol's prefix: the micro-kernel
+
+
+def _tensor_unit(block) -> str:
+    """The unit (``TENSOR_UNITS``) of a block tensorised onto a bf16 intrinsic, else "": its operands are matched
+    as A, B, C (``autosearch.tensor_units.block``'s description) and its body calls the unit."""
+    if {str(m.buffer.name) for m in block.match_buffers} != {"A", "B", "C"}:
+        return ""
+    calls: list[tuple[str, str]] = []
+    _calls(block.body, calls)
+    if any(op == "tirx.call_extern" and name.startswith(_DPBF16_SYMBOL) for op, name in calls):
+        return "dpbf16"
+    if any(op == "tirx.call_llvm_intrin" and name == _tdpbf16ps_id() for op, name in calls):
+        return "amx"
+    return ""
+
+
+def _tdpbf16ps_id() -> str:
+    from tvm.target import codegen
+
+    return str(codegen.llvm_lookup_intrinsic_id(_TDPBF16PS))
+
+
+def _calls(stmt, out: list[tuple[str, str]]) -> None:
+    """(op, first argument) of every call statement under ``stmt``."""
+    t = type(stmt).__name__
+    if t == "Evaluate":
+        v = stmt.value
+        if type(v).__name__ == "Call" and len(v.args):
+            first = v.args[0]
+            out.append((str(getattr(v.op, "name", "")), str(getattr(first, "value", first))))
+        return
+    if t == "SeqStmt":
+        for s in stmt.seq:
+            _calls(s, out)
+        return
+    for attr in ("body", "then_case", "else_case"):
+        sub = getattr(stmt, attr, None)
+        if sub is not None:
+            _calls(sub, out)
+
+
+def _tensor_nest(block, unit: str, loops, bindings) -> Nest:
+    """A tensorised block as a nest of its calls: one iteration per call, its accesses the operand regions
+    (minimum indices plus the region's extent as a constant range), its GEMM shape from their sizes."""
+    regions = {str(m.buffer.name): m.source for m in block.match_buffers}
+    accesses, sizes = [], {}
+    for name in ("C", "A", "B"):  # the write first, as a loop body's store
+        region = regions[name]
+        buffer = region.source
+        extents = [int(r.extent) for r in region.region]
+        sizes[name] = int(np.prod(extents))
+        indices = [("Add", compile_index(r.min), ("r", 0, e - 1)) for r, e in zip(region.region, extents)]
+        accesses.append(Access(str(buffer.name), tuple(int(d) for d in buffer.shape), indices, name == "C",
+                               max(1, buffer.dtype.bits // 8)))
+    n = max(1, int(regions["C"].region[-1].extent))  # output channels: C's innermost dimension
+    gemm = (max(1, sizes["C"] // n), n, max(1, sizes["B"] // n))
+    nest = Nest(block.name_hint, list(loops), bindings, accesses, 2 * gemm[0] * gemm[1] * gemm[2], unit=unit,
+                gemm=gemm)
+    nest.reduce_loops = _loops_changing(nest, {var for var, _, kind in bindings if kind == IterVar.CommReduce})
     return nest
 
 
@@ -347,6 +429,55 @@ def _access_kind(nest: Nest, acc: Access, vloop: Loop | None) -> str:
     return "contiguous" if hi - lo + 1 == vloop.extent and step == 1 else "scattered"
 
 
+def _cache_traffic(nest: Nest, machine: Machine, trips_outside: np.ndarray) -> dict[str, float]:
+    """Bytes the nest touches, and the traffic into each cache level: the data touched by one execution of
+    the loops k..n-1 is loaded once per iteration of the loops outside them, k the outermost level that fits."""
+    loops = nest.loops
+    n = len(loops)
+    by_buffer: dict[str, list[Access]] = {}
+    for acc in nest.accesses:
+        by_buffer.setdefault(acc.name, []).append(acc)
+
+    def total_bytes(k: int) -> float:
+        ranges = {lp.var: (0, lp.extent - 1) for lp in loops[k:]}
+        return sum(max(_footprint(nest, a, ranges) for a in accs) * accs[0].nbytes for accs in by_buffer.values())
+
+    totals = [total_bytes(k) for k in range(n + 1)]
+    out = {"bytes_touched": totals[0]}
+    for name, cap in zip(CACHE_LEVELS, machine.caches):
+        k = next((k for k in range(n + 1) if totals[k] <= cap), n)
+        out[f"traffic_{name}"] = totals[0] if k == 0 else trips_outside[k - 1] * totals[k - 1]
+    return out
+
+
+def _parallel(loops: list[Loop], ext: np.ndarray, iters: float, cores: int) -> dict[str, float]:
+    par = [j for j, lp in enumerate(loops) if lp.kind == ForKind.PARALLEL]
+    p = float(np.prod(ext[par])) if par else 1.0
+    trips_outside = np.concatenate([[1.0], np.cumprod(ext)])
+    return {"parallel": p, "par_imbalance": math.ceil(p / cores) * cores / p if p >= 1 else float(cores),
+            "par_outer_trips": float(trips_outside[par[0]]) if par else iters}
+
+
+def analyse_tensor(nest: Nest, machine: Machine) -> dict[str, float]:
+    """The features of a tensorised block (raw values; keys are ``TENSOR_KEYS``): one iteration per call."""
+    rows, cols, kstep, unit_id = TENSOR_UNITS[nest.unit]
+    ext = np.array([max(1, lp.extent) for lp in nest.loops], dtype=np.float64)
+    calls = float(np.prod(ext)) if len(ext) else 1.0
+    m, n, k = nest.gemm
+    acc_m, acc_n = max(1.0, math.ceil(m / rows)), max(1.0, math.ceil(n / cols))
+    steps = max(1.0, k / kstep)  # unit operations along the reduction, per accumulator
+    feats = {"unit": unit_id, "calls": calls, "M": float(m), "N": float(n), "K": float(k),
+             "accumulators": acc_m * acc_n, "loads_per_op": (acc_m + acc_n) / (acc_m * acc_n),
+             "unit_ops": calls * acc_m * acc_n * steps, "operand_loads": calls * (acc_m + acc_n) * steps,
+             "acc_stores": calls * acc_m * acc_n, "reduce_calls": float(np.prod([ext[j] for j in nest.reduce_loops]))
+             if nest.reduce_loops else 1.0}
+    for acc, name in zip(nest.accesses, ("C", "A", "B")):
+        feats[f"bytes_{name}"] = calls * _footprint(nest, acc, {}) * acc.nbytes
+    feats.update(_cache_traffic(nest, machine, np.concatenate([[1.0], np.cumprod(ext)])))
+    feats.update(_parallel(nest.loops, ext, calls, machine.cores))
+    return feats
+
+
 def analyse(nest: Nest, machine: Machine) -> dict[str, float]:
     """The features of one leaf block (raw values: counts, elements, bytes); keys are ``NEST_KEYS``."""
     cores = machine.cores
@@ -356,20 +487,8 @@ def analyse(nest: Nest, machine: Machine) -> dict[str, float]:
     iters = float(np.prod(ext)) if n else 1.0
     trips_outside = np.concatenate([[1.0], np.cumprod(ext)])  # trips_outside[k] = product of ext[:k]
     feats: dict[str, float] = {"iters": iters, "ops": nest.ops * iters}
-    by_buffer: dict[str, list[Access]] = {}
-    for acc in nest.accesses:
-        by_buffer.setdefault(acc.name, []).append(acc)
 
-    # ---- caches: data touched per execution of the loops k..n-1, loaded once per outer iteration
-    def total_bytes(k: int) -> float:
-        ranges = {lp.var: (0, lp.extent - 1) for lp in loops[k:]}
-        return sum(max(_footprint(nest, a, ranges) for a in accs) * accs[0].nbytes for accs in by_buffer.values())
-
-    totals = [total_bytes(k) for k in range(n + 1)]
-    feats["bytes_touched"] = totals[0]
-    for name, cap in zip(CACHE_LEVELS, machine.caches):
-        k = next((k for k in range(n + 1) if totals[k] <= cap), n)
-        feats[f"traffic_{name}"] = totals[0] if k == 0 else trips_outside[k - 1] * totals[k - 1]
+    feats.update(_cache_traffic(nest, machine, trips_outside))
 
     # ---- the vector loop and the unrolled body (the straight-line code LLVM schedules)
     vec = [j for j, lp in enumerate(loops) if lp.kind == ForKind.VECTORIZED]
@@ -487,11 +606,7 @@ def analyse(nest: Nest, machine: Machine) -> dict[str, float]:
             feats[key] = 0.0
 
     # ---- parallelism
-    par = [j for j, lp in enumerate(loops) if lp.kind == ForKind.PARALLEL]
-    p = float(np.prod(ext[par])) if par else 1.0
-    feats["parallel"] = p
-    feats["par_imbalance"] = math.ceil(p / cores) * cores / p if p >= 1 else float(cores)
-    feats["par_outer_trips"] = float(trips_outside[par[0]]) if par else iters
+    feats.update(_parallel(loops, ext, iters, cores))
     feats["unroll_max"] = float(budget)
     return feats
 
@@ -513,11 +628,20 @@ _SUMMED = ("est_total", "est_arith", "est_loads", "est_stores", "est_scattered",
 _PER_FLOP = {"iters", "ops", "bytes_touched", "body_runs"}  # besides est_* and traffic_*: log2 per FLOP
 _MAIN = ("vec_len", "acc_vectors", "acc_in_registers", "parallel", "par_imbalance", "body_live_vectors",
          "vec_write", "unroll_max")
+TENSOR_KEYS = (
+    "unit", "calls", "M", "N", "K", "accumulators", "loads_per_op", "unit_ops", "operand_loads", "acc_stores",
+    "reduce_calls", "bytes_C", "bytes_A", "bytes_B", "bytes_touched", *(f"traffic_{c}" for c in CACHE_LEVELS),
+    "parallel", "par_imbalance", "par_outer_trips",
+)
+_TENSOR_PER_FLOP = {"calls", "unit_ops", "operand_loads", "acc_stores", "bytes_C", "bytes_A", "bytes_B",
+                    "bytes_touched", *(f"traffic_{c}" for c in CACHE_LEVELS)}
+_TENSOR_LOG2 = {"M", "N", "K", "accumulators", "reduce_calls", "par_outer_trips"}
 FEATURE_NAMES: tuple[str, ...] = (
     *(f"all_{k}" for k in _SUMMED),
     *(f"n{rank}_{k}" for rank in range(2) for k in ("share", *NEST_KEYS)),
     *(f"main_{k}" for k in _MAIN),
     "n_nests", "log2_flops",
+    *(f"tensor_{k}" for k in TENSOR_KEYS),
 )
 WIDTH = len(FEATURE_NAMES)
 
@@ -531,10 +655,17 @@ def schedule_features(mod, flops: float, machine: Machine | None = None) -> dict
     over nests, the two costliest nests in full, the main (reduction) nest's key facts."""
     machine = machine or Machine()
     cores = machine.cores
-    per = [analyse(nest, machine) for nest in nests(mod["main"])]
+    found = nests(mod["main"])
+    per = [analyse(nest, machine) for nest in found if not nest.unit]
     feats = dict.fromkeys(FEATURE_NAMES, 0.0)
     f = max(float(flops), 1.0)
     feats["log2_flops"] = _lg(f)
+    tensor = [analyse_tensor(nest, machine) for nest in found if nest.unit]
+    if tensor:  # the tensorised GEMM (one per task: the conv's); its FLOPs are most of the task's
+        t = max(tensor, key=lambda x: x["unit_ops"])
+        for key in TENSOR_KEYS:
+            feats[f"tensor_{key}"] = (_lg(t[key] / f) if key in _TENSOR_PER_FLOP
+                                      else _lg(t[key]) if key in _TENSOR_LOG2 else float(t[key]))
     if not per:
         return feats
 
@@ -563,5 +694,5 @@ def loop_features(mod, flops: float, machine: Machine | None = None) -> np.ndarr
     return signed_log(np.asarray([feats[k] for k in FEATURE_NAMES], dtype=np.float64)).astype(np.float32)
 
 
-__all__ = ["FEATURE_NAMES", "Machine", "NEST_KEYS", "WIDTH", "analyse", "loop_features", "nests",
-           "schedule_features", "vector_pieces"]
+__all__ = ["FEATURE_NAMES", "Machine", "NEST_KEYS", "TENSOR_KEYS", "TENSOR_UNITS", "WIDTH", "analyse",
+           "analyse_tensor", "loop_features", "nests", "schedule_features", "vector_pieces"]

@@ -341,16 +341,35 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     tasks = rng.permutation(len(keys))
     fold_of = {int(t): i % max(2, min(folds, len(tasks))) for i, t in enumerate(tasks)}
     task_fold = np.asarray([fold_of[int(task_of_group[g])] for g in groups])
+    # the bf16 unit of each group whose schedules are tensorised (the tensor features' unit), else ""
+    from autosearch.cost_models.loop_features import FEATURE_NAMES
+
+    unit_col = FEATURE_NAMES.index("tensor_unit")
+    log_units = [_log_bf16_unit(c) for c in contents]
+    unit_of_group = np.asarray([log_units[i] if np.any(part.X(FEATURES)[part.groups == g, unit_col] > 0) else ""
+                                for i, part in enumerate(parts) for g in range(len(part.task_keys))], dtype=object)
     results = []
+    held_out = np.zeros(len(y))
     for fold in sorted(set(fold_of.values())):
         test = task_fold == fold
         model.fit(X[~test], y[~test], groups[~test])
-        pred = model.predict(X[test])
+        pred = held_out[test] = model.predict(X[test])
         top1 = [top_k_score(y[test][groups[test] == g], pred[groups[test] == g], 1) for g in np.unique(groups[test])]
         results.append({"pairwise": pairwise_accuracy(y[test], pred, groups[test]), "top1": float(np.mean(top1)),
                         "tasks": int(len(np.unique(groups[test])))})
-    by_family = (cross_family_accuracy(model, X, y, groups, task_of_group, machine_of_group, task_fold)
-                 if len(set(machines)) > 1 else {})
+    by_unit = {}
+    for unit in sorted(set(unit_of_group) - {""}):
+        rows = unit_of_group[groups] == unit
+        ids = np.unique(groups[rows])
+        by_unit[unit] = {"pairwise": float(pairwise_accuracy(y[rows], held_out[rows], groups[rows])),
+                         "top1": float(np.mean([top_k_score(y[groups == g], held_out[groups == g], 1) for g in ids])),
+                         "tasks": int(len(ids))}
+    # families compared on fp32 tasks: only one family's records may hold a unit (AMX), and a model of the other
+    # family's fp32 schedules cannot rank those
+    fp32 = unit_of_group[groups] == ""
+    by_family = (cross_family_accuracy(model, X[fp32], y[fp32], groups[fp32], task_of_group, machine_of_group,
+                                       task_fold[fp32])
+                 if len(set(machine_of_group[unit_of_group == ""])) > 1 else {})
     model.fit(X, y, groups)
     trees, network = (model.members_[0], model.members_[1]) if family == "blend" else (model, None)
     booster = trees.estimator_.get_booster()
@@ -377,11 +396,14 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
         # the CPUs the records were measured on, one entry per log
         "cpus": [{"family": m, "mcpu": _log_mcpu(c), "records": len(part), "tasks": len(part.task_keys)}
                  for m, c, part in zip(machines, contents, parts)],
+        # the bf16 units whose tensorised schedules the records hold: the tasks lowered to them are guided
+        "tensor_units": sorted(by_unit),
         "excluded": sorted(exclude),
         "held_out": {"folds": len(results), "by": "task",
                      "pairwise": float(np.average([r["pairwise"] for r in results], weights=weights)),
                      "top1": float(np.average([r["top1"] for r in results], weights=weights)),
-                     **({"by_family": by_family} if by_family else {})},
+                     **({"by_family": by_family, "by_family_tasks": "fp32"} if by_family else {}),
+                     **({"by_unit": by_unit} if by_unit else {})},
         "versions": {"autosearch": __version__, "xgboost": _version("xgboost"), "tvm": _version("tvm"),
                      **({"torch": _version("torch")} if family == "blend" else {})},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -393,6 +415,22 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
 def _log_mcpu(contents) -> str:
     """The LLVM CPU name of a log's records (its first record with a target)."""
     return next((str(r.target.get("mcpu", "")) for r in contents.records if r.target), "")
+
+
+def _log_bf16_unit(contents) -> str:
+    """The bf16 unit a log's tensorised tasks ran on (:func:`autosearch.tensor_units.cpu.bf16_unit` of its records'
+    target), "" where the target has none."""
+    from autosearch.frontend.target import parse_target
+    from autosearch.tensor_units.cpu import bf16_unit
+
+    target = next((r.target for r in contents.records if r.target), None)
+    return (bf16_unit(parse_target(json.dumps(target))) or "") if target else ""
+
+
+def covers(manifest: dict[str, Any], unit: str | None) -> bool:
+    """Whether a model's records hold schedules tensorised onto ``unit`` (None: fp32 schedules, which every model
+    holds): a model of fp32 schedules ranks those no better than chance (``experiments/tensor_features.py``)."""
+    return unit is None or unit in manifest.get("tensor_units", [])
 
 
 def family_of_mcpu(mcpu: str) -> str:

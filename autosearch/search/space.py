@@ -100,10 +100,16 @@ def replay(mod, trace_json: Any):
     """The schedule of ``mod`` a logged trace describes (TVM's JSON, postprocessors included: a log record's
     ``trace``, :meth:`Applied.trace_json`), replayed on a fresh schedule as TVM replays a database record. Every
     sampled decision is in the trace, so the seed changes nothing; no IR check after each step (the trace was
-    checked when it was applied)."""
+    checked when it was applied). A trace tensorised onto a bf16 unit names intrinsics this process may not have
+    registered yet (each accumulator shape has its own), so they are registered first."""
+    import json
+
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace
 
+    from autosearch.tensor_units.intrinsics import register_for
+
+    register_for(trace_json if isinstance(trace_json, str) else json.dumps(trace_json))
     sch = Schedule(mod, seed=_SCHEDULE_SEED, debug_mask=0)
     Trace.apply_json_to_schedule(trace_json, sch)
     return sch

@@ -77,14 +77,25 @@ class TuneSummary:
 
 
 def pretrained_model(spec: str) -> bool:
-    """Whether a ``--cost-model`` is trained before the run (the shipped model, a train-model directory): its
-    records are fp32 schedules, so it does not guide the tasks tensorised onto a bf16 unit (they run unguided; ``run``
-    says so). A model trained online learns from the run's own measurements, those tasks' included."""
+    """Whether a ``--cost-model`` is trained before the run (the shipped model, a train-model directory)."""
     import os
 
     from autosearch.search.cost_model import COST_MODELS, PRETRAINED
 
     return spec == PRETRAINED or (spec not in COST_MODELS and os.path.isdir(spec))
+
+
+def guides_unit(spec: str, unit: str | None) -> bool:
+    """Whether ``--cost-model spec`` guides the tasks tensorised onto the bf16 ``unit`` (None: fp32 tasks). A
+    pre-trained model does where its records hold such schedules (its manifest's ``tensor_units``): a model of fp32
+    schedules ranks them no better than chance, so they run unguided and ``run`` says so. A model trained online
+    learns from the run's own measurements, those tasks' included."""
+    if unit is None or not pretrained_model(spec):
+        return True
+    from autosearch.cost_models.pretrained import SHIPPED_DIR, covers, read_manifest
+    from autosearch.search.cost_model import PRETRAINED
+
+    return covers(read_manifest(SHIPPED_DIR if spec == PRETRAINED else spec), unit)
 
 
 class Tuner:
@@ -189,9 +200,10 @@ class Tuner:
         self.on_event(TuneEvent(state, self.trials_done, self.budget, [baseline], self._elapsed(), "baseline"))
         # a resumed task draws a fresh random stream: the first run's would propose the logged configs again
         task_seed = (self.seed * 1_000_003 + task.index * 7919 + state.resumed * 104_729) % (2**31 - 1)
+        from autosearch.tensor_units.cpu import bf16_unit
         from autosearch.tensor_units.sketch import is_amx_task
 
-        if self.cost_model and not (pretrained_model(self.cost_model) and is_amx_task(task.mod)):
+        if self.cost_model and guides_unit(self.cost_model, bf16_unit(task.target) if is_amx_task(task.mod) else None):
             from autosearch.search.cost_model import make_scorer
 
             state.scorer = make_scorer(self.cost_model, state.space, task, seed=task_seed,
