@@ -630,7 +630,8 @@ def train_model(out: str, *, logs: Sequence[str] = (), measure: bool = False, mi
     """Pre-train a cost model on measured records and write it to the directory ``out`` (``model.ubj`` and
     ``manifest.json``), for ``tune(cost_model=out)``. ``logs``: tuning logs or TVM databases; ``measure``: first
     measure a dataset on this machine for ``minutes`` (``out/dataset.jsonl``, gone on from when it exists:
-    random configs and mutations of the best, of ``tasks_per_layout`` conv tasks of ``model`` per layout, up to
+    random configs and mutations of the best, of ``tasks_per_layout`` conv tasks of ``model`` per lowering (fp32 in
+    each layout, and bf16 where this CPU has a bf16 unit), up to
     ``per_task`` configs each, then of its other conv tasks one by one while the minutes last) and train on it
     too. ``family``: ``xgb-rank`` or ``blend`` (needs PyTorch).
     Held-out accuracy over ``folds`` folds by task; ``exclude_tasks``: workload keys left out, e.g. to test the
@@ -662,7 +663,7 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
                      progress: Callable[[str, int, int], None], say: Callable[[str], None]) -> str:
     """``train-model --measure``: measure (or go on measuring) OUT/dataset.jsonl for ``minutes``; its path."""
     from autosearch.frontend.target import parse_target
-    from autosearch.search.dataset import DATASET_FILE, dataset_tasks, measure_dataset
+    from autosearch.search.dataset import DATASET_FILE, dataset_lowerings, dataset_tasks, measure_dataset
 
     if minutes is None or not (math.isfinite(minutes) and minutes > 0):
         raise UserError("train-model --measure needs --minutes, a positive number (the measuring budget)")
@@ -672,7 +673,8 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
     target = parse_target(None)  # this machine's CPU, all its cores
     tasks, more = dataset_tasks(model, target, count=tasks_per_layout)
     path = os.path.join(out, DATASET_FILE)
-    say(f"measuring a dataset on this machine: {len(tasks)} conv tasks of {model} (both layouts), up to "
+    lowerings = ", ".join(f"{lw['precision']} {lw['layout']}" for lw in dataset_lowerings(target))
+    say(f"measuring a dataset on this machine: {len(tasks)} conv tasks of {model} ({lowerings}), up to "
         f"{per_task} configs each, then its {len(more)} other conv tasks one by one while the {minutes:g} min "
         f"last -> {path}")
     from autosearch.measure.local import LocalRunner

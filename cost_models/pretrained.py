@@ -258,10 +258,11 @@ def family_note(manifest: dict[str, Any], target) -> str:
 def describe(manifest: dict[str, Any], note: str = "") -> str:
     """One line for a run's header: what the model is, how well it ranked held-out tasks, and ``note``."""
     held = manifest.get("held_out", {})
-    cpus = ", ".join(f"{c['family']} {c['mcpu']}" for c in manifest.get("cpus", []))
+    cpus = ", ".join(dict.fromkeys(f"{c['family']} {c['mcpu']}" for c in manifest.get("cpus", [])))
+    units = ", ".join(manifest.get("tensor_units", []))
     return (f"{manifest.get('family')} on {manifest.get('features')} features, pre-trained on "
-            f"{manifest.get('records')} records of {manifest.get('tasks')} tasks{f' ({cpus})' if cpus else ''} "
-            f"(held-out pairwise "
+            f"{manifest.get('records')} records of {manifest.get('tasks')} tasks{f' ({cpus})' if cpus else ''}"
+            f"{f', bf16 on {units} among them' if units else ''} (held-out pairwise "
             f"{held.get('pairwise', float('nan')):.2f}, top-1 {held.get('top1', float('nan')):.2f})"
             + (f"; {note}" if note else ""))
 

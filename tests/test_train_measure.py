@@ -30,7 +30,9 @@ def test_measure_train_continue_and_guide_a_run(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     dataset = os.path.join(out, "dataset.jsonl")
     first = _trials(dataset)
-    assert len(first) == 2 and all(len(t) == 3 for t in first.values())  # one conv task per layout, 3 configs each
+    # one conv task per fp32 layout, and the bf16 one where this CPU has a bf16 unit; 3 configs each
+    unit = _host_bf16_unit()
+    assert len(first) == 2 + bool(unit) and all(len(t) == 3 for t in first.values())
     assert os.path.exists(os.path.join(out, "manifest.json")) and "use it: python -m autosearch run" in proc.stdout
 
     proc = run_cli(*args, "--per-task", "6", "--minutes", "5", "--force")  # the same command, more configs: goes on
@@ -45,13 +47,38 @@ def test_measure_train_continue_and_guide_a_run(tmp_path) -> None:
     assert [r["resumed"] for r in runs] == [False, True]
     manifest = json.load(open(os.path.join(out, "manifest.json")))
     assert manifest["records"] == sum(1 for t in second.values() for r in t if r["result"]["status"] == "ok")
+    assert manifest["tensor_units"] == ([unit] if unit else [])  # the model guides this CPU's bf16 tasks too
 
     log = str(tmp_path / "run.jsonl")
-    proc = run_cli("run", "--strategy", "optuna", "--model", model, "--layout", "NCHW", "--precision", "fp32",
-                   "--trials", "4", "--batch", "2", "--cost-model", out, "--log", log, "--finalist-rounds", "0")
+    proc = run_cli("run", "--strategy", "optuna", "--model", model, "--layout", "NHWC", "--trials", "4", "--batch",
+                   "2", "--cost-model", out, "--log", log, "--finalist-rounds", "0")
     assert proc.returncode == 0, proc.stderr[-2000:]
     header = json.loads(open(log).readline())["run"]
     assert header["cost_model"] == out and out in header["guided_by"]
+    assert "run unguided" not in proc.stdout
+
+
+def _host_bf16_unit() -> str | None:
+    from autosearch.frontend.target import parse_target
+    from autosearch.tensor_units.cpu import bf16_unit
+
+    return bf16_unit(parse_target(None))
+
+
+def test_the_dataset_measures_the_bf16_tasks_where_the_cpu_has_a_unit(tmp_path) -> None:
+    """Lowering only (any CPU): the tasks a dataset measures are those a default run on the target tunes."""
+    import tvm
+
+    from autosearch.search.dataset import dataset_tasks
+    from tests.bf16_models import amx_target
+
+    model = str(tmp_path / "conv.onnx")
+    small_conv_onnx(model)
+    plain = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    for target, bf16 in ((amx_target(), 1), (plain, 0)):
+        first, more = dataset_tasks(model, target, count=1)
+        dtypes = [{dtype for _, dtype in t.args} for t in first + more]
+        assert sum("bfloat16" in d for d in dtypes) == bf16 and len(first) == 2 + bf16
 
 
 def test_every_prefix_of_the_joining_order_spreads_over_flops() -> None:
@@ -83,10 +110,10 @@ def test_the_other_tasks_join_once_the_first_are_done_and_resume_in_order(tmp_pa
     dataset = os.path.join(out, "dataset.jsonl")
     first, order = _trials(dataset), _task_order(dataset)
     header = json.loads(open(dataset).readline())["run"]
-    # one task per layout from the start, then the other conv tasks of both layers (direct NHWC, direct and
-    # Winograd NCHW) joined; each measured to the cap
-    assert header["tasks"] == 2 and header["more_tasks"] >= 3
-    assert len(first) == 2 + header["more_tasks"] and all(len(t) == 2 for t in first.values())
+    # one task per fp32 layout (and the bf16 one where this CPU has a bf16 unit) from the start, then the other conv
+    # tasks of both layers (direct NHWC, direct and Winograd NCHW, bf16) joined; each measured to the cap
+    assert header["tasks"] == 2 + bool(_host_bf16_unit()) and header["more_tasks"] >= 3
+    assert len(first) == header["tasks"] + header["more_tasks"] and all(len(t) == 2 for t in first.values())
     assert f"then its {header['more_tasks']} other conv tasks one by one" in proc.stdout + proc.stderr
 
     proc = run_cli(*args, "--per-task", "3", "--force")

@@ -138,16 +138,29 @@ def spread_order(tasks: Sequence) -> list:
     return out
 
 
+def dataset_lowerings(target) -> list[dict[str, str]]:
+    """The lowerings whose conv tasks a run on ``target`` tunes under the defaults (``--layout auto --precision
+    auto``): fp32 in both layouts (NCHW direct and Winograd, NHWC) and, where the CPU has a bf16 unit, the bf16
+    convolutions tensorised onto it. A pre-trained model guides a bf16 unit's tasks only if its records hold them."""
+    from autosearch.tensor_units.cpu import bf16_unit
+
+    lowerings = [{"layout": "NCHW", "precision": "fp32"}, {"layout": "NHWC", "precision": "fp32"}]
+    if bf16_unit(target):
+        lowerings.append({"layout": "NHWC", "precision": "bf16"})
+    return lowerings
+
+
 def dataset_tasks(model: str, target, *, count: int) -> tuple[list, list]:
-    """The conv tasks a dataset for ``model`` measures, from each of its fp32 lowerings (NCHW direct and Winograd,
-    NHWC), the tasks a tuning run of it guides; one task per workload: (``count`` per layout spread over FLOPs,
-    measured from the start; the rest, in :func:`spread_order`, to join while the budget lasts)."""
+    """The conv tasks a dataset for ``model`` measures, from each lowering a tuning run of it on ``target`` guides
+    (:func:`dataset_lowerings`); one task per workload: (``count`` per lowering spread over FLOPs, measured from the
+    start; the rest, in :func:`spread_order`, to join while the budget lasts)."""
     from autosearch.frontend.importer import import_model
 
     first: dict[str, object] = {}
     rest: dict[str, object] = {}
-    for layout in ("NCHW", "NHWC"):
-        convs = [t for t in import_model(model, target, layout=layout).tasks if "conv2d" in t.name]
+    for lowering in dataset_lowerings(target):
+        convs = [t for t in import_model(model, target, **lowering).tasks if "conv2d" in t.name
+                 and (lowering["precision"] == "fp32" or any(dtype == "bfloat16" for _, dtype in t.args))]
         for task in spread(convs, count):
             first.setdefault(task.workload_key, task)
         for task in spread_order(convs):
@@ -209,5 +222,5 @@ def measure_dataset(tasks: Sequence, out_path: str, *, runner, seconds: float, p
     return total
 
 
-__all__ = ["DATASET_FILE", "RANDOM_FRACTION", "TaskSampler", "dataset_tasks", "measure_dataset", "propose", "spread",
-           "spread_order"]
+__all__ = ["DATASET_FILE", "RANDOM_FRACTION", "TaskSampler", "dataset_lowerings", "dataset_tasks", "measure_dataset",
+           "propose", "spread", "spread_order"]
