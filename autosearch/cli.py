@@ -504,14 +504,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--measure", action="store_true",
                    help="measure a dataset on this machine first (DIR/dataset.jsonl; the same command again goes "
                         "on from it): random configs and mutations of the best, of conv tasks spread over --model's "
-                        "FLOPs in both layouts (and in bf16 where this CPU has a bf16 unit: the model then guides those "
-                        "tasks too), round-robin for --minutes; then train on it (and on any --log)")
+                        "FLOPs in both layouts (and in bf16 where this CPU has a bf16 unit: the model then guides "
+                        "those tasks too), round-robin for --minutes; then train on it (and on any --log)")
     p.add_argument("--minutes", type=float, help="--measure: the measuring budget (required)")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"--measure: whose tasks (default {DEFAULT_MODEL})")
     p.add_argument("--tasks-per-layout", type=int, default=6,
-                   help="--measure: conv tasks per lowering (fp32 per layout, bf16) measured from the start (default 6); "
-                   "the model's other conv "
-                   "tasks join one by one once those are done, while the minutes last")
+                   help="--measure: conv tasks per lowering (fp32 per layout, bf16) measured from the start "
+                   "(default 6); the model's other conv tasks join one by one once those are done, while the minutes "
+                   "last")
     p.add_argument("--per-task", type=int, default=64, help="--measure: at most this many configs per task")
     p.add_argument("--out", required=True, help="directory to write (model.ubj + manifest.json)")
     p.add_argument("--family", choices=PRETRAINED_FAMILIES, default="xgb-rank",
