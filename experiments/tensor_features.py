@@ -13,6 +13,11 @@ logs (pairwise accuracy and top-1 within each task, the product's ``xgb-rank`` o
 ``--dataset OUT`` also writes the bf16 tasks' records of ``--train`` (run and task headers, trials) as one gzipped log:
 the bf16 part of the shipped model's training set (``docs/cost-models.md``).
 
+``--runs NAME=LOG ...`` instead compares runs of one model (e.g. guided and unguided, from
+``experiments/time_to_quality.py``): on the bf16 tasks both logs hold, the fastest config after n trials of the task
+over the fastest either run found (geometric mean over the tasks that got n trials in every run), the search-level
+view that an end-to-end figure blurs.
+
 Two splits: 5 folds by task within ``--train`` logs (each held-out task's records predicted by a model trained on
 the others' tasks), and, with ``--test``, a model trained on all of ``--train`` ranking the bf16 tasks of the
 ``--test`` logs that ``--train`` does not hold (another network: YOLO11n against YOLOv8n + tiny-YOLOv2). Features
@@ -191,15 +196,92 @@ def plot(results: dict[str, dict[str, dict[str, float]]], path: str) -> None:
     plt.close(fig)
 
 
+TRIAL_COUNTS = (2, 4, 6, 8, 12, 16)
+
+
+def bf16_trials(path: str) -> dict[str, list[float]]:
+    """Per task of a tuning log tensorised onto a bf16 unit (the importer names its convolutions ``conv2d_amx_bf16``
+    on either unit; the bf16 pools and copies between them are not tensorised), its trials' latencies in order (inf
+    where a trial failed)."""
+    from autosearch.records import read_log
+
+    contents = read_log(path)
+    bf16 = {key for key, header in contents.tasks.items() if "conv2d_amx_bf16" in header.get("name", "")}
+    out: dict[str, list[float]] = {}
+    for r in contents.trials():
+        if r.task_key in bf16:
+            out.setdefault(r.task_key, []).append(r.result.median if r.ok else float("inf"))
+    return out
+
+
+def convergence(runs: dict[str, dict[str, list[float]]]) -> dict[str, dict[int, tuple[float, int]]]:
+    """Per run and trial count n: (geometric mean over the tasks every run gave n trials of best-after-n over the
+    best any run found, those tasks)."""
+    keys = set.intersection(*(set(trials) for trials in runs.values()))
+    out: dict[str, dict[int, tuple[float, int]]] = {name: {} for name in runs}
+    for n in TRIAL_COUNTS:
+        tasks = [k for k in keys if all(len(trials[k]) >= n for trials in runs.values())]
+        if not tasks:
+            continue
+        best = {k: min(min(trials[k]) for trials in runs.values()) for k in tasks}
+        for name, trials in runs.items():
+            ratios = [min(trials[k][:n]) / best[k] for k in tasks]
+            out[name][n] = (float(np.exp(np.mean(np.log(ratios)))), len(tasks))
+    return out
+
+
+def convergence_table(conv: dict[str, dict[int, tuple[float, int]]]) -> str:
+    counts = sorted({n for per in conv.values() for n in per})
+    first = next(iter(conv.values()))
+    header = ["run", *(f"{n} trials ({first[n][1]} tasks)" for n in counts)]
+    rows = [[name, *(f"{per[n][0]:.3f}x" for n in counts)] for name, per in conv.items()]
+    return (markdown_table(header, rows) + "\n\nThe fastest config after n trials of a bf16 task over the fastest any "
+            "run found for it (geometric mean over the tasks every run gave n trials; 1.000x: found by then).\n")
+
+
+def plot_convergence(conv: dict[str, dict[int, tuple[float, int]]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for name, per in conv.items():
+        counts = sorted(per)
+        ax.plot(counts, [per[n][0] for n in counts], marker="o", label=name)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("trials of the task")
+    ax.set_ylabel("best so far / best found")
+    ax.set_title("bf16 tasks: how close each run's search got, by trials")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--train", action="append", required=True, help="tuning log (repeatable)")
+    ap.add_argument("--train", action="append", default=[], help="tuning log (repeatable)")
+    ap.add_argument("--runs", nargs="+", metavar="NAME=LOG", help="compare these runs' search on their bf16 tasks")
     ap.add_argument("--test", action="append", default=[], help="tuning log of another network (repeatable)")
     ap.add_argument("--out", required=True, help="experiments/results/OUT.{md,json,png}")
     ap.add_argument("--dataset", help="also write the bf16 tasks' records of --train to this gzipped log")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    base = results_path(args.out)
+    if args.runs:
+        runs = {name: bf16_trials(path) for name, _, path in (spec.partition("=") for spec in args.runs)}
+        conv = convergence(runs)
+        write_json(base + ".json", {"runs": args.runs, "convergence": {name: {str(n): v for n, v in per.items()}
+                                                                        for name, per in conv.items()}})
+        text = convergence_table(conv)
+        write_text(base + ".md", text)
+        plot_convergence(conv, base + ".png")
+        sys.stdout.write(text)
+        return 0
+    if not args.train:
+        ap.error("--train (or --runs) is required")
     if args.dataset:
         n_tasks, n_trials = write_bf16_records(args.train, args.dataset)
         log.info("%s: %d trials of %d bf16 tasks", args.dataset, n_trials, n_tasks)
@@ -207,7 +289,6 @@ def main(argv: list[str] | None = None) -> int:
     results = {"held-out tasks": within(train, seed=args.seed)}
     if args.test:
         results["another network"] = across(train, load(args.test), seed=args.seed)
-    base = results_path(args.out)
     write_json(base + ".json", {"train": args.train, "test": args.test, "seed": args.seed, "results": results})
     text = table(results)
     write_text(base + ".md", text)
