@@ -43,6 +43,7 @@ when a spatial loop separates two reduction loops).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -314,7 +315,9 @@ def _tensor_unit(block) -> str:
     return ""
 
 
+@functools.cache
 def _tdpbf16ps_id() -> str:
+    """LLVM's id of ``tdpbf16ps`` (what a ``call_llvm_intrin`` names), looked up once per process."""
     from tvm.target import codegen
 
     return str(codegen.llvm_lookup_intrinsic_id(_TDPBF16PS))
@@ -450,19 +453,20 @@ def _cache_traffic(nest: Nest, machine: Machine, trips_outside: np.ndarray) -> d
     return out
 
 
-def _parallel(loops: list[Loop], ext: np.ndarray, iters: float, cores: int) -> dict[str, float]:
+def _parallel(loops: list[Loop], ext: np.ndarray, trips_outside: np.ndarray, cores: int) -> dict[str, float]:
+    """Parallel extent, the busiest core's share over the even one, and the trips outside the parallel loop."""
     par = [j for j, lp in enumerate(loops) if lp.kind == ForKind.PARALLEL]
     p = float(np.prod(ext[par])) if par else 1.0
-    trips_outside = np.concatenate([[1.0], np.cumprod(ext)])
     return {"parallel": p, "par_imbalance": math.ceil(p / cores) * cores / p if p >= 1 else float(cores),
-            "par_outer_trips": float(trips_outside[par[0]]) if par else iters}
+            "par_outer_trips": float(trips_outside[par[0]] if par else trips_outside[-1])}
 
 
 def analyse_tensor(nest: Nest, machine: Machine) -> dict[str, float]:
     """The features of a tensorised block (raw values; keys are ``TENSOR_KEYS``): one iteration per call."""
     rows, cols, kstep, unit_id = TENSOR_UNITS[nest.unit]
     ext = np.array([max(1, lp.extent) for lp in nest.loops], dtype=np.float64)
-    calls = float(np.prod(ext)) if len(ext) else 1.0
+    trips_outside = np.concatenate([[1.0], np.cumprod(ext)])  # trips_outside[-1]: the calls
+    calls = float(trips_outside[-1])
     m, n, k = nest.gemm
     acc_m, acc_n = max(1.0, math.ceil(m / rows)), max(1.0, math.ceil(n / cols))
     steps = max(1.0, k / kstep)  # unit operations along the reduction, per accumulator
@@ -473,8 +477,8 @@ def analyse_tensor(nest: Nest, machine: Machine) -> dict[str, float]:
              if nest.reduce_loops else 1.0}
     for acc, name in zip(nest.accesses, ("C", "A", "B")):
         feats[f"bytes_{name}"] = calls * _footprint(nest, acc, {}) * acc.nbytes
-    feats.update(_cache_traffic(nest, machine, np.concatenate([[1.0], np.cumprod(ext)])))
-    feats.update(_parallel(nest.loops, ext, calls, machine.cores))
+    feats.update(_cache_traffic(nest, machine, trips_outside))
+    feats.update(_parallel(nest.loops, ext, trips_outside, machine.cores))
     return feats
 
 
@@ -606,7 +610,7 @@ def analyse(nest: Nest, machine: Machine) -> dict[str, float]:
             feats[key] = 0.0
 
     # ---- parallelism
-    feats.update(_parallel(loops, ext, iters, cores))
+    feats.update(_parallel(loops, ext, trips_outside, cores))
     feats["unroll_max"] = float(budget)
     return feats
 

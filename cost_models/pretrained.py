@@ -346,9 +346,11 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     from autosearch.cost_models.loop_features import FEATURE_NAMES
 
     unit_col = FEATURE_NAMES.index("tensor_unit")
-    log_units = [_log_bf16_unit(c) for c in contents]
-    unit_of_group = np.asarray([log_units[i] if np.any(part.X(FEATURES)[part.groups == g, unit_col] > 0) else ""
-                                for i, part in enumerate(parts) for g in range(len(part.task_keys))], dtype=object)
+    log_of_group = np.asarray([i for i, part in enumerate(parts) for _ in part.task_keys], dtype=np.int64)
+    tensorised = np.zeros(len(log_of_group), dtype=bool)
+    tensorised[np.unique(groups[X[:, unit_col] > 0])] = True
+    log_units = np.asarray([_log_bf16_unit(c) for c in contents], dtype=object)
+    unit_of_group = np.where(tensorised, log_units[log_of_group], "")
     results = []
     held_out = np.zeros(len(y))
     for fold in sorted(set(fold_of.values())):

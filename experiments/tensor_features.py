@@ -200,13 +200,14 @@ TRIAL_COUNTS = (2, 4, 6, 8, 12, 16)
 
 
 def bf16_trials(path: str) -> dict[str, list[float]]:
-    """Per task of a tuning log tensorised onto a bf16 unit (the importer names its convolutions ``conv2d_amx_bf16``
-    on either unit; the bf16 pools and copies between them are not tensorised), its trials' latencies in order (inf
+    """Per task of a tuning log tensorised onto a bf16 unit (named as ``autosearch.tensor_units.conv.TASK_NAME`` on
+    either unit; the bf16 pools and copies between them are not tensorised), its trials' latencies in order (inf
     where a trial failed)."""
     from autosearch.records import read_log
+    from autosearch.tensor_units.conv import TASK_NAME
 
     contents = read_log(path)
-    bf16 = {key for key, header in contents.tasks.items() if "conv2d_amx_bf16" in header.get("name", "")}
+    bf16 = {key for key, header in contents.tasks.items() if TASK_NAME in header.get("name", "")}
     out: dict[str, list[float]] = {}
     for r in contents.trials():
         if r.task_key in bf16:

@@ -155,12 +155,13 @@ def dataset_tasks(model: str, target, *, count: int) -> tuple[list, list]:
     (:func:`dataset_lowerings`); one task per workload: (``count`` per lowering spread over FLOPs, measured from the
     start; the rest, in :func:`spread_order`, to join while the budget lasts)."""
     from autosearch.frontend.importer import import_model
+    from autosearch.tensor_units.conv import TASK_NAME
 
     first: dict[str, object] = {}
     rest: dict[str, object] = {}
     for lowering in dataset_lowerings(target):
-        convs = [t for t in import_model(model, target, **lowering).tasks if "conv2d" in t.name
-                 and (lowering["precision"] == "fp32" or any(dtype == "bfloat16" for _, dtype in t.args))]
+        kind = "conv2d" if lowering["precision"] == "fp32" else TASK_NAME  # bf16: the convolutions on the unit
+        convs = [t for t in import_model(model, target, **lowering).tasks if kind in t.name]
         for task in spread(convs, count):
             first.setdefault(task.workload_key, task)
         for task in spread_order(convs):
