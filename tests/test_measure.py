@@ -251,8 +251,28 @@ def test_cold_timing_fits_its_repeats_to_the_budget():
     assert fitted(cold, 1e-4)["repeat"] == 30  # 30 calls of 0.1 ms fit in 0.2 s
     assert fitted(cold, 0.02)["repeat"] == 10  # 0.2 s / 20 ms
     assert fitted(cold, 1.0)["repeat"] == MIN_REPEATS
+    assert fitted(cold, 0.01, flush=0.01)["repeat"] == 10  # the flush before each repeat counts: 0.2 s / 20 ms
+    assert fitted(cold, 1e-4, flush=0.05)["repeat"] == MIN_REPEATS
     warm = EvaluatorConfig(repeat=5, min_repeat_ms=20).to_json()
     assert fitted(warm, 1.0) == warm
+
+
+def test_the_flush_a_repeat_costs_is_measured_on_the_kernels_arguments():
+    """What the budget counts per repeat besides the call: TVM's flush of every argument but the first, timed on
+    the arguments themselves, so a kernel with large weights gets fewer repeats than one with small ones; nothing
+    when the evaluator does not flush."""
+    import tvm
+
+    from autosearch.measure.kernels import KernelRunner
+
+    runner, dev = KernelRunner(), tvm.cpu()
+    small = [tvm.runtime.tensor(np.ones(n, "float32"), dev) for n in (1 << 20, 1 << 10, 1 << 10)]
+    large = [tvm.runtime.tensor(np.ones(n, "float32"), dev) for n in (1 << 10, 1 << 23, 1 << 10)]
+    cold = EvaluatorConfig().to_json()
+    assert 0 < min(runner._flush_secs(small, cold) for _ in range(3)) < min(runner._flush_secs(large, cold)
+                                                                            for _ in range(3))
+    assert runner._flush_secs(large, EvaluatorConfig(cache_flush=False).to_json()) == 0.0
+    assert runner._flush_secs(large, EvaluatorConfig(repeat=5, min_repeat_ms=20).to_json()) == 0.0
 
 
 def test_a_cold_timing_measures_every_call_with_the_weights_flushed(conv_task, conv_space):

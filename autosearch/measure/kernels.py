@@ -96,17 +96,22 @@ def compare(outputs: list[np.ndarray], reference: list[np.ndarray], rtol: float,
     return ""
 
 
+FLUSH = "cache_flush_cpu_non_first_arg"  # TVM's CPU cache flush: the weights and outputs, before each timed repeat
 MIN_REPEATS = 5  # a kernel timed one call per repeat gets at least this many, whatever its budget
 
 
-def fitted(evaluator: dict, once: float) -> dict:
+def fitted(evaluator: dict, once: float, flush: float = 0.0) -> dict:
     """``evaluator`` with its repeats cut to its budget when each repeat is one call (``min_repeat_ms`` 0): as many as
-    fit in ``repeat_budget_ms`` at ``once`` seconds a call, at most ``repeat``, at least ``MIN_REPEATS``."""
+    fit in ``repeat_budget_ms`` at ``once`` seconds a call and ``flush`` seconds for the cache flush before it, at
+    most ``repeat``, at least ``MIN_REPEATS``.
+
+    The flush counts because it is what a repeat costs the run: it evicts the weights and the output line by line,
+    and where that is slow (a VM) it takes several times the kernel itself."""
     budget = evaluator.get("repeat_budget_ms")
     if evaluator.get("min_repeat_ms", 0) or not budget or once <= 0:
         return evaluator
     repeat = int(evaluator.get("repeat", 1))
-    fits = int(budget / 1e3 / once)
+    fits = int(budget / 1e3 / (once + max(0.0, flush)))
     return {**evaluator, "repeat": max(min(repeat, MIN_REPEATS), min(repeat, fits))}
 
 
@@ -234,9 +239,23 @@ class KernelRunner:
             # repeating a kernel of seconds would dominate the tuning time.
             return {"latencies": [once], "median": once, "run_secs": time.perf_counter() - start,
                     "note": "timed once: far slower than the best so far"}
-        timing = self._time(module, arrays, fitted(evaluator, once))
+        timing = self._time(module, arrays, fitted(evaluator, once, self._flush_secs(arrays, evaluator)))
         timing["run_secs"] = time.perf_counter() - start
         return timing
+
+    def _flush_secs(self, arrays: list, evaluator: dict) -> float:
+        """Seconds one cache flush of ``arrays`` takes (0 without one): TVM's own flush, called as the time
+        evaluator calls it before each repeat (every argument but the first)."""
+        if not evaluator.get("cache_flush", True) or evaluator.get("min_repeat_ms", 0):
+            return 0.0
+        import tvm
+
+        flush = tvm.get_global_func(FLUSH, allow_missing=True)
+        if flush is None:
+            return 0.0
+        start = time.perf_counter()
+        flush(*arrays)
+        return time.perf_counter() - start
 
     def _time(self, module, arrays: list, evaluator: dict) -> dict[str, Any]:
         """Time ``main`` on device arrays with TVM's time evaluator (all repeats, their median)."""
@@ -246,7 +265,7 @@ class KernelRunner:
             number=int(evaluator.get("number", 1)),
             repeat=int(evaluator.get("repeat", 5)),
             min_repeat_ms=int(evaluator.get("min_repeat_ms", 0)),
-            f_preproc="cache_flush_cpu_non_first_arg" if evaluator.get("cache_flush", True) else "",
+            f_preproc=FLUSH if evaluator.get("cache_flush", True) else "",
         )
         results = [float(x) for x in timer(*arrays).results]
         return {"latencies": results, "median": statistics.median(results)}
