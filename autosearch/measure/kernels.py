@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from autosearch.measure.flush import flush_function
+
 
 def build(mod_json: str, target: dict[str, Any]) -> tuple[bytes, float]:
     """Compile a scheduled PrimFunc module; returns (artifact bytes, seconds).
@@ -96,8 +98,8 @@ def compare(outputs: list[np.ndarray], reference: list[np.ndarray], rtol: float,
     return ""
 
 
-FLUSH = "cache_flush_cpu_non_first_arg"  # TVM's CPU cache flush: the weights and outputs, before each timed repeat
 MIN_REPEATS = 5  # a kernel timed one call per repeat gets at least this many, whatever its budget
+INPUT_CACHE_TASKS = 2  # tasks whose inputs a measuring process keeps (a batch is of one task)
 
 
 def fitted(evaluator: dict, once: float, flush: float = 0.0) -> dict:
@@ -105,8 +107,8 @@ def fitted(evaluator: dict, once: float, flush: float = 0.0) -> dict:
     fit in ``repeat_budget_ms`` at ``once`` seconds a call and ``flush`` seconds for the cache flush before it, at
     most ``repeat``, at least ``MIN_REPEATS``.
 
-    The flush counts because it is what a repeat costs the run: it evicts the weights and the output line by line,
-    and where that is slow (a VM) it takes several times the kernel itself."""
+    The flush counts because a repeat costs the run both: it evicts the weights and the output line by line, and
+    with TVM's own flush (a CPU without ``clflushopt``) that took several times the kernel on a VM."""
     budget = evaluator.get("repeat_budget_ms")
     if evaluator.get("min_repeat_ms", 0) or not budget or once <= 0:
         return evaluator
@@ -121,6 +123,8 @@ class KernelRunner:
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
         self._references: dict[str, list[np.ndarray]] = {}
+        self._input_cache: dict[tuple, list[np.ndarray]] = {}  # (args, seed) -> inputs, oldest first
+        self._flush: dict[str, float] = {}  # task key -> seconds of one flush of its arguments
         if device == "cpu":  # AMX kernels need the tile state; Linux grants it per process, on request
             from autosearch.tensor_units.amx import request_permission
 
@@ -142,22 +146,34 @@ class KernelRunner:
                 fh.write(library)
             return tvm.runtime.load_module(path), plan
 
-    def _kernel_inputs(self, module, plan, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """The kernel's arguments: the task's inputs, with prepacked weights where the plan says
-        (``prepack`` runs here, once, untimed: TVM folds it into the constants of a compiled model)."""
-        if plan is None:
-            return inputs
+    def _inputs(self, args, seed: int) -> list[np.ndarray]:
+        """The task's deterministic inputs (:func:`make_inputs`), made once per task and seed: every candidate of a
+        batch gets the same, and generating a layer's weights took a tenth of a second per trial."""
+        key = (tuple((tuple(shape), dtype) for shape, dtype in args), seed)
+        if key not in self._input_cache:
+            if len(self._input_cache) >= INPUT_CACHE_TASKS:
+                self._input_cache.pop(next(iter(self._input_cache)))
+            self._input_cache[key] = make_inputs(args, seed)
+        return self._input_cache[key]
+
+    def _kernel_args(self, module, plan, inputs: list[np.ndarray]) -> list:
+        """The kernel's arguments on the device: copies of the task's inputs (a kernel may write to its
+        arguments), with prepacked weights where the plan says (``prepack`` runs here, once, untimed: TVM folds it
+        into the constants of a compiled model). Prepacked weights stay on the device: Winograd's are 4x the
+        layer's weights, and a round trip through the host cost more than the kernel's timing."""
         import tvm
 
         dev = self._dev()
-        sources = [tvm.runtime.tensor(inputs[i], dev) for i in plan.inputs]
-        packed = [tvm.runtime.empty(shape, dtype, dev) for _, shape, dtype in plan.outputs]
-        module["prepack"](*sources, *packed)
-        dev.sync()
-        args = list(inputs)
-        for (pos, _, _), array in zip(plan.outputs, packed, strict=True):
-            args[pos] = array.numpy()
-        return args
+        replaced = plan.replaced if plan is not None else set()
+        arrays = [None if i in replaced else tvm.runtime.tensor(a, dev) for i, a in enumerate(inputs)]
+        if plan is not None:
+            sources = [arrays[i] if arrays[i] is not None else tvm.runtime.tensor(inputs[i], dev) for i in plan.inputs]
+            packed = [tvm.runtime.empty(shape, dtype, dev) for _, shape, dtype in plan.outputs]
+            module["prepack"](*sources, *packed)
+            dev.sync()
+            for (pos, _, _), array in zip(plan.outputs, packed, strict=True):
+                arrays[pos] = array
+        return arrays
 
     def _dev(self):
         import tvm
@@ -183,7 +199,7 @@ class KernelRunner:
         import tvm
 
         module, _ = self._load(artifact)
-        inputs = make_inputs(args, seed)
+        inputs = self._inputs(args, seed)
         outputs = [_host_array(a) for a in self._call_once(module["main"], inputs)]
         self._references[task_key] = outputs
         buf = io.BytesIO()
@@ -205,25 +221,22 @@ class KernelRunner:
 
     def run(self, task_key: str, artifact: bytes, args, seed: int, evaluator: dict) -> dict[str, Any]:
         """Check one kernel against the reference, then time it. Raises only for loader/runtime errors."""
-        import tvm
 
         start = time.perf_counter()
         module, plan = self._load(artifact)
         reference = self._references.get(task_key)
         if reference is None:
             raise RuntimeError(f"no reference for task {task_key}")
-        inputs = self._kernel_inputs(module, plan, make_inputs(args, seed))
+        arrays = self._kernel_args(module, plan, self._inputs(args, seed))  # copied once, outside every timed call
         dev = self._dev()
-        arrays = [tvm.runtime.tensor(a, dev) for a in inputs]  # copied once, outside every timed call
         func = module["main"]
         check_start = time.perf_counter()
         func(*arrays)
         dev.sync()
         once = time.perf_counter() - check_start  # the kernel alone: no host<->device copies
-        outputs = [a.numpy() for a in arrays]
         skip = plan.replaced if plan is not None else set()  # prepacked weights: inputs in another layout
         rtol, atol_share = check_tolerance(args, evaluator.get("check_rtol", 1e-3))
-        mismatch = compare([o for i, o in enumerate(outputs) if i not in skip],
+        mismatch = compare([a.numpy() for i, a in enumerate(arrays) if i not in skip],
                            [r for i, r in enumerate(reference) if i not in skip], rtol, atol_share)
         if mismatch:
             return {"wrong_result": mismatch, "run_secs": time.perf_counter() - start}
@@ -239,23 +252,25 @@ class KernelRunner:
             # repeating a kernel of seconds would dominate the tuning time.
             return {"latencies": [once], "median": once, "run_secs": time.perf_counter() - start,
                     "note": "timed once: far slower than the best so far"}
-        timing = self._time(module, arrays, fitted(evaluator, once, self._flush_secs(arrays, evaluator)))
+        timing = self._time(module, arrays, fitted(evaluator, once, self._flush_secs(task_key, arrays, evaluator)))
         timing["run_secs"] = time.perf_counter() - start
         return timing
 
-    def _flush_secs(self, arrays: list, evaluator: dict) -> float:
-        """Seconds one cache flush of ``arrays`` takes (0 without one): TVM's own flush, called as the time
-        evaluator calls it before each repeat (every argument but the first)."""
+    def _flush_secs(self, task_key: str, arrays: list, evaluator: dict) -> float:
+        """Seconds one cache flush of ``arrays`` takes (0 without one): the flush the time evaluator calls before
+        each repeat (every argument but the first, :mod:`autosearch.measure.flush`). Timed on a task's first
+        candidate only: every candidate of a task flushes the same arguments (prepacked layouts differ in padding)."""
         if not evaluator.get("cache_flush", True) or evaluator.get("min_repeat_ms", 0):
             return 0.0
-        import tvm
+        if task_key not in self._flush:
+            import tvm
 
-        flush = tvm.get_global_func(FLUSH, allow_missing=True)
-        if flush is None:
-            return 0.0
-        start = time.perf_counter()
-        flush(*arrays)
-        return time.perf_counter() - start
+            flush = tvm.get_global_func(flush_function(), allow_missing=True)
+            start = time.perf_counter()
+            if flush is not None:
+                flush(*arrays)
+            self._flush[task_key] = time.perf_counter() - start if flush is not None else 0.0
+        return self._flush[task_key]
 
     def _time(self, module, arrays: list, evaluator: dict) -> dict[str, Any]:
         """Time ``main`` on device arrays with TVM's time evaluator (all repeats, their median)."""
@@ -265,7 +280,7 @@ class KernelRunner:
             number=int(evaluator.get("number", 1)),
             repeat=int(evaluator.get("repeat", 5)),
             min_repeat_ms=int(evaluator.get("min_repeat_ms", 0)),
-            f_preproc=FLUSH if evaluator.get("cache_flush", True) else "",
+            f_preproc=flush_function() if evaluator.get("cache_flush", True) else "",
         )
         results = [float(x) for x in timer(*arrays).results]
         return {"latencies": results, "median": statistics.median(results)}
