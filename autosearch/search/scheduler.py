@@ -20,6 +20,12 @@ expected to hold: those measured so far and the rest of the time at the run's ow
 :data:`PLANNED_TRIALS_PER_CORE_MINUTE`, until :data:`PACE_AFTER_TRIALS` are measured), and the search goes on past
 any plan while time remains.
 
+Under a time limit the currency is seconds, not trials: the expected gain is divided by what a trial of the task
+costs (:meth:`TaskScheduler.seconds_per_trial`, its rounds' wall time so far). A Winograd layer's trial (a larger
+kernel to compile, four times the weights) cost 3-4 times a direct one's on a 2-vCPU Xeon: counted in trials, the
+gradient bought its gains at that price. Under a trial budget alone the currency stays trials, as in Ansor: a study
+compares strategies by the measurements they need.
+
 The scheduler only reads the tasks' states; the loop (:mod:`autosearch.search.tuner`) measures and records.
 """
 
@@ -75,6 +81,8 @@ class TaskState:
     empty_rounds: int = 0
     resumed: int = 0  # trials loaded from the log by --resume
     warm_up: int = 0  # warm-up rounds given: 0 none, 1 probed (an alternative), 2 warmed up (TaskScheduler.next_round)
+    seconds: float = 0.0  # wall time of this run's rounds of the task (ask, apply, build, time, log, tell)
+    timed_trials: int = 0  # the trials those rounds measured
 
     @property
     def best_latency(self) -> float:
@@ -242,7 +250,20 @@ class TaskScheduler:
                    and rivalry.get(id(s), 1.0) > 0]
         if warming:
             return warming[0]
-        return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0))
+        if self.seconds is None:
+            return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0))
+        return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0)
+                   / self.seconds_per_trial(s))
+
+    def seconds_per_trial(self, state: TaskState) -> float:
+        """Wall seconds a further trial of ``state`` is expected to cost: its rounds' time over their trials; for a
+        task not yet timed (its trials all resumed), the mean over the timed ones (1 when none is)."""
+        if state.timed_trials:
+            return max(state.seconds / state.timed_trials, 1e-6)
+        timed = [s for s in self.states if s.timed_trials]
+        if not timed:
+            return 1.0
+        return max(sum(s.seconds for s in timed) / sum(s.timed_trials for s in timed), 1e-6)
 
     def next_round(self) -> tuple[TaskState, int] | None:
         """The next task and the size of its batch, its warm-up advanced by this round; None when every task is

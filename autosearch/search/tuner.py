@@ -300,7 +300,7 @@ class Tuner:
         """One batch of one task: ask, apply, de-duplicate, measure, log, tell."""
         task, space, strategy = state.task, state.space, state.strategy
         assert space is not None and strategy is not None
-        clock = time.perf_counter()
+        clock = started = time.perf_counter()
         asked = strategy.ask(n)
         clock = self._tick("ask", clock)
         if not asked:
@@ -346,6 +346,8 @@ class Tuner:
         tell_configs = [c for c in asked if c in told]
         strategy.tell(tell_configs, [told[c] for c in tell_configs])
         self._tick("tell", clock)
+        state.seconds += time.perf_counter() - started
+        state.timed_trials += len(new)
         state.empty_rounds = 0 if new else state.empty_rounds + 1
         # After --resume a seeded strategy may first re-ask what the log already holds (told, not
         # measured): allow those rounds before calling the space exhausted.

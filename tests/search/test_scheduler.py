@@ -184,3 +184,28 @@ def test_a_resumed_task_past_its_warm_up_goes_straight_to_the_gradient():
     state, n = scheduler.next_round()
     assert state is new and n == scheduler.first_pass(new)
     assert done.warm_up == 2  # its warm-up round was skipped, not measured again
+
+
+def test_under_a_time_limit_the_gradient_is_bought_per_second_and_under_a_trial_budget_per_trial():
+    """Two tasks alike in latency and trials, one of them three times as costly a trial (a Winograd layer's
+    larger kernel): under a time limit the next batch goes to the cheap one until the costly one's gain is three
+    times larger; under a trial budget alone, cost does not count (Ansor's gradient per trial)."""
+    def states():
+        cheap, costly = TaskState(task=_task(0)), TaskState(task=_task(1))
+        for s, secs in ((cheap, 0.5), (costly, 1.5)):
+            for n in range(32):
+                s.record(Config(0, (n,)), _ok(10e-3))
+            s.warm_up, s.seconds, s.timed_trials = 2, secs * 32, 32
+        return cheap, costly
+
+    cheap, costly = states()
+    timed = TaskScheduler([costly, cheap], seconds=600)
+    assert timed.seconds_per_trial(costly) == pytest.approx(1.5) and timed.next_task() is cheap
+    costly.best = _ok(40e-3)  # four times the latency to gain from: worth its price again
+    costly.history[-1] = 40e-3
+    assert timed.next_task() is costly
+    cheap, costly = states()
+    counted = TaskScheduler([costly, cheap], budget=1000)
+    assert counted.next_task() is costly  # equal gains per trial: the first listed
+    resumed = TaskState(task=_task(2))
+    assert TaskScheduler([costly, cheap, resumed], seconds=600).seconds_per_trial(resumed) == pytest.approx(1.0)
