@@ -35,6 +35,15 @@ def test_kernel_flags_become_llvm_features(tmp_path) -> None:
     assert cpu.host_flags(str(tmp_path / "missing")) == frozenset()
 
 
+def test_units_a_cpus_name_implies_and_the_kernel_hides_are_switched_off() -> None:
+    """An Emerald Rapids VM whose kernel hides AMX and AVX512-BF16: LLVM's name implies them, the target says no."""
+    implied = {"avx512f", "avx512vnni", "avx512bf16", "avx512fp16", "avxvnni", "amx-tile", "amx-bf16", "amx-int8"}
+    assert cpu.hidden_features(implied, {"avx512f", "avx512_vnni"}) == [
+        "-avx512bf16", "-avx512fp16", "-avxvnni", "-amx-tile", "-amx-bf16", "-amx-int8"]
+    assert cpu.hidden_features({"avx512bf16", "avx512vnni"}, {"avx512_bf16", "avx512_vnni"}) == []  # Zen 4: all there
+    assert cpu.hidden_features(set(), {"avx2"}) == []
+
+
 def test_units_are_read_from_a_targets_features() -> None:
     import tvm
 
@@ -47,12 +56,19 @@ def test_units_are_read_from_a_targets_features() -> None:
 
 
 def test_host_target_has_every_unit_the_kernel_reports(target) -> None:
-    """Under KVM, LLVM may name the host after a CPU without these units (a Xeon with AMX as ``rocketlake``): the
-    target must carry what the kernel reports, whatever LLVM calls the CPU."""
+    """Under KVM, LLVM may name the host after a CPU without these units (a Xeon with AMX as ``rocketlake``), or
+    with units the guest lacks (``emeraldrapids`` with AMX hidden): the target carries what the kernel reports,
+    whatever LLVM calls the CPU."""
+    import tvm
+
     wanted = set(cpu.features_for(cpu.host_flags()))
     assert wanted <= cpu.target_features(target)
     if "amx_tile" in cpu.host_flags() and "amx_bf16" in cpu.host_flags():
         assert cpu.has_amx_bf16(target)
+    # and LLVM is told of no unit the kernel does not report, whatever the name implies
+    llvm = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)}
+    if cpu.host_flags():
+        assert not {f[1:] for f in cpu.FLAG_FEATURES.values()} & llvm - {f[1:] for f in wanted}
 
 
 def test_amx_permission_is_granted_on_a_cpu_with_amx(target) -> None:

@@ -28,17 +28,22 @@ def host_cores() -> int:
 
 
 def host_target(num_cores: int | None = None):
-    """The host CPU as TVM detects it, with all its cores (``num-cores``) and the tensor units the kernel reports
-    in ``mattr`` (:mod:`autosearch.tensor_units.cpu`)."""
+    """The host CPU as TVM detects it, with all its cores (``num-cores``), and in ``mattr`` the tensor units the
+    kernel reports on and the ones LLVM's name for it implies and the kernel does not report off
+    (:mod:`autosearch.tensor_units.cpu`)."""
     import tvm
 
-    from autosearch.tensor_units.cpu import features_for, host_flags
+    from autosearch.tensor_units.cpu import features_for, hidden_features, host_flags
 
     detected = dict(tvm.target.Target.from_device("cpu").export())
     cfg = {k: v for k, v in detected.items() if k in ("kind", "mtriple", "mcpu", "mattr") and v}
     cfg["kind"] = "llvm"
+    flags = host_flags()
     # the units the kernel reports, which LLVM's name for the CPU may lack (a hypervisor's CPU model)
-    extra = [f for f in features_for(host_flags()) if f not in list(cfg.get("mattr") or ())]
+    extra = [f for f in features_for(flags) if f not in list(cfg.get("mattr") or ())]
+    if flags:  # and the units the name implies that the kernel does not report
+        implied = tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target(cfg))
+        extra += hidden_features((str(f) for f in implied), flags)
     if extra:
         cfg["mattr"] = [*(cfg.get("mattr") or ()), *extra]
     cfg["num-cores"] = int(num_cores or host_cores())

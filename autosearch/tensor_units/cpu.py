@@ -2,8 +2,9 @@
 
 Under KVM the CPU model the hypervisor reports decides LLVM's name for the host: a Xeon with AMX can be
 reported as a model whose LLVM name (e.g. ``rocketlake``) has neither AMX nor AVX512-BF16, and code built for
-that name never uses them. The kernel's own flags (``/proc/cpuinfo``) say what the CPU really executes, so the
-host target adds them as ``mattr``.
+that name never uses them; and the other way round, a name can imply units the guest does not have. The kernel's
+own flags (``/proc/cpuinfo``) say what the CPU really executes, so the host target adds them as ``mattr`` and
+switches off the ones the name implies and the kernel does not report.
 """
 
 from __future__ import annotations
@@ -42,6 +43,18 @@ def features_for(flags: Iterable[str]) -> list[str]:
     return [feature for flag, feature in FLAG_FEATURES.items() if flag in present]
 
 
+def hidden_features(implied: Iterable[str], flags: Iterable[str]) -> list[str]:
+    """The LLVM ``mattr`` entries that switch off the units LLVM's name for the CPU implies (``implied``: LLVM's
+    feature names, unsigned) and the kernel does not report in ``flags``, in a fixed order.
+
+    A hypervisor can hide units the other way too: a VM on an Emerald Rapids host was named ``emeraldrapids`` by
+    LLVM, which implies AMX and AVX512-BF16, while its kernel reported neither; code built for the name alone may
+    use instructions the guest was not given."""
+    present, implied = set(flags), set(implied)
+    return [f"-{feature[1:]}" for flag, feature in FLAG_FEATURES.items()
+            if feature[1:] in implied and flag not in present]
+
+
 def target_features(target) -> frozenset[str]:
     """The ``mattr`` entries of a TVM target."""
     return frozenset(str(f) for f in (dict(target.export()).get("mattr") or ()))
@@ -76,5 +89,5 @@ def units(target) -> list[str]:
     return out
 
 
-__all__ = ["AMX_BF16", "AVX512_BF16", "FLAG_FEATURES", "bf16_unit", "features_for", "has_amx_bf16",
+__all__ = ["AMX_BF16", "AVX512_BF16", "FLAG_FEATURES", "bf16_unit", "features_for", "has_amx_bf16", "hidden_features",
            "has_avx512_bf16", "host_flags", "target_features", "units"]
