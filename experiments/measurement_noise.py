@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             row = {
                 "task": task.name, "n": len(both),
                 "pairwise": pairwise_accuracy(first, second),
-                "pairwise_apart10": float(((second[:, None] > second[None, :])[apart]).mean()),
+                # NaN when no two labels are 10% apart (a task whose configs all time alike)
+                "pairwise_apart10": float(((second[:, None] > second[None, :])[apart]).mean()) if apart.any()
+                else float("nan"),
                 "spearman": spearman(first, second),
                 "top1": top_k_score(first, second, 1),
                 "median_ratio": float(np.median(ratio)),
