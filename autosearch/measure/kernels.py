@@ -125,6 +125,7 @@ class KernelRunner:
         self._references: dict[str, list[np.ndarray]] = {}
         self._input_cache: dict[tuple, list[np.ndarray]] = {}  # (args, seed) -> inputs, oldest first
         self._flush: dict[str, float] = {}  # task key -> seconds of one flush of its arguments
+        self._flush_name: str | None = None  # the time evaluator's flush in this process (flush_function), once
         if device == "cpu":  # AMX kernels need the tile state; Linux grants it per process, on request
             from autosearch.tensor_units.amx import request_permission
 
@@ -221,7 +222,6 @@ class KernelRunner:
 
     def run(self, task_key: str, artifact: bytes, args, seed: int, evaluator: dict) -> dict[str, Any]:
         """Check one kernel against the reference, then time it. Raises only for loader/runtime errors."""
-
         start = time.perf_counter()
         module, plan = self._load(artifact)
         reference = self._references.get(task_key)
@@ -265,12 +265,18 @@ class KernelRunner:
         if task_key not in self._flush:
             import tvm
 
-            flush = tvm.get_global_func(flush_function(), allow_missing=True)
+            flush = tvm.get_global_func(self._flush_function())
             start = time.perf_counter()
-            if flush is not None:
-                flush(*arrays)
-            self._flush[task_key] = time.perf_counter() - start if flush is not None else 0.0
+            flush(*arrays)
+            self._flush[task_key] = time.perf_counter() - start
         return self._flush[task_key]
+
+    def _flush_function(self) -> str:
+        """The flush before each cold repeat (:func:`~autosearch.measure.flush.flush_function`), chosen and built on
+        the process's first timing, not per trial (it reads ``/proc/cpuinfo``)."""
+        if self._flush_name is None:
+            self._flush_name = flush_function()
+        return self._flush_name
 
     def _time(self, module, arrays: list, evaluator: dict) -> dict[str, Any]:
         """Time ``main`` on device arrays with TVM's time evaluator (all repeats, their median)."""
@@ -280,7 +286,7 @@ class KernelRunner:
             number=int(evaluator.get("number", 1)),
             repeat=int(evaluator.get("repeat", 5)),
             min_repeat_ms=int(evaluator.get("min_repeat_ms", 0)),
-            f_preproc=flush_function() if evaluator.get("cache_flush", True) else "",
+            f_preproc=self._flush_function() if evaluator.get("cache_flush", True) else "",
         )
         results = [float(x) for x in timer(*arrays).results]
         return {"latencies": results, "median": statistics.median(results)}

@@ -250,10 +250,8 @@ class TaskScheduler:
                    and rivalry.get(id(s), 1.0) > 0]
         if warming:
             return warming[0]
-        if self.seconds is None:
-            return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0))
-        return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0)
-                   / self.seconds_per_trial(s))
+        cost = self.seconds_per_trial if self.seconds is not None else (lambda s: 1.0)  # time limit: per second
+        return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0) / cost(s))
 
     def seconds_per_trial(self, state: TaskState) -> float:
         """Wall seconds a further trial of ``state`` is expected to cost: its rounds' time over their trials; for a
