@@ -228,6 +228,7 @@ class TuneStarted:
     log: str
     corrupt: list[str] = field(default_factory=list)  # resume: the log's lines skipped as corrupt (file:line ...)
     bf16_unguided: bool = False  # the bf16 tasks run unguided: the pre-trained model has no records of their unit
+    known: str = "none"  # one line saying which tasks start from known schedules (autosearch.search.known)
 
 
 @dataclass(frozen=True)
@@ -331,7 +332,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
          minutes: float | None = None, tasks: str | Sequence[int | str] | None = None, log: str | None = None,
          resume: bool = False, target: Any = None, input_shape: str | None = None, winograd: str | None = None,
          layout: str | None = None, fast_math: str | None = None, precision: str | None = None,
-         cost_model: str | None = "auto", warm_start: str | None = None, options: Mapping[str, Any] | None = None,
+         cost_model: str | None = "auto", warm_start: str | None = None, known_schedules: str | None = "shipped",
+         options: Mapping[str, Any] | None = None,
          batch: int = DEFAULT_BATCH, seed: int = 0, early_stop: int | None = None, finalist_rounds: int = 3,
          runner: Any = "local", measure: MeasureOptions | None = None, plot: bool = True,
          on_event: Callable[[TunePlanned | TuneStarted | TuneEvent], None] | None = None) -> TuneResult:
@@ -345,7 +347,10 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
 
     ``strategy``: a registered strategy (:data:`autosearch.search.strategy.STRATEGIES`), with ``options`` from its
     options table. ``cost_model``: ``auto`` (the shipped pre-trained model where it fits the target and the strategy),
-    ``none``, a registry name trained online, or a directory written by :func:`train_model`. ``runner``: ``local``,
+    ``none``, a registry name trained online, or a directory written by :func:`train_model`. ``known_schedules``:
+    the configs other machines measured fastest for the same tasks, measured first and handed to the strategy
+    (:mod:`autosearch.search.known`): ``shipped`` (autosearch's), ``none`` (the strategy from scratch, as a study
+    comparing strategies wants), or a tuning log or database to take them from. ``runner``: ``local``,
     ``ray``, or a runner object (the caller closes it); ``measure``: how each config is timed.
 
     ``on_event`` gets a :class:`TunePlanned`, a :class:`TuneStarted`, then a :class:`~autosearch.search.tuner.TuneEvent`
@@ -375,6 +380,9 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
         raise UserError(f"target kind {target.kind.name!r} cannot be measured by the local runner on this "
                         "machine; use --runner ray with a device of that kind")
     model_cost, guidance = resolve_guidance(cost_model, target, strategy, seed=seed)
+    from autosearch.search.known import load as load_known
+
+    known = load_known(known_schedules)
     logged = read_log(log_path) if resume else None
     lowering = {"winograd": winograd or "auto", "layout": layout or DEFAULT_LAYOUT,
                 "fast_math": fast_math or DEFAULT_FAST_MATH, "precision": precision or DEFAULT_PRECISION}
@@ -395,6 +403,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
         notify(TuneStarted(model=imported, tasks=chosen, strategy=strategy, options=options, trials=trials,
                            minutes=minutes, runner=runner_name, target=target, cost_model=model_cost,
                            guidance=guidance, log=log_path, corrupt=list(logged.corrupt) if logged else [],
+                           known=known.describe(t.workload_key for t in chosen) if known is not None else "none",
                            bf16_unguided=bool(imported.bf16_tasks and model_cost
                                               and not guides_unit(model_cost, bf16_unit(target)))))
         tuning_log.write_run({"strategy": strategy, "options": options, "cost_model": cost_model,
@@ -405,7 +414,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
         try:
             summary = Tuner(tasks=chosen, runner=measuring, log=tuning_log, strategy=strategy, budget=trials,
                             seconds=minutes * 60 if minutes is not None else None, batch=batch, seed=seed,
-                            strategy_options=options, cost_model=model_cost, warm_start=warm, early_stop=early_stop,
+                            strategy_options=options, cost_model=model_cost, warm_start=warm, known=known,
+                            early_stop=early_stop,
                             resume=logged, on_event=notify, finalist_rounds=finalist_rounds).run()
         finally:
             if own:

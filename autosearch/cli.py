@@ -213,7 +213,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                       tasks=args.tasks, log=args.log, resume=args.resume, target=args.target,
                       input_shape=args.input_shape, winograd=args.winograd, layout=args.layout,
                       fast_math=args.fast_math, precision=args.precision, cost_model=args.cost_model,
-                      warm_start=args.warm_start, options=_run_options(args), batch=args.batch, seed=args.seed,
+                      warm_start=args.warm_start, known_schedules=args.known_schedules, options=_run_options(args),
+                      batch=args.batch, seed=args.seed,
                       early_stop=args.early_stop, finalist_rounds=args.finalist_rounds, runner=args.runner,
                       measure=measure, on_event=on_event)
     print_run_summary(console, result)
@@ -234,7 +235,8 @@ def _print_run_header(console, started) -> None:
                   f"{started.strategy}[/bold], conv2d {model.layout}, budget "
                   f"{_budget_text(started.trials, started.minutes)}, runner {started.runner}, target "
                   f"{target.get('mcpu', started.target.kind.name)} x{target.get('num-cores', '?')} — log "
-                  f"{started.log}\ncost model: {started.guidance}\nprecision: {model.precision} "
+                  f"{started.log}\ncost model: {started.guidance}\nknown schedules: {started.known}\n"
+                  f"precision: {model.precision} "
                   f"({model.precision_note})"
                   + (f"; the bf16 tasks run unguided: the pre-trained model has no records of "
                        f"{bf16_unit(started.target)} schedules"
@@ -421,6 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "sklearn:<Regressor>, with its features as model@features (xgb@pooled: TVM's per-store "
                         "features; default loop features)")
     p.add_argument("--warm-start", help="pre-train the cost model on a tuning log or a TVM database directory")
+    p.add_argument("--known-schedules", default="shipped",
+                   help="shipped (default): measure first, per task, the configs other machines measured fastest "
+                        "for it (autosearch ships them for the tasks it was tuned on); none: the strategy starts "
+                        "from scratch; or a tuning log or TVM database directory to take them from")
     p.add_argument("--runner", default="local", help="local (default) or ray")
     p.add_argument("--ray-address", help="join an existing Ray cluster (auto or HOST:PORT); default: embedded")
     p.add_argument("--device-key", help="Ray device key to measure on (default: cpu-<mcpu>-<cores> of the target)")

@@ -83,6 +83,8 @@ class TaskState:
     warm_up: int = 0  # warm-up rounds given: 0 none, 1 probed (an alternative), 2 warmed up (TaskScheduler.next_round)
     seconds: float = 0.0  # wall time of this run's rounds of the task (ask, apply, build, time, log, tell)
     timed_trials: int = 0  # the trials those rounds measured
+    active: bool = False  # set up (Tuner._activate): baseline logged, scorer made
+    known: list[Config] = field(default_factory=list)  # known schedules still to measure before the strategy asks
 
     @property
     def best_latency(self) -> float:

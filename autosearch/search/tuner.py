@@ -21,6 +21,8 @@ from autosearch.frontend.task import TuningTask
 from autosearch.ranking import failures
 from autosearch.records import LogContents, TuningLog
 from autosearch.search.finalists import Retiming
+from autosearch.search.known import SOURCE as KNOWN_SOURCE
+from autosearch.search.known import KnownSchedules
 from autosearch.search.scheduler import TaskScheduler, TaskState
 from autosearch.search.space import Applied, DecisionSpace
 from autosearch.search.strategy import make_strategy
@@ -115,6 +117,7 @@ class Tuner:
         strategy_options: dict[str, Any] | None = None,
         cost_model: str | None = None,
         warm_start: Sequence[Any] = (),  # LogContents / log paths / Records for the cost model
+        known: KnownSchedules | None = None,  # configs measured elsewhere for these tasks, measured first
         early_stop: int | None = None,
         finalists: int = 3,
         finalist_rounds: int = 3,
@@ -129,6 +132,7 @@ class Tuner:
         self.strategy_options = dict(strategy_options or {})
         self.cost_model = cost_model
         self.warm_start = list(warm_start)
+        self.known = known
         self.budget = budget
         self.batch = batch
         self.seed = seed
@@ -181,8 +185,9 @@ class Tuner:
 
     # ------------------------------------------------------------------ task set-up
     def _activate(self, state: TaskState) -> None:
-        """A task's strategy and scorer when it is first scheduled, its baseline logged; its design space and
-        baseline come from :meth:`_prepare`, set up with the tasks after it."""
+        """A task's scorer and known schedules when it is first scheduled, its baseline logged; its design space
+        and baseline come from :meth:`_prepare`, set up with the tasks after it. Its strategy is made when the
+        known schedules are measured (:meth:`_start_strategy`)."""
         task = state.task
         if task.workload_key not in self._headers_logged:
             self.log.write_task(task.to_json())
@@ -198,21 +203,36 @@ class Tuner:
                                     target=target_to_json(task.target), config=None, result=baseline,
                                     flops=task.flops)])
         self.on_event(TuneEvent(state, self.trials_done, self.budget, [baseline], self._elapsed(), "baseline"))
-        # a resumed task draws a fresh random stream: the first run's would propose the logged configs again
-        task_seed = (self.seed * 1_000_003 + task.index * 7919 + state.resumed * 104_729) % (2**31 - 1)
         from autosearch.tensor_units.cpu import bf16_unit
         from autosearch.tensor_units.sketch import is_amx_task
 
         if self.cost_model and guides_unit(self.cost_model, bf16_unit(task.target) if is_amx_task(task.mod) else None):
             from autosearch.search.cost_model import make_scorer
 
-            state.scorer = make_scorer(self.cost_model, state.space, task, seed=task_seed,
+            state.scorer = make_scorer(self.cost_model, state.space, task, seed=self._task_seed(state),
                                        warm_start=self.warm_start)
             if state.measured:
                 state.scorer.update(list(state.measured), list(state.measured.values()))
+        if self.known is not None:
+            space = state.space
+            host = str(dict(task.target.export()).get("mcpu", "") or "")
+            state.known = [c for c in self.known.for_task(task.workload_key, host_cpu=host, fits=space.replayable)
+                           if c not in state.measured and c not in state.asked]
+        state.active = True
+        self.setup_timing["strategy"] += time.perf_counter() - clock
+
+    def _task_seed(self, state: TaskState) -> int:
+        # a resumed task draws a fresh random stream: the first run's would propose the logged configs again
+        return (self.seed * 1_000_003 + state.task.index * 7919 + state.resumed * 104_729) % (2**31 - 1)
+
+    def _start_strategy(self, state: TaskState) -> None:
+        """The task's strategy, handed every trial measured before it (a resumed log's, the known schedules')."""
+        clock = time.perf_counter()
+        task = state.task
+        task_seed = self._task_seed(state)
         state.strategy = make_strategy(self.strategy_name, state.space, seed=task_seed, cost_model=state.scorer,
                                        task_id=f"{task.name}-{task.workload_key[:10]}", **self.strategy_options)
-        if state.measured:  # resumed: the logged trials as measured, and as requested where TVM changed them
+        if state.measured:  # measured before: as measured, and as requested where TVM changed them
             history = dict(state.measured)
             for requested, effective in state.asked.items():
                 history.setdefault(requested, state.measured[effective])
@@ -229,7 +249,7 @@ class Tuner:
         runner's :meth:`prepare_many`).
         """
         waiting = [s for s in self.states
-                   if s is not state and s.strategy is None and s.prepared is None and not s.done]
+                   if s is not state and not s.active and s.prepared is None and not s.done]
         chunk = [state] + waiting[: SETUP_CHUNK - 1]
         space_secs = 0.0
 
@@ -265,7 +285,7 @@ class Tuner:
                 if picked is None:
                     break
                 state, n = picked
-                if state.strategy is None:
+                if not state.active:
                     t0 = time.perf_counter()
                     self._activate(state)
                     self.timing["setup"] += time.perf_counter() - t0
@@ -297,11 +317,19 @@ class Tuner:
         retiming.run(self.states, choose_layout(self.scheduler.layout_totals()))
 
     def _round(self, state: TaskState, n: int) -> None:
-        """One batch of one task: ask, apply, de-duplicate, measure, log, tell."""
+        """One batch of one task: ask, apply, de-duplicate, measure, log, tell. While the task has known schedules
+        to measure, they are the batch, and the strategy is told of them when it is made."""
+        if not state.known and state.strategy is None:
+            self._start_strategy(state)
         task, space, strategy = state.task, state.space, state.strategy
-        assert space is not None and strategy is not None
+        assert space is not None
         clock = started = time.perf_counter()
-        asked = strategy.ask(n)
+        if state.known:
+            asked, state.known = state.known[:n], state.known[n:]
+            source = KNOWN_SOURCE
+        else:
+            assert strategy is not None
+            asked, source = strategy.ask(n), self.strategy_name
         clock = self._tick("ask", clock)
         if not asked:
             state.done = "exhausted"
@@ -331,7 +359,7 @@ class Tuner:
                 kind="trial", task_key=task.workload_key, task_name=task.name,
                 target=target_json, config=applied.config, requested=requested,
                 result=result, flops=task.flops, trace=applied.trace_json() if applied.ok else None,
-                strategy=self.strategy_name, trial=self._trial_counter,
+                strategy=source, trial=self._trial_counter,
                 started=time.time() - result.build_secs - result.run_secs, finished=time.time(),
             ))
             state.record(applied.config, result)
@@ -344,7 +372,8 @@ class Tuner:
             if config not in told and state.asked.get(config) in pending:
                 told[config] = told[pending[state.asked[config]]]
         tell_configs = [c for c in asked if c in told]
-        strategy.tell(tell_configs, [told[c] for c in tell_configs])
+        if strategy is not None:
+            strategy.tell(tell_configs, [told[c] for c in tell_configs])
         self._tick("tell", clock)
         state.seconds += time.perf_counter() - started
         state.timed_trials += len(new)

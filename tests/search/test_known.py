@@ -1,0 +1,129 @@
+"""Known schedules: chosen from logs per task and CPU, ordered for a host, measured first by the tuning loop and
+handed to the strategy, never measured twice on resume; bad files are one-line errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from autosearch.errors import UserError
+from autosearch.search.known import SHIPPED, SOURCE, KnownSchedule, KnownSchedules, load
+from autosearch.types import Config, MeasureResult, Record, Status
+
+
+def _rec(key: str, cpu: str, config: Config, seconds: float | None, *, kind: str = "trial",
+         status: Status = Status.OK) -> Record:
+    result = (MeasureResult(status=Status.OK, latencies=(seconds,)) if status == Status.OK
+              else MeasureResult.failed(status, "bad"))
+    return Record(kind=kind, task_key=key, task_name="t", target={"kind": "llvm", "mcpu": cpu}, config=config,
+                  result=result, flops=1.0)
+
+
+C = [Config(0, (i,)) for i in range(8)]
+
+
+def test_from_records_keeps_the_fastest_valid_configs_per_task_and_cpu():
+    records = [
+        _rec("k", "znver4", C[0], 3e-3), _rec("k", "znver4", C[1], 1e-3), _rec("k", "znver4", C[2], 2e-3),
+        _rec("k", "znver4", C[3], 0.5e-3, status=Status.WRONG_RESULT),  # fastest, but wrong: never known
+        _rec("k", "znver4", C[4], 0.6e-3), _rec("k", "znver4", C[4], None, kind="retime", status=Status.RUN_ERROR),
+        _rec("k", "znver4", C[5], 9e-3), _rec("k", "znver4", C[5], 0.1e-3, kind="retime"),
+        _rec("k", "znver4", C[5], 0.2e-3, kind="retime"),  # median of its three timings: 0.2 ms
+        _rec("k", "rocketlake", C[6], 5e-3), _rec("j", "emeraldrapids", C[7], 1e-3),
+    ]
+    known = KnownSchedules.from_records(records, per_cpu=3, exclude_cpus=["emeraldrapids"])
+    assert set(known.by_key) == {"k"}
+    by_cpu = {cpu: [(e.config, e.seconds) for e in known.by_key["k"] if e.cpu == cpu] for cpu in known.cpus()}
+    assert by_cpu["znver4"] == [(C[5], 0.2e-3), (C[1], 1e-3), (C[2], 2e-3)]
+    assert by_cpu["rocketlake"] == [(C[6], 5e-3)]
+
+
+def test_for_task_orders_rank_by_rank_host_cpu_then_family_then_others():
+    entries = [KnownSchedule(C[i], 1e-3 * i, cpu) for i, cpu in
+               [(0, "znver4"), (1, "znver4"), (2, "rocketlake"), (3, "rocketlake"), (4, "sapphirerapids"),
+                (0, "sapphirerapids")]]
+    known = KnownSchedules({"k": entries})
+    # on a Sapphire Rapids host: its own best, Intel's (Rocket Lake's), then AMD's; C[0] once
+    assert known.for_task("k", host_cpu="sapphirerapids") == [C[4], C[2], C[0], C[3], C[1]]
+    assert known.for_task("k", host_cpu="znver3") == [C[0], C[2], C[4], C[1], C[3]]
+    assert known.for_task("k", host_cpu="znver4", fits=lambda c: c != C[0]) == [C[2], C[4], C[1], C[3]]
+    assert known.for_task("unknown", host_cpu="znver4") == []
+
+
+def test_a_written_file_reads_back_and_bad_files_are_one_line_errors(tmp_path):
+    known = KnownSchedules({"k": [KnownSchedule(Config(1, ((2, 4), 3)), 1.5e-3, "znver4")]})
+    path = str(tmp_path / "known.jsonl.gz")
+    known.write(path)
+    again = KnownSchedules.read(path)
+    assert again.by_key == known.by_key and again.cpus() == ["znver4"]
+    with pytest.raises(UserError, match="not found"):
+        load(str(tmp_path / "missing.jsonl"))
+    broken = tmp_path / "broken.jsonl.gz"
+    with gzip.open(broken, "wt") as fh:
+        fh.write(json.dumps({"v": 1, "key": "k", "known": [{"cpu": "x"}]}) + "\n")
+    with pytest.raises(UserError, match="broken.jsonl.gz:1: not a known-schedules file"):
+        KnownSchedules.read(str(broken))
+    assert load("none") is None and load(None) is None
+
+
+def test_the_shipped_set_holds_valid_schedules_of_more_than_one_cpu():
+    shipped = load("shipped")
+    assert shipped is not None and shipped.source == SHIPPED
+    assert len(shipped.by_key) > 100 and len(shipped.cpus()) >= 2
+    assert all(0 < e.seconds < 10 for entries in shipped.by_key.values() for e in entries)
+
+
+@pytest.mark.slow
+def test_the_tuner_measures_known_schedules_first_and_hands_them_to_the_strategy(tmp_path, conv_task,
+                                                                                monkeypatch):
+    """A first run's best configs as another machine's known schedules: a second run measures them first (logged
+    as ``known``), its strategy is made after and resumed with them and never asks them; a resumed third run
+    measures none of them again."""
+    from autosearch.measure.base import EvaluatorConfig
+    from autosearch.measure.local import LocalRunner
+    from autosearch.records import TuningLog, read_log
+    from autosearch.search import tuner as tuner_module
+    from autosearch.search.strategy import make_strategy
+    from autosearch.search.tuner import Tuner
+
+    told: dict = {}
+    asks: list = []
+
+    def spied_strategy(*args, **kwargs):
+        real = make_strategy(*args, **kwargs)
+        resume, ask = real.resume, real.ask
+        real.resume = lambda configs, results: (told.update(zip(configs, results)), resume(configs, results))
+        real.ask = lambda n: asks.append(ask(n)) or asks[-1]
+        return real
+
+    runner = LocalRunner(target=conv_task.target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5), run_timeout=10)
+    try:
+        with TuningLog(str(tmp_path / "other.jsonl")) as log:
+            Tuner(tasks=[conv_task], runner=runner, log=log, strategy="random", budget=8, batch=4, seed=3,
+                  finalist_rounds=0).run()
+        other = read_log(str(tmp_path / "other.jsonl"))
+        records = [Record(**{**r.__dict__, "target": {**r.target, "mcpu": "znver4"}}) for r in other.trials()]
+        known = KnownSchedules.from_records(records, per_cpu=3)
+        expected = known.for_task(conv_task.workload_key, host_cpu="znver4")
+        assert len(expected) == 3
+        monkeypatch.setattr(tuner_module, "make_strategy", spied_strategy)
+        path = str(tmp_path / "run.jsonl")
+        with TuningLog(path) as log:  # a budget of 2: two of the three known configs, no strategy yet
+            first = Tuner(tasks=[conv_task], runner=runner, log=log, strategy="random", budget=2, batch=4, seed=1,
+                          known=known, finalist_rounds=0).run()
+        assert first.trials == 2 and not told and not asks
+        logged = read_log(path)
+        assert [(r.config, r.strategy) for r in logged.trials()] == [(c, SOURCE) for c in expected[:2]]
+        with TuningLog(path, resume=True) as log:
+            Tuner(tasks=[conv_task], runner=runner, log=log, strategy="random", budget=10, batch=4, seed=1,
+                  known=known, finalist_rounds=0, resume=logged).run()
+    finally:
+        runner.close()
+    trials = read_log(path).trials()
+    assert [r.strategy for r in trials[:3]] == [SOURCE] * 3 and {r.strategy for r in trials[3:]} == {"random"}
+    assert [r.config for r in trials[:3]] == expected
+    assert len(trials) == 10 == len({r.config for r in trials})
+    assert set(expected) <= set(told)  # the strategy learnt of them before its first ask
+    assert asks and not {c for batch in asks for c in batch} & set(expected)
