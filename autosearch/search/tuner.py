@@ -318,7 +318,8 @@ class Tuner:
 
     def _round(self, state: TaskState, n: int) -> None:
         """One batch of one task: ask, apply, de-duplicate, measure, log, tell. While the task has known schedules
-        to measure, they are the batch, and the strategy is told of them when it is made."""
+        to measure, they are the batch; the strategy is made when they are measured, told of them, and asked for
+        the rest of the batch."""
         if not state.known and state.strategy is None:
             self._start_strategy(state)
         task, space, strategy = state.task, state.space, state.strategy
@@ -327,9 +328,10 @@ class Tuner:
         if state.known:
             asked, state.known = state.known[:n], state.known[n:]
             source = KNOWN_SOURCE
+            rest = n - len(asked)
         else:
             assert strategy is not None
-            asked, source = strategy.ask(n), self.strategy_name
+            asked, source, rest = strategy.ask(n), self.strategy_name, 0
         clock = self._tick("ask", clock)
         if not asked:
             state.done = "exhausted"
@@ -385,6 +387,8 @@ class Tuner:
         if self.early_stop and state.trials - state.best_trial >= self.early_stop and state.best is not None:
             state.done = f"no improvement in {self.early_stop} trials"
         self.on_event(TuneEvent(state, self.trials_done, self.budget, results, self._elapsed()))
+        if rest > 0 and not state.done and self.scheduler.has_budget():
+            self._round(state, rest)
 
     def _tick(self, step: str, since: float) -> float:
         now = time.perf_counter()
