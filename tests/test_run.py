@@ -172,6 +172,7 @@ def test_an_interrupted_run_resumed_with_another_batch_goes_on_from_its_log(tmp_
     (["--strategy", "random", "--tasks", "99"], "no task 99"),
     (["--strategy", "random", "--resume"], "log not found"),
     (["--strategy", "random", "--target", "{oops"], "malformed --target"),
+    (["--strategy", "random", "--known-schedules", "/nonexistent/known.jsonl"], "known schedules not found"),
 ])
 def test_run_bad_inputs(tmp_path, model_path, args, needle, capfd):
     """In the test process (its stdout and stderr at the file descriptors); one case, past the model's import,
