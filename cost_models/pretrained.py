@@ -41,6 +41,7 @@ import numpy as np
 
 from autosearch.cost_models import PRETRAINED_FAMILIES
 from autosearch.errors import UserError, install_hint
+from autosearch.frontend.target import family_of_mcpu, target_mcpu
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +248,7 @@ def shipped_for(target) -> tuple[str | None, str]:
 def family_note(manifest: dict[str, Any], target) -> str:
     """Whether the model was trained on records of ``target``'s CPU family (for the run header): a model transfers
     across families, less well than within one (the manifest's ``held_out.by_family``)."""
-    family = family_of_mcpu(str(dict(target.export()).get("mcpu", "") or ""))
+    family = family_of_mcpu(target_mcpu(target))
     trained = [c.get("family") for c in manifest.get("cpus", [])] or [family_of_mcpu(
         str(manifest.get("target", {}).get("mcpu", "")))]
     if family in trained:
@@ -434,14 +435,6 @@ def covers(manifest: dict[str, Any], unit: str | None) -> bool:
     """Whether a model's records hold schedules tensorised onto ``unit`` (None: fp32 schedules, which every model
     holds): a model of fp32 schedules ranks those no better than chance (``experiments/tensor_features.py``)."""
     return unit is None or unit in manifest.get("tensor_units", [])
-
-
-def family_of_mcpu(mcpu: str) -> str:
-    """The CPU family an LLVM CPU name belongs to, as far as the features care: ``AMD`` (znver*), ``Intel`` (the
-    other x86 names LLVM knows), else the name itself."""
-    if mcpu.startswith("znver") or mcpu in ("btver2", "bdver4"):
-        return "AMD"
-    return "Intel" if mcpu else "unknown"
 
 
 def cpu_family(contents) -> str:

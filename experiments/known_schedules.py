@@ -17,8 +17,9 @@ import glob
 import os
 from collections import Counter
 
+from autosearch.frontend.target import family_of_mcpu
 from autosearch.records import read_log
-from autosearch.search.known import PER_CPU, SHIPPED, KnownSchedules, family
+from autosearch.search.known import PER_CPU, SHIPPED, KnownSchedules
 from autosearch.tables import markdown_table
 
 
@@ -48,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     known.write(args.out)
     tasks = Counter(cpu for entries in known.by_key.values() for cpu in {e.cpu for e in entries})
-    table = markdown_table(["CPU", "family", "tasks"], [[cpu, family(cpu), n] for cpu, n in sorted(tasks.items())])
+    rows = [[cpu, family_of_mcpu(cpu), n] for cpu, n in sorted(tasks.items())]
+    table = markdown_table(["CPU", "family", "tasks"], rows)
     summary = (f"{len(known.by_key)} tasks, {sum(map(len, known.by_key.values()))} configs, from {len(records)} "
                f"timings in {len(used)} logs{'; excluded: ' + ', '.join(args.exclude_cpu) if args.exclude_cpu else ''}")
     print(summary)

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from autosearch.errors import UserError
+from autosearch.frontend.target import family_of_mcpu
 from autosearch.types import Config, Record
 
 SOURCE = "known"  # the strategy name of the trials measured from known schedules (their log records)
@@ -40,13 +41,6 @@ class KnownSchedule:
     config: Config
     seconds: float  # its median there
     cpu: str  # that machine's LLVM CPU name (the target's ``mcpu``)
-
-
-def family(mcpu: str) -> str:
-    """The CPU family of an LLVM CPU name: ``AMD`` (znver*), ``Intel`` (the other x86 names), ``unknown``."""
-    from autosearch.cost_models.pretrained import family_of_mcpu
-
-    return family_of_mcpu(mcpu)
 
 
 class KnownSchedules:
@@ -126,9 +120,9 @@ class KnownSchedules:
         measured it (each CPU's best before any CPU's second), the host's own CPU first, then its family's, then
         the others; each config once, and only those ``fits`` accepts (the task's space here can replay)."""
         entries = self.by_key.get(key, ())
-        host_family = family(host_cpu)
+        host_family = family_of_mcpu(host_cpu)
         cpus = sorted(dict.fromkeys(e.cpu for e in entries),
-                      key=lambda c: (c != host_cpu, family(c) != host_family, c))
+                      key=lambda c: (c != host_cpu, family_of_mcpu(c) != host_family, c))
         ranked = {cpu: [e.config for e in entries if e.cpu == cpu] for cpu in cpus}
         out: list[Config] = []
         for rank in range(max((len(v) for v in ranked.values()), default=0)):
@@ -146,7 +140,7 @@ class KnownSchedules:
         cpus = list(dict.fromkeys(e.cpu for k in covered for e in self.by_key[k]))
         if not covered:
             return f"none of the {len(keys)} tasks is among {self.source or 'them'}"
-        where = ", ".join(f"{family(c)} {c}" for c in cpus)
+        where = ", ".join(f"{family_of_mcpu(c)} {c}" for c in cpus)
         return (f"{len(covered)} of {len(keys)} tasks measured before on {where}: their best configs are measured "
                 "first")
 

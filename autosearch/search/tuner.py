@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autosearch.frontend.target import host_cores, target_to_json
+from autosearch.frontend.target import host_cores, target_mcpu, target_to_json
 from autosearch.frontend.task import TuningTask
 from autosearch.ranking import failures
 from autosearch.records import LogContents, TuningLog
@@ -214,10 +214,9 @@ class Tuner:
             if state.measured:
                 state.scorer.update(list(state.measured), list(state.measured.values()))
         if self.known is not None:
-            space = state.space
-            host = str(dict(task.target.export()).get("mcpu", "") or "")
-            state.known = [c for c in self.known.for_task(task.workload_key, host_cpu=host, fits=space.replayable)
-                           if c not in state.measured and c not in state.asked]
+            known = self.known.for_task(task.workload_key, host_cpu=target_mcpu(task.target),
+                                        fits=state.space.replayable)
+            state.known = [c for c in known if c not in state.measured and c not in state.asked]
         state.active = True
         self.setup_timing["strategy"] += time.perf_counter() - clock
 
