@@ -8,6 +8,8 @@ For each convolution of a model tuned by ``run`` (its log), side by side on this
 - **longer search** (``--long-trials N``): the same task searched alone for N trials (Optuna TPE guided by the
   shipped model): what the design space holds when the budget is not the limit;
 - **MetaSchedule** (``--ms-trials N``): TVM's own tuner on the same task, same evaluator, N trials;
+- ``--behind`` searches only the layers the run left slower than ONNX Runtime's; ``--keep-logs`` keeps the longer
+  searches' logs beside the results, where the known schedules' writer reads them;
 - each as GFLOPS and as a fraction of this machine's fp32 peak, measured as the GFLOPS of a large sgemm (NumPy's
   BLAS on the same threads).
 
@@ -25,10 +27,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import json
 import math
 import multiprocessing
 import os
+import re
+import shutil
 import sys
 import tempfile
 import time
@@ -100,15 +105,18 @@ def layer_name(header: dict) -> tuple[str, str, str] | None:
     return f"{layer}@{kernel}", algorithm, layouts[0]
 
 
-def tuned_layers(contents) -> tuple[dict, dict[str, dict]]:
+def tuned_layers(contents, layout: str | None = None) -> tuple[dict, dict[str, dict]]:
     """How ``export`` lowers the log (:func:`autosearch.deploy.database.lowering_of`: the layout it keeps, the fast
-    math) and, per conv layer of that layout, its faster algorithm's ms, trials and GFLOP (the direct
-    convolution's FLOPs, so that GFLOPS compare like for like when Winograd is faster)."""
+    math) and, per conv layer of that layout (or of ``layout``, the other one of a ``--layout auto`` run), its
+    faster algorithm's ms, trials and GFLOP (the direct convolution's FLOPs, so that GFLOPS compare like for like
+    when Winograd is faster)."""
     from autosearch.deploy.database import lowering_of
 
     lowering = lowering_of(contents)
     if not lowering:
         raise SystemExit(f"{contents.path}: its tasks were lowered in more than one way; give the log of one run")
+    if layout:
+        lowering = {**lowering, "layout": layout}
     by_layer: dict[str, list[dict]] = collections.defaultdict(list)
     for key, header in contents.tasks.items():
         named = layer_name(header)
@@ -138,21 +146,25 @@ def _task(model: str, layout: str, layer: str, fast_math: str, threads: int):
 
 
 def _long_search(model: str, layout: str, layer: str, fast_math: str, threads: int, trials: int,
-                 seed: int) -> dict:
+                 seed: int, log_path: str | None = None) -> dict:
     from autosearch.api import resolve_guidance
     from experiments.lib.tuning import run_autosearch
 
     os.environ["TVM_NUM_THREADS"] = str(threads)
     task, target = _task(model, layout, layer, fast_math, threads)
     guidance, _ = resolve_guidance("auto", target, "optuna", seed=seed)  # as run's default
-    run = run_autosearch(task, target, "optuna", trials, 16, seed, cost_model=guidance)
+    run = run_autosearch(task, target, "optuna", trials, 16, seed, cost_model=guidance, log_path=log_path)
+    if log_path:  # kept gzipped: experiments/known_schedules.py reads every log under experiments/results
+        with open(log_path, "rb") as src, gzip.open(log_path + ".gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.unlink(log_path)
     valid = [r.latency for r in run.records if r.ok]
     return {"ms": min(valid) * task.weight * 1e3 if valid else math.inf, "trials": len(run.records),
             "wall_secs": run.wall_secs}
 
 
 def _metaschedule(model: str, layout: str, layer: str, fast_math: str, threads: int, trials: int,
-                  seed: int) -> dict:
+                  seed: int, log_path: str | None = None) -> dict:
     from experiments.lib.metaschedule import tune_tir
 
     os.environ["TVM_NUM_THREADS"] = str(threads)
@@ -238,6 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long-trials", type=int, default=0, help="a longer search of each layer alone (0: none)")
     p.add_argument("--ms-trials", type=int, default=0, help="MetaSchedule on each layer (0: none)")
     p.add_argument("--layers", type=int, default=0, help="only the N slowest layers as tuned get the searches")
+    p.add_argument("--layout", choices=("NCHW", "NHWC"),
+                   help="the layout whose layers are compared and searched (default: the one export keeps)")
+    p.add_argument("--behind", action="store_true", help="only layers the run left slower than ONNX Runtime's")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep the longer searches' logs (experiments/results/OUT-logs/, gzipped): their best "
+                        "configs then join the known schedules experiments/known_schedules.py writes")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     from autosearch.frontend.importer import load_onnx
@@ -259,18 +277,25 @@ def main(argv: list[str] | None = None) -> int:
         print("ONNX Runtime's profile ...", file=sys.stderr, flush=True)
         state["ort"] = ort_conv_layers(load_onnx(args.model)[1], args.threads, args.runs)
         write_json(state_path, state)
-    lowering, state["tuned"] = tuned_layers(read_log(args.log))
+    lowering, state["tuned"] = tuned_layers(read_log(args.log), args.layout)
     state["layout"], fast_math = lowering["layout"], lowering["fast_math"]
     write_json(state_path, state)
     order = sorted(state["tuned"], key=lambda k: -state["tuned"][k]["ms"])
+    if args.behind:
+        order = [k for k in order if state["tuned"][k]["ms"] > ort_time(state["ort"], k)]
     order = order[: args.layers] if args.layers else order
+    logs_dir = results_path(f"{args.out}-logs")
+    if args.keep_logs:
+        os.makedirs(logs_dir, exist_ok=True)
     for kind, trials, fn in (("long", args.long_trials, _long_search), ("metaschedule", args.ms_trials, _metaschedule)):
         for i, layer in enumerate(order if trials else []):
             if state[kind].get(layer, {}).get("trials", 0) >= trials:
                 continue
             print(f"{kind} {i + 1}/{len(order)}: {layer}, {trials} trials ...", file=sys.stderr, flush=True)
+            log_path = (os.path.join(logs_dir, re.sub(r"[^0-9A-Za-z]+", "_", layer) + ".jsonl")
+                        if args.keep_logs and kind == "long" else None)
             state[kind][layer] = _in_fresh_process(fn, args.model, state["layout"], layer, fast_math, args.threads,
-                                                   trials, args.seed)
+                                                   trials, args.seed, log_path)
             write_json(state_path, state)
     title = (f"{args.model}, fp32, {state['layout']}: conv layers against ONNX Runtime, {args.threads} threads "
              f"({state['cpu']}; sgemm peak {state['sgemm_gflops']:.0f} GFLOPS)")
