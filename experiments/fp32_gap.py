@@ -8,6 +8,7 @@ For each convolution of a model tuned by ``run`` (its log), side by side on this
 - **longer search** (``--long-trials N``): the same task searched alone for N trials (Optuna TPE guided by the
   shipped model): what the design space holds when the budget is not the limit;
 - **MetaSchedule** (``--ms-trials N``): TVM's own tuner on the same task, same evaluator, N trials;
+- ``--algorithm winograd`` makes the longer search tune each layer's Winograd form (the layers that have one);
 - ``--behind`` searches only the layers the run left slower than ONNX Runtime's; ``--keep-logs`` keeps the longer
   searches' logs beside the results, where the known schedules' writer reads them;
 - each as GFLOPS and as a fraction of this machine's fp32 peak, measured as the GFLOPS of a large sgemm (NumPy's
@@ -142,7 +143,7 @@ def _task(model: str, layout: str, layer: str, fast_math: str, threads: int):
 
     target = host_target(threads)
     tasks = import_model(model, target, layout=layout, fast_math=fast_math, precision="fp32").tasks
-    return pick_task(tasks, f"{layer}/direct", layout=layout), target
+    return pick_task(tasks, layer if "/" in layer else f"{layer}/direct", layout=layout), target
 
 
 def _long_search(model: str, layout: str, layer: str, fast_math: str, threads: int, trials: int,
@@ -252,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=0, help="only the N slowest layers as tuned get the searches")
     p.add_argument("--layout", choices=("NCHW", "NHWC"),
                    help="the layout whose layers are compared and searched (default: the one export keeps)")
+    p.add_argument("--algorithm", choices=("direct", "winograd"), default="direct",
+                   help="the form the longer search tunes (winograd: the layers that have one)")
     p.add_argument("--behind", action="store_true", help="only layers the run left slower than ONNX Runtime's")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep the longer searches' logs (experiments/results/OUT-logs/, gzipped): their best "
@@ -283,6 +286,15 @@ def main(argv: list[str] | None = None) -> int:
     order = sorted(state["tuned"], key=lambda k: -state["tuned"][k]["ms"])
     if args.behind:
         order = [k for k in order if state["tuned"][k]["ms"] > ort_time(state["ort"], k)]
+    if args.algorithm == "winograd":  # the layers the lowering offers a winograd form (its candidates)
+        from autosearch.frontend.winograd import CANDIDATE_RATIO, ConvShape
+
+        def candidate(layer: str) -> bool:
+            shapes, _, kernel = layer.partition("@")
+            shape = ConvShape.from_key(shapes)  # fp32_gap's keys are NCHW whatever the layout
+            return kernel == "3x3" and shape.winograd_flops() / shape.direct_flops <= CANDIDATE_RATIO
+
+        order = [k for k in order if candidate(k)]
     order = order[: args.layers] if args.layers else order
     logs_dir = results_path(f"{args.out}-logs")
     if args.keep_logs:
@@ -294,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kind} {i + 1}/{len(order)}: {layer}, {trials} trials ...", file=sys.stderr, flush=True)
             log_path = (os.path.join(logs_dir, re.sub(r"[^0-9A-Za-z]+", "_", layer) + ".jsonl")
                         if args.keep_logs and kind == "long" else None)
-            state[kind][layer] = _in_fresh_process(fn, args.model, state["layout"], layer, fast_math, args.threads,
+            which = f"{layer.partition('@')[0]}/winograd" if args.algorithm == "winograd" else layer
+            state[kind][layer] = _in_fresh_process(fn, args.model, state["layout"], which, fast_math, args.threads,
                                                    trials, args.seed, log_path)
             write_json(state_path, state)
     title = (f"{args.model}, fp32, {state['layout']}: conv layers against ONNX Runtime, {args.threads} threads "

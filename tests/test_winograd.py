@@ -24,7 +24,6 @@ def _direct_conv(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
 
 @pytest.mark.parametrize("hw", [13, 16])  # 13: the last tiles reach past the input (TOPI's NCHW bug)
 def test_winograd_compute_equals_direct_convolution(target, hw):
-    import tvm
     from tvm import te
 
     from autosearch.frontend.winograd import TILE, kernel_transform, winograd_conv
@@ -37,17 +36,80 @@ def test_winograd_compute_equals_direct_convolution(target, hw):
     weight = te.placeholder(w.shape, name="weight")
     packed = kernel_transform(weight, TILE)
     kernel = te.placeholder(tuple(int(s) for s in packed.shape), name="kernel")
-    out = winograd_conv(data, kernel, [1, 1, 1, 1], TILE)
+    y = _transform_and_convolve(target, (weight, packed, w), (data, kernel, x),
+                                winograd_conv(data, kernel, [1, 1, 1, 1], TILE))
+    ref = _direct_conv(x, w, 1)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def _transform_and_convolve(target, kernel_side, data_side, out) -> np.ndarray:
+    """Build the kernel transform ``(weight, packed, weight values)`` and the convolution ``(data, kernel, data
+    values)`` -> ``out``, run both, and return the output; it starts as NaN, so every element must be written."""
+    import tvm
+    from tvm import te
+
+    (weight, packed, w), (data, kernel, x) = kernel_side, data_side
     dev = tvm.cpu()
     f_pack = tvm.compile(tvm.IRModule({"main": te.create_prim_func([weight, packed])}), target=target)
     f_conv = tvm.compile(tvm.IRModule({"main": te.create_prim_func([data, kernel, out])}), target=target)
     k = tvm.runtime.empty(tuple(int(s) for s in packed.shape), "float32", dev)
     f_pack(tvm.runtime.tensor(w, dev), k)
-    # a poisoned output: every element must be written
-    y = tvm.runtime.tensor(np.full((1, cout, hw, hw), np.nan, "float32"), dev)
+    y = tvm.runtime.tensor(np.full(tuple(int(s) for s in out.shape), np.nan, "float32"), dev)
     f_conv(tvm.runtime.tensor(x, dev), k, y)
-    ref = _direct_conv(x, w, 1)
-    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    return y.numpy()
+
+
+@pytest.mark.parametrize("hw", [13, 16])
+def test_nhwc_winograd_compute_equals_direct_convolution(target, hw):
+    """The NHWC form (OHWI weights, transformed to (alpha, alpha, out, in)) against the same reference."""
+    from tvm import te
+
+    from autosearch.frontend.winograd import TILE, kernel_transform, winograd_conv_nhwc
+
+    cin, cout = 8, 16
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (1, cin, hw, hw)).astype("float32")
+    w = rng.uniform(-1, 1, (cout, cin, 3, 3)).astype("float32")
+    x_nhwc, w_ohwi = np.ascontiguousarray(x.transpose(0, 2, 3, 1)), np.ascontiguousarray(w.transpose(0, 2, 3, 1))
+    data = te.placeholder(x_nhwc.shape, name="data")
+    weight = te.placeholder(w_ohwi.shape, name="weight")
+    packed = kernel_transform(weight, TILE, "NHWC")
+    assert tuple(int(s) for s in packed.shape) == (TILE + 2, TILE + 2, cout, cin)
+    kernel = te.placeholder(tuple(int(s) for s in packed.shape), name="kernel")
+    y = _transform_and_convolve(target, (weight, packed, w_ohwi), (data, kernel, x_nhwc),
+                                winograd_conv_nhwc(data, kernel, [1, 1, 1, 1], TILE))
+    ref = _direct_conv(x, w, 1).transpose(0, 2, 3, 1)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_nhwc_offers_the_same_layers_both_ways_in_fp32_only(imported):
+    """NHWC: the same six candidate layers as NCHW get a winograd alternative, keyed by their NHWC shapes; every
+    direct task is the one NHWC had before (the tasks of databases tuned then keep their keys); none beside bf16."""
+    from autosearch.frontend.winograd import TILE, WinogradPolicy, task_layer
+
+    auto = imported("tiny-yolov2", winograd="auto", layout="NHWC", precision="fp32")
+    off = imported("tiny-yolov2", winograd="off", layout="NHWC", precision="fp32")
+    wino = [t for t in auto.tasks if "winograd" in t.name]
+    assert sorted(t.args[0][0][3] for t in wino) == [32, 64, 128, 256, 512, 1024]
+    assert all(t.args[1][0][:2] == (TILE + 2, TILE + 2) for t in wino)
+    assert {t.workload_key for t in off.tasks} <= {t.workload_key for t in auto.tasks}
+    layers = {}
+    for t in auto.tasks:
+        if "layer" in t.lowering:
+            layers.setdefault(t.lowering["layer"], set()).add(t.lowering["algorithm"])
+            assert task_layer(t.name, t.args) == (t.lowering["layer"], t.lowering["algorithm"])
+    assert len(layers) == 6 and all(algs == {"direct", "winograd"} for algs in layers.values())
+    wide = "1x13x13x1024->1x13x13x1024"
+    assert wide in layers
+    assert ConvShape.from_key(wide, "NHWC") == ConvShape(batch=1, in_channels=1024, out_channels=1024, height=13,
+                                                         width=13, kernel=(3, 3))
+    # without a measured choice an NHWC layer stays direct (no FLOP rule: older NHWC databases hold direct tasks)
+    shape = ConvShape.from_key(wide, "NHWC")
+    assert not WinogradPolicy.of("auto").converts(shape, wide, "NHWC")
+    assert WinogradPolicy.of("auto", {wide: "winograd"}).converts(shape, wide, "NHWC")
+    assert not WinogradPolicy.of("auto", {wide: "winograd"}, "auto").converts(shape, wide, "NHWC")  # bf16 there
+    assert WinogradPolicy.of("auto").uses({"layer": wide, "algorithm": "direct", "layout": "NHWC"})
+    assert not WinogradPolicy.of("auto").uses({"layer": wide, "algorithm": "winograd", "layout": "NHWC"})
 
 
 def test_flop_formula_is_tvms_own_count(target):
@@ -168,3 +230,44 @@ def test_small_stem_conv_stays_direct(target, tmp_path):
     path = str(tmp_path / "small.onnx")
     small_conv_onnx(path)
     assert not any("winograd" in t.name for t in import_model(path, target).tasks)
+
+
+@pytest.fixture(scope="module")
+def tuned_wide_nhwc(tmp_path_factory):
+    """The two wide convs tuned NHWC: each layer direct and as NHWC winograd, four trials a task."""
+    from tests.conftest import tune_and_export, two_wide_convs_onnx
+
+    return tune_and_export(tmp_path_factory.mktemp("winograd-nhwc"), two_wide_convs_onnx, trials=24, batch=4,
+                           options=("--layout", "NHWC", "--finalist-rounds", "0"))
+
+
+def test_nhwc_winograd_is_tuned_exported_and_compiled_as_chosen(tuned_wide_nhwc, capfd):
+    """Both NHWC layers tuned both ways and the faster recorded; then the database's choice set to winograd for
+    both, as a run where it wins would: compile builds the winograd tasks from the database and the model still
+    matches ONNX Runtime."""
+    from autosearch.records import read_log
+
+    contents = read_log(tuned_wide_nhwc["log"])
+    layers = _layers(contents)
+    assert len(layers) == 2 and all(set(by) == {"direct", "winograd"} for by in layers.values())
+    assert all("x16x16x" in layer for layer in layers)  # keyed by the NHWC shapes
+    faster = {layer: min(by, key=lambda a: contents.best(by[a]).latency) for layer, by in layers.items()}
+    lowering_file = os.path.join(tuned_wide_nhwc["db"], "autosearch_lowering.json")
+    with open(lowering_file) as fh:
+        lowering = json.load(fh)
+    assert lowering["layout"] == "NHWC" and lowering["choices"] == faster
+    with open(lowering_file, "w") as fh:
+        json.dump({**lowering, "choices": dict.fromkeys(layers, "winograd")}, fh)
+    out = os.path.join(str(tuned_wide_nhwc["work"]), "nhwc.so")
+    proc = run_cli_here(capfd, "compile", "--model", tuned_wide_nhwc["model"], "--db", tuned_wide_nhwc["db"],
+                        "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    winograd_tasks = {contents.tasks[by["winograd"]]["name"] for by in layers.values()}
+    md = os.path.join(str(tuned_wide_nhwc["work"]), "report.md")
+    proc = run_cli_here(capfd, "report", "--model", tuned_wide_nhwc["model"], "--db", tuned_wide_nhwc["db"],
+                        "--runs", "2", "--rounds", "1", "--untuned-runs", "1", "--markdown", md,
+                        "--plot", os.path.join(str(tuned_wide_nhwc["work"]), "r.png"))
+    assert proc.returncode == 0, proc.stderr
+    assert "TVM tuned output vs ONNX Runtime" in proc.stdout and "DIFFERS" not in proc.stdout
+    per_task = {row.split("|")[2].strip() for row in open(md).read().split("\n\n")[-1].splitlines()[2:]}
+    assert winograd_tasks <= per_task  # the compiled model runs the NHWC winograd kernels the database holds

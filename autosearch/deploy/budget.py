@@ -102,11 +102,11 @@ def best_subset(gains: list[float], sizes: list[int], capacity: int) -> set[int]
     return chosen
 
 
-def _winograd_extra_bytes(layer: str, occurrences: int, *, value_bytes: int = 4) -> int:
+def _winograd_extra_bytes(layer: str, occurrences: int, *, layout: str = "NCHW", value_bytes: int = 4) -> int:
     """Bytes the transformed kernels of ``occurrences`` convolutions of a layer add over their 3x3 kernels."""
     from autosearch.frontend.winograd import TILE, ConvShape
 
-    shape = ConvShape.from_key(layer)
+    shape = ConvShape.from_key(layer, layout)
     return occurrences * shape.in_channels * shape.out_channels * ((TILE + 2) ** 2 - 9) * value_bytes
 
 
@@ -141,7 +141,7 @@ def model_options(contents: LogContents, relax_mod, target, database, *, fast_ma
         fixed += sum(min(by.values()) for by in by_precision.values())  # inf while one is unmeasured
         precisions = choose_algorithms(by_precision)
         layers = tuple(LayerOption(layer, by.get("direct", math.inf), by.get("winograd", math.inf),
-                                   _winograd_extra_bytes(layer, occurrences.get(layer, 0)))
+                                   _winograd_extra_bytes(layer, occurrences.get(layer, 0), layout=layout))
                        for layer, by in sorted(totals.items()))
 
         direct, *winograd = (estimate_memory(tuned_module(relax_mod, target, database,

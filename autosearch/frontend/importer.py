@@ -250,7 +250,8 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
     ``winograd="auto"`` (CPU targets): the model is lowered twice, all direct and with every candidate
     layer as winograd (:mod:`autosearch.frontend.winograd`); the tasks of both are merged, so each candidate layer
     is tuned both ways and its tasks carry ``lowering["layer"]`` and ``lowering["algorithm"]``.
-    ``layout="NHWC"``: convolutions in NHWC (``lowering["layout"]``), all direct (winograd is NCHW only).
+    ``layout="NHWC"``: convolutions in NHWC (``lowering["layout"]``), with the same winograd alternatives in fp32
+    (none beside a bf16 one: ``precision`` ``auto`` or ``bf16``).
     ``layout="auto"`` (CPU targets): the tasks of both layouts, merged; each carries ``lowering["layout"] ==
     "auto"`` and ``lowering["layouts"]``, the layouts whose model runs it (:mod:`autosearch.frontend.alternatives`).
     ``fast_math``: ``lowering["fast_math"]``. ``precision`` (as :func:`autosearch.frontend.lowering.resolve_precision`
@@ -278,8 +279,12 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
             fp32 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "auto", precision)
             bf16 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "candidates", precision)
             tasks = _merge_alternatives(fp32, bf16, _precision_layer)
-        else:
+        elif winograd == "off" or precision != "fp32":  # bf16 convolutions have no winograd form
             tasks = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision)
+        else:  # each candidate layer direct and as NHWC winograd, as in NCHW below
+            direct = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision)
+            candidates = _extract(relax_mod, target, "candidates", winograd, layout, fast_math, precision)
+            tasks = _merge_alternatives(direct, candidates, task_layer)
     elif winograd == "off" or target.kind.name != "llvm":
         tasks = _extract(relax_mod, target, "off", winograd, fast_math=fast_math, precision_label=precision)
     else:

@@ -15,7 +15,7 @@ keys (structural hashes) do not match. Both go through :func:`lowering_passes`:
    GPU pipelines end with (dlight's ``ApplyDefaultSchedule``): tasks must reach MetaSchedule unscheduled.
    The tuned build gives them, after the database, to the kernels the database lacks (:func:`apply_database`);
 4. winograd for the wide 3x3 stride-1 convolutions (:mod:`autosearch.frontend.winograd`, ``winograd="auto"``; CPU
-   targets only, NCHW convolutions only), legalised in place of TVM's direct conv2d;
+   targets only; NCHW convolutions, and NHWC ones in fp32), legalised in place of TVM's direct conv2d;
 5. ``AttachAttrLayoutFreeBuffers``: the model's weights are constants, so a schedule may choose their
    layout (MetaSchedule's ``RewriteLayout``). This is TVM's own CPU recipe (``cpu_weight_prepack`` of
    ``static_shape_tuning_pipeline``); since our weights are constants, not parameters, the prepacking is
@@ -33,8 +33,8 @@ from typing import Any
 LAYOUTS = ("NCHW", "NHWC")  # concrete conv2d data layouts of a lowering
 # run --layout: a concrete layout, or "auto": the model tuned in both, the faster compiled (frontend.alternatives)
 LAYOUT_MODES = ("auto", *LAYOUTS)
-# run's default: NHWC vectorises most convolutions better but loses Winograd, which wide layers need; the
-# library's functions default to NCHW, the model as ONNX gives it
+# run's default: NHWC vectorises most convolutions better, NCHW sometimes wins with its Winograd layers (both
+# layouts have them); the library's functions default to NCHW, the model as ONNX gives it
 DEFAULT_LAYOUT = "auto"
 FAST_MATH_MODES = ("on", "off")
 DEFAULT_FAST_MATH = "on"  # ONNX Runtime, the baseline, computes sigmoid and softmax with approximations too
@@ -199,8 +199,8 @@ def leaky_relu_as_maximum():
 def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH,
                     precision: str | None = None) -> list[Any]:
     """``winograd``: a mode name or an :class:`autosearch.frontend.winograd.WinogradPolicy` (measured choices);
-    ``layout``: the conv2d data layout, ``NCHW`` (as ONNX gives it) or ``NHWC``. Winograd applies to NCHW
-    convolutions only. ``fast_math="on"``: sigmoid, exp and softmax use TVM's vectorisable approximations.
+    ``layout``: the conv2d data layout, ``NCHW`` (as ONNX gives it) or ``NHWC``. Winograd applies to both (to
+    NHWC ones in fp32 only). ``fast_math="on"``: sigmoid, exp and softmax use TVM's vectorisable approximations.
     ``precision``: the policy's precision mode (``WinogradPolicy.precision``), replacing the policy's own."""
     from tvm import relax
 

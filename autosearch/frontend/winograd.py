@@ -10,6 +10,13 @@ Here the kernel transform is a separate function of the constant weights, so Rel
 computes it at compile time, and the transformed kernel is a layout-free input of the winograd task
 (its layout is the schedule's choice, as for direct convolutions).
 
+NHWC convolutions (``--layout NHWC``, OHWI weights) have the same alternative, computed as TOPI's
+``conv2d_winograd_nhwc`` (the channels innermost, so the batched GEMM vectorises along the output channels) on a
+pre-transformed kernel: NHWC is the layout whose direct kernels are fastest on AVX-512 CPUs, and without it the
+wide 13x13 layers had no Winograd there (``docs/results.md``). An NHWC layer is converted only where a measured
+choice says so (or for extraction's candidates), never by the FLOP rule: a database tuned before NHWC had the
+alternative holds its layers as direct only.
+
 Which layers use it is measured, not guessed: with ``--winograd auto`` every *candidate* layer
 (winograd FLOPs at most ``CANDIDATE_RATIO`` of direct, by TVM's own count) is offered to the tuner
 twice, as its direct task and its winograd task (a :class:`WinogradPolicy` with mode ``"candidates"``
@@ -49,9 +56,12 @@ class ConvShape:
     kernel: tuple[int, int]
 
     @classmethod
-    def from_key(cls, key: str) -> ConvShape:
-        """The 3x3 stride-1 layer a :func:`layer_key` names."""
+    def from_key(cls, key: str, layout: str = "NCHW") -> ConvShape:
+        """The 3x3 stride-1 layer a :func:`layer_key` names (its shapes in ``layout``)."""
         data, out = ([int(d) for d in part.split("x")] for part in key.split("->"))
+        if layout == "NHWC":
+            return cls(batch=data[0], in_channels=data[3], out_channels=out[3], height=out[1], width=out[2],
+                       kernel=(3, 3))
         return cls(batch=data[0], in_channels=data[1], out_channels=out[1], height=out[2], width=out[3],
                    kernel=(3, 3))
 
@@ -88,19 +98,21 @@ def precision_layer_key(data_shape, out_shape, kernel: int) -> str:
 def task_layer(name: str, args) -> tuple[str, str] | None:
     """(layer key, algorithm) of a fused conv task from its name and arguments, or None.
 
-    Direct: ``args[1]`` is the 3x3 weight (out, in, 3, 3); winograd: the transformed kernel
-    (alpha, alpha, in, out). Anything else (1x1 convs, strided or fused differently) is no alternative.
+    Direct: ``args[1]`` is the 3x3 weight, (out, in, 3, 3) in NCHW and (out, 3, 3, in) in NHWC; winograd: the
+    transformed kernel, (alpha, alpha, in, out) in NCHW and (alpha, alpha, out, in) in NHWC. The key holds the
+    layout's own shapes. Anything else (1x1 convs, strided or fused differently) is no alternative.
     """
     if "conv2d" not in name or len(args) < 3:
         return None
     data, weight, out = tuple(args[0][0]), tuple(args[1][0]), tuple(args[-1][0])
-    if len(data) != 4 or len(out) != 4:
+    if len(data) != 4 or len(out) != 4 or len(weight) != 4:
         return None
+    alpha = (TILE + 2, TILE + 2)
     if "winograd" in name:
-        ok = len(weight) == 4 and weight[:2] == (TILE + 2, TILE + 2) and weight[2:] == (data[1], out[1])
+        ok = weight[:2] == alpha and (weight[2:] == (data[1], out[1]) or weight[2:] == (out[3], data[3]))
         algorithm = "winograd"
     else:
-        ok = weight == (out[1], data[1], 3, 3)
+        ok = weight in ((out[1], data[1], 3, 3), (out[3], 3, 3, data[3]))
         algorithm = "direct"
     return (layer_key(data, out), algorithm) if ok else None
 
@@ -160,13 +172,17 @@ class WinogradPolicy:
         chosen = choices.get(key, choices.get(key.split("@")[0]))
         return chosen == "bf16"
 
-    def converts(self, shape: ConvShape, key: str) -> bool:
-        if self.mode == "off":
+    def converts(self, shape: ConvShape, key: str, layout: str = "NCHW") -> bool:
+        """Whether the layer ``key`` (of ``shape``) is lowered to winograd. NHWC layers: in fp32 only (a layer
+        with bf16 alternatives has no third), and without a measured choice never (no FLOP rule: see above)."""
+        if self.mode == "off" or (layout == "NHWC" and self.precision != "fp32"):
             return False
         ratio = shape.winograd_flops() / shape.direct_flops
         if self.mode == "candidates":
             return ratio <= CANDIDATE_RATIO
         chosen = dict(self.choices).get(key)
+        if chosen is None and layout == "NHWC":
+            return False
         return chosen == "winograd" if chosen is not None else ratio <= MAX_FLOP_RATIO
 
     def uses(self, lowering: dict) -> bool:
@@ -177,11 +193,22 @@ class WinogradPolicy:
         layer = lowering["layer"]
         if lowering.get("algorithm") in PRECISIONS:  # a layer tuned in fp32 and bf16
             return (lowering["algorithm"] == "bf16") == self.bf16(layer)
-        return self.converts(ConvShape.from_key(layer), layer) == (lowering.get("algorithm") == "winograd")
+        layout = "NHWC" if "NHWC" in (lowering.get("layouts") or (lowering.get("layout"),)) else "NCHW"
+        return (self.converts(ConvShape.from_key(layer, layout), layer, layout)
+                == (lowering.get("algorithm") == "winograd"))
+
+
+LAYOUTS = {("NCHW", "OIHW", "NCHW"): "NCHW", ("NHWC", "OHWI", "NHWC"): "NHWC"}  # (data, kernel, out) -> layout
+
+
+def conv_layout(call) -> str | None:
+    """``NCHW`` or ``NHWC`` for a conv2d call winograd has a form of (NCHW/OIHW or NHWC/OHWI), else None."""
+    attrs = call.attrs
+    return LAYOUTS.get((str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout)))
 
 
 def conv_shape(call) -> ConvShape | None:
-    """The shape of a Relax ``nn.conv2d`` call if winograd can compute it (NCHW/OIHW, 3x3, stride 1,
+    """The shape of a Relax ``nn.conv2d`` call if winograd can compute it (NCHW/OIHW or NHWC/OHWI, 3x3, stride 1,
     no dilation, one group, static float32 shapes), else None."""
     attrs = call.attrs
     try:
@@ -190,9 +217,12 @@ def conv_shape(call) -> ConvShape | None:
         out = [int(s) for s in call.ty.shape]
     except (TypeError, AttributeError, ValueError):  # symbolic shapes
         return None
-    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout)) != (
-            "NCHW", "OIHW", "NCHW"):
+    layout = conv_layout(call)
+    if layout is None or len(data) != 4 or len(weight) != 4 or len(out) != 4:
         return None
+    if layout == "NHWC":  # as NCHW / OIHW from here
+        data, weight, out = [data[0], data[3], data[1], data[2]], [weight[0], weight[3], weight[1], weight[2]], \
+            [out[0], out[3], out[1], out[2]]
     if int(attrs.groups) != 1 or weight[2:] != [3, 3]:
         return None
     if [int(s) for s in attrs.strides] != [1, 1] or [int(s) for s in attrs.dilation] != [1, 1]:
@@ -205,21 +235,55 @@ def conv_shape(call) -> ConvShape | None:
                      kernel=(3, 3))
 
 
-def kernel_transform(weight, tile: int):
-    """G g G^T of every (out, in) 3x3 filter, laid out (alpha, alpha, in, out) as TOPI's winograd reads it."""
+def kernel_transform(weight, tile: int, layout: str = "NCHW"):
+    """G g G^T of every (out, in) 3x3 filter, laid out as TOPI's winograd of the layout reads it: from OIHW to
+    (alpha, alpha, in, out) for NCHW, from OHWI to (alpha, alpha, out, in) for NHWC."""
     from tvm import te
     from tvm.topi.nn.winograd_util import winograd_transform_matrices
 
-    out_ch, in_ch, kh, kw = (int(s) for s in weight.shape)
+    if layout == "NHWC":
+        out_ch, kh, kw, in_ch = (int(s) for s in weight.shape)
+    else:
+        out_ch, in_ch, kh, kw = (int(s) for s in weight.shape)
     alpha = tile + kh - 1
     _, _, G = winograd_transform_matrices(tile, kh, str(weight.dtype))
     r_kh = te.reduce_axis((0, kh), "r_kh")
     r_kw = te.reduce_axis((0, kw), "r_kw")
+    if layout == "NHWC":
+        return te.compute(
+            (alpha, alpha, out_ch, in_ch),
+            lambda eps, nu, co, ci: te.sum(weight[co, r_kh, r_kw, ci] * G[eps, r_kh] * G[nu, r_kw],
+                                           axis=[r_kh, r_kw]),
+            name="winograd_kernel",
+        )
     return te.compute(
         (alpha, alpha, in_ch, out_ch),
         lambda eps, nu, ci, co: te.sum(weight[co, ci, r_kh, r_kw] * G[eps, r_kh] * G[nu, r_kw], axis=[r_kh, r_kw]),
         name="winograd_kernel",
     )
+
+
+def _padded_to_tiles(data, padding, tile: int, layout: str):
+    """The input padded by the convolution's padding and on to whole tiles (the last tiles would otherwise read
+    past it), the output size and tile counts ``(out_h, out_w, n_h, n_w)``, and Winograd's ``(A, B)``."""
+    from tvm import topi
+    from tvm.topi.nn.utils import get_pad_tuple
+    from tvm.topi.nn.winograd_util import winograd_transform_matrices
+
+    height, width = (int(s) for s in (data.shape[1:3] if layout == "NHWC" else data.shape[2:4]))
+    alpha = tile + 2
+    pt, pl, pb, pr = (int(x) for x in get_pad_tuple(padding, (3, 3)))
+    out_h, out_w = height + pt + pb - 2, width + pl + pr - 2
+    n_h, n_w = math.ceil(out_h / tile), math.ceil(out_w / tile)
+    extra_h = max(0, (n_h - 1) * tile + alpha - (height + pt + pb))
+    extra_w = max(0, (n_w - 1) * tile + alpha - (width + pl + pr))
+    if layout == "NHWC":
+        data_pad = topi.nn.pad(data, (0, pt, pl, 0), (0, pb + extra_h, pr + extra_w, 0), name="data_pad",
+                               attrs={"schedule_rule": "None"})
+    else:
+        data_pad = topi.nn.pad(data, (0, 0, pt, pl), (0, 0, pb + extra_h, pr + extra_w), name="data_pad")
+    A, B, _ = winograd_transform_matrices(tile, 3, str(data.dtype))
+    return data_pad, (out_h, out_w, n_h, n_w), (A, B)
 
 
 def winograd_conv(data, kernel, padding, tile: int):
@@ -231,20 +295,12 @@ def winograd_conv(data, kernel, padding, tile: int):
     measurement's correctness check caught it). Here the input is padded to whole tiles, as TOPI's
     NHWC version does. Block names and annotations are TOPI's, so MetaSchedule treats it alike.
     """
-    from tvm import te, topi
-    from tvm.topi.nn.utils import get_pad_tuple
-    from tvm.topi.nn.winograd_util import winograd_transform_matrices
+    from tvm import te
 
-    batch, in_ch, height, width = (int(s) for s in data.shape)
+    batch, in_ch, _, _ = (int(s) for s in data.shape)
     alpha, _, _, out_ch = (int(s) for s in kernel.shape)
     m = tile
-    pt, pl, pb, pr = (int(x) for x in get_pad_tuple(padding, (3, 3)))
-    out_h, out_w = height + pt + pb - 2, width + pl + pr - 2
-    n_h, n_w = math.ceil(out_h / m), math.ceil(out_w / m)
-    extra_h = max(0, (n_h - 1) * m + alpha - (height + pt + pb))
-    extra_w = max(0, (n_w - 1) * m + alpha - (width + pl + pr))
-    data_pad = topi.nn.pad(data, (0, 0, pt, pl), (0, 0, pb + extra_h, pr + extra_w), name="data_pad")
-    A, B, _ = winograd_transform_matrices(m, 3, str(data.dtype))
+    data_pad, (out_h, out_w, n_h, n_w), (A, B) = _padded_to_tiles(data, padding, m, "NCHW")
     tiles = batch * n_h * n_w
 
     input_tile = te.compute(
@@ -279,22 +335,69 @@ def winograd_conv(data, kernel, padding, tile: int):
     )
 
 
+def winograd_conv_nhwc(data, kernel, padding, tile: int):
+    """NHWC winograd convolution on a transformed kernel (alpha, alpha, out, in): TOPI's
+    ``conv2d_winograd_nhwc`` on a pre-transformed kernel (TOPI's own pre-computed path is a removed legacy flow),
+    the input padded to whole tiles in both dimensions. Block names and annotations are TOPI's, so MetaSchedule's
+    CPU rules for the NHWC data pack and inverse transform schedule them."""
+    from tvm import te
+
+    batch, _, _, in_ch = (int(s) for s in data.shape)
+    alpha, _, out_ch, _ = (int(s) for s in kernel.shape)
+    m = tile
+    data_pad, (out_h, out_w, n_h, n_w), (A, B) = _padded_to_tiles(data, padding, m, "NHWC")
+    tiles = batch * n_h * n_w
+
+    input_tile = te.compute(
+        (alpha, alpha, tiles, in_ch),
+        lambda eps, nu, p, ci: data_pad[p // (n_h * n_w), ((p // n_w) % n_h) * m + eps, (p % n_w) * m + nu, ci],
+        name="input_tile", attrs={"schedule_rule": "None"},
+    )
+    r_a = te.reduce_axis((0, alpha), "r_a")
+    r_b = te.reduce_axis((0, alpha), "r_b")
+    data_pack = te.compute(
+        (alpha, alpha, tiles, in_ch),
+        lambda eps, nu, p, ci: te.sum(input_tile[r_a, r_b, p, ci] * B[r_a, eps] * B[r_b, nu], axis=[r_a, r_b]),
+        name="data_pack", attrs={"schedule_rule": "conv2d_nhwc_winograd_data_pack"},
+    )
+    ci = te.reduce_axis((0, in_ch), name="ci")
+    bgemm = te.compute(
+        (alpha, alpha, tiles, out_ch),
+        lambda eps, nu, p, co: te.sum(data_pack[eps, nu, p, ci] * kernel[eps, nu, co, ci], axis=[ci]),
+        name="bgemm", attrs={"layout_free_placeholders": [kernel]},
+    )
+    r_a = te.reduce_axis((0, alpha), "r_a")
+    r_b = te.reduce_axis((0, alpha), "r_b")
+    inverse = te.compute(
+        (m, m, tiles, out_ch),
+        lambda vh, vw, p, co: te.sum(bgemm[r_a, r_b, p, co] * A[r_a, vh] * A[r_b, vw], axis=[r_a, r_b]),
+        name="inverse", attrs={"schedule_rule": "conv2d_nhwc_winograd_inverse"},
+    )
+    return te.compute(
+        (batch, out_h, out_w, out_ch),
+        lambda n, h, w, co: inverse[h % m, w % m, n * n_h * n_w + (h // m) * n_w + w // m, co],
+        name="conv2d_winograd",
+    )
+
+
 def legalize_map(policy: WinogradPolicy) -> dict[str, Any]:
     """``LegalizeOps(customize_legalize_map=...)`` entry: winograd where the policy says so, TVM's own
     conv2d legalisation everywhere else."""
     from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
     def conv2d(bb, call):
-        shape = conv_shape(call)
-        if shape is None or not policy.converts(shape, layer_key(call.args[0].ty.shape, call.ty.shape)):
+        shape, layout = conv_shape(call), conv_layout(call)
+        if shape is None or not policy.converts(shape, layer_key(call.args[0].ty.shape, call.ty.shape), layout):
             return _nn_conv2d(bb, call)
-        kernel = bb.emit_te(kernel_transform, call.args[1], TILE, primfunc_name_hint="winograd_kernel_transform")
+        kernel = bb.emit_te(kernel_transform, call.args[1], TILE, layout,
+                            primfunc_name_hint="winograd_kernel_transform")
         padding = [int(p) for p in call.attrs.padding]
-        return bb.call_te(winograd_conv, call.args[0], kernel, padding, TILE, primfunc_name_hint="conv2d_winograd")
+        compute = winograd_conv_nhwc if layout == "NHWC" else winograd_conv
+        return bb.call_te(compute, call.args[0], kernel, padding, TILE, primfunc_name_hint="conv2d_winograd")
 
     return {"relax.nn.conv2d": conv2d}
 
 
 __all__ = ["ALGORITHMS", "MODES", "PRECISIONS", "TILE", "ConvShape", "WinogradPolicy", "choose_algorithms",
-           "conv_shape", "kernel_transform", "layer_key", "layer_totals", "legalize_map", "precision_layer_key",
-           "task_layer", "winograd_conv"]
+           "conv_layout", "conv_shape", "kernel_transform", "layer_key", "layer_totals", "legalize_map",
+           "precision_layer_key", "task_layer", "winograd_conv", "winograd_conv_nhwc"]
