@@ -386,9 +386,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "compile/report default to what the database was tuned with")
         p.add_argument("--layout", choices=LAYOUT_MODES,
                        help=f"conv2d data layout of the lowering (CPU targets; default {DEFAULT_LAYOUT}): auto tunes "
-                            "the model both NCHW (with winograd) and NHWC and compiles the faster; NCHW as the ONNX "
-                            "model has it; NHWC (output channels innermost: the layout CPU schedules vectorise best; "
-                            "winograd applies to NCHW only). compile/report follow what the database was tuned with")
+                            "the model both NCHW and NHWC (each with its winograd layers) and compiles the "
+                            "faster; NCHW as the ONNX model has it; NHWC (output channels innermost: the layout CPU "
+                            "schedules vectorise best; its winograd layers in fp32 only). compile/report follow what "
+                            "the database was tuned with")
         p.add_argument("--fast-math", choices=FAST_MATH_MODES,
                        help=f"sigmoid, exp and softmax as TVM's vectorisable approximations (default "
                             f"{DEFAULT_FAST_MATH}; off: libm's exact expf, called once per element). "
