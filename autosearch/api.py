@@ -273,6 +273,11 @@ class TuneResult:
     tuned_secs: float  # their best kernels, weighted
     layout: str | None = None  # layout "auto": the faster model as tuned (what export keeps), else None
     layout_estimates: dict[str, float] = field(default_factory=dict)  # layout "auto": seconds per layout's model
+    # the model compiled (the faster layout's), estimated from its tasks' best in-run latencies, and again with each
+    # re-timed task at its finalist's score in fresh processes (None: no task re-timed). The in-run best is the
+    # minimum of many noisy trials, so it reads low (the winner's curse); the re-timed figure does not
+    model_secs: float | None = None
+    retimed_model_secs: float | None = None
     summary: TuneSummary | None = None  # the tuning loop's own account (per-task state, time per step)
 
     @property
@@ -306,6 +311,19 @@ def _estimates(summary: TuneSummary) -> tuple[str | None, dict[str, float], floa
             untuned += base * s.task.weight
             tuned += best * s.task.weight
     return leader, layouts, untuned, tuned
+
+
+def _model_estimates(summary: TuneSummary, leader: str | None) -> tuple[float | None, float | None]:
+    """(in-run, re-timed) estimate of the model that is compiled (``leader``'s with --layout auto), seconds;
+    each None when not every task of it has a latency (re-timed: also when no task was re-timed)."""
+    from autosearch.frontend.alternatives import model_total, task_layouts
+
+    states = [s for s in summary.states if leader is None or "layouts" not in s.task.lowering
+              or leader in task_layouts(s.task.lowering)]
+    in_run = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in states)
+    retimed = model_total((s.task.lowering, s.task.weight, s.retimed_model_seconds) for s in states)
+    finite = [x if math.isfinite(x) else None for x in (in_run, retimed)]
+    return finite[0], finite[1] if any(s.best_retimed is not None for s in states) else None
 
 
 def _check_tune(strategy: str, trials: int | None, minutes: float | None, batch: int, finalist_rounds: int,
@@ -443,9 +461,11 @@ def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summar
                         flops=s.task.flops, untuned_secs=None if math.isnan(_untuned(s)) else _untuned(s),
                         best_secs=s.best.median if s.best is not None else None, trials=s.trials,
                         failures=s.failures, note=s.done) for s in summary.states]
+    model_secs, retimed_model_secs = _model_estimates(summary, leader)
     return TuneResult(model=model, strategy=strategy, log=log_path, plot=png, guidance=guidance, tasks=tasks,
                       trials=summary.trials, elapsed_secs=summary.elapsed, interrupted=summary.interrupted,
-                      untuned_secs=untuned, tuned_secs=tuned, layout=leader, layout_estimates=layouts, summary=summary)
+                      untuned_secs=untuned, tuned_secs=tuned, layout=leader, layout_estimates=layouts,
+                      model_secs=model_secs, retimed_model_secs=retimed_model_secs, summary=summary)
 
 
 # ---------------------------------------------------------------------------------------------- export

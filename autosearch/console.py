@@ -43,6 +43,10 @@ def print_run_summary(console: Console, result: TuneResult) -> None:
         console.print(f"tuned tasks{scope}, weighted: {result.untuned_secs * 1e3:.1f} ms untuned -> "
                       f"{result.tuned_secs * 1e3:.2f} ms ({result.untuned_secs / result.tuned_secs:.1f}x; a layer "
                       "tuned both direct and as winograd counts both)")
+    if result.model_secs is not None and result.retimed_model_secs is not None:
+        console.print(f"estimated model: {result.model_secs * 1e3:.2f} ms from the best trials, "
+                      f"{result.retimed_model_secs * 1e3:.2f} ms with the finalists as re-timed in fresh processes "
+                      "(a best trial is the luckiest of many noisy timings; expect the model near the second)")
     t = summary.timing
     if t:
         g = summary.guidance()

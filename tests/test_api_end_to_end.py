@@ -54,6 +54,13 @@ def test_tune_writes_the_log_and_returns_every_tasks_best(tuned, work):
     assert result.tuned_secs == pytest.approx(task.best_secs * task.weight)
     contents = read_log(result.log)  # what the result says is what the log holds
     assert len(contents.trials()) == 4 and contents.runs[0]["strategy"] == "random"
+    # the model's estimate from the best trial, and from the chosen finalist's re-time in a fresh process
+    from autosearch.ranking import score
+
+    chosen = contents.best(task.workload_key).config
+    retimed = score(r.result for r in contents.retimes(task.workload_key) if r.config == chosen)
+    assert result.model_secs == pytest.approx(task.best_secs * task.weight)
+    assert result.retimed_model_secs == pytest.approx(retimed * task.weight) != result.model_secs
     # the events: planned, started (what is tuned, what guides it), then the loop's progress
     planned, started, *progress = events
     assert isinstance(planned, TunePlanned) and planned.trials == 4 and planned.log == result.log

@@ -12,6 +12,9 @@ import json
 import os
 import random
 
+import pytest
+
+from autosearch.ranking import score
 from autosearch.records import TuningLog, read_log
 from autosearch.search.finalists import contenders, rank, rotated
 from autosearch.types import Config, MeasureResult, Record, Status
@@ -146,6 +149,9 @@ def test_one_lucky_process_does_not_choose_the_best(tmp_path, conv_task):
     assert choices[3] != victim and _chosen(state) == choices[3], "over three processes it does not"
     assert contents.best(key).config == _chosen(state), "the log (export, report) chooses as the tuner did"
     assert state.finalist_results and all(r.ok for _, r in state.finalist_results)
+    # its re-timed latency is its score over the rounds, not its trial's (the minimum the run picked it by)
+    assert state.best_retimed == pytest.approx(score(r.result for r in retimes if r.config == _chosen(state)))
+    assert state.best_retimed != state.best.median
 
 
 def test_a_finalist_that_crashes_in_one_round_is_never_best_nor_after_a_resume(tmp_path, conv_task):

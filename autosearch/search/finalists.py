@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from autosearch.frontend.target import target_to_json
-from autosearch.ranking import failures, rank
+from autosearch.ranking import failures, rank, scores
 from autosearch.types import Record
 
 if TYPE_CHECKING:
@@ -75,6 +75,8 @@ def choose(state: TaskState) -> None:
     is never best (with no valid config left, there is no best)."""
     ranked = rank({c: r.median for c, r in state.measured.items() if r.ok}, state.finalist_results)
     state.best = state.measured[ranked[0]] if ranked else None
+    retimed = scores(state.finalist_results).get(ranked[0]) if ranked else None
+    state.best_retimed = retimed if retimed is not None and math.isfinite(retimed) else None
 
 
 @dataclass

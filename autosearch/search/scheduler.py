@@ -85,10 +85,23 @@ class TaskState:
     timed_trials: int = 0  # the trials those rounds measured
     active: bool = False  # set up (Tuner._activate): baseline logged, scorer made
     known: list[Config] = field(default_factory=list)  # known schedules still to measure before the strategy asks
+    # the best's score over its re-times in fresh processes (autosearch.ranking.score; None: not re-timed). Unlike
+    # best.median it is no minimum over the run's trials, so it carries no winner's curse
+    best_retimed: float | None = None
 
     @property
     def best_latency(self) -> float:
         return self.best.median if self.best is not None else math.inf
+
+    @property
+    def retimed_model_seconds(self) -> float | None:
+        """:attr:`model_seconds` with the best at its re-timed score where its finalists were re-timed."""
+        from autosearch.frontend.alternatives import model_latency
+
+        if self.best_retimed is None:
+            return self.model_seconds
+        untuned = self.baseline.median if self.baseline is not None and self.baseline.ok else None
+        return model_latency(self.best_retimed, untuned)
 
     @property
     def model_seconds(self) -> float | None:
