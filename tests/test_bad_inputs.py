@@ -92,8 +92,9 @@ def test_compile_to_an_unwritable_path(files, capfd):
     _assert_one_line_error(proc, "cannot write")
 
 
-def test_report_bad_runs(files):
-    _assert_one_line_error(run_cli("report", "--model", files["model"], "--db", TVM_DB, "--runs", "0"), "positive")
+def test_report_bad_runs(files, capfd):
+    _assert_one_line_error(run_cli_here(capfd, "report", "--model", files["model"], "--db", TVM_DB, "--runs", "0"),
+                           "positive")
 
 
 def test_compare_models_unknown_model_and_missing_log(tmp_path, capfd):
@@ -123,9 +124,9 @@ def test_compare_models_by_model_needs_logs_that_name_their_models(capfd):
                                         "model", "--plot", os.devnull), "at least 2 models")
 
 
-def test_unknown_sampler_lists_the_valid_ones(files):
-    proc = run_cli("run", "--strategy", "optuna", "--sampler", "annealer", "--model", files["model"],
-                   "--log", str(files["dir"] / "s.jsonl"))
+def test_unknown_sampler_lists_the_valid_ones(files, capfd):
+    proc = run_cli_here(capfd, "run", "--strategy", "optuna", "--sampler", "annealer", "--model", files["model"],
+                        "--log", str(files["dir"] / "s.jsonl"))
     _assert_one_line_error(proc, "tpe")
 
 

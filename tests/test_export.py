@@ -118,8 +118,8 @@ def test_report_and_compile_refuse_a_corrupt_database(tmp_path, tuned, capfd):
     assert proc.returncode == 2 and "not found" in proc.stderr
 
 
-def test_export_refuses_to_overwrite(tuned):
-    proc = run_cli("export", "--log", tuned["log"], "--out", tuned["db"])
+def test_export_refuses_to_overwrite(tuned, capfd):
+    proc = run_cli_here(capfd, "export", "--log", tuned["log"], "--out", tuned["db"])
     assert proc.returncode == 2 and "already holds" in proc.stderr
 
 

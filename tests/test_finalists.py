@@ -18,7 +18,7 @@ from autosearch.ranking import score
 from autosearch.records import TuningLog, read_log
 from autosearch.search.finalists import contenders, rank, rotated
 from autosearch.types import Config, MeasureResult, Record, Status
-from tests.conftest import run_cli, small_conv_onnx
+from tests.conftest import run_cli_here, small_conv_onnx
 
 
 def _scaled(result: MeasureResult, median: float) -> MeasureResult:
@@ -252,11 +252,11 @@ def test_resumed_log_counts_the_timings_after_the_last_trial_and_every_failure(t
         "c's timing from before the resume is stale (c ranks by its trial), b's crash still counts"
 
 
-def test_finalist_rounds_flag_rejects_a_negative_count(tmp_path):
+def test_finalist_rounds_flag_rejects_a_negative_count(tmp_path, capfd):
     model = str(tmp_path / "small.onnx")
     small_conv_onnx(model)
-    proc = run_cli("run", "--strategy", "random", "--model", model, "--finalist-rounds", "-1",
-                   "--log", str(tmp_path / "x.jsonl"), timeout=120)
+    proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", model, "--finalist-rounds", "-1",
+                        "--log", str(tmp_path / "x.jsonl"))
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "--finalist-rounds" in lines[0], proc.stderr
 

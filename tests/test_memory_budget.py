@@ -109,9 +109,9 @@ def test_an_existing_out_directory_is_refused_before_any_model_is_imported(tuned
     assert proc.returncode == 2 and "already holds" in proc.stderr and "--force" in proc.stderr, proc.stderr
 
 
-def test_memory_budget_needs_the_model(tuned):
-    proc = run_cli("export", "--log", tuned["log"], "--out", os.path.join(str(tuned["work"]), "db-x"),
-                   "--memory-budget", "100")
+def test_memory_budget_needs_the_model(tuned, capfd):
+    proc = run_cli_here(capfd, "export", "--log", tuned["log"], "--out", os.path.join(str(tuned["work"]), "db-x"),
+                        "--memory-budget", "100")
     assert proc.returncode == 2 and proc.stderr.strip() == "error: --memory-budget needs --model: the model the log "\
                                                            "was tuned on"
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from tests.conftest import run_cli, small_conv_onnx, two_wide_convs_onnx
+from tests.conftest import run_cli, run_cli_here, small_conv_onnx, two_wide_convs_onnx
 
 
 def _trials(path: str) -> dict[str, list[dict]]:
@@ -21,12 +21,12 @@ def _trials(path: str) -> dict[str, list[dict]]:
     return out
 
 
-def test_measure_train_continue_and_guide_a_run(tmp_path) -> None:
+def test_measure_train_continue_and_guide_a_run(tmp_path, capfd) -> None:
     model = str(tmp_path / "conv.onnx")
     small_conv_onnx(model)
     out = str(tmp_path / "mine")
     args = ("train-model", "--measure", "--model", model, "--tasks-per-layout", "1", "--out", out, "--folds", "2")
-    proc = run_cli(*args, "--per-task", "3", "--minutes", "5")
+    proc = run_cli(*args, "--per-task", "3", "--minutes", "5")  # a real process, as a user runs it; then in this one
     assert proc.returncode == 0, proc.stderr[-2000:]
     dataset = os.path.join(out, "dataset.jsonl")
     first = _trials(dataset)
@@ -35,7 +35,7 @@ def test_measure_train_continue_and_guide_a_run(tmp_path) -> None:
     assert len(first) == 2 + bool(unit) and all(len(t) == 3 for t in first.values())
     assert os.path.exists(os.path.join(out, "manifest.json")) and "use it: python -m autosearch run" in proc.stdout
 
-    proc = run_cli(*args, "--per-task", "6", "--minutes", "5", "--force")  # the same command, more configs: goes on
+    proc = run_cli_here(capfd, *args, "--per-task", "6", "--minutes", "5", "--force")  # more configs: goes on
     assert proc.returncode == 0, proc.stderr[-2000:]
     second = _trials(dataset)
     assert set(second) == set(first) and all(len(t) == 6 for t in second.values())
@@ -50,8 +50,8 @@ def test_measure_train_continue_and_guide_a_run(tmp_path) -> None:
     assert manifest["tensor_units"] == ([unit] if unit else [])  # the model guides this CPU's bf16 tasks too
 
     log = str(tmp_path / "run.jsonl")
-    proc = run_cli("run", "--strategy", "optuna", "--model", model, "--layout", "NHWC", "--trials", "4", "--batch",
-                   "2", "--cost-model", out, "--log", log, "--finalist-rounds", "0")
+    proc = run_cli_here(capfd, "run", "--strategy", "optuna", "--model", model, "--layout", "NHWC", "--trials", "4",
+                        "--batch", "2", "--cost-model", out, "--log", log, "--finalist-rounds", "0")
     assert proc.returncode == 0, proc.stderr[-2000:]
     header = json.loads(open(log).readline())["run"]
     assert header["cost_model"] == out and out in header["guided_by"]
@@ -97,7 +97,7 @@ def _task_order(path: str) -> list[str]:
     return [json.loads(line)["task"]["workload_key"] for line in open(path) if '"kind":"task"' in line]
 
 
-def test_the_other_tasks_join_once_the_first_are_done_and_resume_in_order(tmp_path) -> None:
+def test_the_other_tasks_join_once_the_first_are_done_and_resume_in_order(tmp_path, capfd) -> None:
     """Tasks done before the minutes are: the model's other conv tasks join one by one, so the budget buys records
     instead of ending early; the same command again takes them back in the same order, measuring none twice."""
     model = str(tmp_path / "two.onnx")
@@ -105,7 +105,7 @@ def test_the_other_tasks_join_once_the_first_are_done_and_resume_in_order(tmp_pa
     out = str(tmp_path / "mine")
     args = ("train-model", "--measure", "--model", model, "--tasks-per-layout", "1", "--out", out, "--folds", "2",
             "--minutes", "5")
-    proc = run_cli(*args, "--per-task", "2")
+    proc = run_cli_here(capfd, *args, "--per-task", "2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     dataset = os.path.join(out, "dataset.jsonl")
     first, order = _trials(dataset), _task_order(dataset)
@@ -116,7 +116,7 @@ def test_the_other_tasks_join_once_the_first_are_done_and_resume_in_order(tmp_pa
     assert len(first) == header["tasks"] + header["more_tasks"] and all(len(t) == 2 for t in first.values())
     assert f"then its {header['more_tasks']} other conv tasks one by one" in proc.stdout + proc.stderr
 
-    proc = run_cli(*args, "--per-task", "3", "--force")
+    proc = run_cli_here(capfd, *args, "--per-task", "3", "--force")
     assert proc.returncode == 0, proc.stderr[-2000:]
     second = _trials(dataset)
     assert _task_order(dataset) == order  # no task header written twice: every task taken back, in order
@@ -132,16 +132,16 @@ def test_the_other_tasks_join_once_the_first_are_done_and_resume_in_order(tmp_pa
     ((), "needs --minutes, a positive number"),
     (("--minutes", "1", "--per-task", "0"), "--per-task must be positive"),
 ])
-def test_bad_measure_options_are_one_line_errors(tmp_path, extra, message) -> None:
-    proc = run_cli("train-model", "--measure", "--out", str(tmp_path / "m"), *extra)
+def test_bad_measure_options_are_one_line_errors(tmp_path, extra, message, capfd) -> None:
+    proc = run_cli_here(capfd, "train-model", "--measure", "--out", str(tmp_path / "m"), *extra)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_an_unwritable_out_and_no_records_at_all_are_one_line_errors(tmp_path) -> None:
+def test_an_unwritable_out_and_no_records_at_all_are_one_line_errors(tmp_path, capfd) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    proc = run_cli("train-model", "--measure", "--minutes", "1", "--out", str(blocker / "sub"))
+    proc = run_cli_here(capfd, "train-model", "--measure", "--minutes", "1", "--out", str(blocker / "sub"))
     assert proc.returncode == 2 and "cannot write to" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_cli("train-model", "--out", str(tmp_path / "m"))
+    proc = run_cli_here(capfd, "train-model", "--out", str(tmp_path / "m"))
     assert proc.returncode == 2 and "needs --log (measured records) or --measure" in proc.stderr

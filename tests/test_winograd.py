@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autosearch.frontend.winograd import ConvShape
-from tests.conftest import run_cli, run_cli_here, small_conv_onnx
+from tests.conftest import run_cli_here, small_conv_onnx
 
 
 def _direct_conv(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
@@ -169,8 +169,8 @@ def test_policy_follows_measured_choices_before_the_flop_rule():
                               "c": {"direct": float("inf")}}) == {"a": "winograd", "b": "direct"}
 
 
-def test_bad_winograd_mode_is_refused():
-    proc = run_cli("tasks", "--model", "tiny-yolov2", "--winograd", "always")
+def test_bad_winograd_mode_is_refused(capfd):
+    proc = run_cli_here(capfd, "tasks", "--model", "tiny-yolov2", "--winograd", "always")
     assert proc.returncode == 2 and "invalid choice" in proc.stderr and "Traceback" not in proc.stderr
 
 
