@@ -299,15 +299,14 @@ def _untuned(state) -> float:
 def _estimates(summary: TuneSummary) -> tuple[str | None, dict[str, float], float, float]:
     """(the faster layout's model when both were tuned, each layout's estimate, untuned and tuned seconds of the
     tuned tasks of that model, weighted)."""
-    from autosearch.frontend.alternatives import choose_layout, layout_totals, task_layouts
+    from autosearch.frontend.alternatives import choose_layout, in_model, layout_totals
 
     layouts = layout_totals((s.task.lowering, s.task.weight, s.model_seconds) for s in summary.states)
     leader = choose_layout(layouts)  # --layout auto: the summed tasks are the faster model's (what export keeps)
     untuned = tuned = 0.0
     for s in summary.states:
         base, best = _untuned(s), s.best_latency
-        in_model = leader is None or "layouts" not in s.task.lowering or leader in task_layouts(s.task.lowering)
-        if math.isfinite(base) and math.isfinite(best) and in_model:
+        if math.isfinite(base) and math.isfinite(best) and in_model(s.task.lowering, leader):
             untuned += base * s.task.weight
             tuned += best * s.task.weight
     return leader, layouts, untuned, tuned
@@ -316,10 +315,9 @@ def _estimates(summary: TuneSummary) -> tuple[str | None, dict[str, float], floa
 def _model_estimates(summary: TuneSummary, leader: str | None) -> tuple[float | None, float | None]:
     """(in-run, re-timed) estimate of the model that is compiled (``leader``'s with --layout auto), seconds;
     each None when not every task of it has a latency (re-timed: also when no task was re-timed)."""
-    from autosearch.frontend.alternatives import model_total, task_layouts
+    from autosearch.frontend.alternatives import in_model, model_total
 
-    states = [s for s in summary.states if leader is None or "layouts" not in s.task.lowering
-              or leader in task_layouts(s.task.lowering)]
+    states = [s for s in summary.states if in_model(s.task.lowering, leader)]
     in_run = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in states)
     retimed = model_total((s.task.lowering, s.task.weight, s.retimed_model_seconds) for s in states)
     finite = [x if math.isfinite(x) else None for x in (in_run, retimed)]

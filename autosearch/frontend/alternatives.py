@@ -30,6 +30,12 @@ def task_layouts(lowering: dict) -> tuple[str, ...]:
     return tuple(lowering.get("layouts") or (str(lowering.get("layout", OLD_LOWERING["layout"])),))
 
 
+def in_model(lowering: dict, leader: str | None) -> bool:
+    """Whether the ``leader`` layout's model runs a task of this lowering record: every task when the run tunes
+    one model (``leader`` None) or the task has a fixed layout, else the tasks ``--layout auto`` made for it."""
+    return leader is None or "layouts" not in lowering or leader in task_layouts(lowering)
+
+
 def model_latency(best: float | None, untuned: float | None) -> float | None:
     """What a task costs its model (seconds): the faster of its best valid measurement and the untuned kernel."""
     known = [x for x in (best, untuned) if x is not None and math.isfinite(x)]
@@ -67,4 +73,5 @@ def choose_layout(totals: dict[str, float]) -> str | None:
     return min(finite, key=lambda layout: (finite[layout], LAYOUTS.index(layout) if layout in LAYOUTS else 99))
 
 
-__all__ = ["AUTO", "choose_layout", "layout_totals", "model_latency", "model_total", "task_layouts"]
+__all__ = ["AUTO", "choose_layout", "in_model", "layout_totals", "model_latency", "model_total",
+           "task_layouts"]

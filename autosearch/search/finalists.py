@@ -128,13 +128,12 @@ class Retiming:
         """The tasks worth re-timing with their finalists, best in-run median first. A task tuned further since its
         earlier re-times keeps only their failures (:func:`~autosearch.ranking.failures`); a kernel that failed one
         is no finalist."""
-        from autosearch.frontend.alternatives import model_total, task_layouts
+        from autosearch.frontend.alternatives import in_model, model_total
 
-        in_model = [s for s in states if leader is None or "layouts" not in s.task.lowering
-                    or leader in task_layouts(s.task.lowering)]
-        total = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in in_model)
+        of_model = [s for s in states if in_model(s.task.lowering, leader)]
+        total = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in of_model)
         out: list[tuple[TaskState, list[Config]]] = []
-        for state in in_model:
+        for state in of_model:
             if math.isfinite(total) and state.task.weight * (state.model_seconds or 0.0) < self.min_share * total:
                 continue  # too small a part of the model for a misjudged finalist to matter
             if state.trials > state.resumed:  # tuned further: timings from before --resume were of other finalists
