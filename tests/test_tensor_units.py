@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from autosearch.tensor_units import cpu
-from tests.conftest import run_cli, small_conv_onnx, tune_and_export
+from tests.conftest import run_cli, run_cli_here, small_conv_onnx, tune_and_export
 
 
 def _needs_amx(target) -> None:
@@ -142,10 +142,11 @@ def _packed(w: np.ndarray, shape) -> np.ndarray:
 # 13: the last pixel tile of a row runs past the image's right edge (dropped), and the rows are odd (a junk row);
 # 32: two pixel tiles side by side in a row; 1x1: a reduction of the channels alone, no tap loop;
 # stride 2: the tile's input rows two apart; 16 and 3 channels: 2 and 8 taps per tile row (a 3x3 filter row is
-# then two tile multiplies, or one); 16 output channels: the GEMM one 16-column tile wide (a stem's)
+# then two tile multiplies, or one); 16 output channels: the GEMM one 16-column tile wide (a stem's); 80
+# channels: padded to 96, flattened in chunks of 32 (sketch._vectorize)
 @pytest.mark.parametrize(("hw", "kernel", "stride", "cin", "cout"), [
     (13, 3, 1, 32, 48), (16, 3, 1, 32, 48), (32, 3, 1, 32, 48), (13, 1, 1, 32, 48), (26, 3, 2, 32, 48),
-    (16, 3, 1, 16, 48), (26, 3, 2, 3, 48), (32, 3, 1, 3, 16)])
+    (16, 3, 1, 16, 48), (26, 3, 2, 3, 48), (32, 3, 1, 3, 16), (13, 3, 1, 80, 48)])
 def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel, stride, cin, cout) -> None:
     """Every sketch of a bf16 conv task, as the tuner would build it, against NumPy on the same rounded operands."""
     from autosearch.tensor_units.amx import request_permission
@@ -158,6 +159,30 @@ def test_bf16_conv_task_on_amx_matches_numpy(tmp_path, target, hw, kernel, strid
     # are one tile wide: half the tile shapes)
     expected = {(13, 3): 8, (16, 3): 8, (32, 3): 12, (13, 1): 8, (26, 3): 8}[(hw, kernel)]
     assert len(space.sketches) == (expected // 2 if cout <= 16 else expected)
+
+
+def test_wide_channel_loops_are_vectorised_in_chunks(tmp_path) -> None:
+    """The flattening copy of 80 channels (padded to 96, no power of two) and of 384 is vectorised at most 64 lanes
+    at a time in every sketch, where a single 96- or 384-lane vector runs several times slower; 64 channels stay
+    one vector. A target with the AMX units, whatever this CPU has: only the schedules are looked at."""
+    import re
+
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target
+    from autosearch.search.space import DecisionSpace
+
+    target = parse_target('{"kind": "llvm", "mattr": ["+amx-tile", "+amx-bf16", "+avx512bf16"], "num-cores": 2}')
+    for cin, kernel, padded in ((80, 3, 96), (384, 1, 384), (64, 3, 64)):
+        path = str(tmp_path / f"conv{cin}.onnx")
+        small_conv_onnx(path, cin=cin, cout=48, hw=16, kernel=kernel)
+        task = next(t for t in import_model(path, target, layout="NHWC", precision="bf16").tasks
+                    if "amx_bf16" in t.name)
+        space = DecisionSpace(task.mod, task.target)
+        for sketch in space.sketches:
+            applied = space.apply(space.default(sketch.index))
+            assert applied.ok, applied.error
+            lanes = [int(n) for n in re.findall(r"T\.vectorized\((?:T\.int64\()?(\d+)", applied.mod.script())]
+            assert max(lanes) <= 64 and (padded in lanes) == (padded <= 64), (cin, sketch.index, lanes)
 
 
 def check_bf16_conv_task(tmp_path, target, configs, *, hw: int, kernel: int, stride: int, cin: int, cout: int):
@@ -194,7 +219,7 @@ def check_bf16_conv_task(tmp_path, target, configs, *, hw: int, kernel: int, str
     return space
 
 
-def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path, target) -> None:
+def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path, target, capfd) -> None:
     """A real run in fp32 and bf16 (random), more trials on the bf16 task (optuna, resumed), export: the database
     records the precision and the layer's choice; compile follows it and the model's output is within bf16's
     tolerance of ONNX Runtime's."""
@@ -207,8 +232,9 @@ def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path,
     headers = [json.loads(line)["task"] for line in open(run["log"]) if '"kind":"task"' in line]
     assert {h["lowering"]["precision"] for h in headers} == {"auto"}
     assert {h["lowering"].get("algorithm") for h in headers if "layer" in h["lowering"]} == {"fp32", "bf16"}
-    proc = run_cli("run", "--strategy", "optuna", "--model", run["model"], "--layout", "NHWC", "--trials", "4",
-                   "--batch", "2", "--tasks", "amx", "--log", run["log"], "--resume", "--finalist-rounds", "0")
+    proc = run_cli_here(capfd, "run", "--strategy", "optuna", "--model", run["model"], "--layout", "NHWC",
+                        "--trials", "4", "--batch", "2", "--tasks", "amx", "--log", run["log"], "--resume",
+                        "--finalist-rounds", "0")
     assert proc.returncode == 0, proc.stderr[-2000:]
     bf16_keys = {h["workload_key"] for h in headers if h["lowering"].get("algorithm") == "bf16"}
     trials = [r for r in map(json.loads, open(run["log"])) if r["kind"] == "trial" and r["task"]["key"] in bf16_keys]
@@ -225,6 +251,7 @@ def compiled_matches_onnxruntime(tmp_path, model: str, db: str, *options: str) -
     """``compile`` (with ``options``) of ``model`` (:func:`small_conv_onnx` with 32 input channels at 16x16) and
     ``db`` works, and the library's output is within bf16's tolerance of ONNX Runtime's."""
     library = str(tmp_path / "model.so")
+    # a fresh process: the database's tensor intrinsics registered by compile itself, not by an earlier test
     proc = run_cli("compile", "--model", model, "--db", db, "--out", library, *options)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "tuned tasks" in proc.stdout and os.path.exists(library)
@@ -240,9 +267,9 @@ def compiled_matches_onnxruntime(tmp_path, model: str, db: str, *options: str) -
     np.testing.assert_allclose(got, want, rtol=5e-2, atol=2e-2 * np.abs(want).max())
 
 
-def test_bf16_on_a_cpu_without_amx_is_a_one_line_error() -> None:
-    proc = run_cli("tasks", "--model", "tiny-yolov2", "--precision", "bf16", "--target",
-                   '{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}')
+def test_bf16_on_a_cpu_without_amx_is_a_one_line_error(capfd) -> None:
+    proc = run_cli_here(capfd, "tasks", "--model", "tiny-yolov2", "--precision", "bf16", "--target",
+                        '{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}')
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--precision bf16" in proc.stderr and "AMX" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
@@ -257,8 +284,8 @@ def test_auto_precision_without_a_bf16_unit_is_fp32_and_says_why(capfd) -> None:
     assert "amx_bf16" not in proc.stdout
 
 
-def test_unknown_precision_is_a_usage_error() -> None:
-    proc = run_cli("tasks", "--model", "tiny-yolov2", "--precision", "fp16")
+def test_unknown_precision_is_a_usage_error(capfd) -> None:
+    proc = run_cli_here(capfd, "tasks", "--model", "tiny-yolov2", "--precision", "fp16")
     assert proc.returncode == 2 and "invalid choice: 'fp16'" in proc.stderr
 
 
@@ -276,26 +303,27 @@ def _database_with_lowering(tmp_path, **lowering) -> str:
 
 def test_a_database_of_another_precision_is_a_one_line_error(tmp_path) -> None:
     db = _database_with_lowering(tmp_path, precision="fp32")
+    # a real process (on any CPU): exit code 2, one line, no traceback
     proc = run_cli("compile", "--model", "tiny-yolov2", "--db", db, "--out", str(tmp_path / "m.so"),
                    "--precision", "bf16")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "tuned with --precision fp32, not bf16" in proc.stderr
 
 
-def test_a_bf16_database_on_a_target_without_a_bf16_unit_is_a_one_line_error(tmp_path) -> None:
+def test_a_bf16_database_on_a_target_without_a_bf16_unit_is_a_one_line_error(tmp_path, capfd) -> None:
     db = _database_with_lowering(tmp_path, precision="auto", choices={"1x13x13x64->1x13x13x64": "bf16"})
-    proc = run_cli("compile", "--model", "tiny-yolov2", "--db", db, "--out", str(tmp_path / "m.so"),
-                   "--target", '{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
+    proc = run_cli_here(capfd, "compile", "--model", "tiny-yolov2", "--db", db, "--out", str(tmp_path / "m.so"),
+                        "--target", '{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}')
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "tuned in bf16; this target has no bf16 unit (AMX-BF16 or AVX512-BF16)" in proc.stderr
 
 
-def test_a_database_tuned_on_amx_tiles_needs_them(tmp_path) -> None:
+def test_a_database_tuned_on_amx_tiles_needs_them(tmp_path, capfd) -> None:
     """A target with the AVX512-BF16 dot product but no AMX (Zen 4) cannot run schedules tensorised onto tiles."""
     db = _database_with_lowering(tmp_path, precision="bf16")
     (tmp_path / "db" / "database_tuning_record.json").write_text('[0, [["amx_conv_bf16_1x1x1_k3x3_g1_r15_c64_s1"]]]\n')
-    proc = run_cli("compile", "--model", "tiny-yolov2", "--db", db, "--out", str(tmp_path / "m.so"),
-                   "--target", '{"kind": "llvm", "mcpu": "znver4", "mattr": ["+avx512bf16"], "num-cores": 2}')
+    proc = run_cli_here(capfd, "compile", "--model", "tiny-yolov2", "--db", db, "--out", str(tmp_path / "m.so"),
+                        "--target", '{"kind": "llvm", "mcpu": "znver4", "mattr": ["+avx512bf16"], "num-cores": 2}')
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "tuned in bf16 on AMX tiles; this target has no AMX-BF16" in proc.stderr
 
@@ -355,7 +383,7 @@ def test_a_1x1_and_a_3x3_layer_of_the_same_shapes_keep_their_own_precision(tmp_p
     assert not WinogradPolicy.of("auto", {k3: "bf16"}, precision="auto").bf16(k1)
 
 
-def test_a_memory_budget_keeps_each_layers_faster_precision(tmp_path, target) -> None:
+def test_a_memory_budget_keeps_each_layers_faster_precision(tmp_path, target, capfd) -> None:
     """``export --memory-budget`` on a log tuned with ``--precision auto``: the precision of each layer is not traded
     for memory (bf16 weights take less), so the budget's database keeps export's per-layer choice (no Winograd
     layer to trade: a layer tuned in two precisions is not one) and compile follows it."""
@@ -375,12 +403,12 @@ def test_a_memory_budget_keeps_each_layers_faster_precision(tmp_path, target) ->
     assert dict(option.precisions) == speed["choices"] and not option.layers  # no Winograd layer to trade
     _, lowering = budget_choice(contents, model.relax_mod, target, 1000.0)
     assert lowering["choices"] == speed["choices"] and lowering["precision"] == "auto"
-    proc = run_cli("export", "--log", run["log"], "--out", str(tmp_path / "budget-db"), "--memory-budget", "1000",
-                   "--model", run["model"])
+    proc = run_cli_here(capfd, "export", "--log", run["log"], "--out", str(tmp_path / "budget-db"), "--memory-budget",
+                        "1000", "--model", run["model"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     compiled = {}
     for db in (run["db"], str(tmp_path / "budget-db")):  # export's own database, then the budget's
-        proc = run_cli("compile", "--model", run["model"], "--db", db, "--out", str(tmp_path / "m.so"))
+        proc = run_cli_here(capfd, "compile", "--model", run["model"], "--db", db, "--out", str(tmp_path / "m.so"))
         assert proc.returncode == 0, proc.stderr[-2000:]
         compiled[db] = [line for line in proc.stdout.splitlines() if "tuned tasks" in line or "not in the" in line]
     # the same kernels: the budget's database lowers each layer in the precision export's speed rule chose

@@ -185,7 +185,7 @@ def _intrin_funcs(mt: int, nt: int, kt: int):
                 for ni in T.unroll(nt):
                     T.evaluate(T.call_llvm_intrin(
                         "void", "llvm.x86.tilestored64", T.uint8(mi * nt + ni),
-                        C.access_ptr("w", offset=mi * 16 * sc + ni * 16), T.int64(sc * 4)))
+                        T.address_of(C[mi * 16, ni * 16]), T.int64(sc * 4)))
 
     return desc, impl
 
@@ -195,7 +195,11 @@ def _conv_impl(tile: ConvTile):
     row, tap group and channel slice the A tiles (16 flat rows ``s`` apart), the B tiles and the multiplies, then
     the accumulator stores. The pixel tiles of a block lie side by side in one output row (``mw`` = 2) or one above
     the other (``mh`` = 2): the second A tile starts ``16 s`` flat rows or ``s`` image rows further, the second C
-    tile 16 pixels or one output row further."""
+    tile 16 pixels or one output row further.
+
+    The accumulators are stored through ``address_of`` of an fp32 element of C, not a typed ``access_ptr``: TVM's
+    StorageRewrite may place C's buffer in one allocation with the bf16 input's, and LowerIntrin then refuses an
+    fp32 ``access_ptr`` into it (some schedules of 13x13 layers did not build)."""
     from tvm.script import tirx as T
 
     mh, mw, nt, kh, row, s_ = tile.mh, tile.mw, tile.nt, tile.kh, tile.row, tile.stride
@@ -251,7 +255,7 @@ def _conv_impl(tile: ConvTile):
                 for ni in T.unroll(nt):
                     T.evaluate(T.call_llvm_intrin(
                         "void", "llvm.x86.tilestored64", T.uint8(mi * nt + ni),
-                        C.access_ptr("w", offset=mi * (by_row * sh + by_pixels * sw) + ni * 16), T.int64(sw * 4)))
+                        T.address_of(C[mi * by_row, mi * by_pixels, ni * 16]), T.int64(sw * 4)))
 
     return impl
 

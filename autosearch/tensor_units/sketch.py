@@ -139,7 +139,7 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
         _schedule_elementwise(sch, flat)
     else:  # the input rows of each parallel block, converted where they are read (in cache)
         sch.compute_at(flat, block)
-        sch.vectorize(sch.get_loops(flat)[-1])
+        _vectorize(sch, sch.get_loops(flat)[-1])
     if epilogue is not None:  # bias, activation and the slice to the real pixels, on each block as it is done
         # its unit loops kept: a fused pooling of one row pair per block has a row loop of extent 1, and a trace's
         # loops must be the same whatever its tile sizes
@@ -168,7 +168,23 @@ def _schedule_elementwise(sch, block) -> None:
     loops = sch.get_loops(block)
     if len(loops) > 1:
         sch.parallel(sch.fuse(*loops[:-1]))
-    sch.vectorize(loops[-1])
+    _vectorize(sch, loops[-1])
+
+
+VECTOR_LANES = 64  # the widest vector loop the flattening copy is given: 128 bytes of bf16, two zmm registers
+
+
+def _vectorize(sch, loop) -> None:
+    """Vectorise ``loop`` (a channel loop), in chunks of :data:`VECTOR_LANES` (or 32) when it is wider: LLVM turns
+    one vector of a width that is no power of two (96, 192, 384 channels: YOLOv8's and YOLO11's concatenations)
+    under the flattening's padding condition into code several times slower than the same copy in chunks, while
+    power-of-two widths run alike either way (docs/results.md, "The flattening copy in chunks"). The chunks' loop
+    stays serial, inside the parallel one."""
+    extent = _extent(sch, loop)
+    lanes = next((n for n in (VECTOR_LANES, 32) if extent > VECTOR_LANES and extent % n == 0), None)
+    if lanes is not None:
+        loop = sch.split(loop, [None, lanes])[-1]
+    sch.vectorize(loop)
 
 
 def _inline_epilogue(sch):
