@@ -20,7 +20,7 @@ strategy and cost model searches it like any MetaSchedule sketch and the exporte
 - ``SamplePerfectTile`` of the pixel tiles and of the channel tiles into an outer (parallel) and an inner loop.
 
 The padding/flattening block and the epilogue (bias, activation, the slice back to the real pixels) are
-parallel over rows and vectorised over channels.
+parallel over rows and vectorised over channels, at most 64 of them per vector (:func:`_vectorize`).
 """
 
 from __future__ import annotations
