@@ -20,7 +20,8 @@ strategy and cost model searches it like any MetaSchedule sketch and the exporte
 - ``SamplePerfectTile`` of the pixel tiles and of the channel tiles into an outer (parallel) and an inner loop.
 
 The padding/flattening block and the epilogue (bias, activation, the slice back to the real pixels) are
-parallel over rows and vectorised over channels, at most 64 of them per vector (:func:`_vectorize`).
+parallel over rows and vectorised over channels; the flattening copy at most 64 channels per vector
+(:func:`_vectorize`).
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ def _vectorize(sch, loop) -> None:
     power-of-two widths run alike either way (docs/results.md, "The flattening copy in chunks"). The chunks' loop
     stays serial, inside the parallel one."""
     extent = _extent(sch, loop)
-    lanes = next((n for n in (VECTOR_LANES, 32) if extent > VECTOR_LANES and extent % n == 0), None)
+    lanes = next((n for n in (VECTOR_LANES, 32) if extent % n == 0), None) if extent > VECTOR_LANES else None
     if lanes is not None:
         loop = sch.split(loop, [None, lanes])[-1]
     sch.vectorize(loop)
