@@ -30,17 +30,44 @@ def test_space_mirrors_metaschedule_sketches(conv_space):
 
 
 def test_same_config_gives_the_same_module(conv_space):
+    """In another space of the same task too (a space keeps its recent applies: the second call of one would be a
+    look-up)."""
     import tvm_ffi
 
+    from autosearch.search.space import DecisionSpace
+
+    other = DecisionSpace(conv_space.mod, conv_space.target)
     rng = np.random.default_rng(3)
     for _ in range(5):
         config = conv_space.sample(rng)
-        a, b = conv_space.apply(config), conv_space.apply(config)
+        a, b = conv_space.apply(config), other.apply(config)
         assert a.ok == b.ok
         if a.ok:
             assert tvm_ffi.structural_equal(a.mod, b.mod)
             assert tvm_ffi.structural_hash(a.mod) == tvm_ffi.structural_hash(b.mod)
             assert a.config == b.config
+
+
+def test_recent_applies_are_kept_and_the_oldest_dropped(conv_space, monkeypatch):
+    """A guided run applies a candidate to featurise it, then again to build it: the second is a look-up. Beyond
+    ``RECENT_APPLIED`` configs the oldest is applied again when asked."""
+    import tvm_ffi
+
+    from autosearch.search import space as space_module
+
+    monkeypatch.setattr(space_module, "RECENT_APPLIED", 4)
+    rng = np.random.default_rng(5)
+    configs = list(dict.fromkeys(conv_space.sample(rng) for _ in range(12)))[:6]
+    assert len(configs) == 6
+    first = conv_space.apply(configs[0])
+    assert conv_space.apply(configs[0]) is first
+    for config in configs[1:]:  # five more: the first falls out
+        conv_space.apply(config)
+    assert conv_space.apply(configs[-1]) is conv_space.apply(configs[-1])
+    again = conv_space.apply(configs[0])
+    assert again is not first and again.config == first.config and again.ok == first.ok
+    if first.ok:
+        assert tvm_ffi.structural_equal(again.mod, first.mod)
 
 
 def test_every_tile_choice_applies_and_is_read_back(conv_space):

@@ -17,6 +17,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -29,6 +31,9 @@ from autosearch.types import Config, Decision
 # A fixed, large seed: every sampling decision is set explicitly, and small seeds are degenerate.
 _SCHEDULE_SEED = 1_234_567_891
 _MAX_LOCATION_PROBE = 64
+# configs whose applied schedule a space keeps (LRU): a guided strategy's scorer applies a few hundred candidates per
+# batch to featurise them, and the batch it then measures is among the last of them
+RECENT_APPLIED = 256
 
 
 @lru_cache(maxsize=4096)
@@ -156,6 +161,8 @@ class DecisionSpace:
             num_threads=1,
         )
         self._postprocs = list(self._ctx.space_generator.postprocs)
+        self._recent: OrderedDict[Config, Applied] = OrderedDict()
+        self._recent_lock = threading.Lock()  # a scorer applies on threads
         # a bf16 task on a bf16 unit has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
         schedules = bf16_sketches(mod, target, seed=_SCHEDULE_SEED) or list(self._ctx.generate_design_space())
         extra = blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)  # after TVM's: their indices stay
@@ -311,8 +318,24 @@ class DecisionSpace:
     def apply(self, config: Config) -> Applied:
         """Replay the sketch with ``config``'s decisions, then run the postprocessors.
 
-        Never raises for a bad config: the reason is in ``Applied.error`` (status ``invalid_config``).
+        Never raises for a bad config: the reason is in ``Applied.error`` (status ``invalid_config``). The last
+        :data:`RECENT_APPLIED` outcomes are kept: a guided run applies each candidate to featurise it, then the
+        tuner applies the ones it measures again to build them, and an apply is deterministic (every decision
+        given, a fixed seed) and costs as much as featurising, so the second is a look-up.
         """
+        with self._recent_lock:
+            applied = self._recent.get(config)
+            if applied is not None:
+                self._recent.move_to_end(config)
+                return applied
+        applied = self._apply(config)
+        with self._recent_lock:
+            self._recent[config] = applied
+            while len(self._recent) > RECENT_APPLIED:
+                self._recent.popitem(last=False)
+        return applied
+
+    def _apply(self, config: Config) -> Applied:
         from tvm.s_tir import Schedule
 
         if not self.replayable(config):
