@@ -208,7 +208,7 @@ def _conv_impl(tile: ConvTile):
         block.depth)
     k_tiles = depth // TILE_K
     tap_step = tile.group  # flat rows from one tap group to the next
-    a_step = tile.line_step if mh == 2 else s_ * TILE_ROWS  # flat rows from one pixel tile to the next
+    a_step = s_ * row if mh == 2 else s_ * TILE_ROWS  # flat rows from one pixel tile to the next
     by_row, by_pixels = (1, 0) if mh == 2 else (0, TILE_ROWS)  # C offset of the next pixel tile: sh or 16 sw
 
     @T.prim_func(s_tir=True)

@@ -3,8 +3,7 @@ reduction: what a tensor unit's intrinsic computes, whichever unit computes it.
 
 A block is ``rows`` output rows x ``pixels`` pixels of each x ``cols`` output channels, accumulated over every
 filter tap and input channel: ``C[h, w, j] += sum over (r, g, k) of A[(s h + r) row + s w + tap, c] * B[r, g,
-k // 2, j, k % 2]`` (``h step + r row`` in place of ``(s h + r) row`` where a GEMM row holds several output rows:
-:attr:`Geometry.step`). With ``group`` = 1 the tap is ``g`` and ``c`` = ``k``; with tap groups (a pixel's channels
+k // 2, j, k % 2]``. With ``group`` = 1 the tap is ``g`` and ``c`` = ``k``; with tap groups (a pixel's channels
 fill less than 32 bf16: :attr:`.conv.FlatConv.group`) the reduction value ``k`` of group ``g`` is channel
 ``k % channels`` of tap ``g * group + k // channels``. The AMX tiles (:mod:`.amx`) and the AVX512-BF16 dot
 product (:mod:`.dpbf16`) describe their intrinsics with it, so the same block of the same task matches either.
@@ -18,8 +17,7 @@ from dataclasses import dataclass
 from autosearch.tensor_units.intrinsics import register_once
 
 TAP_ROW = 32  # bf16 values of a group of taps: one 64-byte row (the tile row the packing was made for)
-# Geometry.key: kh, kw, group, row, channels, stride and, for GEMM rows of several output rows, their step
-KEY_PATTERN = r"k(\d+)x(\d+)_g(\d+)_r(\d+)_c(\d+)_s(\d+)(?:_t(\d+))?"
+KEY_PATTERN = r"k(\d+)x(\d+)_g(\d+)_r(\d+)_c(\d+)_s(\d+)"  # Geometry.key: kh, kw, group, row, channels, stride
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,25 +31,17 @@ class Geometry:
     channels: int
     stride: int
     group: int = 1
-    step: int = 0  # flat rows from one GEMM row to the next when a GEMM row holds several output rows; else 0
 
     @property
     def key(self) -> str:
         """The geometry in an intrinsic's name (:data:`KEY_PATTERN` reads it back)."""
-        key = f"k{self.kh}x{self.kw}_g{self.group}_r{self.row}_c{self.channels}_s{self.stride}"
-        return f"{key}_t{self.step}" if self.step else key
-
-    @property
-    def line_step(self) -> int:
-        """Flat rows from one GEMM row to the next: ``stride`` image rows, or :attr:`step`
-        (:attr:`.conv.FlatConv.rows_per_line`)."""
-        return self.step or self.stride * self.row
+        return f"k{self.kh}x{self.kw}_g{self.group}_r{self.row}_c{self.channels}_s{self.stride}"
 
     @property
     def geometry(self) -> Geometry:
         """The geometry alone (of a block or a unit's tile)."""
         return Geometry(kh=self.kh, kw=self.kw, row=self.row, channels=self.channels, stride=self.stride,
-                        group=self.group, step=self.step)
+                        group=self.group)
 
     @property
     def groups(self) -> int:
@@ -75,14 +65,14 @@ class Block(Geometry):
     @property
     def span(self) -> int:
         """Flat input rows the block reads."""
-        return ((self.rows - 1) * self.line_step + (self.kh - 1) * self.row + self.stride * (self.pixels - 1)
-                + self.groups * self.group)
+        s = self.stride
+        return (s * (self.rows - 1) + self.kh - 1) * self.row + s * (self.pixels - 1) + self.groups * self.group
 
 
 def parse_key(numbers) -> Geometry:
     """The geometry of :data:`KEY_PATTERN`'s groups (strings or numbers)."""
-    kh, kw, group, row, channels, stride, *step = (int(v) if v else 0 for v in numbers)
-    return Geometry(kh=kh, kw=kw, row=row, channels=channels, stride=stride, group=group, step=step[0] if step else 0)
+    kh, kw, group, row, channels, stride = (int(v) for v in numbers)
+    return Geometry(kh=kh, kw=kw, row=row, channels=channels, stride=stride, group=group)
 
 
 def describe(block: Block):
@@ -98,12 +88,11 @@ def describe(block: Block):
     loops = [loop for loop in loops if loop[1] > 1]
     names = {name for name, _, _ in loops}
     h, r, tap = (f"v{name}" if name in names else "0" for name in ("h", "r", "g"))
-    # the GEMM's own index expression (.conv.conv2d_nhwc), with GEMM rows of one output row or of several
-    rows = f"({h} * {s} + {r}) * {block.row}" if not block.step else f"{h} * {block.step} + {r} * {block.row}"
     if block.group == 1:
-        a_index = f"{rows} + vi * {s} + {tap}, vk"
+        a_index = f"({h} * {s} + {r}) * {block.row} + vi * {s} + {tap}, vk"
     else:
-        a_index = f"{rows} + vi * {s} + {tap} * {block.group} + vk // {block.channels}, vk % {block.channels}"
+        a_index = (f"({h} * {s} + {r}) * {block.row} + vi * {s} + {tap} * {block.group} + vk // {block.channels}, "
+                   f"vk % {block.channels}")
     b_shape = f"{block.kh}, {block.groups}, {block.depth // 2}, {n_i}, 2"
     source = f"""
 @T.prim_func(s_tir=True)

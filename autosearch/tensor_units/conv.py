@@ -11,16 +11,6 @@ each block as soon as it is done. This costs ``16 * ceil(out_w / 16) / out_w`` m
 With stride ``s`` the same holds with ``s * h`` and ``s * w`` in place of ``h`` and ``w``: the tile's input rows
 are then ``s`` rows apart, a stride the tile load takes as it is (the downsampling convolutions of YOLOv8n).
 
-Short rows waste the most: a 20-pixel row takes two tiles, 1.6x the multiplies. So a GEMM row may hold ``b``
-output rows one after another (:attr:`FlatConv.rows_per_line`, stride 1 only): its pixel ``w'`` is output row
-``b h + w' // R``, column ``w' % R``, and reads flat input row ``b h R + w' + kh R + kw``, 16 consecutive pixels
-still 16 input rows one apart. The ``R - out_w`` padding columns between two output rows are computed and dropped,
-so a 20x20 3x3 layer does 1.12x the multiplies instead of 1.6x, a 40x40 one 1.06x instead of 1.2x (1x1 layers
-come here with their pixels already in rows of 16 where they can). The output then reads the GEMM at
-``(h // b, h % b R + w)``, which TVM's ``compute_at`` cannot bound, so the epilogue runs after the GEMM rather than
-on each block of it (:mod:`.sketch`). ``b`` is even and chosen for the fewest multiplies; 1 when that saves less
-than :data:`MIN_SAVING`, and such layers are exactly as before.
-
 Three blocks: ``amx_flat`` pads, flattens and rounds the input to bf16 (channels padded to a multiple of 32,
 one tile row, or, for 16 channels or fewer, to the power of two of which a tile row holds a group of neighbouring
 pixels: :attr:`FlatConv.group`); ``amx_gemm`` accumulates in fp32; ``amx_conv2d_nhwc`` keeps the real pixels and
@@ -30,22 +20,18 @@ channels. The weights are a separate function of the constant kernel (``amx_pack
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 BLOCK_N = 32  # output channels per packed weight block: two 16-column B tiles
 BLOCK_K = 32  # input channels are padded to whole 64-byte tile rows
 TILE = 16  # output pixels per tile (its rows)
-MAX_LINE = 1024  # pixels of a GEMM row of several output rows: a row pair's flat input stays a few hundred KB
-# the GEMM pixels GEMM rows of several output rows must save: their epilogue then makes a pass of its own
-MIN_SAVING = 0.1
 MIN_CHANNELS = 16  # narrower outputs (YOLOv8's 1-channel DFL), or inputs of a 1x1 filter, would be mostly padding
 GEMM_BLOCK = "amx_gemm"
 FLAT_BLOCK = "amx_flat"
 OUT_BLOCK = "amx_conv2d_nhwc"
 # the GEMM block's annotations: the geometry the tile intrinsics are specialised to
 ROW_ATTR, STRIDE_ATTR, GROUP_ATTR, KERNEL_ATTR = "amx_flat_row", "amx_stride", "amx_tap_group", "amx_kernel"
-STEP_ATTR = "amx_line_step"  # flat rows from one GEMM row to the next, where a GEMM row holds several output rows
 TASK_NAME = "conv2d_amx_bf16"  # the PrimFunc's name hint: every fused task of such a convolution contains it
 
 
@@ -65,7 +51,6 @@ class FlatConv:
     kernel: tuple[int, int]
     padding: tuple[int, int, int, int]  # top, left, bottom, right
     stride: int = 1
-    rows_per_line: int = 1  # output rows per GEMM row (:func:`rows_per_line`)
 
     @property
     def row(self) -> int:
@@ -80,24 +65,17 @@ class FlatConv:
 
     @property
     def gemm_hw(self) -> tuple[int, int]:
-        """The GEMM's rows and pixels per row: the output's rows (in groups of :attr:`rows_per_line`) rounded up to
-        pairs, and a group's pixels (the padding columns between its rows included) rounded up to whole 16-pixel
-        tiles (a tile then never straddles two GEMM rows)."""
+        """The GEMM's output rows and pixels per row: the output's, rounded up to pairs of rows and to whole
+        16-pixel tiles (a tile then never straddles two rows, so each block of rows is a block of the output)."""
         out_h, out_w = self.out_hw
-        b = self.rows_per_line
-        return _round_up(-(-out_h // b), 2), _round_up((b - 1) * self.row + out_w, TILE)
-
-    @property
-    def line_step(self) -> int:
-        """Flat input rows from one GEMM row to the next."""
-        return self.stride * self.row * self.rows_per_line
+        return _round_up(out_h, 2), _round_up(out_w, TILE)
 
     @property
     def flat_length(self) -> int:
         kh, kw = self.kernel
         gh, gw = self.gemm_hw
         s = self.stride
-        return (gh - 1) * self.line_step + (kh - 1) * self.row + s * (gw - 1) + self.groups * self.group
+        return (s * (gh - 1) + kh - 1) * self.row + s * (gw - 1) + self.groups * self.group
 
     @property
     def group(self) -> int:
@@ -174,47 +152,17 @@ def conv2d_nhwc(data, packed, *, conv: FlatConv):
     rg = te.reduce_axis((0, conv.groups), name="rg") if conv.groups > 1 else None  # TVM drops unit loops anyway
     g = rg if rg is not None else 0
 
-    b = conv.rows_per_line
-    reduction = [x for x in (rh, rg, rk) if x is not None]
-
-    def product(n, start, co):
+    def product(n, h, w, co):
+        start = (s * h + rh) * r + s * w
         a = flat[n, start + g, rk] if group == 1 else flat[n, start + g * group + rk // cp, rk % cp]
         return a.astype("float32") * packed[co // BLOCK_N, rh, g, rk // 2, co % BLOCK_N, rk % 2].astype("float32")
 
     gemm_h, gemm_w = conv.gemm_hw
-    out_h, out_w = conv.out_hw
-    attrs = {ROW_ATTR: r, STRIDE_ATTR: s, GROUP_ATTR: group, KERNEL_ATTR: [kh_, kw_]}
-    if b == 1:  # no step attribute: the task is the same as before GEMM rows could hold several
-        gemm = te.compute((n_, gemm_h, gemm_w, conv.out_padded),
-                          lambda n, h, w, co: te.sum(product(n, (s * h + rh) * r + s * w, co), axis=reduction),
-                          name=GEMM_BLOCK, attrs=attrs)
-        return te.compute((n_, out_h, out_w, conv.out_channels), lambda n, h, w, co: gemm[n, h, w, co],
-                          name=OUT_BLOCK)
-    attrs[STEP_ATTR] = conv.line_step
     gemm = te.compute((n_, gemm_h, gemm_w, conv.out_padded),
-                      lambda n, h, w, co: te.sum(product(n, h * conv.line_step + rh * r + w, co), axis=reduction),
-                      name=GEMM_BLOCK, attrs=attrs)
-    return te.compute((n_, out_h, out_w, conv.out_channels), lambda n, h, w, co: gemm[n, h // b, h % b * r + w, co],
-                      name=OUT_BLOCK)
-
-
-def rows_per_line(out_hw: tuple[int, int], row: int, stride: int) -> int:
-    """Output rows per GEMM row: the even number that leaves the fewest GEMM pixels (:attr:`FlatConv.gemm_hw`) in
-    lines of at most :data:`MAX_LINE` pixels, the fewest rows among equals, if it saves :data:`MIN_SAVING` of them;
-    else 1. Always 1 with a stride, where a GEMM row of several output rows would hold ``s - 1`` dropped pixels for
-    each real one."""
-    out_h, out_w = out_hw
-    if stride != 1:
-        return 1
-
-    def line(b: int) -> int:
-        return _round_up((b - 1) * row + out_w, TILE)
-
-    def pixels(b: int) -> int:
-        return _round_up(-(-out_h // b), 2) * line(b)
-
-    best = min([1, *(b for b in range(2, out_h + 1, 2) if line(b) <= MAX_LINE)], key=lambda b: (pixels(b), b))
-    return best if pixels(best) <= (1 - MIN_SAVING) * pixels(1) else 1
+                      lambda n, h, w, co: te.sum(product(n, h, w, co), axis=[x for x in (rh, rg, rk) if x is not None]),
+                      name=GEMM_BLOCK, attrs={ROW_ATTR: r, STRIDE_ATTR: s, GROUP_ATTR: group, KERNEL_ATTR: [kh_, kw_]})
+    out_h, out_w = conv.out_hw
+    return te.compute((n_, out_h, out_w, conv.out_channels), lambda n, h, w, co: gemm[n, h, w, co], name=OUT_BLOCK)
 
 
 def flat_conv(call) -> FlatConv | None:
@@ -247,7 +195,7 @@ def flat_conv(call) -> FlatConv | None:
                     kernel=(weight[1], weight[2]), padding=(pad[0], pad[1], pad[2], pad[3]), stride=strides[0])
     if conv.out_channels < MIN_CHANNELS or (conv.in_channels < MIN_CHANNELS and conv.group == 1):
         return None
-    return replace(conv, rows_per_line=rows_per_line(conv.out_hw, conv.row, conv.stride))
+    return conv
 
 
 def legalize(bb, call):
@@ -261,5 +209,5 @@ def legalize(bb, call):
 
 
 __all__ = ["BLOCK_K", "BLOCK_N", "FLAT_BLOCK", "FlatConv", "GEMM_BLOCK", "GROUP_ATTR", "KERNEL_ATTR", "MIN_CHANNELS",
-           "OUT_BLOCK", "ROW_ATTR", "STEP_ATTR", "STRIDE_ATTR", "TASK_NAME", "TILE", "conv2d_nhwc", "flat_conv",
-           "legalize", "pack_weight", "rows_per_line"]
+           "OUT_BLOCK", "ROW_ATTR", "STRIDE_ATTR", "TASK_NAME", "TILE", "conv2d_nhwc", "flat_conv", "legalize",
+           "pack_weight"]

@@ -84,7 +84,7 @@ def kernel_ir(block: Block) -> str:
     s, ch, row, nv = block.stride, block.channels, block.row, block.cols // LANES
     pixels = [(h, w) for h in range(block.rows) for w in range(block.pixels)]
     accs = [(h, w, v) for h, w in pixels for v in range(nv)]
-    a_at = {(h, w): (h * block.line_step + w * s) * ch for h, w in pixels}  # bf16 offsets, per pixel
+    a_at = {(h, w): (h * s * row + w * s) * ch for h, w in pixels}  # bf16 offsets, per pixel
     lines = [f"define void @{symbol(block)}(ptr noalias %c, i64 %ch, i64 %cw, ptr noalias %a, ptr noalias %b) {{",
              "entry:"]
     for h, w, v in accs:

@@ -21,8 +21,7 @@ strategy and cost model searches it like any MetaSchedule sketch and the exporte
 
 The padding/flattening block and the epilogue (bias, activation, the slice back to the real pixels) are
 parallel over rows and vectorised over channels; the flattening copy at most 64 channels per vector
-(:func:`_vectorize`). The epilogue runs on each parallel block as it is done, or, where a GEMM row holds several
-output rows (:attr:`.conv.FlatConv.rows_per_line`), after the GEMM (:func:`_schedule_epilogue`).
+(:func:`_vectorize`).
 """
 
 from __future__ import annotations
@@ -31,15 +30,7 @@ from typing import Any
 
 from autosearch.tensor_units.amx import TILE_K, TILE_ROWS, ConvTile, register_conv
 from autosearch.tensor_units.block import Block, Geometry, register_zero
-from autosearch.tensor_units.conv import (
-    FLAT_BLOCK,
-    GEMM_BLOCK,
-    GROUP_ATTR,
-    KERNEL_ATTR,
-    ROW_ATTR,
-    STEP_ATTR,
-    STRIDE_ATTR,
-)
+from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, GROUP_ATTR, KERNEL_ATTR, ROW_ATTR, STRIDE_ATTR
 from autosearch.tensor_units.dpbf16 import LANES
 from autosearch.tensor_units.dpbf16 import SHAPES as DOT_SHAPES
 from autosearch.tensor_units.dpbf16 import register as register_dot
@@ -120,13 +111,12 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
     sch = Schedule(mod, seed=seed, debug_mask=0)
     epilogue = _inline_epilogue(sch)
     gemm = sch.get_sblock(GEMM_BLOCK)
-    annotations = sch.get(gemm).annotations
     n, h, w, co, *reduction = sch.get_loops(gemm)
+    annotations = sch.get(gemm).annotations
     kh, kw = (int(v) for v in annotations[KERNEL_ATTR])
     group = int(annotations[GROUP_ATTR])
     geo = Geometry(kh=kh, kw=kw, row=int(annotations[ROW_ATTR]), stride=int(annotations[STRIDE_ATTR]), group=group,
-                   channels=_extent(sch, reduction[-1]) if group == 1 else TILE_K // group,
-                   step=int(annotations.get(STEP_ATTR, 0)))
+                   channels=_extent(sch, reduction[-1]) if group == 1 else TILE_K // group)
     if _extent(sch, h) % 2 or _extent(sch, w) % w_i or _extent(sch, co) % n_i:
         return None
     intrin = plan(geo, mh, w_i, n_i)
@@ -151,9 +141,7 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
     else:  # the input rows of each parallel block, converted where they are read (in cache)
         sch.compute_at(flat, block)
         _vectorize(sch, sch.get_loops(flat)[-1])
-    if epilogue is not None and geo.step:  # GEMM rows of several output rows: TVM cannot bound the epilogue's
-        _schedule_epilogue(sch, epilogue)  # reads of a block of them (.conv), so it runs after the GEMM
-    elif epilogue is not None:  # bias, activation and the slice to the real pixels, on each block as it is done
+    if epilogue is not None:  # bias, activation and the slice to the real pixels, on each block as it is done
         # its unit loops kept: a fused pooling of one row pair per block has a row loop of extent 1, and a trace's
         # loops must be the same whatever its tile sizes
         sch.reverse_compute_at(epilogue, block, preserve_unit_loops=True)
@@ -182,16 +170,6 @@ def _schedule_elementwise(sch, block) -> None:
     if len(loops) > 1:
         sch.parallel(sch.fuse(*loops[:-1]))
     _vectorize(sch, loops[-1])
-
-
-def _schedule_epilogue(sch, block) -> None:
-    """The epilogue as a loop nest of its own: parallel over the output's rows, its channel loop (innermost, after a
-    fused pooling's window) vectorised."""
-    n, h, w, c, *window = sch.get_loops(block)
-    if window:
-        sch.reorder(*window, c)
-    sch.parallel(sch.fuse(n, h))
-    sch.vectorize(c)
 
 
 VECTOR_LANES = 64  # the widest vector loop the flattening copy is given: 128 bytes of bf16, two zmm registers
