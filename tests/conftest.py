@@ -45,6 +45,19 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+def pytest_configure(config) -> None:
+    """The suite runs on two workers (pytest-xdist, ``-n 2`` in pyproject's addopts), each held to a core of its own:
+    a kernel timed on two threads while the other worker builds on one of its cores waits for that core at every
+    barrier (a 30 us kernel took 2 ms), so tuned schedules lost to the single-threaded loop nest they must beat. On
+    its own core a worker's kernels run on one thread (``host_cores``), timed as alone. Without workers, or with
+    fewer cores than workers, nothing is pinned."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if worker.startswith("gw") and 1 < count <= len(cores):
+        os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
+
+
 def small_conv_onnx(path: str | None = None, *, cin: int = 16, cout: int = 32, hw: int = 28,
                     kernel: int = 3, stride: int = 1) -> onnx.ModelProto:
     """Conv 3x3 (or ``kernel`` x ``kernel``, same padding, ``stride``) + Relu + MaxPool: two tasks, the conv one ~7

@@ -56,15 +56,16 @@ def test_recent_applies_are_kept_and_the_oldest_dropped(conv_space, monkeypatch)
     from autosearch.search import space as space_module
 
     monkeypatch.setattr(space_module, "RECENT_APPLIED", 4)
+    space = space_module.DecisionSpace(conv_space.mod, conv_space.target)  # its own: nothing applied before
     rng = np.random.default_rng(5)
-    configs = list(dict.fromkeys(conv_space.sample(rng) for _ in range(12)))[:6]
+    configs = list(dict.fromkeys(space.sample(rng) for _ in range(12)))[:6]
     assert len(configs) == 6
-    first = conv_space.apply(configs[0])
-    assert conv_space.apply(configs[0]) is first
+    first = space.apply(configs[0])
+    assert space.apply(configs[0]) is first
     for config in configs[1:]:  # five more: the first falls out
-        conv_space.apply(config)
-    assert conv_space.apply(configs[-1]) is conv_space.apply(configs[-1])
-    again = conv_space.apply(configs[0])
+        space.apply(config)
+    assert space.apply(configs[-1]) is space.apply(configs[-1])
+    again = space.apply(configs[0])
     assert again is not first and again.config == first.config and again.ok == first.ok
     if first.ok:
         assert tvm_ffi.structural_equal(again.mod, first.mod)
