@@ -161,6 +161,7 @@ class DecisionSpace:
             num_threads=1,
         )
         self._postprocs = list(self._ctx.space_generator.postprocs)
+        self._layout_postprocs = {id(p) for p in self._postprocs if isinstance(p, ms.postproc.RewriteLayout)}
         self._recent: OrderedDict[Config, Applied] = OrderedDict()
         self._recent_lock = threading.Lock()  # a scorer applies on threads
         # a bf16 task on a bf16 unit has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
@@ -335,7 +336,14 @@ class DecisionSpace:
                 self._recent.popitem(last=False)
         return applied
 
-    def _apply(self, config: Config) -> Applied:
+    def apply_without_layout_rewrite(self, config: Config) -> Applied:
+        """``config`` applied as :meth:`apply` does, but for TVM's ``RewriteLayout`` postprocessor, which lays the
+        weights out in the order the tiles read them (a block prepacked at compile time): it is most of an apply,
+        about half on a direct convolution, two thirds on a Winograd one. For featurising where the features do not
+        see it (:class:`autosearch.cost_models.guidance.ModelScorer` checks); not kept, and never to be built."""
+        return self._apply(config, rewrite_layout=False)
+
+    def _apply(self, config: Config, *, rewrite_layout: bool = True) -> Applied:
         from tvm.s_tir import Schedule
 
         if not self.replayable(config):
@@ -362,6 +370,8 @@ class DecisionSpace:
             )
             sch.enter_postproc()
             for postproc in self._postprocs:
+                if not rewrite_layout and id(postproc) in self._layout_postprocs:
+                    continue
                 if not postproc.apply(sch):
                     return Applied(config=effective, error=f"postprocessor {type(postproc).__name__} rejected it")
         except Exception as exc:  # TVM raises ScheduleError / TVMError with long texts

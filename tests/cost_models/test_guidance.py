@@ -215,3 +215,41 @@ def test_make_scorer_finds_the_scorer_through_the_registry(held_out_task):
         scorer = make_scorer(name, space, task, seed=0)
         assert isinstance(scorer, ModelScorer) and type(scorer.model) is cls
     assert "sklearn:" not in cost_model_names() and "sklearn:<Regressor>" in cost_model_names()
+
+
+def test_candidates_skip_the_layout_rewrite_only_where_the_loop_features_do_not_see_it(held_out_task, task_records,
+                                                                                         monkeypatch, tmp_path):
+    """The dataset's NCHW conv: the probes agree, the rest is featurised without RewriteLayout, and the scores are
+    those of a scorer that always applies it. An NHWC conv, where RewriteLayout changes the weights' strides the
+    features read: the first probe differs, and every candidate is applied in full."""
+    from autosearch.cost_models import guidance
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target
+    from autosearch.search.space import DecisionSpace
+    from autosearch.types import MeasureResult, Status
+    from tests.conftest import small_conv_onnx
+
+    task, space = held_out_task
+    train, test = task_records
+    scores = []
+    for probes in (guidance.LAYOUT_PROBES, 10**6):  # the second never decides: every config applied in full
+        monkeypatch.setattr(guidance, "LAYOUT_PROBES", probes)
+        scorer = ModelScorer(make_cost_model("xgb-rank", seed=0), space, task, seed=0, features="tvm", n_jobs=1)
+        assert scorer.layout_rewrite_skipped is None
+        scorer.update([r.config for r in train], [r.result for r in train])
+        scores.append(scorer.score([r.config for r in test]))
+        assert scorer.layout_rewrite_skipped is (True if probes < 100 else None)
+    np.testing.assert_array_equal(scores[0], scores[1])
+    assert "nchw" in str(task.mod).lower()
+
+    monkeypatch.setattr(guidance, "LAYOUT_PROBES", 8)
+    path = str(tmp_path / "conv.onnx")
+    small_conv_onnx(path, cin=32, cout=64, hw=16)
+    target = parse_target(None)
+    nhwc = next(t for t in import_model(path, target, layout="NHWC", precision="fp32").tasks if "conv" in t.name)
+    nhwc_space = DecisionSpace(nhwc.mod, nhwc.target)
+    configs = list(dict.fromkeys(nhwc_space.sample(np.random.default_rng(0)) for _ in range(40)))[:12]
+    scorer = ModelScorer(make_cost_model("xgb-rank", seed=0), nhwc_space, nhwc, seed=0, features="tvm", n_jobs=1)
+    ok = MeasureResult(Status.OK, (1e-3, 1e-3, 1e-3))  # the latencies are not what this test reads
+    scorer.update(configs, [ok] * len(configs))
+    assert scorer.layout_rewrite_skipped is False
