@@ -75,9 +75,9 @@ FEATURE_SETS = ("tvm", "encoding")
 # measurement is slow (a remote device).
 DEFAULT_FEATURES = "encoding"
 # Configs whose loop features a scorer computes both with and without TVM's RewriteLayout before it featurises the
-# task's candidates without it (DecisionSpace.apply_without_layout_rewrite): the postprocessor is most of an apply
-# and on many tasks changes no loop feature (tiny-YOLOv2 in fp32: none of 474 sampled NCHW configs, 348 of 480 NHWC
-# ones; its AMX tasks: none), so a task where the probes all agree saves it; one difference and the task keeps it.
+# task's candidates without it (DecisionSpace.apply_without_layout_rewrite): the postprocessor is most of an apply,
+# and it changes no loop feature of NCHW or AMX convolutions while it does change NHWC ones (docs/cost-models.md),
+# so a task where the probes all agree saves it; at one difference the task keeps it.
 LAYOUT_PROBES = 8
 # configs whose features are kept (LRU; measured configs are always kept): a per-store matrix is ~2 KB,
 # a Program holds a scheduled IRModule (tens of KB), so fewer of those

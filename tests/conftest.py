@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 def pytest_configure(config) -> None:
     """The suite runs on two workers (pytest-xdist, ``-n 2`` in pyproject's addopts), each held to a core of its own:
     a kernel timed on two threads while the other worker builds on one of its cores waits for that core at every
-    barrier (a 30 us kernel took 2 ms), so tuned schedules lost to the single-threaded loop nest they must beat. On
+    barrier, so tuned schedules lost to the single-threaded loop nest they must beat (docs/usage.md). On
     its own core a worker's kernels run on one thread (``host_cores``), timed as alone. Without workers, or with
     fewer cores than workers, nothing is pinned."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
