@@ -242,16 +242,15 @@ class ModelScorer:
             applied = self.space.apply(config)
         if not applied.ok:
             return config, None
-        if self.layout_rewrite_skipped is None:
-            item = self._schedule_items([self._featurizer.schedule_from_mod(applied.mod)])[0]
-            self._probe_layout(config, item)
-            return applied.config, item
         if self.input_kind in SEQUENCE_KINDS:  # (joined vector or None, trace tokens)
             joined = SEQUENCE_KINDS[self.input_kind]
             tokens = trace_tokens(applied.trace_json(), self.task.flops, self.task.args)
             schedule = self._featurizer.schedule_from_mod(applied.mod)
             return applied.config, (self._schedule_items([schedule], joined)[0] if joined else None, tokens)
-        return applied.config, self._schedule_items([self._featurizer.schedule_from_mod(applied.mod)])[0]
+        item = self._schedule_items([self._featurizer.schedule_from_mod(applied.mod)])[0]
+        if self.layout_rewrite_skipped is None:
+            self._probe_layout(config, item)
+        return applied.config, item
 
     def _probe_layout(self, config: Config, item: np.ndarray) -> None:
         """Compare ``item`` (the loop features of ``config`` applied in full) with those of the config applied without

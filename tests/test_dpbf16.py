@@ -6,11 +6,11 @@ a CPU's host target is, so the tests run on any CPU with the dot product; those 
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 
+from autosearch.frontend.target import host_cores
 from autosearch.tensor_units import cpu
 from tests.conftest import small_conv_onnx, tune_and_export
 from tests.test_tensor_units import _to_bf16, check_bf16_conv_task, compiled_matches_onnxruntime
@@ -18,7 +18,7 @@ from tests.test_tensor_units import _to_bf16, check_bf16_conv_task, compiled_mat
 ZEN4_FEATURES = ["+avx512f", "+avx512bw", "+avx512vl", "+avx512bf16", "+avx512vnni"]
 # the cores this process may use: a test worker has one of its own (tests/conftest.py), and kernels timed on more
 # threads than cores wait at every barrier
-CORES = len(os.sched_getaffinity(0))
+CORES = host_cores()
 
 
 def _dot_target():

@@ -161,7 +161,7 @@ class DecisionSpace:
             num_threads=1,
         )
         self._postprocs = list(self._ctx.space_generator.postprocs)
-        self._layout_postprocs = {id(p) for p in self._postprocs if isinstance(p, ms.postproc.RewriteLayout)}
+        self._postprocs_without_layout = [p for p in self._postprocs if not isinstance(p, ms.postproc.RewriteLayout)]
         self._recent: OrderedDict[Config, Applied] = OrderedDict()
         self._recent_lock = threading.Lock()  # a scorer applies on threads
         # a bf16 task on a bf16 unit has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
@@ -369,9 +369,7 @@ class DecisionSpace:
                 ),
             )
             sch.enter_postproc()
-            for postproc in self._postprocs:
-                if not rewrite_layout and id(postproc) in self._layout_postprocs:
-                    continue
+            for postproc in self._postprocs if rewrite_layout else self._postprocs_without_layout:
                 if not postproc.apply(sch):
                     return Applied(config=effective, error=f"postprocessor {type(postproc).__name__} rejected it")
         except Exception as exc:  # TVM raises ScheduleError / TVMError with long texts
