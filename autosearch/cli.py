@@ -17,7 +17,7 @@ import time
 import traceback
 
 from autosearch import __version__
-from autosearch.api import DEFAULT_BATCH, DEFAULT_MODEL, DEFAULT_TRIALS
+from autosearch.api import DEFAULT_BATCH, DEFAULT_MINUTES, DEFAULT_MODEL, DEFAULT_TRIALS
 from autosearch.errors import UserError
 from autosearch.frontend.lowering import (
     DEFAULT_FAST_MATH,
@@ -174,7 +174,7 @@ def _run_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from autosearch.api import DEFAULT_TRIALS, MeasureOptions, TunePlanned, TuneStarted, tune
+    from autosearch.api import MeasureOptions, TunePlanned, TuneStarted, tune
     from autosearch.console import print_run_summary
 
     console = _console()
@@ -182,18 +182,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.model is None:
         defaults["--model"] = DEFAULT_MODEL
     if args.trials is None and args.minutes is None:
-        defaults["--trials"] = f"{DEFAULT_TRIALS} trials"
+        defaults["--trials/--minutes"] = (f"{DEFAULT_TRIALS} trials or {DEFAULT_MINUTES:g} minutes of search, "
+                                          "whichever comes first")
     progress = contextlib.ExitStack()  # the progress bar, from the run's start to its end
     bar = []
 
     def on_event(event) -> None:
         if isinstance(event, TunePlanned):
             if defaults:
-                quick_start = len(defaults) == 2  # README's first command: its minutes are known
                 console.print(f"[bold]autosearch[/bold]: no {'/'.join(defaults)} given: tuning "
                               f"{', '.join(defaults.values())} (all tasks, batch {event.batch})"
-                              + ("; 7-15 minutes on the 2-core machines measured so far (the progress bar's estimate "
-                                 "follows this run's own pace)." if quick_start else "."))
+                              + ("; the finalists' re-timing follows." if "--trials/--minutes" in defaults else "."))
         elif isinstance(event, TuneStarted):
             from autosearch.progress import TuningProgress
 
@@ -411,8 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a registered search strategy: random, annealing, optuna, coordinate_descent or a plug-in's")
     model_args(p)
     p.add_argument("--tasks", help="task indices (0,3 or 0-4) or name fragments (conv); default all")
-    p.add_argument("--trials", type=int, help=f"total measurement budget over all tasks (default {DEFAULT_TRIALS}, "
-                                              "none with --minutes)")
+    p.add_argument("--trials", type=int, help=f"total measurement budget over all tasks (default: {DEFAULT_TRIALS}, "
+                                              f"or {DEFAULT_MINUTES:g} minutes if they come first; with "
+                                              "--minutes alone, no trial budget)")
     p.add_argument("--minutes", type=float,
                    help="stop searching after this many minutes (with --trials: whichever comes first); the "
                         "finalists' re-timing follows. With --resume: minutes more")

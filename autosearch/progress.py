@@ -5,18 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from autosearch.search.tuner import TuneEvent
 
 
 class TuningProgress:
     """One overall bar and a status line for the task being tuned. The bar counts trials of the budget; with a
-    time limit (``seconds``) and no trial budget it counts the limit's seconds, and the trials are a column."""
+    time limit (``seconds``) and no trial budget it counts the limit's seconds, and the trials are a column; with
+    both it shows whichever is nearer its end (the run stops at the first), so the ETA holds on a slow machine too."""
 
     def __init__(self, console: Console, *, budget: int | None, seconds: float | None = None) -> None:
         self.console = console
         self.budget = budget
+        self.seconds = seconds
         self.by_time = budget is None
         if self.by_time and seconds is None:
             raise ValueError("a trial budget or a time limit")
@@ -24,7 +26,7 @@ class TuningProgress:
         self._progress = Progress(
             TextColumn("[bold]{task.fields[task_name]}", justify="left"),
             BarColumn(),
-            TextColumn("{task.fields[trials]} trials") if self.by_time else MofNCompleteColumn(),
+            TextColumn("{task.fields[trials]} trials" if self.by_time else "{task.fields[trials]}/" + str(budget)),
             TextColumn("best [cyan]{task.fields[best]}[/cyan] GFLOPS  x{task.fields[speedup]} vs untuned"),
             TextColumn("fail {task.fields[failures]}"),
             TimeElapsedColumn(),
@@ -54,7 +56,7 @@ class TuningProgress:
             base = event.batch_results[0]
             label += " (untuned " + (f"{base.median * 1e3:.1f} ms)" if base.ok else f"{base.status.value})")
         self._progress.update(
-            self._bar, completed=min(event.elapsed, self.total) if self.by_time else event.trials_done,
+            self._bar, completed=self._completed(event),
             trials=event.trials_done, task_name=label,
             best=f"{state.best_gflops:.1f}" if state.best is not None else "-",
             speedup=f"{state.speedup:.1f}" if state.speedup else "-",
@@ -66,7 +68,17 @@ class TuningProgress:
                 f"{state.trials} trials, best {state.best_gflops:.1f} GFLOPS (x{state.speedup:.1f} vs untuned)"
             )
 
+    def _completed(self, event: TuneEvent) -> float:
+        """The bar's position, in its own unit (seconds of the limit, or trials of the budget)."""
+        if self.by_time:
+            return min(event.elapsed, self.total)
+        if self.seconds is None:
+            return event.trials_done
+        return min(self.total, max(event.trials_done, self.total * event.elapsed / self.seconds))
+
     def _done(self, event: TuneEvent) -> str:
         if self.by_time:
             return f"{event.trials_done} trials, {event.elapsed / 60:.1f}/{self.total / 60:g} min"
+        if self.seconds is not None:
+            return f"{event.trials_done}/{event.budget}, {event.elapsed / 60:.1f}/{self.seconds / 60:g} min"
         return f"{event.trials_done}/{event.budget}"

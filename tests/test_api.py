@@ -81,3 +81,22 @@ def test_select_tasks_takes_a_spec_string_or_a_sequence():
     assert [t.name for t in select_tasks(tasks, "0-1,0")] == ["conv_a", "pool"]  # each task once
     with pytest.raises(UserError, match="no task 3; the model has tasks 0..2"):
         select_tasks(tasks, [3])
+
+
+def test_tune_without_trials_or_minutes_plans_the_quick_starts_budget_whichever_comes_first(tmp_path):
+    """Neither given: 400 trials or 10 minutes of search, the plan announced before any work (the event's
+    handler stops the run there)."""
+    from autosearch.api import DEFAULT_MINUTES, DEFAULT_TRIALS, TunePlanned
+
+    class Stop(Exception):
+        pass
+
+    def stop(event):
+        raise Stop(event)
+
+    with pytest.raises(Stop) as exc:
+        autosearch.tune("tiny-yolov2", strategy="random", log=str(tmp_path / "run.jsonl"), on_event=stop)
+    planned = exc.value.args[0]
+    assert isinstance(planned, TunePlanned) and (DEFAULT_TRIALS, DEFAULT_MINUTES) == (400, 10)
+    assert (planned.trials, planned.minutes) == (DEFAULT_TRIALS, DEFAULT_MINUTES)
+    assert not os.listdir(tmp_path)

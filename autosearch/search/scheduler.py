@@ -15,16 +15,18 @@ against NHWC with AMX) still took a large share of a run: its tasks, with few tr
 largest optimistic gains (docs/findings.md).
 
 The run stops at its trial budget, or at its time limit (``seconds``: wall time of this process's search, checked
-between rounds), whichever comes first; with a time limit alone the warm-up is planned for the trials the limit is
-expected to hold: those measured so far and the rest of the time at the run's own pace (a prior pace,
-:data:`PLANNED_TRIALS_PER_CORE_MINUTE`, until :data:`PACE_AFTER_TRIALS` are measured), and the search goes on past
-any plan while time remains.
+between rounds), whichever comes first; with a time limit the warm-up is planned for the trials the limit is
+expected to hold (at most the budget): those measured so far and the rest of the time at the run's own pace (a prior
+pace, :data:`PLANNED_TRIALS_PER_CORE_MINUTE`, until :data:`PACE_AFTER_TRIALS` are measured), and the search goes on
+past any plan while time and trials remain.
 
 Under a time limit the currency is seconds, not trials: the expected gain is divided by what a trial of the task
 costs (:meth:`TaskScheduler.seconds_per_trial`, its rounds' wall time so far). A Winograd layer's trial (a larger
 kernel to compile, four times the weights) cost 3-4 times a direct one's on a 2-vCPU Xeon: counted in trials, the
-gradient bought its gains at that price. Under a trial budget alone the currency stays trials, as in Ansor: a study
-compares strategies by the measurements they need.
+gradient bought its gains at that price. Under a trial budget the currency stays trials, as in Ansor: a study
+compares strategies by the measurements they need. With both, the currency is the one expected to run out first at
+the run's pace (:meth:`TaskScheduler.time_binds`): the quick start's 400 trials or 10 minutes are trials on a fast
+machine and minutes on a slow one.
 
 The scheduler only reads the tasks' states; the loop (:mod:`autosearch.search.tuner`) measures and records.
 """
@@ -193,15 +195,27 @@ class TaskScheduler:
 
     @property
     def planned(self) -> int:
-        """The trials the warm-up is planned for (:meth:`first_pass`): the budget, or with a time limit alone
-        the trials measured so far and what the rest of the limit should hold at this run's pace."""
-        if self.budget is not None:
+        """The trials the warm-up is planned for (:meth:`first_pass`): with a time limit the trials measured so far
+        and what the rest of the limit should hold at this run's pace, at most the budget; the budget otherwise.
+        (With both, on a machine slow enough for the limit to come first, a warm-up planned for the budget took
+        the whole run.)"""
+        if self.seconds is None:
+            assert self.budget is not None
             return self.budget
+        held = self._trials_the_limit_holds()
+        return held if self.budget is None else min(self.budget, held)
+
+    def _trials_the_limit_holds(self) -> int:
         assert self.seconds is not None
         elapsed = self.elapsed()
         measured = self.trials_done - self._earlier_trials
         pace = measured / elapsed if measured >= PACE_AFTER_TRIALS and elapsed > 0 else self.prior_pace
         return max(1, self.trials_done + math.ceil(pace * max(0.0, self.seconds - elapsed)))
+
+    def time_binds(self) -> bool:
+        """Whether the time limit, not the trial budget, is expected to end the run (at this run's pace): then
+        seconds are the currency of :meth:`next_task`, otherwise trials."""
+        return self.seconds is not None and (self.budget is None or self._trials_the_limit_holds() < self.budget)
 
     def has_budget(self) -> bool:
         """Whether another round may start: time left and trials left."""
@@ -265,7 +279,7 @@ class TaskScheduler:
                    and rivalry.get(id(s), 1.0) > 0]
         if warming:
             return warming[0]
-        cost = self.seconds_per_trial if self.seconds is not None else (lambda s: 1.0)  # time limit: per second
+        cost = self.seconds_per_trial if self.time_binds() else (lambda s: 1.0)  # time: per second
         return max(live, key=lambda s: s.expected_gain(window=2 * self.batch) * rivalry.get(id(s), 1.0) / cost(s))
 
     def seconds_per_trial(self, state: TaskState) -> float:

@@ -57,6 +57,33 @@ def test_a_time_limit_alone_plans_the_warm_up_for_the_trials_it_should_hold():
     assert timed.planned == pytest.approx(120 + 2 * 540, abs=3)
 
 
+def test_with_a_budget_and_a_time_limit_the_one_that_runs_out_first_plans_and_prices_the_run():
+    """The quick start's 400 trials or 10 minutes: on a machine fast enough for the trials the warm-up is planned
+    for the budget and the gradient counts trials; on one where the minutes come first the warm-up is planned for
+    the trials they hold, and the gradient counts seconds, so a task whose trials cost 4x gets less."""
+    tasks = [_task(i, 1e9 * (i + 1)) for i in range(40)]
+    fast, slow = (_scheduler(tasks, budget=400, seconds=600, batch=16, cores=2) for _ in range(2))
+    for scheduler, pace in ((fast, 2.0), (slow, 0.6)):  # trials per second over the first minute
+        for n in range(int(60 * pace)):
+            scheduler.states[n % 40].record(Config(0, (n,)), _ok(1e-3))
+        scheduler.started = time.perf_counter() - 60
+    assert fast.planned == 400 and not fast.time_binds()  # 120 + 2 x 540 would be 1,200: the budget caps it
+    assert slow.planned == pytest.approx(36 + 0.6 * 540, abs=3) and slow.time_binds()
+    assert [slow.first_pass(s) for s in slow.states] == [
+        _scheduler(tasks, budget=slow.planned, batch=16, cores=2).first_pass(s) for s in slow.states]
+    for pace, chosen in ((2.0, 1), (0.6, 0)):  # a task twice as slow, its trials four times as costly
+        scheduler = _scheduler([_task(0), _task(1)], budget=400, seconds=600, batch=16, cores=2)
+        cheap, costly = scheduler.states
+        n = int(60 * pace) // 2
+        for i in range(n):
+            cheap.record(Config(0, (i,)), _ok(1e-3))
+            costly.record(Config(0, (i,)), _ok(2e-3))
+        for state, seconds in ((cheap, 1.0), (costly, 4.0)):
+            state.warm_up, state.seconds, state.timed_trials = 2, seconds * n, n
+        scheduler.started = time.perf_counter() - 60
+        assert scheduler.next_task() is scheduler.states[chosen]
+
+
 def test_a_scheduler_needs_a_budget_or_a_time_limit_and_so_does_the_tuner(tmp_path):
     with pytest.raises(ValueError):
         _scheduler([_task(0)])

@@ -1,0 +1,48 @@
+"""The run's progress bar: what it counts, and the line a non-terminal log gets per batch."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from autosearch.frontend.task import TuningTask
+from autosearch.progress import TuningProgress
+from autosearch.search.scheduler import TaskState
+from autosearch.search.tuner import TuneEvent
+from autosearch.types import MeasureResult, Status
+
+
+def _event(trials: int, elapsed: float, budget: int | None) -> TuneEvent:
+    task = TuningTask(index=0, name="conv", weight=1, flops=1e9, mod=None, target=None, args=(), workload_key="0")
+    return TuneEvent(task=TaskState(task=task), trials_done=trials, budget=budget,
+                     batch_results=[MeasureResult(Status.OK, (1e-3,))], elapsed=elapsed)
+
+
+def _progress(**kw) -> tuple[TuningProgress, io.StringIO]:
+    out = io.StringIO()
+    return TuningProgress(Console(file=out, force_terminal=False, width=200), **kw), out
+
+
+def test_with_trials_and_minutes_the_bar_follows_whichever_is_nearer_its_end():
+    """400 trials or 10 minutes: 100 trials after 5 minutes is half-way (the minutes), 300 after 5 is 3/4."""
+    progress, out = _progress(budget=400, seconds=600)
+    assert progress._completed(_event(100, 300, 400)) == 200
+    assert progress._completed(_event(300, 300, 400)) == 300
+    assert progress._completed(_event(100, 900, 400)) == 400
+    with progress:
+        progress.update(_event(100, 300, 400))
+    assert "100/400, 5.0/10 min" in out.getvalue()
+
+
+def test_a_budget_alone_counts_trials_and_a_limit_alone_seconds():
+    trials, out = _progress(budget=400)
+    assert trials._completed(_event(100, 300, 400)) == 100
+    with trials:
+        trials.update(_event(100, 300, 400))
+    assert "[100/400]" in out.getvalue()
+    timed, out = _progress(budget=None, seconds=600)
+    assert timed._completed(_event(100, 300, None)) == 300 and timed._completed(_event(100, 900, None)) == 600
+    with timed:
+        timed.update(_event(100, 300, None))
+    assert "100 trials, 5.0/10 min" in out.getvalue()
