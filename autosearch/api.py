@@ -304,7 +304,8 @@ def _estimates(summary: TuneSummary) -> tuple[str | None, dict[str, float], floa
     tuned tasks of that model, weighted)."""
     from autosearch.frontend.alternatives import choose_layout, in_model, layout_totals
 
-    layouts = layout_totals((s.task.lowering, s.task.weight, s.model_seconds) for s in summary.states)
+    # re-timed where the finalists were (of each layout that could win), as export chooses
+    layouts = layout_totals((s.task.lowering, s.task.weight, s.retimed_model_seconds) for s in summary.states)
     leader = choose_layout(layouts)  # --layout auto: the summed tasks are the faster model's (what export keeps)
     untuned = tuned = 0.0
     for s in summary.states:

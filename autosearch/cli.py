@@ -260,7 +260,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if summary.layout_totals and budget is None:
         totals = ", ".join(f"{layout} {secs * 1e3:.1f} ms" for layout, secs in sorted(summary.layout_totals.items()))
         console.print(f"layout: {summary.layout}, the faster model as tuned ({totals}; sums of the tasks' best "
-                      f"latencies); {summary.other_layout} task(s) of the other layout not exported")
+                      f"latencies, re-timed where the run re-timed them); {summary.other_layout} task(s) of the other "
+                      "layout not exported")
     if summary.choices and budget is None:
         for faster, rival in (("winograd", "direct"), ("bf16", "fp32")):  # the two kinds of per-layer alternative
             layers = [a for a in summary.choices.values() if a in (faster, rival)]

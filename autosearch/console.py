@@ -39,7 +39,8 @@ def print_run_summary(console: Console, result: TuneResult) -> None:
         if result.layout is not None:
             estimates = ", ".join(f"{layout} {secs * 1e3:.1f} ms"
                                   for layout, secs in sorted(result.layout_estimates.items()))
-            scope = f" of the {result.layout} model, the faster as tuned (estimated models: {estimates})"
+            scope = (f" of the {result.layout} model, the faster as tuned (estimated models, re-timed where the "
+                     f"finalists were: {estimates})")
         console.print(f"tuned tasks{scope}, weighted: {result.untuned_secs * 1e3:.1f} ms untuned -> "
                       f"{result.tuned_secs * 1e3:.2f} ms ({result.untuned_secs / result.tuned_secs:.1f}x; a layer "
                       "tuned both direct and as winograd counts both)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import math
 import os
 import signal
 import threading
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autosearch.errors import UserError
-from autosearch.ranking import current_retimes, rank
+from autosearch.ranking import current_retimes, rank, score
 from autosearch.types import LOG_FORMAT_VERSION, Record
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,19 @@ class LogContents:
         """The best valid trial of a task (see :meth:`ranked`); never a failed or wrong-result one."""
         ranked = self.ranked(task_key)
         return ranked[0] if ranked else None
+
+    def best_seconds(self, task_key: str) -> float | None:
+        """The best's latency as the choice between alternatives should read it: its score over its re-times
+        (:func:`autosearch.ranking.score`) where its finalists were re-timed after its last trial, else its in-run
+        latency; None with no valid trial. The in-run latency of a best is the lowest of many noisy timings and reads
+        low; where it was re-timed in fresh processes, the re-times say what it runs at."""
+        best = self.best(task_key)
+        if best is None:
+            return None
+        retimes = [r.result for r in current_retimes(r for r in self.records if r.task_key == task_key)
+                   if r.config == best.config]
+        retimed = score(retimes) if retimes else math.inf
+        return retimed if math.isfinite(retimed) else best.latency
 
     def task_keys(self) -> list[str]:
         return list(dict.fromkeys([*self.tasks, *(r.task_key for r in self.records)]))

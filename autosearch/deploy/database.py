@@ -188,7 +188,9 @@ def lowering_of(contents: LogContents) -> dict:
     default) and, for layers tuned both ways, the faster algorithm (``choices``: layer key -> "direct" |
     "winograd" | "fp32" | "bf16", by weight x
     best latency of their tasks). A ``--layout auto`` log gets the layout whose model is faster
-    (:mod:`autosearch.frontend.alternatives`; ``layout_totals``: each layout's estimated model seconds)."""
+    (:mod:`autosearch.frontend.alternatives`; ``layout_totals``: each layout's estimated model seconds). A best's
+    latency is its re-timed score where its finalists were re-timed (``LogContents.best_seconds``), as the run
+    chose."""
     from autosearch.frontend.alternatives import AUTO, choose_layout, layout_totals, model_latency, task_layouts
     from autosearch.frontend.lowering import OLD_LOWERING
     from autosearch.frontend.winograd import choose_algorithms, layer_totals
@@ -203,13 +205,13 @@ def lowering_of(contents: LogContents) -> dict:
         return {}
     out: dict = {"winograd": modes.pop(), "layout": layouts.pop(), "fast_math": fast.pop(),
                  "precision": precisions.pop()}
-    bests = {key: contents.best(key) for key in contents.tasks}
+    bests = {key: contents.best_seconds(key) for key in contents.tasks}  # re-timed where the finalists were
     headers = dict(contents.tasks)
     if out["layout"] == AUTO:  # tuned in both layouts: the faster model is the one compiled
         baselines = {key: contents.baseline(key) for key in headers}
         layout_totals_ = layout_totals(
             (h.get("lowering") or {}, int(h.get("weight", 1)),
-             model_latency(bests[key].latency if bests[key] is not None else None,
+             model_latency(bests[key],
                            baselines[key].latency if baselines[key] is not None and baselines[key].ok else None))
             for key, h in headers.items())
         chosen = choose_layout(layout_totals_)
@@ -218,8 +220,7 @@ def lowering_of(contents: LogContents) -> dict:
                             "untuned or tuned latency): continue the run with --resume")
         out.update(layout=chosen, layout_totals=layout_totals_)
         headers = {k: h for k, h in headers.items() if chosen in task_layouts(h.get("lowering") or {})}
-    totals = layer_totals((h.get("lowering") or {}, int(h.get("weight", 1)),
-                           bests[key].latency if bests[key] is not None else None)
+    totals = layer_totals((h.get("lowering") or {}, int(h.get("weight", 1)), bests[key])
                           for key, h in headers.items())
     if totals:
         out["choices"] = choose_algorithms(totals)

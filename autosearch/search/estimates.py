@@ -71,14 +71,16 @@ def estimate_curve(contents: LogContents) -> list[EstimatePoint]:
 
 
 def task_shares(contents: LogContents) -> list[TaskShare]:
-    """Each task's weight x latency in the final estimate, largest first: the tasks of the faster layout, and of a
-    layer tuned in two forms the faster form only."""
+    """Each task's weight x latency in the final estimate, largest first: the tasks of the layout export keeps
+    (the faster model, its finalists re-timed), and of a layer tuned in two forms the faster form only."""
     best: dict[str, float] = {}
     for record in contents.trials():
         if record.ok:
             best[record.task_key] = min(best.get(record.task_key, math.inf), record.latency)
     untuned = _untuned(contents)
-    leader = choose_layout(layout_totals(_entries(contents, best, untuned)))
+    retimed = {key: contents.best_seconds(key) for key in contents.tasks}  # the layout export keeps: re-timed
+    leader = choose_layout(layout_totals(_entries(contents, {k: v for k, v in retimed.items() if v is not None},
+                                                  untuned)))
     forms: dict[str, dict[str, list[TaskShare]]] = {}  # a layer tuned in two forms -> form -> its tasks
     shares = []
     for key, header in contents.tasks.items():

@@ -38,6 +38,23 @@ if TYPE_CHECKING:
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
 
+# A layout's model as tuned (the sum of its tasks' best trials) read 4% high to 9% low against the same kernels
+# re-timed in the development runs (docs/results.md): the lowest of many noisy timings is a lucky one. So a model
+# within 1.09 / 0.96 of the faster as tuned can be the faster re-timed; both are re-timed, and the choice between
+# them (export's, the run's summary) is made on the re-timed kernels.
+LAYOUT_RETIME_MARGIN = 1.15
+
+
+def contending_layouts(totals: dict[str, float]) -> list[str | None]:
+    """The layouts whose models are re-timed: of ``totals`` (``--layout auto``: each layout's model as tuned,
+    seconds), the faster and those within :data:`LAYOUT_RETIME_MARGIN` of it; ``[None]`` (the one model) without
+    layouts to choose from."""
+    finite = {layout: t for layout, t in totals.items() if math.isfinite(t)}
+    if not finite:
+        return [None]
+    fastest = min(finite.values())
+    return [layout for layout, t in finite.items() if t <= LAYOUT_RETIME_MARGIN * fastest]
+
 
 def rotated(items: Sequence[T], round_index: int) -> list[T]:
     """``items`` starting at position ``round_index`` (mod its length): round r measures finalist r first."""
@@ -89,10 +106,10 @@ class Retiming:
     each task's in an order rotated from round to round (:func:`rotated`). The choice is :func:`choose` on the
     rounds so far, the rule ``LogContents.ranked`` applies to the log, so ``export`` writes the kernel chosen here.
     Every re-time is logged (``append``) as ``retime`` with its round, and each task's round is reported
-    (``on_round``) after its choice. Only the model that is exported is re-timed (the ``leader`` layout's), and of
-    it only the tasks with at least ``min_share`` of its estimated latency: a noise-misjudged choice in a smaller
-    task moves the model by less than that share. The reported latency stays the in-run one, measured like the
-    baseline.
+    (``on_round``) after its choice. Only the models that can be exported are re-timed (with ``--layout auto``, each
+    layout whose model is within :data:`LAYOUT_RETIME_MARGIN` of the faster as tuned), and of each only the tasks
+    with at least ``min_share`` of its estimated latency: a noise-misjudged choice in a smaller task moves the
+    model by less than that share. The reported latency stays the in-run one, measured like the baseline.
     """
 
     top: int  # finalists per task
@@ -104,10 +121,11 @@ class Retiming:
     on_round: Callable[[TaskState, list[MeasureResult]], None] | None = None
     strategy: str = ""  # the run's, logged with each re-time
 
-    def run(self, states: Sequence[TaskState], leader: str | None) -> None:
-        """Re-time the finalists of ``states`` (of the ``leader`` layout's model; None: the run tunes one model)
-        and choose each task's best, also of a task whose earlier run's re-times still stand."""
-        finalists = self.finalists(states, leader)
+    def run(self, states: Sequence[TaskState], models: Sequence[str | None]) -> None:
+        """Re-time the finalists of ``states`` (of the ``models``: layouts whose model can still be the faster,
+        :func:`contending_layouts`; ``[None]``: the run tunes one model) and choose each task's best, also of a
+        task whose earlier run's re-times still stand."""
+        finalists = self.finalists(states, models)
         for round_no in range(1, self.rounds + 1):
             todo = []
             for state, top in finalists:
@@ -124,18 +142,23 @@ class Retiming:
             if state.finalist_results:  # this run's rounds, or an earlier run's re-times that still stand
                 choose(state)
 
-    def finalists(self, states: Sequence[TaskState], leader: str | None) -> list[tuple[TaskState, list[Config]]]:
-        """The tasks worth re-timing with their finalists, best in-run median first. A task tuned further since its
-        earlier re-times keeps only their failures (:func:`~autosearch.ranking.failures`); a kernel that failed one
-        is no finalist."""
+    def finalists(self, states: Sequence[TaskState], models: Sequence[str | None]) -> list[tuple[TaskState,
+                                                                                                 list[Config]]]:
+        """The tasks worth re-timing with their finalists, best in-run median first: of each of ``models``, those
+        with at least ``min_share`` of its estimate. A task tuned further since its earlier re-times keeps only their
+        failures (:func:`~autosearch.ranking.failures`); a kernel that failed one is no finalist."""
         from autosearch.frontend.alternatives import in_model, model_total
 
-        of_model = [s for s in states if in_model(s.task.lowering, leader)]
-        total = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in of_model)
+        worth: dict[int, TaskState] = {}  # id -> state, in the order of ``states``; a task two models run, once
+        for model in models:
+            of_model = [s for s in states if in_model(s.task.lowering, model)]
+            total = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in of_model)
+            for state in of_model:  # too small a part of the model for a misjudged finalist to matter: skipped
+                share = state.task.weight * (state.model_seconds or 0.0)
+                if not math.isfinite(total) or share >= self.min_share * total:
+                    worth[id(state)] = state
         out: list[tuple[TaskState, list[Config]]] = []
-        for state in of_model:
-            if math.isfinite(total) and state.task.weight * (state.model_seconds or 0.0) < self.min_share * total:
-                continue  # too small a part of the model for a misjudged finalist to matter
+        for state in (s for s in states if id(s) in worth):
             if state.trials > state.resumed:  # tuned further: timings from before --resume were of other finalists
                 state.finalist_results = failures(state.finalist_results)
             failed = {c for c, _ in failures(state.finalist_results)}  # in an earlier run's re-times: stay out

@@ -303,8 +303,9 @@ class Tuner:
 
     def _retime_finalists(self) -> None:
         """The noise-aware best (:class:`autosearch.search.finalists.Retiming`), measured, logged and reported as
-        the search's batches are; of the model that is exported alone (--layout auto: the faster layout's)."""
-        from autosearch.frontend.alternatives import choose_layout
+        the search's batches are; of the models that can be exported (--layout auto: the faster layout's, and the
+        other's when it is close enough for the re-times to reverse the order)."""
+        from autosearch.search.finalists import contending_layouts
 
         def on_round(state: TaskState, results: list[MeasureResult]) -> None:
             self.on_event(TuneEvent(state, self.trials_done, self.budget, results, self._elapsed(), "retime"))
@@ -313,7 +314,7 @@ class Tuner:
                             measure=self._measure, append=self.log.append,
                             refresh=getattr(self.runner, "refresh", None), on_round=on_round,
                             strategy=self.strategy_name)
-        retiming.run(self.states, choose_layout(self.scheduler.layout_totals()))
+        retiming.run(self.states, contending_layouts(self.scheduler.layout_totals()))
 
     def _round(self, state: TaskState, n: int) -> None:
         """One batch of one task: ask, apply, de-duplicate, measure, log, tell. While the task has known schedules
