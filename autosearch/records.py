@@ -57,12 +57,17 @@ class LogContents:
         keeps its in-run result, which was measured under the same conditions as the untuned baseline
         it is compared with. Failed or wrong-result records never appear, nor does a finalist that
         failed a re-time."""
-        trials = {r.config: r for r in self.trials(task_key) if r.ok and r.config is not None}
-        retimes = current_retimes(r for r in self.records if r.task_key == task_key)
+        return self._ranked(task_key)[0]
+
+    def _ranked(self, task_key: str) -> tuple[list[Record], list[Record]]:
+        """(:meth:`ranked`, the task's re-times that count), from one pass over the log."""
+        own = [r for r in self.records if r.task_key == task_key]
+        trials = {r.config: r for r in own if r.kind == "trial" and r.ok and r.config is not None}
+        retimes = current_retimes(own)
         order = rank({c: r.latency for c, r in trials.items()}, ((r.config, r.result) for r in retimes))
         # records with no config (read from a TVM database) were never re-timed: they rank by their own timing
-        bare = sorted((r for r in self.trials(task_key) if r.ok and r.config is None), key=lambda r: r.latency)
-        return [trials[c] for c in order] + bare
+        bare = sorted((r for r in own if r.kind == "trial" and r.ok and r.config is None), key=lambda r: r.latency)
+        return [trials[c] for c in order] + bare, retimes
 
     def best(self, task_key: str) -> Record | None:
         """The best valid trial of a task (see :meth:`ranked`); never a failed or wrong-result one."""
@@ -74,12 +79,12 @@ class LogContents:
         (:func:`autosearch.ranking.score`) where its finalists were re-timed after its last trial, else its in-run
         latency; None with no valid trial. The in-run latency of a best is the lowest of many noisy timings and reads
         low; where it was re-timed in fresh processes, the re-times say what it runs at."""
-        best = self.best(task_key)
-        if best is None:
+        ranked, retimes = self._ranked(task_key)
+        if not ranked:
             return None
-        retimes = [r.result for r in current_retimes(r for r in self.records if r.task_key == task_key)
-                   if r.config == best.config]
-        retimed = score(retimes) if retimes else math.inf
+        best = ranked[0]
+        own = [r.result for r in retimes if r.config == best.config]
+        retimed = score(own) if own else math.inf
         return retimed if math.isfinite(retimed) else best.latency
 
     def task_keys(self) -> list[str]:

@@ -33,7 +33,7 @@ class TaskShare:
     seconds: float
 
 
-def _entries(contents: LogContents, best: dict[str, float], untuned: dict[str, float]):
+def _entries(contents: LogContents, best: dict[str, float | None], untuned: dict[str, float]):
     return [(header.get("lowering") or {}, int(header.get("weight", 1)), model_latency(best.get(key), untuned.get(key)))
             for key, header in contents.tasks.items()]
 
@@ -79,8 +79,7 @@ def task_shares(contents: LogContents) -> list[TaskShare]:
             best[record.task_key] = min(best.get(record.task_key, math.inf), record.latency)
     untuned = _untuned(contents)
     retimed = {key: contents.best_seconds(key) for key in contents.tasks}  # the layout export keeps: re-timed
-    leader = choose_layout(layout_totals(_entries(contents, {k: v for k, v in retimed.items() if v is not None},
-                                                  untuned)))
+    leader = choose_layout(layout_totals(_entries(contents, retimed, untuned)))
     forms: dict[str, dict[str, list[TaskShare]]] = {}  # a layer tuned in two forms -> form -> its tasks
     shares = []
     for key, header in contents.tasks.items():
