@@ -534,11 +534,15 @@ def _database_lowering(db: str, target: Any, *, winograd: str | None, layout: st
         raise UserError(f"{db} was tuned with --precision {tuned}, not {precision}: leave --precision out "
                         "to compile as it was tuned")
     precision = option("precision", precision)
+    layout = option("layout", layout)
+    if precision == "bf16" and layout == "NCHW" and lowering.get("layout") == "NCHW":
+        # run --precision bf16 --layout auto, and the NCHW model (in fp32: bf16 convolutions are NHWC) was the faster
+        precision = "fp32"
     measured = lowering.get("choices") if "auto" in (mode, precision) else None
     if precision == "bf16" or "bf16" in (measured or {}).values():
         _check_bf16_units(db, target)
     policy = WinogradPolicy.of(mode, measured, precision=precision)
-    return policy, option("layout", layout), option("fast_math", fast_math)
+    return policy, layout, option("fast_math", fast_math)
 
 
 def _check_bf16_units(db: str, target: Any) -> None:

@@ -310,6 +310,23 @@ def test_a_database_of_another_precision_is_a_one_line_error(tmp_path) -> None:
     assert "tuned with --precision fp32, not bf16" in proc.stderr
 
 
+def test_a_bf16_run_that_kept_the_nchw_model_compiles_it_in_fp32(tmp_path) -> None:
+    """``run --precision bf16`` with ``--layout auto`` tunes the NCHW model in fp32 beside the NHWC one in bf16;
+    where NCHW was the faster, export records layout NCHW with precision bf16, and compile must build the fp32
+    NCHW model it holds (not refuse NCHW under bf16, nor ask for a bf16 unit no schedule uses)."""
+    import tvm
+
+    from autosearch.api import _database_lowering
+
+    db = _database_with_lowering(tmp_path, precision="bf16", layout="NCHW")
+    no_unit = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    policy, layout, _ = _database_lowering(db, no_unit, winograd=None, layout=None, fast_math=None, precision=None)
+    assert (policy.precision, layout) == ("fp32", "NCHW")
+    policy, layout, _ = _database_lowering(db, no_unit, winograd=None, layout="auto", fast_math=None,
+                                           precision="bf16")  # report passes what the run was given
+    assert (policy.precision, layout) == ("fp32", "NCHW")
+
+
 def test_a_bf16_database_on_a_target_without_a_bf16_unit_is_a_one_line_error(tmp_path, capfd) -> None:
     db = _database_with_lowering(tmp_path, precision="auto", choices={"1x13x13x64->1x13x13x64": "bf16"})
     proc = run_cli_here(capfd, "compile", "--model", "tiny-yolov2", "--db", db, "--out", str(tmp_path / "m.so"),
