@@ -125,7 +125,7 @@ def test_bf16_conv_task_on_avx512_bf16_matches_numpy(tmp_path, hw, kernel, strid
     """Every sketch of a bf16 conv task on a target with AVX512-BF16 and no AMX, at a random config of its own
     (and the first sketch at its default), as the tuner would build it, against NumPy on the same rounded
     operands."""
-    from autosearch.tensor_units.dpbf16 import SHAPES
+    from autosearch.tensor_units.dpbf16 import SHAPES, gemm_width, shapes_for
     from autosearch.types import Config
 
     _needs_avx512_bf16()
@@ -137,6 +137,13 @@ def test_bf16_conv_task_on_avx512_bf16_matches_numpy(tmp_path, hw, kernel, strid
     space = check_bf16_conv_task(tmp_path, _dot_target(), configs, hw=hw, kernel=kernel, stride=stride, cin=cin,
                                  cout=cout)
     padded = 16 if cout <= 16 else -(-cout // 32) * 32
-    shapes = [(rows, nv) for rows, _, nv in SHAPES if padded % (16 * nv) == 0]
+    out_w = (hw + 2 * (kernel // 2) - kernel) // stride + 1
+    width = gemm_width(out_w)
+    assert width == out_w  # rows of 13 computed as they are (AMX computes 16): no pixel computed and dropped
+    shapes = shapes_for(width, padded)
+    if width % 16 == 0:  # the design space as it was
+        assert shapes == [s for s in SHAPES if padded % (16 * s[2]) == 0]
+    else:
+        assert shapes and all(width % pixels == 0 and 12 <= rows * pixels * nv <= 28 for rows, pixels, nv in shapes)
     assert len(space.sketches) == 2 * len(shapes)  # two loop orders a shape
     assert all("dpbf16_conv_" in str(s.trace) and "amx_conv" not in str(s.trace) for s in space.sketches)

@@ -147,19 +147,22 @@ def _legalize_fast_sigmoid(bb, call):
     return bb.call_te(fast_sigmoid, call.args[0], primfunc_name_hint="fast_sigmoid")
 
 
-def _bf16_conv2d(policy, fallback):
+def _bf16_conv2d(policy, fallback, target):
     """The conv2d legalisation of a policy with bf16 layers: bf16 where it says so (:mod:`autosearch.tensor_units.
-    conv`), else ``fallback`` (winograd's) or TVM's own."""
+    conv`, its GEMM shaped for the target's bf16 unit), else ``fallback`` (winograd's) or TVM's own."""
     from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
     from autosearch.frontend.winograd import precision_layer_key
     from autosearch.tensor_units.activations import conv2d_cast_input
     from autosearch.tensor_units.conv import flat_conv, legalize
+    from autosearch.tensor_units.cpu import bf16_unit
+
+    unit = "dpbf16" if bf16_unit(target) == "AVX512-BF16" else "amx"
 
     def conv2d(bb, call):
         conv = flat_conv(call)
         if conv is not None and policy.bf16(precision_layer_key(call.args[0].ty.shape, call.ty.shape, conv.kernel[0])):
-            return legalize(bb, call)
+            return legalize(bb, call, unit=unit)
         if str(call.args[0].ty.dtype) == "bfloat16":  # a layer kept in fp32 reading a bf16 activation
             return conv2d_cast_input(bb, call)
         return (fallback or _nn_conv2d)(bb, call)
@@ -214,7 +217,7 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
         custom.update(legalize_map(policy))
     bf16 = policy.precision != "fp32" and target.kind.name == "llvm"
     if bf16:
-        custom["relax.nn.conv2d"] = _bf16_conv2d(policy, custom.get("relax.nn.conv2d"))
+        custom["relax.nn.conv2d"] = _bf16_conv2d(policy, custom.get("relax.nn.conv2d"), target)
     if custom:
         legalize = [relax.transform.LegalizeOps(customize_legalize_map=custom)
                     if p.info.name == "LegalizeOps" else p for p in legalize]

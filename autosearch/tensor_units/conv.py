@@ -51,6 +51,9 @@ class FlatConv:
     kernel: tuple[int, int]
     padding: tuple[int, int, int, int]  # top, left, bottom, right
     stride: int = 1
+    # the GEMM's pixels per row: whole 16-row tiles for AMX; any block of pixels for the dot product
+    # (:func:`.dpbf16.gemm_width`)
+    unit: str = "amx"
 
     @property
     def row(self) -> int:
@@ -65,10 +68,13 @@ class FlatConv:
 
     @property
     def gemm_hw(self) -> tuple[int, int]:
-        """The GEMM's output rows and pixels per row: the output's, rounded up to pairs of rows and to whole
-        16-pixel tiles (a tile then never straddles two rows, so each block of rows is a block of the output)."""
+        """The GEMM's output rows and pixels per row: the output's, rounded up to pairs of rows and, on AMX, to
+        whole 16-pixel tiles (a tile then never straddles two rows, so each block of rows is a block of the output);
+        on the dot product, to a width whose blocks of pixels fill the registers (:func:`.dpbf16.gemm_width`)."""
+        from autosearch.tensor_units.dpbf16 import gemm_width
+
         out_h, out_w = self.out_hw
-        return _round_up(out_h, 2), _round_up(out_w, TILE)
+        return _round_up(out_h, 2), (gemm_width(out_w) if self.unit == "dpbf16" else _round_up(out_w, TILE))
 
     @property
     def flat_length(self) -> int:
@@ -198,12 +204,16 @@ def flat_conv(call) -> FlatConv | None:
     return conv
 
 
-def legalize(bb, call):
+def legalize(bb, call, *, unit: str = "amx"):
     """``LegalizeOps`` entry for a conv2d that :func:`flat_conv` accepts: weights packed (a constant function),
-    then the flattened bf16 convolution. Returns None for any other conv2d."""
+    then the flattened bf16 convolution, its GEMM shaped for ``unit`` (``amx`` or ``dpbf16``, :attr:`FlatConv.unit`).
+    Returns None for any other conv2d."""
+    from dataclasses import replace
+
     conv = flat_conv(call)
     if conv is None:
         return None
+    conv = replace(conv, unit=unit)
     packed = bb.emit_te(partial(pack_weight, conv=conv), call.args[1], primfunc_name_hint="amx_pack_weight")
     return bb.call_te(partial(conv2d_nhwc, conv=conv), call.args[0], packed, primfunc_name_hint=TASK_NAME)
 

@@ -30,11 +30,41 @@ from autosearch.tensor_units.intrinsics import register_once
 
 LANES = 16  # fp32 accumulators per zmm register: the output channels of one dot product
 PACKED_ROW = 64  # bf16 values per packed weight row: 32 output channels x a pair (conv.BLOCK_N x 2)
-# (rows, pixels per row, 16-channel vectors): 16 accumulators each, room left in the 32 zmm registers for the
-# weights and a broadcast; pixels divide the GEMM's 16-pixel row tiles, rows its pairs of rows, and the channels
-# stay within one 32-channel block of the packed weights
+# Accumulator vectors of a block (rows x pixels x 16-channel vectors): at most MAX_ACCUMULATORS leaves room in the 32
+# zmm registers for the weights and a broadcast; at least MIN_ACCUMULATORS hides the dot product's latency (an
+# accumulator's next dot product waits for its last). A block's pixels divide the GEMM's row (MIN_PIXELS or more),
+# its rows the GEMM's pairs of rows, and its channels stay within one 32-channel block of the packed weights.
+MIN_ACCUMULATORS, MAX_ACCUMULATORS = 12, 28
+MIN_PIXELS, MAX_PIXEL_BLOCK = 4, 16
+# the shapes of a GEMM row of 16 pixels (or a multiple), in the order of their sketches
 SHAPES = ((1, 8, 2), (1, 16, 1), (2, 4, 2), (2, 8, 1))
 DPBF16 = "llvm.x86.avx512bf16.dpbf16ps.512"
+
+
+def gemm_width(out_w: int) -> int:
+    """The pixels per row the GEMM computes for an output ``out_w`` pixels wide: the narrowest width from ``out_w``
+    on that a block of :data:`MIN_PIXELS` to :data:`MAX_PIXEL_BLOCK` pixels divides. AMX computes whole 16-row
+    tiles (:attr:`.conv.FlatConv.gemm_hw`), which at 13, 26 and 52 pixels (tiny-YOLOv2's widest layers) computes
+    1.23-1.33x the pixels it keeps; the dot product's block is any number of pixels (registers, not tile rows), so
+    those rows are computed as they are, in blocks of 13."""
+    width = max(out_w, MIN_PIXELS)
+    while not any(width % p == 0 for p in range(MIN_PIXELS, MAX_PIXEL_BLOCK + 1)):
+        width += 1
+    return width
+
+
+def shapes_for(width: int, cols: int) -> list[tuple[int, int, int]]:
+    """The (rows, pixels, 16-channel vectors) blocks of a GEMM ``width`` pixels a row with ``cols`` output channels:
+    for rows of whole 16-pixel tiles, the :data:`SHAPES` that fit (the design space as it was, its sketches in the
+    same order); for others, every block whose pixels divide the row with :data:`MIN_ACCUMULATORS` to
+    :data:`MAX_ACCUMULATORS` vectors (the fullest block alone where none has as many)."""
+    fits = [(rows, pixels, nv) for rows in (1, 2) for pixels in range(MIN_PIXELS, MAX_ACCUMULATORS + 1)
+            for nv in (1, 2) if width % pixels == 0 and cols % (LANES * nv) == 0
+            and rows * pixels * nv <= MAX_ACCUMULATORS]
+    if width % LANES == 0:
+        return [s for s in SHAPES if s in fits]
+    wide = [s for s in fits if s[0] * s[1] * s[2] >= MIN_ACCUMULATORS]
+    return wide or ([max(fits, key=lambda s: s[0] * s[1] * s[2])] if fits else [])
 
 
 def intrin_name(block: Block) -> str:
@@ -150,4 +180,5 @@ def _impl(block: Block):
     return impl
 
 
-__all__ = ["LANES", "SHAPES", "intrin_name", "kernel_ir", "names_any", "pairs", "register", "register_for", "symbol"]
+__all__ = ["LANES", "SHAPES", "gemm_width", "intrin_name", "kernel_ir", "names_any", "pairs", "register",
+           "register_for", "shapes_for", "symbol"]

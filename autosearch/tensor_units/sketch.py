@@ -12,11 +12,11 @@ strategy and cost model searches it like any MetaSchedule sketch and the exporte
   stay in registers (tiles or vectors) and, on AMX, the tile configuration and the accumulator's load and store
   come once per block. A 1x1 filter too: it once called the plain tile multiply (``amx.register``) for up to 512
   channels at a time, paying the tile configuration and the accumulators' load and store per slice, and ran up to
-  1.4x slower on YOLOv8n's 1x1 layers of 80-384 channels. The
-  shapes are the unit's: up to 2 x 2 tiles of 16 pixels x 16 channels on AMX, 16 vector accumulators of 16 channels
-  for the dot product (:data:`.dpbf16.SHAPES`). The two orders: pixel tiles outside channel tiles (an input
-  window stays in cache across the channel tiles) or channel tiles outside pixel tiles (a block of weights stays
-  in cache across the pixel tiles: the wide, small layers whose weights are megabytes);
+  1.4x slower on YOLOv8n's 1x1 layers of 80-384 channels. The shapes are the unit's: up to 2 x 2 tiles of 16
+  pixels x 16 channels on AMX, 12-28 vector accumulators of 16 channels for the dot product, their pixels dividing
+  the GEMM's row (:func:`.dpbf16.shapes_for`). The two orders: pixel tiles outside channel tiles (an input window
+  stays in cache across the channel tiles) or channel tiles outside pixel tiles (a block of weights stays in cache
+  across the pixel tiles: the wide, small layers whose weights are megabytes);
 - ``SamplePerfectTile`` of the pixel tiles and of the channel tiles into an outer (parallel) and an inner loop.
 
 The padding/flattening block and the epilogue (bias, activation, the slice back to the real pixels) are
@@ -31,8 +31,7 @@ from typing import Any
 from autosearch.tensor_units.amx import TILE_K, TILE_ROWS, ConvTile, register_conv
 from autosearch.tensor_units.block import Block, Geometry, register_zero
 from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, GROUP_ATTR, KERNEL_ATTR, ROW_ATTR, STRIDE_ATTR
-from autosearch.tensor_units.dpbf16 import LANES
-from autosearch.tensor_units.dpbf16 import SHAPES as DOT_SHAPES
+from autosearch.tensor_units.dpbf16 import LANES, shapes_for
 from autosearch.tensor_units.dpbf16 import register as register_dot
 
 
@@ -66,7 +65,11 @@ def dpbf16_sketches(mod, target, *, seed: int) -> list[Any]:
 
     if has_amx_bf16(target) or not has_avx512_bf16(target) or not is_amx_task(mod):
         return []
-    shapes = [(rows, pixels, LANES * nv) for rows, pixels, nv in DOT_SHAPES]
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(mod, debug_mask=0)
+    _, _, w, co, *_ = sch.get_loops(sch.get_sblock(GEMM_BLOCK))
+    shapes = [(rows, pixels, LANES * nv) for rows, pixels, nv in shapes_for(_extent(sch, w), _extent(sch, co))]
     return _sketches(mod, seed, shapes, _dot_plan, "dpbf16")
 
 
