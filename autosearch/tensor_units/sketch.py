@@ -68,8 +68,9 @@ def dpbf16_sketches(mod, target, *, seed: int) -> list[Any]:
     from tvm.s_tir import Schedule
 
     sch = Schedule(mod, debug_mask=0)
-    _, _, w, co, *_ = sch.get_loops(sch.get_sblock(GEMM_BLOCK))
-    shapes = [(rows, pixels, LANES * nv) for rows, pixels, nv in shapes_for(_extent(sch, w), _extent(sch, co))]
+    _, h, w, co, *_ = sch.get_loops(sch.get_sblock(GEMM_BLOCK))
+    shapes = [(rows, pixels, LANES * nv) for rows, pixels, nv in shapes_for(_extent(sch, w), _extent(sch, co))
+              if rows == 1 or _extent(sch, h) % 2 == 0]
     return _sketches(mod, seed, shapes, _dot_plan, "dpbf16")
 
 
@@ -120,17 +121,18 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
     group = int(annotations[GROUP_ATTR])
     geo = Geometry(kh=kh, kw=kw, row=int(annotations[ROW_ATTR]), stride=int(annotations[STRIDE_ATTR]), group=group,
                    channels=_extent(sch, reduction[-1]) if group == 1 else TILE_K // group)
-    if _extent(sch, h) % 2 or _extent(sch, w) % w_i or _extent(sch, co) % n_i:
+    odd = _extent(sch, h) % 2  # only the dot product's GEMM has an odd number of rows (conv.FlatConv.gemm_hw)
+    if odd and mh > 1 or _extent(sch, w) % w_i or _extent(sch, co) % n_i:
         return None
     intrin = plan(geo, mh, w_i, n_i)
-    # rows go in pairs (the GEMM has an even number), so a parallel block never has a single row: loops of
-    # extent 1 vanish, and a trace must find the same loops whatever its tile sizes
-    h_o, h_p = sch.split(h, [None, 2])
+    # rows go in pairs where the GEMM has an even number (AMX rounds its rows up to one), so a parallel block
+    # never has a single row; an odd number of rows is tiled as it is
+    h_o, h_p = (h, None) if odd else sch.split(h, [None, 2])
     w_o, w_i_loop = sch.split(w, [None, w_i])
     co_o, co_i = sch.split(co, [None, n_i])
     h1, h2 = sch.split(h_o, sch.sample_perfect_tile(h_o, n=2, max_innermost_factor=16))
     c1, c2 = sch.split(co_o, sch.sample_perfect_tile(co_o, n=2, max_innermost_factor=16))
-    pair = () if mh > 1 else (h_p,)  # two rows of pixel tiles: the pair is the tile's; else a loop over it
+    pair = () if mh > 1 or odd else (h_p,)  # two rows of pixel tiles: the pair is the tile's; else a loop over it
     inner = (c2, h2, *pair, w_o) if weights_outer else (h2, *pair, w_o, c2)
     tile = ((h_p,) if mh > 1 else ()) + (w_i_loop, co_i)
     sch.reorder(n, h1, c1, *inner, *tile, *reduction)  # the whole reduction in one call
