@@ -63,9 +63,10 @@ def ov_category(node_type: str) -> str:
     return "other"
 
 
-def tvm_kernels(model: str, db: str, inputs: dict[str, np.ndarray], runs: int) -> tuple[dict[str, float], list]:
+def tvm_kernels(model: str, db: str, inputs: dict[str, np.ndarray], runs: int,
+                target: str | None = None) -> tuple[dict[str, float], list]:
     """(kernel name -> median milliseconds per forward pass (calls of one kernel summed), the compiled model's
-    kernels with their tasks and calls) of the model built with ``db``."""
+    kernels with their tasks and calls) of the model built with ``db`` (for ``target``, default the host)."""
     import tvm
 
     import autosearch
@@ -73,7 +74,7 @@ def tvm_kernels(model: str, db: str, inputs: dict[str, np.ndarray], runs: int) -
 
     with tempfile.TemporaryDirectory() as tmp:
         library = os.path.join(tmp, "model.so")
-        compiled = autosearch.compile(model, db, library)
+        compiled = autosearch.compile(model, db, library, target=target)
         loaded = load_model(library)
         args = [tvm.runtime.tensor(v, tvm.cpu()) for v in inputs.values()]
         for _ in range(3):  # warm-up: first-touch of the weights and the workspace
@@ -336,7 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log", help="the run's tuning log: each kernel in the model beside its task as tuned")
     p.add_argument("--retime", action="store_true", help="with --log: time each task's best config alone again, "
                    "warm and cold")
+    p.add_argument("--target", help="the target the database was tuned for (a JSON dict), when it is not the host's: "
+                   "a CPU stood in for with fewer features (experiments/user_path.py --target)")
+    p.add_argument("--onednn-max-isa", help="OpenVINO's oneDNN kernels capped alike (ONEDNN_MAX_CPU_ISA, e.g. "
+                   "AVX512_CORE_BF16)")
     args = p.parse_args(argv)
+    if args.onednn_max_isa:
+        os.environ["ONEDNN_MAX_CPU_ISA"] = args.onednn_max_isa  # before OpenVINO loads oneDNN
     if args.retime and not args.log:
         p.error("--retime needs --log")
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's runtime starts its thread pool
@@ -353,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     items: dict[str, list[tuple[str, str, float]]] = {}
     ov: dict[str, tuple[dict, dict]] = {}
     print("profiling TVM tuned ...", file=sys.stderr, flush=True)
-    kernels, compiled_kernels = tvm_kernels(args.model, args.db, inputs, args.runs)
+    kernels, compiled_kernels = tvm_kernels(args.model, args.db, inputs, args.runs, args.target)
     items["TVM tuned"] = sorted(((k, tvm_category(k), ms) for k, ms in kernels.items()), key=lambda x: -x[2])
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.onnx")
