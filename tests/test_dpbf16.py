@@ -144,8 +144,11 @@ def test_bf16_conv_task_on_avx512_bf16_matches_numpy(tmp_path, hw, kernel, strid
     width = gemm_width(out_w)
     assert width == out_w  # rows of 13 computed as they are (AMX computes 16): no pixel computed and dropped
     sch = s_tir.Schedule(space.mod)
-    _, h, w, co, *_ = sch.get_loops(sch.get_sblock(GEMM_BLOCK))
+    _, h, w, co, *reduction = sch.get_loops(sch.get_sblock(GEMM_BLOCK))
     assert [int(sch.get(loop).extent) for loop in (h, w, co)] == [out_w, out_w, padded]  # odd rows as they are
+    # a filter row's taps of a narrow input are one reduction group of its channels (AMX: a 32-value tile row)
+    channels = cin + (kernel * cin) % 2 if cin <= 16 and kernel > 1 else -(-cin // 32) * 32
+    assert np.prod([int(sch.get(loop).extent) for loop in reduction]) == kernel * kernel * channels
     shapes = [s for s in shapes_for(width, padded) if out_w % 2 == 0 or s[0] == 1]  # odd rows: one row a block
     if width % 16 == 0:  # the design space as it was
         assert shapes == [s for s in SHAPES if padded % (16 * s[2]) == 0]

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from autosearch.tensor_units.intrinsics import register_once
 
-TAP_ROW = 32  # bf16 values of a group of taps: one 64-byte row (the tile row the packing was made for)
 KEY_PATTERN = r"k(\d+)x(\d+)_g(\d+)_r(\d+)_c(\d+)_s(\d+)"  # Geometry.key: kh, kw, group, row, channels, stride
 
 
@@ -50,8 +49,8 @@ class Geometry:
 
     @property
     def depth(self) -> int:
-        """Reduction length of one tap group: a pixel's channels, or one 32-value row of ``group`` pixels."""
-        return self.channels if self.group == 1 else TAP_ROW
+        """Reduction length of one tap group: its pixels' channels (one 32-value tile row on AMX)."""
+        return self.channels * self.group
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,4 +162,4 @@ def impl(c: T.handle) -> None:{head}
     return from_source(desc, extra_vars={"T": T}), from_source(impl, extra_vars={"T": T})
 
 
-__all__ = ["KEY_PATTERN", "TAP_ROW", "Block", "Geometry", "describe", "parse_key", "register_zero", "register_zeros"]
+__all__ = ["KEY_PATTERN", "Block", "Geometry", "describe", "parse_key", "register_zero", "register_zeros"]

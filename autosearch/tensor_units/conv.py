@@ -89,28 +89,39 @@ class FlatConv:
 
     @property
     def group(self) -> int:
-        """Filter taps per tile multiply: 1, or, when a pixel's channels (padded to a power of two) fill less than a
-        tile row, the neighbouring pixels one tile row holds (2 for 16 channels, 8 for the 3-channel stem), so
-        the multiplies are not mostly zeros. Taps only group along a filter row of more than one tap."""
+        """Filter taps per reduction group: 1, or, when a pixel's channels fill less than half a tile row (16 or
+        fewer), several neighbouring pixels, so the multiplies are not mostly zeros: on AMX those one tile row holds
+        (the channels padded to a power of two: 2 taps for 16 channels, 8 for the 3-channel stem); on the dot
+        product, which multiplies pairs, not tile rows, the filter row's taps (3 taps of 4 channels for the stem: 12
+        values for its 9, where the tile row's 32 multiplied 3.6x as many). Taps only group along a filter row of
+        more than one tap."""
         kh, kw = self.kernel
         if self.in_channels > BLOCK_K // 2 or kw == 1 or kh == 1:
             return 1
+        if self.unit == "dpbf16":
+            return kw
         return BLOCK_K // (1 << (self.in_channels - 1).bit_length())
 
     @property
     def groups(self) -> int:
-        """Tile multiplies along a filter row: the filter's width in groups of :attr:`group` taps."""
+        """Reduction groups along a filter row: the filter's width in groups of :attr:`group` taps."""
         return -(-self.kernel[1] // self.group)
 
     @property
     def in_padded(self) -> int:
-        """Channels per flat pixel: whole tile rows, or the power of two a tap group packs into one."""
-        return _round_up(self.in_channels, BLOCK_K) if self.group == 1 else BLOCK_K // self.group
+        """Channels per flat pixel: whole tile rows; with tap groups, on AMX the power of two a group packs into one
+        tile row, on the dot product the channels (one more where a group's values would be odd: they go in
+        pairs)."""
+        if self.group == 1:
+            return _round_up(self.in_channels, BLOCK_K)
+        if self.unit == "dpbf16":
+            return self.in_channels + (self.group * self.in_channels) % 2
+        return BLOCK_K // self.group
 
     @property
     def depth(self) -> int:
-        """Reduction length of one tap group (the packed weights' third axis, in bf16 values)."""
-        return self.in_padded if self.group == 1 else BLOCK_K
+        """Reduction length of one tap group (the packed weights' third axis, in bf16 values): its taps' channels."""
+        return self.in_padded * self.group
 
     @property
     def out_padded(self) -> int:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autosearch.tensor_units.amx import TILE_K, TILE_ROWS, ConvTile, register_conv
+from autosearch.tensor_units.amx import TILE_ROWS, ConvTile, register_conv
 from autosearch.tensor_units.block import Block, Geometry, register_zero
 from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, GROUP_ATTR, KERNEL_ATTR, ROW_ATTR, STRIDE_ATTR
 from autosearch.tensor_units.dpbf16 import LANES, shapes_for
@@ -120,7 +120,7 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
     kh, kw = (int(v) for v in annotations[KERNEL_ATTR])
     group = int(annotations[GROUP_ATTR])
     geo = Geometry(kh=kh, kw=kw, row=int(annotations[ROW_ATTR]), stride=int(annotations[STRIDE_ATTR]), group=group,
-                   channels=_extent(sch, reduction[-1]) if group == 1 else TILE_K // group)
+                   channels=_extent(sch, reduction[-1]) // group)
     odd = _extent(sch, h) % 2  # only the dot product's GEMM has an odd number of rows (conv.FlatConv.gemm_hw)
     if odd and mh > 1 or _extent(sch, w) % w_i or _extent(sch, co) % n_i:
         return None
