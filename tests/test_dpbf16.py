@@ -116,11 +116,12 @@ def test_dpbf16_intrinsic_on_a_matmul_matches_numpy(pixels, nv) -> None:
 
 # 13: rows of 13 pixels and an odd number of rows, computed as they are (AMX computes 16 x 14);
 # 64 output channels: two packed weight blocks; 1x1: the whole reduction is one tap; stride 2: a pixel's
-# input two flat pixels after the last; 16 and 3 channels: 2 and 8 taps per 32-value group; 16 output channels:
-# one vector wide (a stem's)
+# input two flat pixels after the last; 16 and 3 channels: a filter row's taps in one reduction group; 16 output
+# channels: one vector wide (a stem's); 80 and 48 channels: padded to 80 and 48 (AMX: 96 and 64), 48 and 80 output
+# channels: 3 and 5 vectors (AMX: 64 and 96)
 @pytest.mark.parametrize(("hw", "kernel", "stride", "cin", "cout"), [
     (13, 3, 1, 32, 48), (16, 3, 1, 32, 64), (13, 1, 1, 64, 48), (26, 3, 2, 32, 48), (16, 3, 1, 16, 48),
-    (26, 3, 2, 3, 48), (32, 3, 1, 3, 16), (13, 3, 1, 80, 48)])
+    (26, 3, 2, 3, 48), (32, 3, 1, 3, 16), (13, 3, 1, 80, 48), (16, 1, 1, 48, 32), (16, 3, 1, 80, 80)])
 def test_bf16_conv_task_on_avx512_bf16_matches_numpy(tmp_path, hw, kernel, stride, cin, cout) -> None:
     """Every sketch of a bf16 conv task on a target with AVX512-BF16 and no AMX, at a random config of its own
     (and the first sketch at its default), as the tuner would build it, against NumPy on the same rounded
@@ -139,7 +140,7 @@ def test_bf16_conv_task_on_avx512_bf16_matches_numpy(tmp_path, hw, kernel, strid
 
     space = check_bf16_conv_task(tmp_path, _dot_target(), configs, hw=hw, kernel=kernel, stride=stride, cin=cin,
                                  cout=cout)
-    padded = 16 if cout <= 16 else -(-cout // 32) * 32
+    padded = -(-cout // 16) * 16  # whole vectors (AMX: 32-channel blocks)
     out_w = (hw + 2 * (kernel // 2) - kernel) // stride + 1
     width = gemm_width(out_w)
     assert width == out_w  # rows of 13 computed as they are (AMX computes 16): no pixel computed and dropped
@@ -147,7 +148,7 @@ def test_bf16_conv_task_on_avx512_bf16_matches_numpy(tmp_path, hw, kernel, strid
     _, h, w, co, *reduction = sch.get_loops(sch.get_sblock(GEMM_BLOCK))
     assert [int(sch.get(loop).extent) for loop in (h, w, co)] == [out_w, out_w, padded]  # odd rows as they are
     # a filter row's taps of a narrow input are one reduction group of its channels (AMX: a 32-value tile row)
-    channels = cin + (kernel * cin) % 2 if cin <= 16 and kernel > 1 else -(-cin // 32) * 32
+    channels = cin + (kernel * cin) % 2 if cin <= 16 and kernel > 1 else -(-cin // 16) * 16  # AMX: 32
     assert np.prod([int(sch.get(loop).extent) for loop in reduction]) == kernel * kernel * channels
     shapes = [s for s in shapes_for(width, padded) if out_w % 2 == 0 or s[0] == 1]  # odd rows: one row a block
     if width % 16 == 0:  # the design space as it was

@@ -25,6 +25,7 @@ from functools import partial
 
 BLOCK_N = 32  # output channels per packed weight block: two 16-column B tiles
 BLOCK_K = 32  # input channels are padded to whole 64-byte tile rows
+DOT_CHANNELS = 16  # on the dot product, to whole 32-byte vectors of the flattening copy
 TILE = 16  # output pixels per tile (its rows)
 MIN_CHANNELS = 16  # narrower outputs (YOLOv8's 1-channel DFL), or inputs of a 1x1 filter, would be mostly padding
 GEMM_BLOCK = "amx_gemm"
@@ -109,11 +110,12 @@ class FlatConv:
 
     @property
     def in_padded(self) -> int:
-        """Channels per flat pixel: whole tile rows; with tap groups, on AMX the power of two a group packs into one
-        tile row, on the dot product the channels (one more where a group's values would be odd: they go in
-        pairs)."""
+        """Channels per flat pixel: on AMX whole tile rows (32), on the dot product whole vectors of the flattening
+        copy (16: YOLOv8's 48- and 80-channel inputs as they are, not as 64 and 96); with tap groups, on AMX the
+        power of two a group packs into one tile row, on the dot product the channels (one more where a group's
+        values would be odd: they go in pairs)."""
         if self.group == 1:
-            return _round_up(self.in_channels, BLOCK_K)
+            return _round_up(self.in_channels, BLOCK_K if self.unit == "amx" else DOT_CHANNELS)
         if self.unit == "dpbf16":
             return self.in_channels + (self.group * self.in_channels) % 2
         return BLOCK_K // self.group
@@ -126,7 +128,10 @@ class FlatConv:
     @property
     def out_padded(self) -> int:
         """The GEMM's output channels: whole 32-channel weight blocks, or one 16-column tile for 16 channels or fewer
-        (a stem's; half of each multiply would otherwise compute zeros)."""
+        (a stem's; half of each multiply would otherwise compute zeros); on the dot product whole 16-channel vectors
+        (YOLOv8's 80-channel heads as 80, not 96: their blocks are one vector wide, half a packed weight block)."""
+        if self.unit == "dpbf16":
+            return _round_up(self.out_channels, TILE)
         return TILE if self.out_channels <= TILE else _round_up(self.out_channels, BLOCK_N)
 
 

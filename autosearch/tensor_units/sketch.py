@@ -181,13 +181,15 @@ VECTOR_LANES = 64  # the widest vector loop the flattening copy is given: 128 by
 
 
 def _vectorize(sch, loop) -> None:
-    """Vectorise ``loop`` (a channel loop), in chunks of :data:`VECTOR_LANES` (or 32) when it is wider: LLVM turns
-    one vector of a width that is no power of two (96, 192, 384 channels: YOLOv8's and YOLO11's concatenations)
-    under the flattening's padding condition into code several times slower than the same copy in chunks, while
+    """Vectorise ``loop`` (a channel loop), in chunks of :data:`VECTOR_LANES` (or 32, or 16) when it is wider or no
+    power of two: LLVM turns one vector of a width that is no power of two (96, 192, 384 channels: YOLOv8's and
+    YOLO11's concatenations; 48 and 80 on the dot product, whose channels are padded to 16, not 32) under the
+    flattening's padding condition into code several times slower than the same copy in chunks, while
     power-of-two widths run alike either way (docs/results.md, "The flattening copy in chunks"). The chunks' loop
     stays serial, inside the parallel one."""
     extent = _extent(sch, loop)
-    lanes = next((n for n in (VECTOR_LANES, 32) if extent % n == 0), None) if extent > VECTOR_LANES else None
+    lanes = next((n for n in (VECTOR_LANES, 32, 16) if extent % n == 0 and n < extent), None) if (
+        extent > VECTOR_LANES or extent & (extent - 1)) else None
     if lanes is not None:
         loop = sch.split(loop, [None, lanes])[-1]
     sch.vectorize(loop)
