@@ -6,7 +6,9 @@ mutations of the best), made by ``experiments/make_dataset.py --tasks 8,6,5,4 --
 
 from __future__ import annotations
 
+import fcntl
 import os
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -39,11 +41,59 @@ def contents():
     return read_log(DATASET)
 
 
+def first_records(contents, n: int = 3):
+    """The first ``n`` valid records of the first task, with its header: a few records to featurise afresh."""
+    from autosearch.records import LogContents
+
+    key = next(iter(contents.tasks))
+    records = [r for r in contents.trials(key) if r.ok][:n]
+    return LogContents(path=contents.path, tasks={key: contents.tasks[key]}, records=records)
+
+
+def _tasks_part(contents, part: int, parts: int):
+    """Every ``parts``-th task of ``contents`` from the ``part``-th on, with all its records."""
+    from autosearch.records import LogContents
+
+    keys = list(contents.tasks)[part::parts]
+    return LogContents(path=contents.path, tasks={k: contents.tasks[k] for k in keys},
+                       records=[r for r in contents.records if r.task_key in keys])
+
+
+@contextmanager
+def _locked(path):
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # waits while another worker holds it
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
-def dataset(contents):
+def dataset(contents, tmp_path_factory):
+    """The committed dataset with every input kind. Featurising it takes each xdist worker a minute and a half
+    (its assembly features compile 160 kernels); the workers share it instead: each featurises its half of the
+    tasks into a feature store in the session's directory, then takes the other half from there (featurising it
+    itself if the other worker has not begun it, waiting if it is at it), and builds the dataset from the store.
+    The features are the same (``test_feature_store.py``); the extraction's own timings are checked on records
+    featurised afresh (``first_records``)."""
+    from autosearch.cost_models.feature_store import FeatureStore
     from autosearch.cost_models.features import build_dataset
 
-    return build_dataset([contents])  # every input kind
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker:
+        return build_dataset([contents])  # every input kind
+    shared = tmp_path_factory.getbasetemp().parent / "dataset-features"  # this session's, shared by its workers
+    shared.mkdir(exist_ok=True)
+    store = FeatureStore(str(shared))
+    mine = int(worker.removeprefix("gw") or 0) % 2
+    for part in (mine, 1 - mine):
+        with _locked(shared / f"part{part}.lock"):
+            done = shared / f"part{part}.done"
+            if not done.exists():
+                build_dataset([_tasks_part(contents, part, 2)], store=store)
+                done.touch()
+    return build_dataset([contents], store=store)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from autosearch.cost_models import features as features_module
 from autosearch.cost_models import loop_features
 from autosearch.cost_models.feature_store import FeatureKey, FeatureStore, default_cache_dir, record_key
 from autosearch.cost_models.features import build_dataset, feature_key
-from autosearch.records import LogContents
+from tests.cost_models.conftest import first_records
 
 
 @pytest.fixture
@@ -32,13 +32,6 @@ def extractor_calls(monkeypatch):
     for name in ("loop", "per_store", "asm"):
         monkeypatch.setattr(cls, name, counted(name, getattr(cls, name), len))
     return calls
-
-
-def _few(contents, n: int = 3) -> LogContents:
-    """The first ``n`` valid records of the first task, with its header."""
-    key = next(iter(contents.tasks))
-    records = [r for r in contents.trials(key) if r.ok][:n]
-    return LogContents(path=contents.path, tasks={key: contents.tasks[key]}, records=records)
 
 
 def test_a_second_run_featurises_nothing_and_reads_what_the_first_computed(contents, tmp_path, extractor_calls):
@@ -62,7 +55,7 @@ def test_a_second_run_featurises_nothing_and_reads_what_the_first_computed(conte
 
 def test_each_extractor_is_cached_on_its_own(contents, tmp_path, extractor_calls):
     """loop features cached by an ``xgb@loop`` run are reused by a ``loop+asm`` one, which builds only the assembly."""
-    few = _few(contents)
+    few = first_records(contents)
     store = FeatureStore(tmp_path)
     loop_only = build_dataset([few], kinds=("loop",), store=store)
     assert extractor_calls["loop"] == 3 and extractor_calls["asm"] == 0
@@ -78,7 +71,7 @@ def test_each_extractor_is_cached_on_its_own(contents, tmp_path, extractor_calls
 
 
 def test_a_new_feature_version_invalidates_the_cache(contents, tmp_path, monkeypatch, extractor_calls):
-    few = _few(contents)
+    few = first_records(contents)
     build_dataset([few], kinds=("loop",), store=FeatureStore(tmp_path))
     assert build_dataset([few], kinds=("loop",), store=FeatureStore(tmp_path)).featurised == 0
     monkeypatch.setattr(loop_features, "VERSION", loop_features.VERSION + 1)
@@ -96,7 +89,7 @@ def test_machine_facts_and_target_are_part_of_the_key(contents):
 
 
 def test_a_corrupt_cache_file_is_ignored_with_a_warning_and_rebuilt(contents, tmp_path, caplog):
-    few = _few(contents)
+    few = first_records(contents)
     build_dataset([few], kinds=("loop",), store=FeatureStore(tmp_path))
     (path,) = [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files]
     with open(path, "wb") as fh:

@@ -7,6 +7,7 @@ import pytest
 from tvm.tirx import ForKind
 
 from autosearch.cost_models.evaluate import pairwise_accuracy
+from autosearch.cost_models.features import build_dataset
 from autosearch.cost_models.loop_features import (
     FEATURE_NAMES,
     WIDTH,
@@ -17,6 +18,7 @@ from autosearch.cost_models.loop_features import (
     schedule_features,
     vector_pieces,
 )
+from tests.cost_models.conftest import first_records
 
 AVX512 = Machine(vector_bits=512, cores=2)
 
@@ -161,21 +163,20 @@ def test_machine_from_the_host_target():
     assert machine.lanes(32) == machine.vector_bits // 32
 
 
-def test_dataset_loop_features(dataset):
+def test_dataset_loop_features(contents, dataset):
     X = dataset.X("loop")
     assert X.shape == (len(dataset), WIDTH) == (160, len(FEATURE_NAMES)) and np.isfinite(X).all()
     for g in range(4):  # the features tell most configs of a task apart
         rows = X[dataset.groups == g]
         assert len({r.tobytes() for r in rows}) >= 34
-    assert 0 < dataset.loop_secs_per_record < 0.1
+    few = build_dataset([first_records(contents)], kinds=("loop",))  # featurised here, not read from a store
+    assert 0 < few.loop_secs_per_record < 0.1
     both = dataset.X("pooled+loop")
     assert both.shape == (160, dataset.X("pooled").shape[1] + WIDTH)
 
 
 def test_dataset_builds_only_what_its_kinds_need(contents, dataset):
     """Loop-feature models skip TVM's PerStoreFeature (~10 ms per record): the same rows, nothing else."""
-    from autosearch.cost_models.features import build_dataset
-
     progress = []
     only_loop = build_dataset([contents], kinds=("loop",), on_progress=lambda *done_total: progress.append(done_total))
     assert progress == [(40, 160), (80, 160), (120, 160), (160, 160)]  # after each task's records
