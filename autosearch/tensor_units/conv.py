@@ -25,7 +25,7 @@ from functools import partial
 
 BLOCK_N = 32  # output channels per packed weight block: two 16-column B tiles
 BLOCK_K = 32  # input channels are padded to whole 64-byte tile rows
-DOT_CHANNELS = 16  # on the dot product, to whole 32-byte vectors of the flattening copy
+DOT_CHANNELS = 16  # on the dot product, channels in and out are padded to whole 16-lane vectors
 TILE = 16  # output pixels per tile (its rows)
 MIN_CHANNELS = 16  # narrower outputs (YOLOv8's 1-channel DFL), or inputs of a 1x1 filter, would be mostly padding
 GEMM_BLOCK = "amx_gemm"
@@ -52,8 +52,8 @@ class FlatConv:
     kernel: tuple[int, int]
     padding: tuple[int, int, int, int]  # top, left, bottom, right
     stride: int = 1
-    # the GEMM's pixels per row: whole 16-row tiles for AMX; any block of pixels for the dot product
-    # (:func:`.dpbf16.gemm_width`)
+    # the bf16 unit the GEMM is shaped for, "amx" or "dpbf16": its rows, pixels per row, tap groups and channel
+    # padding (:attr:`gemm_hw`, :attr:`group`, :attr:`in_padded`, :attr:`out_padded`)
     unit: str = "amx"
 
     @property
@@ -115,7 +115,7 @@ class FlatConv:
         power of two a group packs into one tile row, on the dot product the channels (one more where a group's
         values would be odd: they go in pairs)."""
         if self.group == 1:
-            return _round_up(self.in_channels, BLOCK_K if self.unit == "amx" else DOT_CHANNELS)
+            return _round_up(self.in_channels, DOT_CHANNELS if self.unit == "dpbf16" else BLOCK_K)
         if self.unit == "dpbf16":
             return self.in_channels + (self.group * self.in_channels) % 2
         return BLOCK_K // self.group
@@ -131,7 +131,7 @@ class FlatConv:
         (a stem's; half of each multiply would otherwise compute zeros); on the dot product whole 16-channel vectors
         (YOLOv8's 80-channel heads as 80, not 96: their blocks are one vector wide, half a packed weight block)."""
         if self.unit == "dpbf16":
-            return _round_up(self.out_channels, TILE)
+            return _round_up(self.out_channels, DOT_CHANNELS)
         return TILE if self.out_channels <= TILE else _round_up(self.out_channels, BLOCK_N)
 
 
