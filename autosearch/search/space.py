@@ -140,13 +140,15 @@ class DecisionSpace:
     the target, so every comparison with TVM's own tuner searches the same space. One addition: a task
     that only moves data (no reduction block) on a CPU gets one more sketch after TVM's,
     :func:`autosearch.search.data_movement.blocked_copy_sketch`, since TVM's single schedule for it can lose
-    to the naive loop nest.
+    to the naive loop nest; so does a softmax over its last axis, :func:`autosearch.search.softmax.
+    row_softmax_sketch`, whose reductions TVM's sketches leave scalar.
     """
 
     def __init__(self, mod, target, *, seed: int = 0) -> None:
         from tvm.s_tir import meta_schedule as ms
 
         from autosearch.search.data_movement import blocked_copy_sketch
+        from autosearch.search.softmax import row_softmax_sketch
         from autosearch.tensor_units.sketch import bf16_sketches
         from autosearch.tvm_compat import import_tensor_intrinsics
 
@@ -166,7 +168,8 @@ class DecisionSpace:
         self._recent_lock = threading.Lock()  # a scorer applies on threads
         # a bf16 task on a bf16 unit has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
         schedules = bf16_sketches(mod, target, seed=_SCHEDULE_SEED) or list(self._ctx.generate_design_space())
-        extra = blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)  # after TVM's: their indices stay
+        extra = (blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)  # after TVM's: their indices stay
+                 or row_softmax_sketch(mod, target, seed=_SCHEDULE_SEED))
         self.sketches: tuple[Sketch, ...] = tuple(
             self._make_sketch(i, sch) for i, sch in enumerate(schedules + ([extra] if extra is not None else []))
         )

@@ -1,0 +1,81 @@
+"""An extra sketch for softmax tasks on CPU: one row at a time, its reductions vectorised.
+
+A softmax over the last axis is four passes over each row: its maximum, the exponentials, their sum, and each
+exponential divided by the sum. MetaSchedule's CPU space schedules the blocks of TOPI's softmax one by one: the
+maximum and the sum reduce along the row one element at a time (a scalar dependency chain the vector units
+cannot take), and the exponentials are written out for the whole tensor before the sum reads them back. The
+attention of an area-attention model (YOLO12's ``A2C2f``) runs softmaxes over 400 x 400 score matrices, several
+megabytes each, and there the tuned kernels were the largest non-convolution cost of the model.
+
+This sketch computes each row to the end before the next, its exponentials in a row-sized buffer that stays in
+the cache, and splits both reductions with ``rfactor`` into 16 (or fewer) independent partial results, so the
+maximum and the sum run as vector instructions; the rows are the parallel loop. The vector widths are
+``SamplePerfectTile`` decisions, so every strategy measures them like any other; the schedule is plain TVM
+primitives, so the exported trace replays in TVM as it is. Numerics: the sum adds in another order (partial sums),
+which the measurement's check against the unscheduled kernel covers like any reordering.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_BLOCK, SUM_BLOCK, NORM_BLOCK = "T_softmax_maxelem", "T_softmax_expsum", "T_softmax_norm"
+EXP_BLOCKS = ("T_fast_exp", "T_softmax_exp")  # TOPI's fast_softmax and softmax
+INLINED = ("T_softmax_delta",)  # fast_softmax's x - max, computed inside the exponential
+LANES = 16  # fp32 lanes of the widest vectors the sketch asks for (a 512-bit register)
+
+
+def _exp_block(names: set[str]) -> str | None:
+    found = [n for n in EXP_BLOCKS if n in names]
+    return found[0] if len(found) == 1 else None
+
+
+def row_softmax_sketch(mod, target, *, seed: int) -> Any | None:
+    """A traced Schedule for ``mod`` when it is one softmax over its last axis (TOPI's blocks and nothing else),
+    on a CPU; else None."""
+    from tvm.s_tir import Schedule
+
+    if target.kind.name != "llvm":
+        return None
+    try:
+        sch = Schedule(mod, seed=seed, debug_mask=0)
+        blocks = {sch.get(rv).name_hint: rv for rv in sch.get_child_blocks(sch.get_sblock("root"))}
+    except Exception:  # not a single PrimFunc with a root block
+        return None
+    names = set(blocks)
+    exp = _exp_block(names)
+    if exp is None or not {MAX_BLOCK, SUM_BLOCK, NORM_BLOCK} <= names or names - {MAX_BLOCK, SUM_BLOCK, NORM_BLOCK,
+                                                                                     exp, *INLINED}:
+        return None
+    norm = sch.get(blocks[NORM_BLOCK])
+    axis = norm.annotations.get("axis")
+    if axis is None or int(axis) != len(norm.iter_vars) - 1 or len(norm.iter_vars) < 2:
+        return None  # a softmax over another axis: its rows are not the inner loop
+    try:
+        for name in INLINED:
+            if name in blocks:
+                sch.compute_inline(blocks[name])
+        partials = []
+        for name in (MAX_BLOCK, SUM_BLOCK):  # rfactor first: it needs the reduction's own loop nest
+            k = sch.get_loops(blocks[name])[-1]
+            _, inner = sch.split(k, sch.sample_perfect_tile(k, n=2, max_innermost_factor=LANES))
+            partials.append(sch.rfactor(inner, factor_axis=0))
+        loops = sch.get_loops(blocks[NORM_BLOCK])
+        row = sch.fuse(*loops[:-1])
+        sch.parallel(row)
+        for rv in (blocks[SUM_BLOCK], partials[1], blocks[exp], blocks[MAX_BLOCK], partials[0]):
+            sch.compute_at(rv, row)
+        for rv in (blocks[exp], blocks[NORM_BLOCK]):
+            last = sch.get_loops(rv)[-1]
+            _, lanes = sch.split(last, sch.sample_perfect_tile(last, n=2, max_innermost_factor=LANES))
+            sch.vectorize(lanes)
+        for rv in partials:  # loops (partial, step along the row): the steps outside, the partials as the vector
+            partial, step = sch.get_loops(rv)[-2:]
+            sch.reorder(step, partial)
+            sch.vectorize(partial)
+    except Exception:  # a block TVM cannot move or split here: no such sketch for this task
+        return None
+    return sch
+
+
+__all__ = ["row_softmax_sketch"]
