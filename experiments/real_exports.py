@@ -21,6 +21,8 @@ load beside the CPU torch. So the exports run in a separate virtualenv, never th
 torchvision registers fake kernels for its ``nms`` / ``qnms`` ops at import and fails when its C++ library
 did not define them; the export script defines their schemas first (an export never calls them).
 Exports are kept in ``--work`` (re-used on a second run). Writes experiments/results/real_exports.{md,json}.
+``--export NAME`` only writes ``--work/NAME.onnx``, Ultralytics' default export of a model that is not built in
+(YOLO12n, whose area attention is what the results measure it for).
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ from autosearch.tables import markdown_table
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MODELS = ("yolov8n", "yolo11n")  # Ultralytics' yaml names are the built-in names
-KINDS = {"unsimplified": {"simplify": False}, "dynamic": {"simplify": False, "dynamic": True},
-         "simplified": {"simplify": True}}
+KINDS = {"unsimplified": {"opset": 17, "simplify": False},
+         "dynamic": {"opset": 17, "simplify": False, "dynamic": True},
+         "simplified": {"opset": 17, "simplify": True}}
+DEFAULT = "default"  # Ultralytics' own options, as ``yolo export model=NAME.pt format=onnx`` exports
 IMAGE_SHAPE = "images:1,3,640,640"
 
 EXPORT_SCRIPT = """
@@ -51,7 +55,7 @@ import ultralytics
 from ultralytics import YOLO
 name, out, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 torch.manual_seed(0)
-path = YOLO(name + ".yaml").export(format="onnx", imgsz=640, opset=17, **options)
+path = YOLO(name + ".yaml").export(format="onnx", imgsz=640, **options)
 shutil.move(path, out)
 print(json.dumps({"ultralytics": ultralytics.__version__, "torch": torch.__version__}))
 """
@@ -64,8 +68,9 @@ def export(python: str, name: str, kind: str, path: str) -> dict:
         with open(versions_path) as f:
             return json.load(f)
     env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_AUTOINSTALL": "0"}
-    proc = subprocess.run([python, "-c", EXPORT_SCRIPT, name, path, json.dumps(KINDS[kind])], capture_output=True,
-                          text=True, cwd=os.path.dirname(path), env=env, timeout=900)
+    options = json.dumps(KINDS.get(kind, {}))  # DEFAULT: none
+    proc = subprocess.run([python, "-c", EXPORT_SCRIPT, name, path, options], capture_output=True, text=True,
+                          cwd=os.path.dirname(path), env=env, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"export of {name} ({kind}) failed:\n{proc.stderr[-3000:]}")
     versions = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -116,7 +121,14 @@ def main() -> int:
     p.add_argument("--ultralytics-python", default="/work/ultra-venv/bin/python",
                    help="python of a virtualenv with ultralytics (see the module docstring)")
     p.add_argument("--work", default=os.path.join(os.path.expanduser("~"), ".cache", "autosearch", "real_exports"))
+    p.add_argument("--export", metavar="NAME", help="only export Ultralytics' NAME.yaml (e.g. yolo12n, a model not "
+                   "built in) with Ultralytics' defaults to --work/NAME.onnx, for `run --model` and user_path")
     args = p.parse_args()
+    if args.export:
+        os.makedirs(args.work, exist_ok=True)
+        path = os.path.join(args.work, f"{args.export}.onnx")
+        print(json.dumps({"path": path, **export(args.ultralytics_python, args.export, DEFAULT, path)}))
+        return 0
     os.makedirs(args.work, exist_ok=True)
     target = parse_target(None)
     rows, versions = [], {}

@@ -39,7 +39,7 @@ def softmax_task(request, tmp_path_factory, target):
 def test_only_a_softmax_over_its_last_axis_gets_the_sketch(softmax_task, tmp_path_factory, conv_task, target):
     from tvm.s_tir import meta_schedule as ms
 
-    from autosearch.search.softmax import row_softmax_sketch
+    from autosearch.search.softmax import partial_lanes, row_softmax_sketch
     from autosearch.search.space import DecisionSpace
 
     assert row_softmax_sketch(conv_task.mod, target, seed=0) is None
@@ -51,9 +51,11 @@ def test_only_a_softmax_over_its_last_axis_gets_the_sketch(softmax_task, tmp_pat
                          num_threads=1)
     assert len(space.sketches) == len(ctx.generate_design_space()) + 1  # appended: TVM's keep their indices
     tiles = [d for d in space.sketches[-1].decisions if d.kind == "SamplePerfectTile"]
-    # the maximum's and the sum's partials, the exponentials' and the quotients' vectors: each a split of the row
-    assert len(tiles) == 4 and all({int(np.prod(c)) for c in d.choices} == {SHAPE[-1]} for d in tiles)
+    # the exponentials' and the quotients' vectors, each a split of the row; the reductions' partials are not a
+    # decision: the widest that divides the row, and none for a row that only 1 divides
+    assert len(tiles) == 2 and all({int(np.prod(c)) for c in d.choices} == {SHAPE[-1]} for d in tiles)
     assert all(max(c[-1] for c in d.choices) == 16 for d in tiles)
+    assert [partial_lanes(n) for n in (80, 400, 8400, 13, 18, 17)] == [16, 16, 16, 13, 9, 1]
 
 
 def test_every_vector_width_is_correct_vectorised_and_replays_from_its_trace(softmax_task, target):
@@ -67,8 +69,9 @@ def test_every_vector_width_is_correct_vectorised_and_replays_from_its_trace(sof
 
     space = DecisionSpace(softmax_task.mod, target)
     sketch = space.sketches[-1]
+    widths = max(len(d.choices) for d in sketch.decisions)  # every choice of every decision, the widest last
     configs = [Config(sketch.index, tuple(d.choices[i % len(d.choices)] for d in sketch.decisions))
-               for i in (0, 2, 5)]
+               for i in range(widths)]
     configs.append(Config(sketch.index, tuple(max(d.choices, key=lambda c: c[-1]) for d in sketch.decisions)))
     applied = [space.apply(c) for c in configs]
     assert all(a.ok for a in applied), [a.error for a in applied]

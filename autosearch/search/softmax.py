@@ -9,10 +9,11 @@ megabytes each, and there the tuned kernels were the largest non-convolution cos
 
 This sketch computes each row to the end before the next, its exponentials in a row-sized buffer that stays in
 the cache, and splits both reductions with ``rfactor`` into 16 (or fewer) independent partial results, so the
-maximum and the sum run as vector instructions; the rows are the parallel loop. The vector widths are
-``SamplePerfectTile`` decisions, so every strategy measures them like any other; the schedule is plain TVM
-primitives, so the exported trace replays in TVM as it is. Numerics: the sum adds in another order (partial sums),
-which the measurement's check against the unscheduled kernel covers like any reordering.
+maximum and the sum run as vector instructions; the rows are the parallel loop. The vector widths of the
+exponentials and the quotients are ``SamplePerfectTile`` decisions, so every strategy measures them like any
+other; the schedule is plain TVM primitives, so the exported trace replays in TVM as it is. Numerics: the sum adds
+in another order (partial sums), which the measurement's check against the unscheduled kernel covers like any
+reordering.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ MAX_BLOCK, SUM_BLOCK, NORM_BLOCK = "T_softmax_maxelem", "T_softmax_expsum", "T_s
 EXP_BLOCKS = ("T_fast_exp", "T_softmax_exp")  # TOPI's fast_softmax and softmax
 INLINED = ("T_softmax_delta",)  # fast_softmax's x - max, computed inside the exponential
 LANES = 16  # fp32 lanes of the widest vectors the sketch asks for (a 512-bit register)
+
+
+def partial_lanes(row: int) -> int:
+    """How many partial results a row's reductions keep: the largest divisor of the row up to :data:`LANES`. Fixed,
+    not a decision: one partial (a split of 1) leaves a unit loop that TVM's trace replay drops, so such a record
+    would not replay, and the widest vector is the point of the split."""
+    return max(d for d in range(1, min(row, LANES) + 1) if row % d == 0)
 
 
 def _exp_block(names: set[str]) -> str | None:
@@ -51,6 +59,9 @@ def row_softmax_sketch(mod, target, *, seed: int) -> Any | None:
     axis = norm.annotations.get("axis")
     if axis is None or int(axis) != len(norm.iter_vars) - 1 or len(norm.iter_vars) < 2:
         return None  # a softmax over another axis: its rows are not the inner loop
+    lanes = partial_lanes(int(norm.iter_vars[-1].dom.extent))
+    if lanes < 2:
+        return None
     try:
         for name in INLINED:
             if name in blocks:
@@ -58,7 +69,7 @@ def row_softmax_sketch(mod, target, *, seed: int) -> Any | None:
         partials = []
         for name in (MAX_BLOCK, SUM_BLOCK):  # rfactor first: it needs the reduction's own loop nest
             k = sch.get_loops(blocks[name])[-1]
-            _, inner = sch.split(k, sch.sample_perfect_tile(k, n=2, max_innermost_factor=LANES))
+            _, inner = sch.split(k, [None, lanes])
             partials.append(sch.rfactor(inner, factor_axis=0))
         loops = sch.get_loops(blocks[NORM_BLOCK])
         row = sch.fuse(*loops[:-1])
@@ -78,4 +89,4 @@ def row_softmax_sketch(mod, target, *, seed: int) -> Any | None:
     return sch
 
 
-__all__ = ["row_softmax_sketch"]
+__all__ = ["LANES", "partial_lanes", "row_softmax_sketch"]
