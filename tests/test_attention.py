@@ -31,7 +31,8 @@ def attention_onnx(path: str) -> onnx.ModelProto:
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    # task 0, the heaviest: v @ attn^T, (1, 2, 64, 400) x (1, 2, 400, 400); naive, it takes ~10x a random schedule
+    # task 0, the heaviest: v @ attn^T computed as (attn @ v^T)^T, (1, 2, 400, 400) x (1, 2, 400, 64); naive, it
+    # takes ~10x a random schedule
     return tune_and_export(tmp_path_factory.mktemp("attention"), attention_onnx, trials=2, batch=2,
                            options=("--tasks", "0", "--winograd", "off", "--finalist-rounds", "0"))
 
@@ -48,7 +49,7 @@ def test_an_attention_matmul_is_tuned_exported_and_compiled(tuned, target, capfd
     contents = read_log(tuned["log"])
     (key,) = contents.tasks
     task = contents.tasks[key]
-    assert "matmul" in task["name"] and task["args"][1][0] == [1, HEADS, 400, 400]
+    assert "matmul" in task["name"] and task["args"][0][0] == [1, HEADS, 400, 400]
     best = contents.best(key)
     assert best is not None and best.latency < contents.baseline(key).latency
     model = import_model(tuned["model"], target, winograd="off", layout="NCHW")
@@ -78,3 +79,21 @@ def test_the_attention_tasks_are_yolo11ns_own(tmp_path, target, imported):
     yolo11n = {t.workload_key for t in imported("yolo11n", winograd="off", layout="NCHW").tasks}
     kernels = [t for t in block.tasks if "matmul" in t.name or "softmax" in t.name]
     assert len(kernels) == 3 and all(t.workload_key in yolo11n for t in kernels)
+
+
+def test_the_score_matrix_is_never_transposed(tmp_path, target):
+    """``v @ attn^T`` is computed as ``(attn @ v^T)^T``: the only transposes move ``v`` and the output (64 x 400 a
+    head), none the 400 x 400 scores; the other matmul, ``q^T @ k``, whose transposed operand is the small one, is
+    left as it is."""
+    from autosearch.frontend.importer import import_model
+
+    path = str(tmp_path / "attention.onnx")
+    attention_onnx(path)
+    tasks = import_model(path, target, winograd="off", layout="NCHW").tasks
+    scores = [1, HEADS, 400, 400]
+    matmuls = sorted(([list(a[0]) for a in t.args] for t in tasks if "matmul" in t.name), key=lambda a: a[0])
+    head = CHANNELS // HEADS
+    assert matmuls == [[[1, HEADS, 400, head // 2], [1, HEADS, head // 2, 400], scores],  # q^T @ k
+                       [scores, [1, HEADS, 400, head], [1, HEADS, 400, head]]]  # attn @ v^T
+    moved = [list(a[0]) for t in tasks if "transpose" in t.name and "matmul" not in t.name for a in t.args[:1]]
+    assert moved and scores not in moved

@@ -3,6 +3,9 @@
 Tasks and the tuned build must see the very same fused TIR functions, or the database's workload
 keys (structural hashes) do not match. Both go through :func:`lowering_passes`:
 
+0. a matmul of a transposed operand larger than the other and the output together (an attention's ``v @ attn^T``)
+   computed as the transpose of the other product, so the score matrix is never transposed
+   (:func:`matmul_of_a_transpose_transposes_the_smaller`);
 1. with ``layout="NHWC"`` (CPU targets), Relax's ``ConvertLayout`` first turns every conv2d into NHWC data /
    OHWI weights; the layout transforms cancel between consecutive layers, one is left at the input and
    where the detection head reshapes. NHWC puts the output channels innermost, so a schedule vectorises
@@ -29,6 +32,8 @@ default schedules; then the target's own dataflow-lowering and finalisation pass
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 LAYOUTS = ("NCHW", "NHWC")  # concrete conv2d data layouts of a lowering
 # run --layout: a concrete layout, or "auto": the model tuned in both, the faster compiled (frontend.alternatives)
@@ -170,6 +175,16 @@ def _bf16_conv2d(policy, fallback, target):
     return conv2d
 
 
+def _mutate_relax_functions(mutator, mod):
+    """``mod`` with each Relax function visited by ``mutator`` (a ``PyExprMutator`` built on ``mod``)."""
+    from tvm import relax
+
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    return mutator.builder_.get()
+
+
 def leaky_relu_as_maximum():
     """A pass writing ``leakyrelu(x, a)`` as ``maximum(x, a * x)`` (the same for 0 <= a <= 1): Relax's
     ``ConvertLayout`` has no layout rule for leakyrelu and wraps each one in two transposes back to NCHW and
@@ -190,11 +205,56 @@ def leaky_relu_as_maximum():
 
     @tvm.transform.module_pass(opt_level=0, name="LeakyReluAsMaximum")
     def rewrite(mod, _ctx):
-        mutator = Rewrite(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                mutator.builder_.update_func(gv, mutator.visit_expr(func))
-        return mutator.builder_.get()
+        return _mutate_relax_functions(Rewrite(mod), mod)
+
+    return rewrite
+
+
+def matmul_of_a_transpose_transposes_the_smaller():
+    """A pass writing ``matmul(a, b^T)`` as ``(matmul(b, a^T))^T`` when ``b`` is larger than ``a`` and the output
+    together (``^T`` a swap of the last two axes). An attention's ``v @ attn^T`` (YOLO11's and YOLO12's) otherwise
+    transposes the whole score matrix, heads x tokens x tokens (5 MB in YOLO12n's area attention), into a tensor of
+    its own before the matmul reads it; rewritten, the transposes are of ``v`` and of the output, a tenth of that,
+    and join the reshapes around them. The matmul computes the same dot products."""
+    import tvm
+    from tvm import relax
+
+    def numel(expr) -> int | None:
+        shape = getattr(expr.ty, "shape", None)
+        try:
+            return int(np.prod([int(d) for d in shape]))
+        except (TypeError, ValueError):  # symbolic or unknown
+            return None
+
+    @relax.expr_functor.mutator
+    class Rewrite(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul"):
+                return call
+            a, b_t = call.args
+            producer = self.lookup_binding(b_t) if isinstance(b_t, relax.Var) else b_t
+            if not (isinstance(producer, relax.Call) and isinstance(producer.op, tvm.ir.Op)
+                    and producer.op.name == "relax.permute_dims"):
+                return call
+            b = producer.args[0]
+            if isinstance(b, tvm.ir.expr.Constant):  # a weight: its transpose is folded at compile time
+                return call
+            ndim = getattr(b.ty, "ndim", -1)
+            swap = [*range(ndim - 2), ndim - 1, ndim - 2]
+            axes = producer.attrs.axes
+            if ndim < 2 or getattr(a.ty, "ndim", -1) != ndim or axes is None or [int(x) for x in axes] != swap:
+                return call
+            sizes = [numel(x) for x in (a, b, call)]
+            if None in sizes or sizes[1] <= sizes[0] + sizes[2]:
+                return call
+            a_t = self.builder_.emit(relax.op.permute_dims(a, swap))
+            product = self.builder_.emit(relax.op.matmul(b, a_t, out_dtype=call.attrs.out_dtype))
+            return relax.op.permute_dims(product, swap)
+
+    @tvm.transform.module_pass(opt_level=0, name="MatmulOfATransposeTransposesTheSmaller")
+    def rewrite(mod, _ctx):  # then the large transposes, left unused, are dropped
+        return relax.transform.DeadCodeElimination()(_mutate_relax_functions(Rewrite(mod), mod))
 
     return rewrite
 
@@ -233,8 +293,8 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
         convert.append(flatten_pointwise())  # 1x1 convolutions of narrow images in rows of whole tiles
         at = next(i for i, p in enumerate(legalize) if p.info.name == "AnnotateTIROpPattern") + 1
         legalize.insert(at, mark_fusable())  # the poolings fused into convolutions (tensor_units.pooling)
-    return [*convert, *fast_ops, *relax.pipeline.library_dispatch_passes(target), *legalize,
-            relax.transform.AttachAttrLayoutFreeBuffers()]
+    return [matmul_of_a_transpose_transposes_the_smaller(), *convert, *fast_ops,
+            *relax.pipeline.library_dispatch_passes(target), *legalize, relax.transform.AttachAttrLayoutFreeBuffers()]
 
 
 def lower(relax_mod, target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH,
@@ -350,5 +410,6 @@ def build_tuned(relax_mod, target, database, *, winograd="auto", layout="NCHW",
 __all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "DEFAULT_PRECISION", "DEFAULT_SCHEDULE", "FAST_MATH_MODES", "LAYOUTS",
            "LAYOUT_MODES", "OLD_LOWERING", "PLAN_MEMORY", "PRECISION_MODES", "apply_database", "build_module",
            "build_tuned", "check_fast_math", "check_layout", "check_precision", "default_schedules", "fast_sigmoid",
-           "leaky_relu_as_maximum", "lower", "lowering_passes", "planning_passes", "resolve_precision", "tuned_module",
+           "leaky_relu_as_maximum", "lower", "lowering_passes", "matmul_of_a_transpose_transposes_the_smaller",
+           "planning_passes", "resolve_precision", "tuned_module",
            "untuned_module"]
