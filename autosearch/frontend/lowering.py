@@ -31,9 +31,8 @@ default schedules; then the target's own dataflow-lowering and finalisation pass
 
 from __future__ import annotations
 
+import math
 from typing import Any
-
-import numpy as np
 
 LAYOUTS = ("NCHW", "NHWC")  # concrete conv2d data layouts of a lowering
 # run --layout: a concrete layout, or "auto": the model tuned in both, the faster compiled (frontend.alternatives)
@@ -222,7 +221,7 @@ def matmul_of_a_transpose_transposes_the_smaller():
     def numel(expr) -> int | None:
         shape = getattr(expr.ty, "shape", None)
         try:
-            return int(np.prod([int(d) for d in shape]))
+            return math.prod(int(d) for d in shape)
         except (TypeError, ValueError):  # symbolic or unknown
             return None
 

@@ -78,8 +78,8 @@ def row_softmax_sketch(mod, target, *, seed: int) -> Any | None:
             sch.compute_at(rv, row)
         for rv in (blocks[exp], blocks[NORM_BLOCK]):
             last = sch.get_loops(rv)[-1]
-            _, lanes = sch.split(last, sch.sample_perfect_tile(last, n=2, max_innermost_factor=LANES))
-            sch.vectorize(lanes)
+            _, vector = sch.split(last, sch.sample_perfect_tile(last, n=2, max_innermost_factor=LANES))
+            sch.vectorize(vector)
         for rv in partials:  # loops (partial, step along the row): the steps outside, the partials as the vector
             partial, step = sch.get_loops(rv)[-2:]
             sch.reorder(step, partial)
