@@ -67,10 +67,10 @@ class ImportedModel:
 
     @property
     def bf16_tasks(self) -> int:
-        """Tasks of bf16 convolutions on a bf16 unit (alternatives or not)."""
-        from autosearch.tensor_units.conv import TASK_NAME
+        """Tasks of bf16 convolutions and matmuls on a bf16 unit (alternatives or not)."""
+        from autosearch.tensor_units import conv, matmul
 
-        return sum(1 for t in self.tasks if TASK_NAME in t.name)
+        return sum(1 for t in self.tasks if conv.TASK_NAME in t.name or matmul.TASK_NAME in t.name)
 
 
 # name -> "module:function", a view of the plug-in registry's group "autosearch.workloads" (autosearch.plugins);
@@ -297,12 +297,15 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
 
 
 def _precision_layer(name: str, args) -> tuple[str, str] | None:
-    """(layer key, "fp32" | "bf16") of an NHWC conv task, or None (:mod:`autosearch.tensor_units.conv`). The filter
-    height is the weight's second dimension in both: OHWI in fp32, packed ``(O / 32, KH, ...)`` in bf16."""
+    """(layer key, "fp32" | "bf16") of an NHWC conv task (:mod:`autosearch.tensor_units.conv`) or a batch matmul task
+    (:func:`_matmul_layer`), or None. A convolution's filter height is the weight's second dimension in both: OHWI in
+    fp32, packed ``(O / 32, KH, ...)`` in bf16."""
     from autosearch.frontend.winograd import precision_layer_key
     from autosearch.tensor_units.conv import TASK_NAME
     from autosearch.tensor_units.pooling import WINDOW_MAX
 
+    if "matmul" in name and len(args) >= 3:
+        return _matmul_layer(name, args)
     if "conv2d" not in name or len(args) < 3:
         return None
     data, weight, out = tuple(args[0][0]), tuple(args[1][0]), tuple(args[-1][0])
@@ -314,6 +317,17 @@ def _precision_layer(name: str, args) -> tuple[str, str] | None:
         return precision_layer_key(data, out, weight[1]), "bf16"
     ok = len(weight) == 4 and weight[0] == out[3] and weight[3] == data[3]
     return (precision_layer_key(data, out, weight[1]), "fp32") if ok else None
+
+
+def _matmul_layer(name: str, args) -> tuple[str, str] | None:
+    """(layer key, "fp32" | "bf16") of a batch matmul task (:mod:`autosearch.tensor_units.matmul`): both take the
+    matmul's operands as their first two arguments, ``(*batch, m, k)`` and ``(*batch, k, n)``."""
+    from autosearch.tensor_units.matmul import TASK_NAME, layer_key
+
+    a, b = tuple(args[0][0]), tuple(args[1][0])
+    if len(a) < 3 or len(a) != len(b) or a[:-2] != b[:-2] or a[-1] != b[-2]:
+        return None
+    return layer_key(a, b), "bf16" if TASK_NAME in name else "fp32"
 
 
 def _merge_alternatives(first: list[TuningTask], second: list[TuningTask], classify) -> list[TuningTask]:

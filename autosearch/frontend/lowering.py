@@ -42,8 +42,8 @@ LAYOUT_MODES = ("auto", *LAYOUTS)
 DEFAULT_LAYOUT = "auto"
 FAST_MATH_MODES = ("on", "off")
 DEFAULT_FAST_MATH = "on"  # ONNX Runtime, the baseline, computes sigmoid and softmax with approximations too
-# --precision: fp32 everywhere; bf16 for every NHWC convolution the tensor units can compute; auto: where the CPU
-# has them, each such convolution tuned both ways and the faster kept (autosearch.tensor_units)
+# --precision: fp32 everywhere; bf16 for every NHWC convolution (and matmul of two activations) the tensor units can
+# compute; auto: where the CPU has them, each such layer tuned both ways and the faster kept (autosearch.tensor_units)
 PRECISION_MODES = ("auto", "fp32", "bf16")
 DEFAULT_PRECISION = "auto"  # OpenVINO's default on CPUs with bf16 units is bf16 too
 # the lowering options' values for logs and databases written before the option existed
@@ -118,8 +118,9 @@ def resolve_precision(mode: str, target, layout: str) -> tuple[str, str]:
         if mode == "bf16":
             raise UserError("--precision bf16 needs NHWC convolutions: use --layout NHWC or auto")
         return "fp32", "bf16 convolutions are NHWC and --layout is NCHW"
-    return mode, (f"every eligible NHWC convolution in bf16 on {unit}" if mode == "bf16"
-                  else f"each eligible NHWC convolution tuned in fp32 and in bf16 on {unit}, the faster kept")
+    return mode, (f"every eligible NHWC convolution and matmul in bf16 on {unit}" if mode == "bf16"
+                  else f"each eligible NHWC convolution and matmul tuned in fp32 and in bf16 on {unit}, the faster "
+                       "kept")
 
 
 def check_fast_math(mode: str) -> str:
@@ -172,6 +173,24 @@ def _bf16_conv2d(policy, fallback, target):
         return (fallback or _nn_conv2d)(bb, call)
 
     return conv2d
+
+
+def _bf16_matmul(policy, target):
+    """The matmul legalisation of a policy with bf16 layers: bf16 where it says so (:mod:`autosearch.tensor_units.
+    matmul`, two activations of the same batch shape, on the target's bf16 unit), else TVM's own."""
+    from tvm.relax.transform.legalize_ops.linear_algebra import _matmul
+
+    from autosearch.tensor_units.cpu import bf16_unit
+    from autosearch.tensor_units.matmul import flat_matmul, layer_key, legalize
+
+    unit = "dpbf16" if bf16_unit(target) == "AVX512-BF16" else "amx"
+
+    def matmul(bb, call):
+        if flat_matmul(call) is not None and policy.bf16(layer_key(call.args[0].ty.shape, call.args[1].ty.shape)):
+            return legalize(bb, call, unit=unit)
+        return _matmul(bb, call)
+
+    return matmul
 
 
 def _mutate_relax_functions(mutator, mod):
@@ -277,6 +296,8 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
     bf16 = policy.precision != "fp32" and target.kind.name == "llvm"
     if bf16:
         custom["relax.nn.conv2d"] = _bf16_conv2d(policy, custom.get("relax.nn.conv2d"), target)
+        if converts_layout(target, layout):  # the bf16 lowering is the NHWC one's: NCHW keeps its matmuls fp32 too
+            custom["relax.matmul"] = _bf16_matmul(policy, target)
     if custom:
         legalize = [relax.transform.LegalizeOps(customize_legalize_map=custom)
                     if p.info.name == "LegalizeOps" else p for p in legalize]

@@ -233,7 +233,7 @@ class LocalRunner(RunnerBase):
         key = task.workload_key
         worker = self.device.ident
         reply = self.device.run(key, lambda: self._references[key], built.artifact, task.args, self.seed,
-                                self.policy.run_evaluator(key), timeout=self.policy.timeout(key))
+                                self.policy.run_evaluator(task), timeout=self.policy.timeout(key))
         return self.policy.run_result(key, reply, build_secs=built.build_secs, worker=worker)
 
     def refresh(self) -> None:

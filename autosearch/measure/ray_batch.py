@@ -200,7 +200,7 @@ class RayBatch:
             return device.handle.reference.remote(key, job.artifact, task.args, pool.seed,
                                                   self.policy.reference_evaluator(), self.run_timeout)
         return device.handle.run.remote(key, [pool.reference(key)], job.artifact, task.args, pool.seed,
-                                        self.policy.run_evaluator(key), self.run_timeout)
+                                        self.policy.run_evaluator(task), self.run_timeout)
 
     def _run_done(self, ref: Any) -> None:
         job, device, _ = self.running.pop(ref)

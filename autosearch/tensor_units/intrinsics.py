@@ -40,4 +40,14 @@ def units_named(text: str) -> set[str]:
     return found
 
 
-__all__ = ["register_for", "register_once", "units_named"]
+def rounds_to_bf16(name: str, args) -> bool:
+    """Whether a task (its name and ``(shape, dtype)`` arguments) multiplies bf16 operands, so its kernels are checked
+    with bf16's tolerance: a bf16 convolution's packed weights are bf16 arguments, but a bf16 matmul takes its fp32
+    operands and rounds them inside (:mod:`autosearch.tensor_units.matmul`)."""
+    from autosearch.tensor_units import conv, matmul
+
+    return (conv.TASK_NAME in name or matmul.TASK_NAME in name
+            or any(str(dtype) == "bfloat16" for _, dtype in args))
+
+
+__all__ = ["register_for", "register_once", "rounds_to_bf16", "units_named"]

@@ -33,6 +33,7 @@ from autosearch.tensor_units.block import Block, Geometry, register_zero
 from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, GROUP_ATTR, KERNEL_ATTR, ROW_ATTR, STRIDE_ATTR
 from autosearch.tensor_units.dpbf16 import LANES, shapes_for
 from autosearch.tensor_units.dpbf16 import register as register_dot
+from autosearch.tensor_units.matmul import PACK_B_BLOCK
 
 
 def is_amx_task(mod) -> bool:
@@ -146,6 +147,7 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
     else:  # the input rows of each parallel block, converted where they are read (in cache)
         sch.compute_at(flat, block)
         _vectorize(sch, sch.get_loops(flat)[-1])
+    _schedule_packing(sch)
     if epilogue is not None:  # bias, activation and the slice to the real pixels, on each block as it is done
         # its unit loops kept: a fused pooling of one row pair per block has a row loop of extent 1, and a trace's
         # loops must be the same whatever its tile sizes
@@ -175,6 +177,18 @@ def _schedule_elementwise(sch, block) -> None:
     if len(loops) > 1:
         sch.parallel(sch.fuse(*loops[:-1]))
     _vectorize(sch, loops[-1])
+
+
+def _schedule_packing(sch) -> None:
+    """A matmul's packing of its B operand (:mod:`.matmul`), when the task has one: all of it up front, parallel
+    over its rows, each row's 32 columns x pairs one vector (the unit dimensions of the 1x1 filter fused away)."""
+    try:
+        block = sch.get_sblock(PACK_B_BLOCK)
+    except Exception:  # a convolution: its weights are packed at compile time
+        return
+    *outer, cols, pair = sch.get_loops(block)
+    sch.parallel(sch.fuse(*outer))
+    sch.vectorize(sch.fuse(cols, pair))
 
 
 VECTOR_LANES = 64  # the widest vector loop the flattening copy is given: 128 bytes of bf16, two zmm registers

@@ -1,0 +1,164 @@
+"""A batch matmul of two activations (an attention's ``q @ k`` and ``p @ v``) lowered to bf16 on the tensor units.
+
+A GEMM is a 1x1 convolution of an image one row high: ``C[m, n] = sum_k A[m, k] B[k, n]`` is the flattened
+convolution of :mod:`.conv` with the M rows of A as its pixels, K as its input channels and N as its output
+channels. So the matmul is written here in exactly that convolution's form, one image per batch (its own B), and
+the convolution's intrinsics (AMX tiles, the AVX512-BF16 dot product), sketches and cost-model features apply as
+they are: no second kernel to keep right. The blocks:
+
+- ``amx_flat``: A rounded to bf16, its rows padded to the unit's GEMM width and K to whole tile rows (or vectors);
+- ``amx_pack_b``: B rounded to bf16 in the layout ``tdpbf16ps`` and ``vdpbf16ps`` read, pairs of K innermost, in
+  blocks of 32 columns. A convolution's weights are constants packed at compile time; B here is an activation, so
+  its packing is a block of the task, run each time (K x N per batch: small beside the GEMM for an attention);
+- ``amx_gemm``: fp32 accumulation, ``(batches, 1, rows, columns)``; ``amx_matmul``: the real rows and columns in
+  the matmul's own shape (a reshape after the task would fuse into the next one, which then differed from the fp32
+  lowering's, and both would be tuned).
+
+Only matmuls whose operands are both computed at run time are lowered here: a constant B (a linear layer's
+weights) would want its packing folded at compile time, which YOLO never needs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+from autosearch.tensor_units.conv import (
+    BLOCK_N,
+    FLAT_BLOCK,
+    GEMM_BLOCK,
+    GROUP_ATTR,
+    KERNEL_ATTR,
+    MIN_CHANNELS,
+    ROW_ATTR,
+    STRIDE_ATTR,
+    FlatConv,
+)
+
+TASK_NAME = "matmul_amx_bf16"  # the PrimFunc's name hint: every fused task of such a matmul contains it
+PACK_B_BLOCK = "amx_pack_b"
+OUT_BLOCK = "amx_matmul"
+MIN_ROWS = 16  # fewer rows of A would leave most of a tile, or of the dot product's pixel block, empty
+
+
+@dataclass(frozen=True)
+class FlatMatmul:
+    """``(*batch, m, k) @ (*batch, k, n)``: the batch dimensions equal (no broadcasting), as a flattened 1x1
+    convolution on ``unit`` (``amx`` or ``dpbf16``, :attr:`.conv.FlatConv.unit`)."""
+
+    batch: tuple[int, ...]
+    m: int
+    k: int
+    n: int
+    unit: str = "amx"
+
+    @property
+    def batches(self) -> int:
+        return math.prod(self.batch)
+
+    @property
+    def conv(self) -> FlatConv:
+        """The 1x1 convolution of one batch: an image one row of ``m`` pixels, ``k`` channels in, ``n`` out."""
+        return FlatConv(batch=1, height=1, width=self.m, in_channels=self.k, out_channels=self.n, kernel=(1, 1),
+                        padding=(0, 0, 0, 0), unit=self.unit)
+
+    @property
+    def width(self) -> int:
+        """The rows of A the GEMM computes (the convolution's pixels per GEMM row): one GEMM row, not the pair of
+        rows AMX computes for a convolution, since a matmul has one."""
+        return self.conv.gemm_hw[1]
+
+
+def layer_key(a_shape, b_shape) -> str:
+    """A matmul's key for its precision alternatives: both operands' shapes (``4x2x400x32@4x2x32x400``), which its
+    fp32 and bf16 tasks both take as their first two arguments."""
+    return "@".join("x".join(str(int(d)) for d in shape) for shape in (a_shape, b_shape))
+
+
+def flat_matmul(call) -> FlatMatmul | None:
+    """The geometry of a Relax ``matmul`` call this lowering computes (two fp32 operands of rank 3 or more with the
+    same static batch dimensions, neither a constant, at least :data:`MIN_ROWS` rows and
+    :data:`.conv.MIN_CHANNELS` columns and reduction values), else None."""
+    import tvm
+
+    a, b = call.args
+    if any(isinstance(x, tvm.ir.expr.Constant) for x in (a, b)):
+        return None
+    try:
+        a_shape = [int(s) for s in a.ty.shape]
+        b_shape = [int(s) for s in b.ty.shape]
+    except (TypeError, AttributeError, ValueError):  # symbolic or unknown shapes
+        return None
+    if len(a_shape) < 3 or len(a_shape) != len(b_shape) or a_shape[:-2] != b_shape[:-2]:
+        return None
+    if any(str(x.ty.dtype) != "float32" for x in (a, b)) or str(call.ty.dtype) != "float32":
+        return None
+    (m, k), n = a_shape[-2:], b_shape[-1]
+    if b_shape[-2] != k or m < MIN_ROWS or k < MIN_CHANNELS or n < MIN_CHANNELS:
+        return None
+    return FlatMatmul(batch=tuple(a_shape[:-2]), m=m, k=k, n=n)
+
+
+def _batch_index(n, batch: tuple[int, ...]) -> list:
+    """The batch dimensions' indices of flat batch ``n``."""
+    out = []
+    for size in reversed(batch):
+        out.append(n % size)
+        n = n // size
+    return out[::-1]
+
+
+def matmul_bf16(a, b, *, mm: FlatMatmul):
+    """``a @ b`` (fp32) through bf16 operands on the unit, fp32 out."""
+    from tvm import te, tirx
+
+    conv = mm.conv
+    width, k_pad, n_pad = mm.width, conv.in_padded, conv.out_padded
+    m_, k_, n_ = mm.m, mm.k, mm.n
+
+    def flat_value(n, i, k):
+        load = a[(*_batch_index(n, mm.batch), tirx.min(i, m_ - 1), tirx.min(k, k_ - 1))]
+        return tirx.if_then_else(tirx.all(i < m_, k < k_), load, tirx.const(0, a.dtype)).astype("bfloat16")
+
+    def packed_value(n, cb, h, g, k2, co, e):  # the unit dimensions are the 1x1 filter's row and tap group
+        col, k = cb * BLOCK_N + co, k2 * 2 + e
+        load = b[(*_batch_index(n, mm.batch), tirx.min(k, k_ - 1), tirx.min(col, n_ - 1))]
+        return tirx.if_then_else(tirx.all(col < n_, k < k_), load, tirx.const(0, b.dtype)).astype("bfloat16")
+
+    flat = te.compute((mm.batches, width, k_pad), flat_value, name=FLAT_BLOCK)
+    packed = te.compute((mm.batches, -(-n_pad // BLOCK_N), 1, 1, k_pad // 2, BLOCK_N, 2), packed_value,
+                        name=PACK_B_BLOCK)
+    rh = te.reduce_axis((0, 1), name="rh")
+    rk = te.reduce_axis((0, k_pad), name="rk")
+
+    def product(n, h, w, co):  # the convolution's, with a 1x1 filter and stride 1 (conv.conv2d_nhwc)
+        return (flat[n, (h + rh) * width + w, rk].astype("float32")
+                * packed[n, co // BLOCK_N, rh, 0, rk // 2, co % BLOCK_N, rk % 2].astype("float32"))
+
+    gemm = te.compute((mm.batches, 1, width, n_pad), lambda n, h, w, co: te.sum(product(n, h, w, co), axis=[rh, rk]),
+                      name=GEMM_BLOCK, attrs={ROW_ATTR: width, STRIDE_ATTR: 1, GROUP_ATTR: 1, KERNEL_ATTR: [1, 1]})
+
+    def out_value(*index):
+        n = 0
+        for i, size in zip(index[:-2], mm.batch, strict=True):
+            n = n * size + i
+        return gemm[n, 0, index[-2], index[-1]]
+
+    return te.compute((*mm.batch, m_, n_), out_value, name=OUT_BLOCK)
+
+
+def legalize(bb, call, *, unit: str = "amx"):
+    """``LegalizeOps`` entry for a matmul that :func:`flat_matmul` accepts, its GEMM shaped for ``unit``; None for
+    any other matmul."""
+    from dataclasses import replace
+
+    mm = flat_matmul(call)
+    if mm is None:
+        return None
+    mm = replace(mm, unit=unit)
+    return bb.call_te(partial(matmul_bf16, mm=mm), *call.args, primfunc_name_hint=TASK_NAME)
+
+
+__all__ = ["FlatMatmul", "MIN_ROWS", "OUT_BLOCK", "PACK_B_BLOCK", "TASK_NAME", "flat_matmul", "layer_key",
+           "legalize", "matmul_bf16"]
