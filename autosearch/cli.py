@@ -117,8 +117,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     alternatives = (f", {model.alternatives} of them the winograd alternative of a layer (--winograd auto tunes "
                     "both and export keeps the faster)" if model.alternatives else "")
     if model.bf16_alternatives:
-        alternatives += (f", {model.bf16_alternatives} the bf16 alternative of an NHWC layer (--precision auto tunes "
-                         "both and export keeps the faster)")
+        alternatives += (f", {model.bf16_alternatives} the bf16 alternative of an NHWC layer, matmul or attention "
+                         "(--precision auto tunes both and export keeps the faster)")
     console.print(f"precision: {model.precision} ({model.precision_note})")
     console.print(f"total: {total / 1e9:.3f} GFLOP per forward pass (as TVM counts them, direct convolutions), "
                   f"{len(model.tasks)} tasks ({sum(1 for t in model.tasks if 'conv' in t.name)} conv{alternatives}) "
@@ -395,9 +395,10 @@ def build_parser() -> argparse.ArgumentParser:
                             f"{DEFAULT_FAST_MATH}; off: libm's exact expf, called once per element). "
                             "compile/report default to what the database was tuned with")
         p.add_argument("--precision", choices=PRECISION_MODES,
-                       help=f"convolution arithmetic (default {DEFAULT_PRECISION}): auto tunes each eligible NHWC "
-                            "convolution in fp32 and in bf16 (operands bf16, accumulation fp32, on AMX tiles, or "
-                            "AVX512-BF16's dot product on CPUs without AMX) where the CPU has either, and compiles the "
+                       help=f"convolution and matmul arithmetic (default {DEFAULT_PRECISION}): auto tunes each "
+                            "eligible NHWC convolution, matmul of two activations and attention (fused, on AMX) in "
+                            "fp32 and in bf16 (operands bf16, accumulation fp32, on AMX tiles, or AVX512-BF16's dot "
+                            "product on CPUs without AMX) where the CPU has either, and compiles the "
                             "faster, else fp32; bf16: every eligible one in bf16; fp32: exact fp32 everywhere. "
                             "compile/report follow the database")
 

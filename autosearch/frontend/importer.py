@@ -278,7 +278,7 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
             # bf16, tensor_units.activations), so its tasks are those of the model export keeps
             fp32 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "auto", precision)
             bf16 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "candidates", precision)
-            tasks = _merge_alternatives(fp32, bf16, _precision_layer)
+            tasks = _merge_alternatives(fp32, bf16, _precision_classifier(bf16))
         elif winograd == "off" or precision != "fp32":  # bf16 convolutions have no winograd form
             tasks = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision)
         else:  # each candidate layer direct and as NHWC winograd, as in NCHW below
@@ -294,6 +294,39 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
         tasks = _merge_alternatives(direct, candidates, task_layer)
     tasks.sort(key=lambda t: (-t.flops * t.weight, t.name))
     return [TuningTask(**{**t.__dict__, "index": i}) for i, t in enumerate(tasks)]
+
+
+def _precision_classifier(bf16_tasks: list[TuningTask]):
+    """The (name, args) -> (layer key, "fp32" | "bf16") classifier of a model's precision alternatives: a fused
+    attention's tasks are one layer with its fp32 tasks, the two matmuls and the softmax whose score matrix it
+    computes (:mod:`autosearch.tensor_units.attention`, keyed by that matrix's shape); every other task as
+    :func:`_precision_layer` says."""
+    from autosearch.tensor_units.attention import TASK_NAME, attention_key
+
+    def score_key(shape) -> str | None:
+        return attention_key(shape[:-2], shape[-2], shape[-1]) if len(shape) >= 3 else None
+
+    fused = {attention_key(t.args[0][0][:-2], t.args[0][0][-2], t.args[1][0][-1])
+             for t in bf16_tasks if TASK_NAME in t.name}
+    # the matmuls the bf16 lowering keeps as matmuls: outside any attention, whatever their shapes
+    matmul_keys = {layer[0] for t in bf16_tasks if "matmul" in t.name and len(t.args) >= 3
+                   and (layer := _matmul_layer(t.name, t.args)) is not None}
+
+    def classify(name: str, args) -> tuple[str, str] | None:
+        if TASK_NAME in name:
+            return attention_key(args[0][0][:-2], args[0][0][-2], args[1][0][-1]), "bf16"
+        if "matmul" in name and len(args) >= 3:
+            layer = _matmul_layer(name, args)
+            if layer is not None and layer[0] in matmul_keys:
+                return layer
+        if fused and ("matmul" in name or "softmax" in name) and len(args) >= 2:
+            for shape in (tuple(args[-1][0]), tuple(args[0][0])):  # the scores a matmul writes, the probabilities
+                key = score_key(shape)  # the other reads, the scores the softmax reads
+                if key in fused:
+                    return key, "fp32"
+        return _precision_layer(name, args)
+
+    return classify
 
 
 def _precision_layer(name: str, args) -> tuple[str, str] | None:

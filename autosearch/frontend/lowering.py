@@ -118,9 +118,9 @@ def resolve_precision(mode: str, target, layout: str) -> tuple[str, str]:
         if mode == "bf16":
             raise UserError("--precision bf16 needs NHWC convolutions: use --layout NHWC or auto")
         return "fp32", "bf16 convolutions are NHWC and --layout is NCHW"
-    return mode, (f"every eligible NHWC convolution and matmul in bf16 on {unit}" if mode == "bf16"
-                  else f"each eligible NHWC convolution and matmul tuned in fp32 and in bf16 on {unit}, the faster "
-                       "kept")
+    layers = "convolution, matmul and attention" if unit == "AMX-BF16" else "convolution and matmul"
+    return mode, (f"every eligible NHWC {layers} in bf16 on {unit}" if mode == "bf16"
+                  else f"each eligible NHWC {layers} tuned in fp32 and in bf16 on {unit}, the faster kept")
 
 
 def check_fast_math(mode: str) -> str:
@@ -313,7 +313,14 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
         convert.append(flatten_pointwise())  # 1x1 convolutions of narrow images in rows of whole tiles
         at = next(i for i, p in enumerate(legalize) if p.info.name == "AnnotateTIROpPattern") + 1
         legalize.insert(at, mark_fusable())  # the poolings fused into convolutions (tensor_units.pooling)
-    return [matmul_of_a_transpose_transposes_the_smaller(), *convert, *fast_ops,
+    attention = []
+    if bf16 and convert:  # an attention fused into one bf16 kernel on the tiles (tensor_units.attention)
+        from autosearch.tensor_units.attention import fuse_attention
+        from autosearch.tensor_units.cpu import has_amx_bf16
+
+        if has_amx_bf16(target):
+            attention.append(fuse_attention(policy.bf16, fast_exp=fast))
+    return [matmul_of_a_transpose_transposes_the_smaller(), *attention, *convert, *fast_ops,
             *relax.pipeline.library_dispatch_passes(target), *legalize, relax.transform.AttachAttrLayoutFreeBuffers()]
 
 

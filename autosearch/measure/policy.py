@@ -82,13 +82,15 @@ class MeasurePolicy:
     def run_evaluator(self, task: TuningTask) -> dict[str, Any]:
         """The evaluator of the next candidate of ``task``, as the worker reads it: with ``slow_after`` (seconds)
         once the task has a best, so a kernel ``slow_factor`` times slower than it is timed only once; with
-        ``bf16`` when the task multiplies bf16 operands (checked with bf16's tolerance, :func:`autosearch.measure.
+        ``bf16`` (the products in a chain) when the task multiplies bf16 operands (checked with bf16's tolerance,
+        :func:`autosearch.measure.
         kernels.check_tolerance`)."""
         from autosearch.tensor_units.intrinsics import rounds_to_bf16
 
         evaluator = self.evaluator.to_json()
-        if rounds_to_bf16(task.name, task.args):
-            evaluator["bf16"] = True
+        roundings = rounds_to_bf16(task.name, task.args)
+        if roundings:
+            evaluator["bf16"] = roundings
         best = self._best_secs.get(task.workload_key)
         if best is not None and self.evaluator.slow_factor > 0:
             evaluator["slow_after"] = best * self.evaluator.slow_factor

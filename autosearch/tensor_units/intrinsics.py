@@ -40,14 +40,18 @@ def units_named(text: str) -> set[str]:
     return found
 
 
-def rounds_to_bf16(name: str, args) -> bool:
-    """Whether a task (its name and ``(shape, dtype)`` arguments) multiplies bf16 operands, so its kernels are checked
-    with bf16's tolerance: a bf16 convolution's packed weights are bf16 arguments, but a bf16 matmul takes its fp32
-    operands and rounds them inside (:mod:`autosearch.tensor_units.matmul`)."""
-    from autosearch.tensor_units import conv, matmul
+def rounds_to_bf16(name: str, args) -> int:
+    """How many products in a chain a task (its name and ``(shape, dtype)`` arguments) computes on bf16 operands,
+    so its kernels are checked with bf16's tolerance (:func:`autosearch.measure.kernels.check_tolerance`): 0 (none),
+    1, or 2 for a fused attention, whose probabilities are rounded to bf16 after the first product. A bf16
+    convolution's packed weights are bf16 arguments, but a bf16 matmul and a fused attention take their fp32
+    operands and round them inside (:mod:`autosearch.tensor_units.matmul`, :mod:`.attention`)."""
+    from autosearch.tensor_units import attention, conv, matmul
 
-    return (conv.TASK_NAME in name or matmul.TASK_NAME in name
-            or any(str(dtype) == "bfloat16" for _, dtype in args))
+    if attention.TASK_NAME in name:
+        return 2
+    return int(conv.TASK_NAME in name or matmul.TASK_NAME in name
+               or any(str(dtype) == "bfloat16" for _, dtype in args))
 
 
 __all__ = ["register_for", "register_once", "rounds_to_bf16", "units_named"]

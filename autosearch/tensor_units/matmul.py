@@ -100,13 +100,27 @@ def flat_matmul(call) -> FlatMatmul | None:
     return FlatMatmul(batch=tuple(a_shape[:-2]), m=m, k=k, n=n)
 
 
-def _batch_index(n, batch: tuple[int, ...]) -> list:
+def batch_index(n, batch: tuple[int, ...]) -> list:
     """The batch dimensions' indices of flat batch ``n``."""
     out = []
     for size in reversed(batch):
         out.append(n % size)
         n = n // size
     return out[::-1]
+
+
+def pack_b(b, *, batch: tuple[int, ...], k: int, n: int, k_pad: int, n_pad: int, name: str):
+    """B ``(*batch, k, n)`` rounded to bf16 and packed as a 1x1 convolution's weights (:func:`.conv.pack_weight`),
+    one set per batch: ``(batches, n_pad / 32, 1, 1, k_pad / 2, 32, 2)``, zero-padded; the unit dimensions are
+    the filter's row and tap group."""
+    from tvm import te, tirx
+
+    def value(i, cb, h, g, k2, co, e):
+        col, row = cb * BLOCK_N + co, k2 * 2 + e
+        load = b[(*batch_index(i, batch), tirx.min(row, k - 1), tirx.min(col, n - 1))]
+        return tirx.if_then_else(tirx.all(col < n, row < k), load, tirx.const(0, b.dtype)).astype("bfloat16")
+
+    return te.compute((math.prod(batch), -(-n_pad // BLOCK_N), 1, 1, k_pad // 2, BLOCK_N, 2), value, name=name)
 
 
 def matmul_bf16(a, b, *, mm: FlatMatmul):
@@ -118,17 +132,11 @@ def matmul_bf16(a, b, *, mm: FlatMatmul):
     m_, k_, n_ = mm.m, mm.k, mm.n
 
     def flat_value(n, i, k):
-        load = a[(*_batch_index(n, mm.batch), tirx.min(i, m_ - 1), tirx.min(k, k_ - 1))]
+        load = a[(*batch_index(n, mm.batch), tirx.min(i, m_ - 1), tirx.min(k, k_ - 1))]
         return tirx.if_then_else(tirx.all(i < m_, k < k_), load, tirx.const(0, a.dtype)).astype("bfloat16")
 
-    def packed_value(n, cb, h, g, k2, co, e):  # the unit dimensions are the 1x1 filter's row and tap group
-        col, k = cb * BLOCK_N + co, k2 * 2 + e
-        load = b[(*_batch_index(n, mm.batch), tirx.min(k, k_ - 1), tirx.min(col, n_ - 1))]
-        return tirx.if_then_else(tirx.all(col < n_, k < k_), load, tirx.const(0, b.dtype)).astype("bfloat16")
-
     flat = te.compute((mm.batches, width, k_pad), flat_value, name=FLAT_BLOCK)
-    packed = te.compute((mm.batches, -(-n_pad // BLOCK_N), 1, 1, k_pad // 2, BLOCK_N, 2), packed_value,
-                        name=PACK_B_BLOCK)
+    packed = pack_b(b, batch=mm.batch, k=k_, n=n_, k_pad=k_pad, n_pad=n_pad, name=PACK_B_BLOCK)
     rh = te.reduce_axis((0, 1), name="rh")
     rk = te.reduce_axis((0, k_pad), name="rk")
 
@@ -160,5 +168,5 @@ def legalize(bb, call, *, unit: str = "amx"):
     return bb.call_te(partial(matmul_bf16, mm=mm), *call.args, primfunc_name_hint=TASK_NAME)
 
 
-__all__ = ["FlatMatmul", "MIN_ROWS", "OUT_BLOCK", "PACK_B_BLOCK", "TASK_NAME", "flat_matmul", "layer_key",
-           "legalize", "matmul_bf16"]
+__all__ = ["FlatMatmul", "MIN_ROWS", "OUT_BLOCK", "PACK_B_BLOCK", "TASK_NAME", "batch_index", "flat_matmul",
+           "layer_key", "legalize", "matmul_bf16", "pack_b"]

@@ -37,13 +37,16 @@ from autosearch.tensor_units.matmul import PACK_B_BLOCK
 
 
 def is_amx_task(mod) -> bool:
-    """Whether ``mod`` (one PrimFunc) holds the flattened bf16 GEMM block of :mod:`.conv`."""
+    """Whether ``mod`` (one PrimFunc) holds the flattened bf16 GEMM block of :mod:`.conv` (a convolution's or a
+    matmul's), or is a fused attention (:mod:`.attention`): a task on a bf16 unit."""
     from tvm.s_tir import Schedule
+
+    from autosearch.tensor_units.attention_sketch import is_attention_task
 
     try:
         Schedule(mod, debug_mask=0).get_sblock(GEMM_BLOCK)
     except Exception:  # no such block (TVM raises when the name is unknown)
-        return False
+        return is_attention_task(mod)
     return True
 
 
@@ -52,7 +55,7 @@ def amx_sketches(mod, target, *, seed: int) -> list[Any]:
     or targets without AMX-BF16."""
     from autosearch.tensor_units.cpu import has_amx_bf16
 
-    if not has_amx_bf16(target) or not is_amx_task(mod):
+    if not has_amx_bf16(target) or not _has_gemm(mod):
         return []
     shapes = [(mh, TILE_ROWS * mw, TILE_ROWS * nt) for mh, mw in ((1, 1), (1, 2), (2, 1)) for nt in (1, 2)]
     return _sketches(mod, seed, shapes, _amx_plan, "amx")
@@ -64,7 +67,7 @@ def dpbf16_sketches(mod, target, *, seed: int) -> list[Any]:
     (whose tiles multiply many times faster)."""
     from autosearch.tensor_units.cpu import has_amx_bf16, has_avx512_bf16
 
-    if has_amx_bf16(target) or not has_avx512_bf16(target) or not is_amx_task(mod):
+    if has_amx_bf16(target) or not has_avx512_bf16(target) or not _has_gemm(mod):
         return []
     from tvm.s_tir import Schedule
 
@@ -76,9 +79,24 @@ def dpbf16_sketches(mod, target, *, seed: int) -> list[Any]:
 
 
 def bf16_sketches(mod, target, *, seed: int) -> list[Any]:
-    """The sketches of a bf16 convolution task on the target's bf16 unit: AMX tiles, else the AVX512-BF16 dot
-    product; [] for other tasks or targets with neither."""
-    return amx_sketches(mod, target, seed=seed) or dpbf16_sketches(mod, target, seed=seed)
+    """The sketches of a bf16 convolution or matmul task on the target's bf16 unit (AMX tiles, else the AVX512-BF16
+    dot product), or of a fused attention on AMX (:mod:`.attention_sketch`); [] for other tasks or targets with
+    neither unit."""
+    from autosearch.tensor_units.attention_sketch import attention_sketches
+
+    return (amx_sketches(mod, target, seed=seed) or dpbf16_sketches(mod, target, seed=seed)
+            or attention_sketches(mod, target, seed=seed))
+
+
+def _has_gemm(mod) -> bool:
+    """Whether ``mod`` holds the flattened GEMM block of :mod:`.conv`."""
+    from tvm.s_tir import Schedule
+
+    try:
+        Schedule(mod, debug_mask=0).get_sblock(GEMM_BLOCK)
+    except Exception:  # no such block (TVM raises when the name is unknown)
+        return False
+    return True
 
 
 def _amx_plan(geo: Geometry, mh: int, w_i: int, n_i: int) -> str:

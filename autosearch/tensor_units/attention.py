@@ -1,0 +1,220 @@
+"""An attention, ``softmax(q @ k) @ v``, fused into one bf16 kernel on AMX tiles.
+
+Apart, an attention's three operations each cross memory with the score matrix: the first matmul writes it, the
+softmax reads it and writes the probabilities, the second matmul reads those. In an area attention (YOLO12's
+``A2C2f``) that matrix is heads x 400 x 400 fp32, 5 MB a call, and the three kernels are bound by moving it, in
+bf16 as in fp32 (:mod:`.matmul` makes both matmuls bf16 and leaves that traffic as it is). Fused, each block of
+16 or 32 query rows computes its scores on the tiles, their softmax, and its part of the output while the
+scores' rows are in cache: the matrix is never written.
+
+The kernel, per batch and block of rows (blocks of the TE compute below, scheduled by :mod:`.attention_sketch`):
+
+- ``attn_flat_q``: the block's rows of q, rounded to bf16, padded to whole tile rows (the flattened A of
+  :mod:`.conv`); ``attn_pack_k``, ``attn_pack_v``: k and v rounded to bf16 in the layout ``tdpbf16ps`` reads B in
+  (:func:`.matmul.matmul_bf16`'s packing), once per call, before the blocks;
+- ``attn_scores``: ``q @ k`` on the tiles, in fp32 (the flattened convolution's GEMM with a 1x1 filter, so the
+  convolution's intrinsics compute it);
+- ``attn_max``, ``attn_exp``, ``attn_sum``: the softmax's maximum, exponentials and sum over each row's real
+  columns, in fp32;
+- ``attn_probs``: the probabilities rounded to bf16, the padded columns zero: the A of the second GEMM;
+- ``attn_gemm``: ``probs @ v`` on the tiles; ``attn_out``: its real rows and columns, fp32.
+
+The numerics are those of a bf16 attention (OpenVINO's at its default precision): q, k and v rounded to bf16,
+scores and softmax in fp32, the probabilities rounded to bf16 before the second product, accumulation in fp32.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from autosearch.tensor_units.conv import BLOCK_N, GROUP_ATTR, KERNEL_ATTR, MIN_CHANNELS, ROW_ATTR, STRIDE_ATTR, TILE
+from autosearch.tensor_units.matmul import MIN_ROWS, flat_matmul, pack_b
+
+TASK_NAME = "attention_amx_bf16"  # the PrimFunc's name hint
+Q_BLOCK, K_BLOCK, V_BLOCK = "attn_flat_q", "attn_pack_k", "attn_pack_v"
+SCORES_BLOCK, MAX_BLOCK, DELTA_BLOCK, EXP_BLOCK, SUM_BLOCK = (
+    "attn_scores", "attn_max", "attn_delta", "attn_exp", "attn_sum")
+PROBS_BLOCK, GEMM_BLOCK, OUT_BLOCK = "attn_probs", "attn_gemm", "attn_out"
+ROW_BLOCK = 2 * TILE  # rows are padded to whole pairs of tiles: a block of rows may be one tile or two
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+@dataclass(frozen=True)
+class FlatAttention:
+    """``softmax(q @ k) @ v`` with q ``(*batch, m, d)``, k ``(*batch, d, n)``, v ``(*batch, n, dv)``."""
+
+    batch: tuple[int, ...]
+    m: int
+    d: int
+    n: int
+    dv: int
+
+    @property
+    def batches(self) -> int:
+        return math.prod(self.batch)
+
+    @property
+    def rows(self) -> int:
+        """The query rows computed: whole pairs of 16-row tiles."""
+        return _round_up(self.m, ROW_BLOCK)
+
+    @property
+    def d_pad(self) -> int:
+        """The first product's reduction: whole 32-value tile rows."""
+        return _round_up(self.d, 2 * TILE)
+
+    @property
+    def n_pad(self) -> int:
+        """The scores' columns, the second product's reduction: whole tile rows and packed blocks."""
+        return _round_up(self.n, BLOCK_N)
+
+    @property
+    def dv_pad(self) -> int:
+        """The output's columns: one 16-column tile, or whole packed blocks of 32."""
+        return TILE if self.dv <= TILE else _round_up(self.dv, BLOCK_N)
+
+
+def attention_key(batch, m: int, n: int) -> str:
+    """An attention's key for its precision alternatives: its score matrix's shape (``attention:4x2x400x400``),
+    which each of its fp32 tasks (the two matmuls, the softmax) has as an argument and its fused task computes."""
+    return "attention:" + "x".join(str(int(d)) for d in (*batch, m, n))
+
+
+def attention_bf16(q, k, v, *, at: FlatAttention, fast_exp: bool = True):
+    """The fused kernel's TE compute (see the module's docstring)."""
+    from tvm import te, tirx, topi
+
+    from autosearch.tensor_units.matmul import batch_index
+
+    nb, rows, m_, n_ = at.batches, at.rows, at.m, at.n
+
+    def q_value(b, i, c):
+        load = q[(*batch_index(b, at.batch), tirx.min(i, m_ - 1), tirx.min(c, at.d - 1))]
+        return tirx.if_then_else(tirx.all(i < m_, c < at.d), load, tirx.const(0, q.dtype)).astype("bfloat16")
+
+    flat_q = te.compute((nb, rows, at.d_pad), q_value, name=Q_BLOCK)
+    packed_k = pack_b(k, batch=at.batch, k=at.d, n=at.n, k_pad=at.d_pad, n_pad=at.n_pad, name=K_BLOCK)
+    packed_v = pack_b(v, batch=at.batch, k=at.n, n=at.dv, k_pad=at.n_pad, n_pad=at.dv_pad, name=V_BLOCK)
+
+    def gemm(a, packed, depth, cols, name):  # the flattened 1x1 convolution's GEMM (.conv.conv2d_nhwc)
+        rh = te.reduce_axis((0, 1), name="rh")
+        rk = te.reduce_axis((0, depth), name="rk")
+        return te.compute(
+            (nb, 1, rows, cols),
+            lambda b, h, w, co: te.sum(a[b, (h + rh) * rows + w, rk].astype("float32") * packed[
+                b, co // BLOCK_N, rh, 0, rk // 2, co % BLOCK_N, rk % 2].astype("float32"), axis=[rh, rk]),
+            name=name, attrs={ROW_ATTR: rows, STRIDE_ATTR: 1, GROUP_ATTR: 1, KERNEL_ATTR: [1, 1]})
+
+    scores = gemm(flat_q, packed_k, at.d_pad, at.n_pad, SCORES_BLOCK)
+    j = te.reduce_axis((0, n_), name="j")
+    row_max = te.compute((nb, rows), lambda b, i: te.max(scores[b, 0, i, j], axis=j), name=MAX_BLOCK)
+    delta = te.compute((nb, rows, at.n_pad), lambda b, i, c: scores[b, 0, i, c] - row_max[b, i], name=DELTA_BLOCK)
+    exp = topi.fast_exp(delta) if fast_exp else topi.exp(delta)
+    masked = te.compute((nb, rows, at.n_pad), lambda b, i, c: tirx.if_then_else(
+        c < n_, exp[b, i, c], tirx.const(0, "float32")), name=EXP_BLOCK)
+    j2 = te.reduce_axis((0, n_), name="j2")
+    row_sum = te.compute((nb, rows), lambda b, i: te.sum(masked[b, i, j2], axis=j2), name=SUM_BLOCK)
+    probs = te.compute((nb, rows, at.n_pad), lambda b, i, c: (masked[b, i, c] / row_sum[b, i]).astype("bfloat16"),
+                       name=PROBS_BLOCK)
+    out = gemm(probs, packed_v, at.n_pad, at.dv_pad, GEMM_BLOCK)
+
+    def out_value(*index):
+        b = 0
+        for i, size in zip(index[:-2], at.batch, strict=True):
+            b = b * size + i
+        return out[b, 0, index[-2], index[-1]]
+
+    return te.compute((*at.batch, m_, at.dv), out_value, name=OUT_BLOCK)
+
+
+def _op(value) -> str | None:
+    import tvm
+    from tvm import relax
+
+    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+        return value.op.name
+    return None
+
+
+def flat_attention(softmax, scores, product) -> FlatAttention | None:
+    """The attention of three Relax calls, ``scores = matmul(q, k)``, ``softmax(scores)`` over the last axis, and
+    ``product = matmul(softmax, v)``, when both products are matmuls of two fp32 activations of one batch shape
+    (:func:`.matmul.flat_matmul`), else None."""
+    if _op(scores) != "relax.matmul" or _op(product) != "relax.matmul" or _op(softmax) != "relax.nn.softmax":
+        return None
+    ndim = len(scores.ty.shape) if scores.ty.shape is not None else 0
+    if int(softmax.attrs.axis) not in (-1, ndim - 1):
+        return None
+    first, second = flat_matmul(scores), flat_matmul(product)
+    if first is None or second is None or first.batch != second.batch:
+        return None
+    if first.m < MIN_ROWS or second.n < MIN_CHANNELS:
+        return None
+    return FlatAttention(batch=first.batch, m=first.m, d=first.k, n=first.n, dv=second.n)
+
+
+def fuse_attention(policy_bf16, *, fast_exp: bool = True):
+    """The pass: each attention (``matmul``, ``softmax`` over the last axis, ``matmul``, the scores and the
+    probabilities read by nothing else) for which ``policy_bf16(attention_key)`` is true computed by the fused
+    kernel (:func:`attention_bf16`)."""
+    import tvm
+    from tvm import relax
+
+    from autosearch.frontend.lowering import _mutate_relax_functions
+
+    def readers_of(func) -> dict[Any, int]:
+        """Variable -> how many bindings (and the function's result) read it."""
+        from autosearch.tensor_units.activations import _referenced
+
+        counts: dict[Any, int] = {}
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                for var in dict.fromkeys(_referenced(binding.value)):
+                    counts[var] = counts.get(var, 0) + 1
+        for var in dict.fromkeys(_referenced(func.body.body)):
+            counts[var] = counts.get(var, 0) + 1
+        return counts
+
+    @relax.expr_functor.mutator
+    class Rewrite(relax.PyExprMutator):
+        def __init__(self, mod, counts):
+            super().__init__(mod)
+            self.counts = counts
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if _op(call) != "relax.matmul" or not isinstance(call.args[0], relax.Var):
+                return call
+            probs = call.args[0]
+            softmax = self.lookup_binding(probs)
+            if _op(softmax) != "relax.nn.softmax" or not isinstance(softmax.args[0], relax.Var):
+                return call
+            scores = self.lookup_binding(softmax.args[0])
+            if self.counts.get(probs) != 1 or self.counts.get(softmax.args[0]) != 1:  # read by nothing else
+                return call
+            at = flat_attention(softmax, scores, call)
+            if at is None or not policy_bf16(attention_key(at.batch, at.m, at.n)):
+                return call
+            q, k = scores.args
+            return self.builder_.call_te(partial(attention_bf16, at=at, fast_exp=fast_exp), q, k, call.args[1],
+                                         primfunc_name_hint=TASK_NAME)
+
+    @tvm.transform.module_pass(opt_level=0, name="FuseAttention")
+    def rewrite(mod, _ctx):
+        counts = {}
+        for _, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                counts.update(readers_of(func))
+        return relax.transform.DeadCodeElimination()(_mutate_relax_functions(Rewrite(mod, counts), mod))
+
+    return rewrite
+
+
+__all__ = ["FlatAttention", "GEMM_BLOCK", "OUT_BLOCK", "PROBS_BLOCK", "SCORES_BLOCK", "TASK_NAME", "attention_bf16",
+           "attention_key", "flat_attention", "fuse_attention"]

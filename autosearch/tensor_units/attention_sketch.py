@@ -1,0 +1,156 @@
+"""The design space of a fused attention task (:mod:`.attention`) on AMX: sketches of our own, one per tile shape.
+
+Each sketch makes the block of query rows the parallel loop, batches x row blocks of 16 or 32 rows, and computes
+everything a block needs under it: its rows of q flattened, its scores on the tiles, the softmax over them, its
+probabilities and its part of the output, so a block's scores stay in cache between the products. k and v are
+packed once, before the blocks. Both products are tensorised onto the convolution's whole-reduction tile
+intrinsic (:func:`.amx.register_conv`, a 1x1 filter), their inits onto the init that stores nothing.
+
+The sketch's structure is fixed by its tile shape: query tiles per block (1 or 2) and the column tiles of each
+product's accumulator (1 or 2: an accumulator of up to 2 x 2 tiles, as the convolution's); every strategy then
+searches the vector widths of the exponentials and the probabilities (``SamplePerfectTile``). The maximum and the
+sum reduce each row into 16 partial results first (``rfactor``), as the row-softmax sketch does
+(:mod:`autosearch.search.softmax`), so they run as vector instructions.
+
+The probabilities are allocated in ``local`` scope: TVM's ``StorageRewrite`` would otherwise place the bf16
+buffer, once the scores are dead, in the scores' fp32 allocation, and the tile load's 16-bit address of it no
+longer type-checks (the build fails).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autosearch.search.softmax import LANES, partial_lanes
+from autosearch.tensor_units import attention as at
+from autosearch.tensor_units.amx import TILE_ROWS, ConvTile, register_conv
+from autosearch.tensor_units.block import Geometry, register_zero
+
+EXP_BLOCKS = ("T_fast_exp", "T_exp")  # TOPI's block of the exponential, inlined into the masked one
+
+
+def is_attention_task(mod) -> bool:
+    """Whether ``mod`` (one PrimFunc) is a fused attention of :mod:`.attention`."""
+    from tvm.s_tir import Schedule
+
+    try:
+        sch = Schedule(mod, debug_mask=0)
+        sch.get_sblock(at.SCORES_BLOCK)
+        sch.get_sblock(at.GEMM_BLOCK)
+    except Exception:  # no such block (TVM raises when the name is unknown)
+        return False
+    return True
+
+
+def attention_sketches(mod, target, *, seed: int) -> list[Any]:
+    """Traced Schedules for ``mod``, one per tile shape its extents allow; [] for other tasks or targets without
+    AMX-BF16."""
+    from autosearch.tensor_units.cpu import has_amx_bf16
+
+    if not has_amx_bf16(target) or not is_attention_task(mod):
+        return []
+    out = []
+    for mt in (1, 2):
+        for nt1 in (1, 2):
+            for nt2 in (1, 2):
+                sch = _sketch(mod, seed, mt, nt1, nt2)
+                if sch is not None:
+                    out.append(sch)
+    return out
+
+
+def _extent(sch, loop) -> int:
+    return int(sch.get(loop).extent)
+
+
+def _sketch(mod, seed: int, mt: int, nt1: int, nt2: int):
+    """One sketch: blocks of ``16 mt`` query rows, accumulators of ``mt x nt1`` tiles for the scores and ``mt x
+    nt2`` for the output; None where the extents do not divide."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(mod, seed=seed, debug_mask=0)
+    gemm = sch.get_sblock(at.GEMM_BLOCK)
+    b, h, w, co, rh, rk = sch.get_loops(gemm)
+    rows, cols, depth = _extent(sch, w), _extent(sch, co), _extent(sch, rk)
+    scores_cols = _extent(sch, sch.get_loops(sch.get_sblock(at.SCORES_BLOCK))[3])
+    d_pad = _extent(sch, sch.get_loops(sch.get_sblock(at.SCORES_BLOCK))[-1])
+    if rows % (TILE_ROWS * mt) or cols % (TILE_ROWS * nt2) or scores_cols % (TILE_ROWS * nt1):
+        return None
+    lanes = partial_lanes(_extent(sch, sch.get_loops(sch.get_sblock(at.MAX_BLOCK))[-1]))
+    for name in (at.DELTA_BLOCK, *[n for n in EXP_BLOCKS if _has(sch, n)]):
+        sch.compute_inline(sch.get_sblock(name))
+    partials = []
+    for name in (at.MAX_BLOCK, at.SUM_BLOCK):  # rfactor first: it needs the reduction's own loop nest
+        j = sch.get_loops(sch.get_sblock(name))[-1]
+        _, inner = sch.split(j, [None, lanes])
+        partials.append(sch.rfactor(inner, factor_axis=0))
+
+    w_o, w_i = sch.split(w, [None, TILE_ROWS * mt])
+    co_o, co_i = sch.split(co, [None, TILE_ROWS * nt2])
+    sch.reorder(b, h, w_o, co_o, w_i, co_i, rh, rk)
+    sch.fuse(rh, rk)
+    block = sch.fuse(b, h, w_o)
+    sch.parallel(block)
+    for rv in (sch.get_sblock(at.PROBS_BLOCK), sch.get_sblock(at.SUM_BLOCK), partials[1],
+               sch.get_sblock(at.EXP_BLOCK), sch.get_sblock(at.MAX_BLOCK), partials[0],
+               sch.get_sblock(at.SCORES_BLOCK), sch.get_sblock(at.Q_BLOCK)):
+        sch.compute_at(rv, block)
+    _epilogue(sch, block)
+
+    # the scores: (rows, columns, reduction) under the block; accumulators of mt x nt1 tiles
+    scores = sch.get_sblock(at.SCORES_BLOCK)
+    s_w, s_co, s_k = sch.get_loops(scores)[-3:]
+    s_co_o, s_co_i = sch.split(s_co, [None, TILE_ROWS * nt1])
+    sch.reorder(s_co_o, s_w, s_co_i, s_k)
+    _tensorize(sch, scores, s_w, mt, nt1, rows, d_pad)
+    _tensorize(sch, gemm, w_i, mt, nt2, rows, depth)
+    sch.set_scope(sch.get_sblock(at.PROBS_BLOCK), 0, "local")  # after the match: the intrinsic's A is global
+
+    for name in (at.K_BLOCK, at.V_BLOCK):  # once per call, up front: parallel rows, a row's 32 pairs one vector
+        *outer, c, pair = sch.get_loops(sch.get_sblock(name))
+        sch.parallel(sch.fuse(*outer))
+        sch.vectorize(sch.fuse(c, pair))
+    sch.vectorize(sch.get_loops(sch.get_sblock(at.Q_BLOCK))[-1])
+    for rv in partials:  # loops (partial, row, step): the partials innermost, as the vector
+        partial, row, step = sch.get_loops(rv)[-3:]
+        sch.reorder(row, step, partial)
+        sch.vectorize(partial)
+    for name in (at.EXP_BLOCK, at.PROBS_BLOCK):
+        last = sch.get_loops(sch.get_sblock(name))[-1]
+        _, vector = sch.split(last, sch.sample_perfect_tile(last, n=2, max_innermost_factor=LANES))
+        sch.vectorize(vector)
+    return sch
+
+
+def _has(sch, name: str) -> bool:
+    try:
+        sch.get_sblock(name)
+    except Exception:  # TVM raises when the name is unknown
+        return False
+    return True
+
+
+def _epilogue(sch, block) -> None:
+    """The output block, and anything fused after it (inlined into the last), on each block of rows."""
+    root = sch.get_sblock("root")
+    blocks = list(sch.get_child_blocks(root))
+    names = [sch.get(b).name_hint for b in blocks]
+    after = blocks[names.index(at.OUT_BLOCK):]
+    for rv in after[:-1]:
+        sch.compute_inline(rv)
+    sch.reverse_compute_at(after[-1], block, preserve_unit_loops=True)
+    sch.vectorize(sch.get_loops(after[-1])[-1])
+
+
+def _tensorize(sch, gemm, rows_loop, mt: int, nt: int, row: int, depth: int) -> None:
+    """The product's init onto the init that stores nothing, its accumulator blocks onto the tile intrinsic over
+    the whole reduction."""
+    geo = Geometry(kh=1, kw=1, row=row, stride=1, group=1, channels=depth)
+    name = sch.get(gemm).name_hint
+    sch.decompose_reduction(gemm, rows_loop)
+    init = sch.get_sblock(f"{name}_init")
+    sch.tensorize(sch.get_loops(init)[-2], register_zero("amx", 1, TILE_ROWS * mt, TILE_ROWS * nt))
+    sch.tensorize(rows_loop, register_conv(ConvTile(mh=1, mw=mt, nt=nt, **vars(geo))))
+
+
+__all__ = ["attention_sketches", "is_attention_task"]
