@@ -163,6 +163,23 @@ def test_an_attention_is_fused_where_nothing_else_reads_its_scores(tmp_path, tar
     assert sum(matmul.TASK_NAME in n for n in names[True]) == 3 and any("softmax" in n for n in names[True])
 
 
+def test_under_layout_auto_the_fp32_side_of_an_attention_keeps_its_layer(tmp_path, target) -> None:
+    """The two matmuls and the softmax are the same tasks in the NCHW and the NHWC model; merged, they stay the
+    attention's fp32 alternative (or the NHWC model would count them beside its fused task), and the matmul after it
+    stays a layer of its own."""
+    from autosearch.frontend.importer import import_model
+
+    _needs_amx(target)
+    path = str(tmp_path / "attention.onnx")
+    gram_onnx(path, softmax=True)
+    tasks = import_model(path, target, layout="auto", precision="auto").tasks
+    scores = f"attention:1x{HEADS}x{TOKENS}x{TOKENS}"
+    fp32 = [t for t in tasks if t.lowering.get("layer") == scores and t.lowering["algorithm"] == "fp32"]
+    assert sorted(t.lowering["layouts"] for t in fp32) == [["NCHW", "NHWC"]] * 3
+    assert sum("softmax" in t.name for t in fp32) == 1
+    assert not [t for t in tasks if ("softmax" in t.name or "matmul" in t.name) and "layer" not in t.lowering]
+
+
 def test_fused_attention_on_amx_matches_numpy(tmp_path, target) -> None:
     """Every sketch of the fused attention, at its default and a random config, against NumPy with bf16's
     numerics: q, k and v rounded, scores and softmax exact, the probabilities rounded before the second product."""

@@ -146,7 +146,7 @@ def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str
         if policy.precision == "bf16":  # every eligible layer, no alternative to count
             bf16 = model.bf16_tasks
         turns = [Runtime("ONNX Runtime", "ort", onnx_path),
-                 Runtime(f"TVM tuned (bf16 on {bf16} conv layers)", "tvm", tuned.path, precision="bf16") if bf16
+                 Runtime(f"TVM tuned (bf16 on {bf16} layers)", "tvm", tuned.path, precision="bf16") if bf16
                  else Runtime("TVM tuned", "tvm", tuned.path)]
         if ov_precision is not None:
             turns.append(Runtime("OpenVINO (fp32)", "ov", onnx_path))

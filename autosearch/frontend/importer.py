@@ -67,10 +67,10 @@ class ImportedModel:
 
     @property
     def bf16_tasks(self) -> int:
-        """Tasks of bf16 convolutions and matmuls on a bf16 unit (alternatives or not)."""
-        from autosearch.tensor_units import conv, matmul
+        """Tasks of bf16 convolutions, matmuls and attentions on a bf16 unit (alternatives or not)."""
+        from autosearch.tensor_units.intrinsics import rounds_to_bf16
 
-        return sum(1 for t in self.tasks if conv.TASK_NAME in t.name or matmul.TASK_NAME in t.name)
+        return sum(1 for t in self.tasks if rounds_to_bf16(t.name, ()))
 
 
 # name -> "module:function", a view of the plug-in registry's group "autosearch.workloads" (autosearch.plugins);
@@ -269,7 +269,14 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
         for concrete in LAYOUTS:
             for t in extract_tasks(relax_mod, target, winograd=winograd, layout=concrete, fast_math=fast_math,
                                    precision=precision):
-                merged.setdefault(t.workload_key, (t, []))[1].append(concrete)
+                first, layouts = merged.setdefault(t.workload_key, (t, []))
+                layouts.append(concrete)
+                if "layer" in t.lowering and "layer" not in first.lowering:
+                    # a task both layouts run (a matmul, a softmax) that the NHWC model's bf16 lowering made part of
+                    # a layer's fp32 alternative: it keeps that label, or the layer would have its bf16 side alone
+                    label = {"layer": t.lowering["layer"], "algorithm": t.lowering["algorithm"]}
+                    merged[t.workload_key] = (TuningTask(**{**first.__dict__,
+                                                            "lowering": {**first.lowering, **label}}), layouts)
         tasks = [TuningTask(**{**t.__dict__, "lowering": {**t.lowering, "layout": "auto", "layouts": layouts}})
                  for t, layouts in merged.values()]
     elif converts_layout(target, layout):
