@@ -25,7 +25,7 @@ from autosearch.tensor_units.pooling import emit_window_max
 TRANSPARENT = ("relax.nn.max_pool2d", "relax.concat", "relax.image.resize2d")
 
 
-def _op_name(value) -> str | None:
+def op_name(value) -> str | None:
     import tvm
     from tvm import relax
 
@@ -39,7 +39,7 @@ def _inputs(value) -> list[Any] | None:
     variables, or it is a resize that interpolates)."""
     from tvm import relax
 
-    name = _op_name(value)
+    name = op_name(value)
     if name not in TRANSPARENT:
         return None
     if name == "relax.image.resize2d" and str(value.attrs.method) != "nearest_neighbor":
@@ -49,7 +49,7 @@ def _inputs(value) -> list[Any] | None:
     return fields if all(isinstance(f, relax.Var) for f in fields) else None
 
 
-def _referenced(expr) -> list[Any]:
+def referenced(expr) -> list[Any]:
     from tvm import relax
 
     found = []
@@ -73,16 +73,16 @@ def _dataflow(func) -> tuple[dict[Any, Any], dict[Any, list[Any]], set[Any], set
     bindings = [b for block in func.body.blocks for b in block.bindings if isinstance(b, relax.VarBinding)]
     constant: set[Any] = set()
     for b in bindings:
-        if all(v in constant for v in _referenced(b.value)):
+        if all(v in constant for v in referenced(b.value)):
             constant.add(b.var)
     bindings = [b for b in bindings if b.var not in constant]
     value_of = {b.var: b.value for b in bindings}
     readers: dict[Any, list[Any]] = defaultdict(list)
     for b in bindings:
-        for var in dict.fromkeys(_referenced(b.value)):
+        for var in dict.fromkeys(referenced(b.value)):
             readers[var].append(b)
-    convs = {b.var for b in bindings if _op_name(b.value) == "relax.nn.conv2d" and flat_conv(b.value) is not None}
-    return value_of, readers, set(_referenced(func.body.body)), convs
+    convs = {b.var for b in bindings if op_name(b.value) == "relax.nn.conv2d" and flat_conv(b.value) is not None}
+    return value_of, readers, set(referenced(func.body.body)), convs
 
 
 def bf16_region(func, flow=None) -> tuple[set[Any], set[Any]]:
@@ -118,7 +118,7 @@ def fused_pools(func, region: set[Any], flow=None) -> dict[Any, int]:
     found = {}
     for var in region:
         value = value_of[var]
-        if _op_name(value) == "relax.nn.max_pool2d" and value.args[0] in region:
+        if op_name(value) == "relax.nn.max_pool2d" and value.args[0] in region:
             k = window(value)
             if k is not None and fed_by_convolution(value.args[0], var, value_of, readers, convs):
                 found[var] = k
@@ -198,4 +198,5 @@ def conv2d_cast_input(bb, call):
                       out_dtype=attrs.out_dtype if attrs.out_dtype != "" else None, primfunc_name_hint="conv2d")
 
 
-__all__ = ["TRANSPARENT", "bf16_region", "conv2d_cast_input", "fused_pools", "keep_bf16_activations"]
+__all__ = ["TRANSPARENT", "bf16_region", "conv2d_cast_input", "fused_pools", "keep_bf16_activations", "op_name",
+           "referenced"]

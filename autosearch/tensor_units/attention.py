@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from autosearch.tensor_units.activations import op_name, referenced
 from autosearch.tensor_units.conv import BLOCK_N, GROUP_ATTR, KERNEL_ATTR, MIN_CHANNELS, ROW_ATTR, STRIDE_ATTR, TILE
 from autosearch.tensor_units.matmul import MIN_ROWS, flat_matmul, pack_b
 
@@ -133,20 +134,11 @@ def attention_bf16(q, k, v, *, at: FlatAttention, fast_exp: bool = True):
     return te.compute((*at.batch, m_, at.dv), out_value, name=OUT_BLOCK)
 
 
-def _op(value) -> str | None:
-    import tvm
-    from tvm import relax
-
-    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
-        return value.op.name
-    return None
-
-
 def flat_attention(softmax, scores, product) -> FlatAttention | None:
     """The attention of three Relax calls, ``scores = matmul(q, k)``, ``softmax(scores)`` over the last axis, and
     ``product = matmul(softmax, v)``, when both products are matmuls of two fp32 activations of one batch shape
     (:func:`.matmul.flat_matmul`), else None."""
-    if _op(scores) != "relax.matmul" or _op(product) != "relax.matmul" or _op(softmax) != "relax.nn.softmax":
+    if (op_name(scores), op_name(softmax), op_name(product)) != ("relax.matmul", "relax.nn.softmax", "relax.matmul"):
         return None
     ndim = len(scores.ty.shape) if scores.ty.shape is not None else 0
     if int(softmax.attrs.axis) not in (-1, ndim - 1):
@@ -166,18 +158,14 @@ def fuse_attention(policy_bf16, *, fast_exp: bool = True):
     import tvm
     from tvm import relax
 
-    from autosearch.frontend.lowering import _mutate_relax_functions
-
     def readers_of(func) -> dict[Any, int]:
         """Variable -> how many bindings (and the function's result) read it."""
-        from autosearch.tensor_units.activations import _referenced
-
         counts: dict[Any, int] = {}
         for block in func.body.blocks:
             for binding in block.bindings:
-                for var in dict.fromkeys(_referenced(binding.value)):
+                for var in dict.fromkeys(referenced(binding.value)):
                     counts[var] = counts.get(var, 0) + 1
-        for var in dict.fromkeys(_referenced(func.body.body)):
+        for var in dict.fromkeys(referenced(func.body.body)):
             counts[var] = counts.get(var, 0) + 1
         return counts
 
@@ -189,11 +177,11 @@ def fuse_attention(policy_bf16, *, fast_exp: bool = True):
 
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if _op(call) != "relax.matmul" or not isinstance(call.args[0], relax.Var):
+            if op_name(call) != "relax.matmul" or not isinstance(call.args[0], relax.Var):
                 return call
             probs = call.args[0]
             softmax = self.lookup_binding(probs)
-            if _op(softmax) != "relax.nn.softmax" or not isinstance(softmax.args[0], relax.Var):
+            if op_name(softmax) != "relax.nn.softmax" or not isinstance(softmax.args[0], relax.Var):
                 return call
             scores = self.lookup_binding(softmax.args[0])
             if self.counts.get(probs) != 1 or self.counts.get(softmax.args[0]) != 1:  # read by nothing else
@@ -207,11 +195,14 @@ def fuse_attention(policy_bf16, *, fast_exp: bool = True):
 
     @tvm.transform.module_pass(opt_level=0, name="FuseAttention")
     def rewrite(mod, _ctx):
+        functions = [(gv, func) for gv, func in mod.functions_items() if isinstance(func, relax.Function)]
         counts = {}
-        for _, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                counts.update(readers_of(func))
-        return relax.transform.DeadCodeElimination()(_mutate_relax_functions(Rewrite(mod, counts), mod))
+        for _, func in functions:
+            counts.update(readers_of(func))
+        mutator = Rewrite(mod, counts)
+        for gv, func in functions:
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+        return relax.transform.DeadCodeElimination()(mutator.builder_.get())  # the unread scores, softmax
 
     return rewrite
 
