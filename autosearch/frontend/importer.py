@@ -313,15 +313,17 @@ def _precision_classifier(bf16_tasks: list[TuningTask]):
     def score_key(shape) -> str | None:
         return attention_key(shape[:-2], shape[-2], shape[-1]) if len(shape) >= 3 else None
 
-    fused = {attention_key(t.args[0][0][:-2], t.args[0][0][-2], t.args[1][0][-1])
-             for t in bf16_tasks if TASK_NAME in t.name}
+    def fused_key(args) -> str:  # a fused task's q (*batch, m, d) and k (*batch, d, n): its scores' shape
+        return attention_key(args[0][0][:-2], args[0][0][-2], args[1][0][-1])
+
+    fused = {fused_key(t.args) for t in bf16_tasks if TASK_NAME in t.name}
     # the matmuls the bf16 lowering keeps as matmuls: outside any attention, whatever their shapes
     matmul_keys = {layer[0] for t in bf16_tasks if "matmul" in t.name and len(t.args) >= 3
                    and (layer := _matmul_layer(t.name, t.args)) is not None}
 
     def classify(name: str, args) -> tuple[str, str] | None:
         if TASK_NAME in name:
-            return attention_key(args[0][0][:-2], args[0][0][-2], args[1][0][-1]), "bf16"
+            return fused_key(args), "bf16"
         if "matmul" in name and len(args) >= 3:
             layer = _matmul_layer(name, args)
             if layer is not None and layer[0] in matmul_keys:

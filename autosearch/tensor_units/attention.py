@@ -31,8 +31,8 @@ from functools import partial
 from typing import Any
 
 from autosearch.tensor_units.activations import op_name, referenced
-from autosearch.tensor_units.conv import BLOCK_N, GROUP_ATTR, KERNEL_ATTR, MIN_CHANNELS, ROW_ATTR, STRIDE_ATTR, TILE
-from autosearch.tensor_units.matmul import MIN_ROWS, flat_matmul, pack_b
+from autosearch.tensor_units.conv import BLOCK_N, MIN_CHANNELS, TILE
+from autosearch.tensor_units.matmul import MIN_ROWS, batch_flat, flat_matmul, flatten_a, gemm_1x1, pack_b
 
 TASK_NAME = "attention_amx_bf16"  # the PrimFunc's name hint
 Q_BLOCK, K_BLOCK, V_BLOCK = "attn_flat_q", "attn_pack_k", "attn_pack_v"
@@ -91,28 +91,11 @@ def attention_bf16(q, k, v, *, at: FlatAttention, fast_exp: bool = True):
     """The fused kernel's TE compute (see the module's docstring)."""
     from tvm import te, tirx, topi
 
-    from autosearch.tensor_units.matmul import batch_index
-
-    nb, rows, m_, n_ = at.batches, at.rows, at.m, at.n
-
-    def q_value(b, i, c):
-        load = q[(*batch_index(b, at.batch), tirx.min(i, m_ - 1), tirx.min(c, at.d - 1))]
-        return tirx.if_then_else(tirx.all(i < m_, c < at.d), load, tirx.const(0, q.dtype)).astype("bfloat16")
-
-    flat_q = te.compute((nb, rows, at.d_pad), q_value, name=Q_BLOCK)
+    nb, rows, n_ = at.batches, at.rows, at.n
+    flat_q = flatten_a(q, batch=at.batch, m=at.m, k=at.d, rows=rows, k_pad=at.d_pad, name=Q_BLOCK)
     packed_k = pack_b(k, batch=at.batch, k=at.d, n=at.n, k_pad=at.d_pad, n_pad=at.n_pad, name=K_BLOCK)
     packed_v = pack_b(v, batch=at.batch, k=at.n, n=at.dv, k_pad=at.n_pad, n_pad=at.dv_pad, name=V_BLOCK)
-
-    def gemm(a, packed, depth, cols, name):  # the flattened 1x1 convolution's GEMM (.conv.conv2d_nhwc)
-        rh = te.reduce_axis((0, 1), name="rh")
-        rk = te.reduce_axis((0, depth), name="rk")
-        return te.compute(
-            (nb, 1, rows, cols),
-            lambda b, h, w, co: te.sum(a[b, (h + rh) * rows + w, rk].astype("float32") * packed[
-                b, co // BLOCK_N, rh, 0, rk // 2, co % BLOCK_N, rk % 2].astype("float32"), axis=[rh, rk]),
-            name=name, attrs={ROW_ATTR: rows, STRIDE_ATTR: 1, GROUP_ATTR: 1, KERNEL_ATTR: [1, 1]})
-
-    scores = gemm(flat_q, packed_k, at.d_pad, at.n_pad, SCORES_BLOCK)
+    scores = gemm_1x1(flat_q, packed_k, rows=rows, depth=at.d_pad, cols=at.n_pad, name=SCORES_BLOCK)
     j = te.reduce_axis((0, n_), name="j")
     row_max = te.compute((nb, rows), lambda b, i: te.max(scores[b, 0, i, j], axis=j), name=MAX_BLOCK)
     delta = te.compute((nb, rows, at.n_pad), lambda b, i, c: scores[b, 0, i, c] - row_max[b, i], name=DELTA_BLOCK)
@@ -123,15 +106,10 @@ def attention_bf16(q, k, v, *, at: FlatAttention, fast_exp: bool = True):
     row_sum = te.compute((nb, rows), lambda b, i: te.sum(masked[b, i, j2], axis=j2), name=SUM_BLOCK)
     probs = te.compute((nb, rows, at.n_pad), lambda b, i, c: (masked[b, i, c] / row_sum[b, i]).astype("bfloat16"),
                        name=PROBS_BLOCK)
-    out = gemm(probs, packed_v, at.n_pad, at.dv_pad, GEMM_BLOCK)
+    out = gemm_1x1(probs, packed_v, rows=rows, depth=at.n_pad, cols=at.dv_pad, name=GEMM_BLOCK)
 
-    def out_value(*index):
-        b = 0
-        for i, size in zip(index[:-2], at.batch, strict=True):
-            b = b * size + i
-        return out[b, 0, index[-2], index[-1]]
-
-    return te.compute((*at.batch, m_, at.dv), out_value, name=OUT_BLOCK)
+    return te.compute((*at.batch, at.m, at.dv), lambda *i: out[batch_flat(i[:-2], at.batch), 0, i[-2], i[-1]],
+                      name=OUT_BLOCK)
 
 
 def flat_attention(softmax, scores, product) -> FlatAttention | None:

@@ -123,37 +123,54 @@ def pack_b(b, *, batch: tuple[int, ...], k: int, n: int, k_pad: int, n_pad: int,
     return te.compute((math.prod(batch), -(-n_pad // BLOCK_N), 1, 1, k_pad // 2, BLOCK_N, 2), value, name=name)
 
 
+def batch_flat(index, batch: tuple[int, ...]):
+    """The flat batch of the batch dimensions' indices ``index`` (:func:`batch_index`'s inverse)."""
+    n = 0
+    for i, size in zip(index, batch, strict=True):
+        n = n * size + i
+    return n
+
+
+def flatten_a(a, *, batch: tuple[int, ...], m: int, k: int, rows: int, k_pad: int, name: str):
+    """A ``(*batch, m, k)`` rounded to bf16 as the flattened input of a 1x1 convolution, one image per batch:
+    ``(batches, rows, k_pad)``, zero-padded."""
+    from tvm import te, tirx
+
+    def value(n, i, c):
+        load = a[(*batch_index(n, batch), tirx.min(i, m - 1), tirx.min(c, k - 1))]
+        return tirx.if_then_else(tirx.all(i < m, c < k), load, tirx.const(0, a.dtype)).astype("bfloat16")
+
+    return te.compute((math.prod(batch), rows, k_pad), value, name=name)
+
+
+def gemm_1x1(flat, packed, *, rows: int, depth: int, cols: int, name: str):
+    """The flattened convolution's GEMM with a 1x1 filter and stride 1 (:func:`.conv.conv2d_nhwc`), one image per
+    batch, fp32: ``(batches, 1, rows, cols)``, in exactly the form the tile and dot-product intrinsics describe."""
+    from tvm import te
+
+    rh = te.reduce_axis((0, 1), name="rh")
+    rk = te.reduce_axis((0, depth), name="rk")
+
+    def product(n, h, w, co):
+        return (flat[n, (h + rh) * rows + w, rk].astype("float32")
+                * packed[n, co // BLOCK_N, rh, 0, rk // 2, co % BLOCK_N, rk % 2].astype("float32"))
+
+    return te.compute((int(flat.shape[0]), 1, rows, cols),
+                      lambda n, h, w, co: te.sum(product(n, h, w, co), axis=[rh, rk]),
+                      name=name, attrs={ROW_ATTR: rows, STRIDE_ATTR: 1, GROUP_ATTR: 1, KERNEL_ATTR: [1, 1]})
+
+
 def matmul_bf16(a, b, *, mm: FlatMatmul):
     """``a @ b`` (fp32) through bf16 operands on the unit, fp32 out."""
-    from tvm import te, tirx
+    from tvm import te
 
     conv = mm.conv
     width, k_pad, n_pad = mm.width, conv.in_padded, conv.out_padded
-    m_, k_, n_ = mm.m, mm.k, mm.n
-
-    def flat_value(n, i, k):
-        load = a[(*batch_index(n, mm.batch), tirx.min(i, m_ - 1), tirx.min(k, k_ - 1))]
-        return tirx.if_then_else(tirx.all(i < m_, k < k_), load, tirx.const(0, a.dtype)).astype("bfloat16")
-
-    flat = te.compute((mm.batches, width, k_pad), flat_value, name=FLAT_BLOCK)
-    packed = pack_b(b, batch=mm.batch, k=k_, n=n_, k_pad=k_pad, n_pad=n_pad, name=PACK_B_BLOCK)
-    rh = te.reduce_axis((0, 1), name="rh")
-    rk = te.reduce_axis((0, k_pad), name="rk")
-
-    def product(n, h, w, co):  # the convolution's, with a 1x1 filter and stride 1 (conv.conv2d_nhwc)
-        return (flat[n, (h + rh) * width + w, rk].astype("float32")
-                * packed[n, co // BLOCK_N, rh, 0, rk // 2, co % BLOCK_N, rk % 2].astype("float32"))
-
-    gemm = te.compute((mm.batches, 1, width, n_pad), lambda n, h, w, co: te.sum(product(n, h, w, co), axis=[rh, rk]),
-                      name=GEMM_BLOCK, attrs={ROW_ATTR: width, STRIDE_ATTR: 1, GROUP_ATTR: 1, KERNEL_ATTR: [1, 1]})
-
-    def out_value(*index):
-        n = 0
-        for i, size in zip(index[:-2], mm.batch, strict=True):
-            n = n * size + i
-        return gemm[n, 0, index[-2], index[-1]]
-
-    return te.compute((*mm.batch, m_, n_), out_value, name=OUT_BLOCK)
+    flat = flatten_a(a, batch=mm.batch, m=mm.m, k=mm.k, rows=width, k_pad=k_pad, name=FLAT_BLOCK)
+    packed = pack_b(b, batch=mm.batch, k=mm.k, n=mm.n, k_pad=k_pad, n_pad=n_pad, name=PACK_B_BLOCK)
+    gemm = gemm_1x1(flat, packed, rows=width, depth=k_pad, cols=n_pad, name=GEMM_BLOCK)
+    return te.compute((*mm.batch, mm.m, mm.n), lambda *i: gemm[batch_flat(i[:-2], mm.batch), 0, i[-2], i[-1]],
+                      name=OUT_BLOCK)
 
 
 def legalize(bb, call, *, unit: str = "amx"):
@@ -168,5 +185,5 @@ def legalize(bb, call, *, unit: str = "amx"):
     return bb.call_te(partial(matmul_bf16, mm=mm), *call.args, primfunc_name_hint=TASK_NAME)
 
 
-__all__ = ["FlatMatmul", "MIN_ROWS", "OUT_BLOCK", "PACK_B_BLOCK", "TASK_NAME", "batch_index", "flat_matmul",
-           "layer_key", "legalize", "matmul_bf16", "pack_b"]
+__all__ = ["FlatMatmul", "MIN_ROWS", "OUT_BLOCK", "PACK_B_BLOCK", "TASK_NAME", "batch_flat", "batch_index",
+           "flat_matmul", "flatten_a", "gemm_1x1", "layer_key", "legalize", "matmul_bf16", "pack_b"]

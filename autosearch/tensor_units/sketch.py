@@ -39,15 +39,9 @@ from autosearch.tensor_units.matmul import PACK_B_BLOCK
 def is_amx_task(mod) -> bool:
     """Whether ``mod`` (one PrimFunc) holds the flattened bf16 GEMM block of :mod:`.conv` (a convolution's or a
     matmul's), or is a fused attention (:mod:`.attention`): a task on a bf16 unit."""
-    from tvm.s_tir import Schedule
-
     from autosearch.tensor_units.attention_sketch import is_attention_task
 
-    try:
-        Schedule(mod, debug_mask=0).get_sblock(GEMM_BLOCK)
-    except Exception:  # no such block (TVM raises when the name is unknown)
-        return is_attention_task(mod)
-    return True
+    return _has_gemm(mod) or is_attention_task(mod)
 
 
 def amx_sketches(mod, target, *, seed: int) -> list[Any]:
