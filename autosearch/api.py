@@ -666,9 +666,9 @@ def train_model(out: str, *, logs: Sequence[str] = (), measure: bool = False, mi
     """Pre-train a cost model on measured records and write it to the directory ``out`` (``model.ubj`` and
     ``manifest.json``), for ``tune(cost_model=out)``. ``logs``: tuning logs or TVM databases; ``measure``: first
     measure a dataset on this machine for ``minutes`` (``out/dataset.jsonl``, gone on from when it exists:
-    random configs and mutations of the best, of ``tasks_per_layout`` conv tasks of ``model`` per lowering (fp32 in
-    each layout, and bf16 where this CPU has a bf16 unit), up to
-    ``per_task`` configs each, then of its other conv tasks one by one while the minutes last) and train on it
+    random configs and mutations of the best, of ``tasks_per_layout`` tasks of ``model`` per lowering (fp32
+    convolutions in each layout, and where this CPU has a bf16 unit the convolutions, matmuls and attentions on it),
+    up to ``per_task`` configs each, then of its other such tasks one by one while the minutes last) and train on it
     too. ``family``: ``xgb-rank`` or ``blend`` (needs PyTorch).
     Held-out accuracy over ``folds`` folds by task; ``exclude_tasks``: workload keys left out, e.g. to test the
     model on them. ``on_progress(label, done, total)``: measuring configs, then featurising records."""
@@ -710,8 +710,9 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
     tasks, more = dataset_tasks(model, target, count=tasks_per_layout)
     path = os.path.join(out, DATASET_FILE)
     lowerings = ", ".join(f"{lw['precision']} {lw['layout']}" for lw in dataset_lowerings(target))
-    say(f"measuring a dataset on this machine: {len(tasks)} conv tasks of {model} ({lowerings}), up to "
-        f"{per_task} configs each, then its {len(more)} other conv tasks one by one while the {minutes:g} min "
+    say(f"measuring a dataset on this machine: {len(tasks)} tasks of {model} ({lowerings}: its convolutions, in "
+        f"bf16 its matmuls and attentions too), up to {per_task} configs each, then its {len(more)} other such "
+        f"tasks one by one while the {minutes:g} min "
         f"last -> {path}")
     from autosearch.measure.local import LocalRunner
 

@@ -518,9 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, help="--measure: the measuring budget (required)")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"--measure: whose tasks (default {DEFAULT_MODEL})")
     p.add_argument("--tasks-per-layout", type=int, default=6,
-                   help="--measure: conv tasks per lowering (fp32 per layout, bf16) measured from the start "
-                   "(default 6); the model's other conv tasks join one by one once those are done, while the minutes "
-                   "last")
+                   help="--measure: tasks per lowering (fp32 convolutions per layout; bf16 convolutions, matmuls and "
+                   "attentions) measured from the start (default 6); the model's other such tasks join one by one "
+                   "once those are done, while the minutes last")
     p.add_argument("--per-task", type=int, default=64, help="--measure: at most this many configs per task")
     p.add_argument("--out", required=True, help="directory to write (model.ubj + manifest.json)")
     p.add_argument("--family", choices=PRETRAINED_FAMILIES, default="xgb-rank",

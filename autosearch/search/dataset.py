@@ -150,18 +150,26 @@ def dataset_lowerings(target) -> list[dict[str, str]]:
     return lowerings
 
 
+def tensorised(name: str) -> bool:
+    """Whether a task (by its name) computes on a bf16 unit: a convolution, a matmul or a fused attention."""
+    from autosearch.tensor_units import attention, conv, matmul
+
+    return any(kind in name for kind in (conv.TASK_NAME, matmul.TASK_NAME, attention.TASK_NAME))
+
+
 def dataset_tasks(model: str, target, *, count: int) -> tuple[list, list]:
-    """The conv tasks a dataset for ``model`` measures, from each lowering a tuning run of it on ``target`` guides
-    (:func:`dataset_lowerings`); one task per workload: (``count`` per lowering spread over FLOPs, measured from the
-    start; the rest, in :func:`spread_order`, to join while the budget lasts)."""
+    """The tasks a dataset for ``model`` measures, from each lowering a tuning run of it on ``target`` guides
+    (:func:`dataset_lowerings`): the fp32 convolutions, and in bf16 every task on the unit (convolutions, matmuls,
+    attentions: a ranker of convolutions alone ranks a fused attention's schedules at chance); one task per workload:
+    (``count`` per lowering spread over FLOPs, measured from the start; the rest, in :func:`spread_order`, to join
+    while the budget lasts)."""
     from autosearch.frontend.importer import import_model
-    from autosearch.tensor_units.conv import TASK_NAME
 
     first: dict[str, object] = {}
     rest: dict[str, object] = {}
     for lowering in dataset_lowerings(target):
-        kind = "conv2d" if lowering["precision"] == "fp32" else TASK_NAME  # bf16: the convolutions on the unit
-        convs = [t for t in import_model(model, target, **lowering).tasks if kind in t.name]
+        wanted = (lambda name: "conv2d" in name) if lowering["precision"] == "fp32" else tensorised
+        convs = [t for t in import_model(model, target, **lowering).tasks if wanted(t.name)]
         for task in spread(convs, count):
             first.setdefault(task.workload_key, task)
         for task in spread_order(convs):
@@ -224,4 +232,4 @@ def measure_dataset(tasks: Sequence, out_path: str, *, runner, seconds: float, p
 
 
 __all__ = ["DATASET_FILE", "RANDOM_FRACTION", "TaskSampler", "dataset_lowerings", "dataset_tasks", "measure_dataset",
-           "propose", "spread", "spread_order"]
+           "propose", "spread", "spread_order", "tensorised"]
