@@ -34,7 +34,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,6 +55,7 @@ class Records:
     groups: np.ndarray
     keys: list[str]  # per group: the task's workload key
     bf16: np.ndarray  # per group: the task is tensorised onto a bf16 unit
+    names: list[str] = field(default_factory=list)  # per group: the task's name
 
     def rows(self, groups: np.ndarray) -> np.ndarray:
         return np.isin(self.groups, groups)
@@ -66,7 +67,7 @@ def load(logs: list[str]) -> Records:
     from autosearch.cost_models.loop_features import FEATURE_NAMES
 
     unit = FEATURE_NAMES.index("tensor_unit")
-    Xs, ys, gs, keys = [], [], [], []
+    Xs, ys, gs, keys, names = [], [], [], [], []
     for contents in read_logs(logs):
         part = build_dataset([contents], kinds=("loop",), store=as_store(None))
         if not len(part):
@@ -75,9 +76,10 @@ def load(logs: list[str]) -> Records:
         ys.append(part.y)
         gs.append(part.groups + len(keys))
         keys.extend(part.task_keys)
+        names.extend(part.task_names.get(k, "") for k in part.task_keys)
     X, groups = np.vstack(Xs), np.concatenate(gs)
     bf16 = np.asarray([bool(np.any(X[groups == g, unit] > 0)) for g in range(len(keys))])
-    return Records(X=X, y=np.concatenate(ys), groups=groups, keys=keys, bf16=bf16)
+    return Records(X=X, y=np.concatenate(ys), groups=groups, keys=keys, bf16=bf16, names=names)
 
 
 def write_bf16_records(logs: list[str], out: str) -> tuple[int, int]:

@@ -81,6 +81,22 @@ def test_the_dataset_measures_the_bf16_tasks_where_the_cpu_has_a_unit(tmp_path) 
         assert sum("bfloat16" in d for d in dtypes) == bf16 and len(first) == 2 + bf16
 
 
+def test_the_dataset_measures_the_matmuls_and_attentions_on_the_unit_too(tmp_path) -> None:
+    """Lowering only (any CPU): on AMX, a model's fused attention and its bf16 matmul are dataset tasks (a ranker of
+    convolutions alone ranks an attention's schedules at chance), its fp32 matmuls are not."""
+    from autosearch.search.dataset import dataset_tasks
+    from autosearch.tensor_units import attention, matmul
+    from tests.bf16_models import amx_target
+    from tests.test_bf16_matmul import gram_onnx
+
+    model = str(tmp_path / "attention.onnx")
+    gram_onnx(model, softmax=True)
+    first, more = dataset_tasks(model, amx_target(), count=4)
+    names = [t.name for t in first + more]
+    assert sum(attention.TASK_NAME in n for n in names) == 1 and sum(matmul.TASK_NAME in n for n in names) == 1
+    assert len(names) == 2, names
+
+
 def test_every_prefix_of_the_joining_order_spreads_over_flops() -> None:
     from types import SimpleNamespace
 
