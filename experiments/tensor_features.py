@@ -14,7 +14,8 @@ logs (pairwise accuracy and top-1 within each task, the product's ``xgb-rank`` o
 the bf16 part of the shipped model's training set (``docs/cost-models.md``).
 
 ``--runs NAME=LOG ...`` instead compares runs of one model (e.g. guided and unguided, from
-``experiments/time_to_quality.py``): on the bf16 tasks both logs hold, the fastest config after n trials of the task
+``experiments/time_to_quality.py``; a NAME given several times: its runs of several seeds, the i-th of each name
+compared): on the bf16 tasks both logs hold, the fastest config after n trials of the task
 over the fastest either run found (geometric mean over the tasks that got n trials in every run), the search-level
 view that an end-to-end figure blurs.
 
@@ -198,23 +199,35 @@ def plot(results: dict[str, dict[str, dict[str, float]]], path: str) -> None:
     plt.close(fig)
 
 
-TRIAL_COUNTS = (2, 4, 6, 8, 12, 16)
+TRIAL_COUNTS = (2, 4, 6, 8, 12, 16, 24, 32, 48)
 
 
 def bf16_trials(path: str) -> dict[str, list[float]]:
-    """Per task of a tuning log tensorised onto a bf16 unit (named as ``autosearch.tensor_units.conv.TASK_NAME`` on
-    either unit; the bf16 pools and copies between them are not tensorised), its trials' latencies in order (inf
-    where a trial failed)."""
+    """Per task of a tuning log tensorised onto a bf16 unit (a convolution, matmul or fused attention:
+    ``autosearch.search.dataset.tensorised``; the bf16 pools and copies between them are not tensorised), its trials'
+    latencies in order (inf where a trial failed)."""
     from autosearch.records import read_log
-    from autosearch.tensor_units.conv import TASK_NAME
+    from autosearch.search.dataset import tensorised
 
     contents = read_log(path)
-    bf16 = {key for key, header in contents.tasks.items() if TASK_NAME in header.get("name", "")}
+    bf16 = {key for key, header in contents.tasks.items() if tensorised(header.get("name", ""))}
     out: dict[str, list[float]] = {}
     for r in contents.trials():
         if r.task_key in bf16:
             out.setdefault(r.task_key, []).append(r.result.median if r.ok else float("inf"))
     return out
+
+
+def seeded_runs(specs: list[str]) -> dict[str, dict[str, list[float]]]:
+    """``NAME=LOG`` specs -> per name, its logs' bf16 trials; a name given again (another seed of that run) adds
+    its tasks as tasks of their own, keyed by the occurrence (``KEY#1``), so the i-th seeds of the names compare."""
+    runs: dict[str, dict[str, list[float]]] = {}
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        seen = runs.setdefault(name, {})
+        nth = len({key.rpartition("#")[2] for key in seen})
+        seen.update({f"{key}#{nth}": trials for key, trials in bf16_trials(path).items()})
+    return runs
 
 
 def convergence(runs: dict[str, dict[str, list[float]]]) -> dict[str, dict[int, tuple[float, int]]]:
@@ -274,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     base = results_path(args.out)
     if args.runs:
-        runs = {name: bf16_trials(path) for name, _, path in (spec.partition("=") for spec in args.runs)}
+        runs = seeded_runs(args.runs)
         conv = convergence(runs)
         write_json(base + ".json", {"runs": args.runs, "convergence": {name: {str(n): v for n, v in per.items()}
                                                                         for name, per in conv.items()}})

@@ -169,10 +169,10 @@ def dataset_tasks(model: str, target, *, count: int) -> tuple[list, list]:
     rest: dict[str, object] = {}
     for lowering in dataset_lowerings(target):
         wanted = (lambda name: "conv2d" in name) if lowering["precision"] == "fp32" else tensorised
-        convs = [t for t in import_model(model, target, **lowering).tasks if wanted(t.name)]
-        for task in spread(convs, count):
+        chosen = [t for t in import_model(model, target, **lowering).tasks if wanted(t.name)]
+        for task in spread(chosen, count):
             first.setdefault(task.workload_key, task)
-        for task in spread_order(convs):
+        for task in spread_order(chosen):
             rest.setdefault(task.workload_key, task)
     return list(first.values()), [t for key, t in rest.items() if key not in first]
 

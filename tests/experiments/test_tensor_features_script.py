@@ -44,3 +44,30 @@ def test_convergence_compares_runs_on_the_tasks_each_gave_n_trials() -> None:
     # 4 trials: c has only 2, so a and b alone
     assert conv["guided"][4] == (pytest.approx(1.0), 2) and conv["unguided"][4][0] == pytest.approx(1.5 ** 0.5)
     assert 6 not in conv["guided"]
+
+
+def _timed_log(path, tasks: dict[str, list[float]]) -> None:
+    """A log of tasks (key -> its trials' medians) named as a fused attention on the unit; one fp32 task besides."""
+    lines = [{"v": 1, "kind": "run", "run": {"strategy": "optuna"}}]
+    for key, medians in {**tasks, "fp32": [1.0]}.items():
+        name = "matmul1" if key == "fp32" else f"attention_amx_bf16{key}"
+        lines.append({"v": 1, "kind": "task", "task": {"workload_key": key, "name": name,
+                                                        "args": [[[1, 8], "float32"]]}})
+        for i, median in enumerate(medians):
+            lines.append({"v": 1, "kind": "trial", "task": {"key": key, "name": name}, "trial": i,
+                          "result": {"status": "ok", "latencies": [median], "median": median}})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_runs_of_several_seeds_compare_seed_by_seed_on_the_tensorised_tasks(tmp_path) -> None:
+    from experiments.tensor_features import seeded_runs
+
+    for name, seed, medians in (("new", 0, [2.0, 1.0]), ("new", 1, [3.0, 3.0]), ("old", 0, [4.0, 2.0]),
+                                ("old", 1, [1.5, 1.5])):
+        _timed_log(tmp_path / f"{name}{seed}.jsonl", {"7": medians})
+    runs = seeded_runs([f"{n}={tmp_path / f'{n}{s}.jsonl'}" for n, s in (("new", 0), ("old", 0), ("new", 1),
+                                                                        ("old", 1))])
+    assert runs == {"new": {"7#0": [2.0, 1.0], "7#1": [3.0, 3.0]}, "old": {"7#0": [4.0, 2.0], "7#1": [1.5, 1.5]}}
+    conv = convergence(runs)  # seed 0: best 1.0 (new); seed 1: best 1.5 (old)
+    assert conv["new"][2] == (pytest.approx((1.0 * 2.0) ** 0.5), 2)
+    assert conv["old"][2] == (pytest.approx((2.0 * 1.0) ** 0.5), 2)
