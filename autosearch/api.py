@@ -661,7 +661,8 @@ def compare_models(logs: str | Sequence[str], *, models: Sequence[str] | None = 
 def train_model(out: str, *, logs: Sequence[str] = (), measure: bool = False, minutes: float | None = None,
                 model: str = DEFAULT_MODEL, tasks_per_layout: int = 6, per_task: int = 64,
                 family: str = "xgb-rank", folds: int = 5, exclude_tasks: Sequence[str] = (), seed: int = 0,
-                force: bool = False, on_progress: Callable[[str, int, int], None] | None = None,
+                force: bool = False, target: str | None = None, precision: str = "auto",
+                on_progress: Callable[[str, int, int], None] | None = None,
                 on_message: Callable[[str], None] | None = None) -> TrainReport:
     """Pre-train a cost model on measured records and write it to the directory ``out`` (``model.ubj`` and
     ``manifest.json``), for ``tune(cost_model=out)``. ``logs``: tuning logs or TVM databases; ``measure``: first
@@ -669,7 +670,10 @@ def train_model(out: str, *, logs: Sequence[str] = (), measure: bool = False, mi
     random configs and mutations of the best, of ``tasks_per_layout`` tasks of ``model`` per lowering (fp32
     convolutions in each layout, and where this CPU has a bf16 unit the convolutions, matmuls and attentions on it),
     up to ``per_task`` configs each, then of its other such tasks one by one while the minutes last) and train on it
-    too. ``family``: ``xgb-rank`` or ``blend`` (needs PyTorch).
+    too; ``target``: measure for this target instead of the host's CPU (a JSON dict, e.g. the host's features less
+    AMX, to measure the AVX512-BF16 dot product's schedules on a CPU that has both units). ``family``: ``xgb-rank``
+    or ``blend`` (needs PyTorch). ``precision``: ``auto`` measures the lowerings a default run tunes, ``fp32`` or
+    ``bf16`` one side only.
     Held-out accuracy over ``folds`` folds by task; ``exclude_tasks``: workload keys left out, e.g. to test the
     model on them. ``on_progress(label, done, total)``: measuring configs, then featurising records."""
     _prepare()
@@ -689,14 +693,16 @@ def train_model(out: str, *, logs: Sequence[str] = (), measure: bool = False, mi
     progress = on_progress or (lambda label, done, total: None)
     if measure:
         logs.append(_measure_dataset(out, minutes=minutes, model=model, tasks_per_layout=tasks_per_layout,
-                                     per_task=per_task, seed=seed, progress=progress,
+                                     per_task=per_task, seed=seed, target=target, precision=precision,
+                                     progress=progress,
                                      say=on_message or (lambda line: None)))
     return train(logs, out, family=family, seed=seed, folds=folds, exclude=tuple(exclude_tasks),
                  on_progress=lambda done, total: progress("featurising records", done, total))
 
 
 def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_layout: int, per_task: int, seed: int,
-                     progress: Callable[[str, int, int], None], say: Callable[[str], None]) -> str:
+                     target: str | None, precision: str, progress: Callable[[str, int, int], None],
+                     say: Callable[[str], None]) -> str:
     """``train-model --measure``: measure (or go on measuring) OUT/dataset.jsonl for ``minutes``; its path."""
     from autosearch.frontend.target import parse_target
     from autosearch.search.dataset import DATASET_FILE, dataset_lowerings, dataset_tasks, measure_dataset
@@ -705,12 +711,13 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
         raise UserError("train-model --measure needs --minutes, a positive number (the measuring budget)")
     if tasks_per_layout <= 0 or per_task <= 0:
         raise UserError("--tasks-per-layout and --per-task must be positive")
+    where = f"for {target}" if target else "on this machine"
+    target = parse_target(target)  # default: this machine's CPU, all its cores
+    lowerings = ", ".join(f"{lw['precision']} {lw['layout']}" for lw in dataset_lowerings(target, precision))
     make_writable_dir(out)
-    target = parse_target(None)  # this machine's CPU, all its cores
-    tasks, more = dataset_tasks(model, target, count=tasks_per_layout)
+    tasks, more = dataset_tasks(model, target, count=tasks_per_layout, precision=precision)
     path = os.path.join(out, DATASET_FILE)
-    lowerings = ", ".join(f"{lw['precision']} {lw['layout']}" for lw in dataset_lowerings(target))
-    say(f"measuring a dataset on this machine: {len(tasks)} tasks of {model} ({lowerings}: its convolutions, in "
+    say(f"measuring a dataset {where}: {len(tasks)} tasks of {model} ({lowerings}: its convolutions, in "
         f"bf16 its matmuls and attentions too), up to {per_task} configs each, then its {len(more)} other such "
         f"tasks one by one while the {minutes:g} min "
         f"last -> {path}")

@@ -350,7 +350,9 @@ def cmd_train_model(args: argparse.Namespace) -> int:
         report = train_model(args.out, logs=args.log, measure=args.measure, minutes=args.minutes,
                              model=args.model, tasks_per_layout=args.tasks_per_layout, per_task=args.per_task,
                              family=args.family, folds=args.folds, exclude_tasks=args.exclude_task or (),
-                             seed=args.seed, force=args.force, on_progress=update, on_message=console.print)
+                             seed=args.seed, force=args.force, target=args.target, precision=args.precision,
+                             on_progress=update,
+                             on_message=console.print)
     from rich.table import Table
 
     table = Table(title=f"held-out accuracy ({len(report.folds)} folds by task)")
@@ -522,6 +524,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "attentions) measured from the start (default 6); the model's other such tasks join one by one "
                    "once those are done, while the minutes last")
     p.add_argument("--per-task", type=int, default=64, help="--measure: at most this many configs per task")
+    p.add_argument("--target", help="--measure: the target to measure for (default: this CPU, all its cores), e.g. "
+                                    "a JSON dict of a subset of its features, to measure the AVX512-BF16 dot "
+                                    "product's schedules on a CPU that also has AMX")
+    p.add_argument("--precision", default="auto",
+                   help="--measure: the lowerings whose tasks it measures: auto (default: those a default run tunes, "
+                        "fp32 in both layouts and bf16 on this CPU's unit), fp32, or bf16 (the unit's tasks alone)")
     p.add_argument("--out", required=True, help="directory to write (model.ubj + manifest.json)")
     p.add_argument("--family", choices=PRETRAINED_FAMILIES, default="xgb-rank",
                    help="xgb-rank (default): XGBoost ranking; blend: it plus the mlp-rank network (needs PyTorch: "

@@ -445,14 +445,22 @@ def cpu_family(contents) -> str:
 def cross_family_accuracy(model, X, y, groups, task_of_group, machine_of_group, task_fold) -> dict[str, dict]:
     """Held-out pairwise accuracy per tested family and training set, on the folds by task of ``task_fold``: per
     family F, a model trained on F's other tasks ("same"), on another family's ("from X"), and on every family's
-    ("all"). The first run on a CPU family a model has not seen is the "from" column."""
+    ("all"). The first run on a CPU family a model has not seen is the "from" column.
+
+    "same, common tasks" trains on F's records of only the tasks every family measured: a family with more tasks
+    of its own trains "same" on more data than the other family can offer, and "from X" against it would then
+    measure the data's size as much as the family; against "same, common tasks" only the machine differs."""
     from autosearch.cost_models.evaluate import pairwise_accuracy
 
     fam = machine_of_group[groups]
     families = sorted(set(fam))
+    task_of_row = task_of_group[groups]
+    common = set.intersection(*(set(task_of_row[fam == f].tolist()) for f in families))
+    in_common = np.isin(task_of_row, sorted(common))
     out: dict[str, dict] = {}
     for tested in families:
-        sources = {"same": fam == tested, "all": np.ones(len(y), dtype=bool),
+        sources = {"same": fam == tested, "same, common tasks": (fam == tested) & in_common,
+                   "all": np.ones(len(y), dtype=bool),
                    **{f"from {other}": fam == other for other in families if other != tested}}
         scores: dict[str, list[tuple[float, int]]] = {name: [] for name in sources}
         for fold in np.unique(task_fold):

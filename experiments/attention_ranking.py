@@ -36,8 +36,8 @@ import sys
 import numpy as np
 
 from autosearch.tables import fmt, markdown_table
-from experiments.lib.io import results_path, write_json, write_text
-from experiments.tensor_features import FOLDS, Records, load, scores
+from experiments.lib.io import publish, results_path
+from experiments.tensor_features import FOLDS, Records, fold_average, load, scores
 
 log = logging.getLogger("attention_ranking")
 MODELS = ("convolutions", "convolutions + attentions", "attentions alone")  # refit here
@@ -67,10 +67,7 @@ def held_out(train: Records, attention_groups: np.ndarray, *, seed: int) -> dict
         if len(test):
             fit = np.setdiff1d(np.arange(len(train.keys)), test)
             parts.append(scores(train, fit, train, test, VARIANT, seed=seed))
-    w = np.asarray([p["tasks"] for p in parts], dtype=np.float64)
-    return {"pairwise": float(np.average([p["pairwise"] for p in parts], weights=w)),
-            "top1": float(np.average([p["top1"] for p in parts], weights=w)),
-            "tasks": int(w.sum()), "records": int(sum(p["records"] for p in parts))}
+    return fold_average(parts)
 
 
 def as_is(directory: str, test: Records, groups: np.ndarray) -> dict[str, float]:
@@ -107,12 +104,17 @@ def evaluate(base: Records, attention: Records, test: Records, *, seed: int,
     return out
 
 
+def splits_of(results: dict[str, dict[str, dict]]) -> list[str]:
+    """The test sets scored, in order of first appearance (the held-out zoo set only for models that hold it)."""
+    return list(dict.fromkeys(s for per in results.values() for s in per))
+
+
 def table(results: dict[str, dict[str, dict]]) -> str:
-    splits = list(dict.fromkeys(s for per in results.values() for s in per))
+    splits = splits_of(results)
     rows = [[model, *(f"{fmt(per[s]['pairwise'], 3)} / {fmt(per[s]['top1'], 2)}" if s in per else "-"
                       for s in splits)] for model, per in results.items()]
-    sizes = "; ".join(f"{s}: {next(per[s] for per in results.values() if s in per)['tasks']} task groups, "
-                      f"{next(per[s] for per in results.values() if s in per)['records']} records" for s in splits)
+    first = {s: next(per[s] for per in results.values() if s in per) for s in splits}
+    sizes = "; ".join(f"{s}: {first[s]['tasks']} task groups, {first[s]['records']} records" for s in splits)
     return (markdown_table(["xgb-rank trained on", *(f"{s}: pairwise / top-1" for s in splits)], rows)
             + f"\n\n{sizes}. Chance is 0.5 pairwise.\n")
 
@@ -123,7 +125,7 @@ def plot(results: dict[str, dict[str, dict]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    splits = list(dict.fromkeys(s for per in results.values() for s in per))
+    splits = splits_of(results)
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
     width = 0.8 / len(results)
     for i, (model, per) in enumerate(results.items()):
@@ -154,12 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     results = evaluate(load(args.base), load(args.attention), load(args.test), seed=args.seed, models=models)
     base = results_path(args.out)
-    write_json(base + ".json", {"base": args.base, "attention": args.attention, "test": args.test, "models": models,
-                                "seed": args.seed, "results": results})
-    text = table(results)
-    write_text(base + ".md", text)
-    plot(results, base + ".png")
-    sys.stdout.write(text)
+    publish(base, data={"base": args.base, "attention": args.attention, "test": args.test, "models": models,
+                        "seed": args.seed, "results": results},
+            text=table(results), plot=lambda png: plot(results, png))
     return 0
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autosearch.tables import fmt, markdown_table
-from experiments.lib.io import results_path, write_json, write_text
+from experiments.lib.io import publish, results_path
 
 log = logging.getLogger("tensor_features")
 VARIANTS = ("fp32 records", "bf16 records, without tensor features", "bf16 records, with tensor features")
@@ -138,6 +138,14 @@ def scores(train: Records, train_groups: np.ndarray, test: Records, test_groups:
             "tasks": int(len(np.unique(groups))), "records": int(len(y))}
 
 
+def fold_average(parts: list[dict[str, float]]) -> dict[str, float]:
+    """Several folds' :func:`scores` as one: accuracies weighted by each fold's tasks, sizes summed."""
+    w = np.asarray([p["tasks"] for p in parts], dtype=np.float64)
+    return {"pairwise": float(np.average([p["pairwise"] for p in parts], weights=w)),
+            "top1": float(np.average([p["top1"] for p in parts], weights=w)),
+            "tasks": int(w.sum()), "records": int(sum(p["records"] for p in parts))}
+
+
 def within(records: Records, *, seed: int) -> dict[str, dict[str, float]]:
     """5 folds by task over ``records``: each fold's bf16 tasks ranked by a model trained on the other folds."""
     tasks = sorted(set(records.keys))
@@ -151,10 +159,7 @@ def within(records: Records, *, seed: int) -> dict[str, dict[str, float]]:
             test = np.flatnonzero((fold == f) & records.bf16)
             if len(test):
                 parts.append(scores(records, np.flatnonzero(fold != f), records, test, variant, seed=seed))
-        w = np.asarray([p["tasks"] for p in parts], dtype=np.float64)
-        out[variant] = {"pairwise": float(np.average([p["pairwise"] for p in parts], weights=w)),
-                        "top1": float(np.average([p["top1"] for p in parts], weights=w)),
-                        "tasks": int(w.sum()), "records": int(sum(p["records"] for p in parts))}
+        out[variant] = fold_average(parts)
     return out
 
 
@@ -289,12 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs:
         runs = seeded_runs(args.runs)
         conv = convergence(runs)
-        write_json(base + ".json", {"runs": args.runs, "convergence": {name: {str(n): v for n, v in per.items()}
-                                                                        for name, per in conv.items()}})
-        text = convergence_table(conv)
-        write_text(base + ".md", text)
-        plot_convergence(conv, base + ".png")
-        sys.stdout.write(text)
+        publish(base, data={"runs": args.runs, "convergence": {name: {str(n): v for n, v in per.items()}
+                                                               for name, per in conv.items()}},
+                text=convergence_table(conv), plot=lambda png: plot_convergence(conv, png))
         return 0
     if not args.train:
         ap.error("--train (or --runs) is required")
@@ -305,11 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {"held-out tasks": within(train, seed=args.seed)}
     if args.test:
         results["another network"] = across(train, load(args.test), seed=args.seed)
-    write_json(base + ".json", {"train": args.train, "test": args.test, "seed": args.seed, "results": results})
-    text = table(results)
-    write_text(base + ".md", text)
-    plot(results, base + ".png")
-    sys.stdout.write(text)
+    publish(base, data={"train": args.train, "test": args.test, "seed": args.seed, "results": results},
+            text=table(results), plot=lambda png: plot(results, png))
     return 0
 
 

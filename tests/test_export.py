@@ -12,7 +12,7 @@ import pytest
 
 from autosearch.records import read_log
 from autosearch.types import MeasureResult, Record, Status
-from tests.conftest import ROOT, run_cli, run_cli_here, small_conv_onnx, tune_and_export
+from tests.conftest import ROOT, exported_tasks, run_cli, run_cli_here, small_conv_onnx, tune_and_export
 
 TVM_DB = os.path.join(ROOT, "tests", "data", "tvm_tune_tir_db")
 
@@ -21,7 +21,8 @@ TVM_DB = os.path.join(ROOT, "tests", "data", "tvm_tune_tir_db")
 def tuned(tmp_path_factory):
     """A short real run on the small model (both tasks: the scheduler's first pass gives the conv two trials and
     the pool one, by their FLOPs; the fourth goes where it expects the most gain) and its exported database."""
-    return tune_and_export(tmp_path_factory.mktemp("export"), small_conv_onnx, trials=4, batch=4)
+    return tune_and_export(tmp_path_factory.mktemp("export"), small_conv_onnx, trials=4, batch=4,
+                           until=lambda contents: any("conv" in name for name in exported_tasks(contents)))
 
 
 def test_tvm_loads_the_exported_database_and_finds_our_best(tuned):

@@ -58,6 +58,26 @@ def test_measure_train_continue_and_guide_a_run(tmp_path, capfd) -> None:
     assert "run unguided" not in proc.stdout
 
 
+def test_measure_for_another_target_than_the_host(tmp_path, capfd) -> None:
+    """``--target``: the dataset is measured for that target, not the host's CPU (as a CPU with AMX measures the
+    AVX512-BF16 dot product's schedules with a target of its features less AMX); one without a bf16 unit has no
+    bf16 tasks, whatever the host has."""
+    model = str(tmp_path / "conv.onnx")
+    small_conv_onnx(model)
+    out = str(tmp_path / "generic")
+    target = {"kind": "llvm", "mcpu": "x86-64", "num-cores": 1}  # runs on any x86-64 CPU; no bf16 unit
+    proc = run_cli_here(capfd, "train-model", "--measure", "--model", model, "--tasks-per-layout", "1",
+                        "--per-task", "2", "--minutes", "5", "--folds", "2", "--out", out,
+                        "--target", json.dumps(target))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "measuring a dataset for {" in proc.stdout
+    trials = _trials(os.path.join(out, "dataset.jsonl"))
+    assert len(trials) == 2 and all(len(t) == 2 for t in trials.values())  # one fp32 conv task a layout
+    assert {(t["target"]["mcpu"], t["target"]["num-cores"]) for ts in trials.values() for t in ts} == {("x86-64", 1)}
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    assert manifest["tensor_units"] == [] and manifest["target"]["mcpu"] == "x86-64"
+
+
 def _host_bf16_unit() -> str | None:
     from autosearch.frontend.target import parse_target
     from autosearch.tensor_units.cpu import bf16_unit
@@ -79,6 +99,26 @@ def test_the_dataset_measures_the_bf16_tasks_where_the_cpu_has_a_unit(tmp_path) 
         first, more = dataset_tasks(model, target, count=1)
         dtypes = [{dtype for _, dtype in t.args} for t in first + more]
         assert sum("bfloat16" in d for d in dtypes) == bf16 and len(first) == 2 + bf16
+
+
+def test_precision_keeps_one_side_of_the_dataset(tmp_path) -> None:
+    """Lowering only (any CPU): ``--precision bf16`` measures the unit's tasks alone, ``fp32`` the fp32 ones alone;
+    bf16 for a target without a unit is the one-line error ``run`` gives."""
+    import tvm
+
+    from autosearch.errors import UserError
+    from autosearch.search.dataset import dataset_tasks
+    from tests.bf16_models import amx_target
+
+    model = str(tmp_path / "conv.onnx")
+    small_conv_onnx(model)
+    dtypes = {precision: [{dtype for _, dtype in t.args} for t in sum(dataset_tasks(
+        model, amx_target(), count=1, precision=precision), [])] for precision in ("auto", "fp32", "bf16")}
+    assert len(dtypes["auto"]) == 3 and len(dtypes["fp32"]) == 2 and len(dtypes["bf16"]) == 1
+    assert all("bfloat16" not in d for d in dtypes["fp32"]) and all("bfloat16" in d for d in dtypes["bf16"])
+    plain = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    with pytest.raises(UserError, match="--precision bf16: this CPU has no bf16 unit"):
+        dataset_tasks(model, plain, count=1, precision="bf16")
 
 
 def test_the_dataset_measures_the_matmuls_and_attentions_on_the_unit_too(tmp_path) -> None:
@@ -148,6 +188,10 @@ def test_the_other_tasks_join_once_the_first_are_done_and_resume_in_order(tmp_pa
     (("--minutes", "0"), "needs --minutes, a positive number"),
     ((), "needs --minutes, a positive number"),
     (("--minutes", "1", "--per-task", "0"), "--per-task must be positive"),
+    (("--minutes", "1", "--target", "{kind: llvm}"), "malformed --target: not valid JSON"),
+    (("--minutes", "1", "--precision", "fp16"), "unknown --precision 'fp16'"),
+    (("--minutes", "1", "--precision", "bf16", "--target", '{"kind": "llvm", "mcpu": "x86-64"}'),
+     "--precision bf16: this CPU has no bf16 unit"),
 ])
 def test_bad_measure_options_are_one_line_errors(tmp_path, extra, message, capfd) -> None:
     proc = run_cli_here(capfd, "train-model", "--measure", "--out", str(tmp_path / "m"), *extra)

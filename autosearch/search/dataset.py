@@ -138,16 +138,19 @@ def spread_order(tasks: Sequence) -> list:
     return out
 
 
-def dataset_lowerings(target) -> list[dict[str, str]]:
+def dataset_lowerings(target, precision: str = "auto") -> list[dict[str, str]]:
     """The lowerings whose conv tasks a run on ``target`` tunes under the defaults (``--layout auto --precision
     auto``): fp32 in both layouts (NCHW direct and Winograd, NHWC) and, where the CPU has a bf16 unit, the bf16
-    convolutions tensorised onto it. A pre-trained model guides a bf16 unit's tasks only if its records hold them."""
-    from autosearch.tensor_units.cpu import bf16_unit
+    convolutions tensorised onto it. A pre-trained model guides a bf16 unit's tasks only if its records hold them.
+    ``precision`` ``fp32`` or ``bf16`` keeps one side (a model for the unit alone spends no minutes on fp32 tasks;
+    ``bf16`` where the target has no unit is a one-line error, as for ``run``)."""
+    from autosearch.frontend.lowering import resolve_precision
 
-    lowerings = [{"layout": "NCHW", "precision": "fp32"}, {"layout": "NHWC", "precision": "fp32"}]
-    if bf16_unit(target):
-        lowerings.append({"layout": "NHWC", "precision": "bf16"})
-    return lowerings
+    fp32 = [{"layout": "NCHW", "precision": "fp32"}, {"layout": "NHWC", "precision": "fp32"}]
+    if resolve_precision(precision, target, "NHWC")[0] == "fp32":
+        return fp32
+    bf16 = [{"layout": "NHWC", "precision": "bf16"}]
+    return bf16 if precision == "bf16" else fp32 + bf16
 
 
 def tensorised(name: str) -> bool:
@@ -157,17 +160,17 @@ def tensorised(name: str) -> bool:
     return any(kind in name for kind in (conv.TASK_NAME, matmul.TASK_NAME, attention.TASK_NAME))
 
 
-def dataset_tasks(model: str, target, *, count: int) -> tuple[list, list]:
+def dataset_tasks(model: str, target, *, count: int, precision: str = "auto") -> tuple[list, list]:
     """The tasks a dataset for ``model`` measures, from each lowering a tuning run of it on ``target`` guides
-    (:func:`dataset_lowerings`): the fp32 convolutions, and in bf16 every task on the unit (convolutions, matmuls,
-    attentions: a ranker of convolutions alone ranks a fused attention's schedules at chance); one task per workload:
-    (``count`` per lowering spread over FLOPs, measured from the start; the rest, in :func:`spread_order`, to join
-    while the budget lasts)."""
+    (:func:`dataset_lowerings` of ``precision``): the fp32 convolutions, and in bf16 every task on the unit
+    (convolutions, matmuls, attentions: a ranker of convolutions alone ranks a fused attention's schedules at
+    chance); one task per workload: (``count`` per lowering spread over FLOPs, measured from the start; the rest,
+    in :func:`spread_order`, to join while the budget lasts)."""
     from autosearch.frontend.importer import import_model
 
     first: dict[str, object] = {}
     rest: dict[str, object] = {}
-    for lowering in dataset_lowerings(target):
+    for lowering in dataset_lowerings(target, precision):
         wanted = (lambda name: "conv2d" in name) if lowering["precision"] == "fp32" else tensorised
         chosen = [t for t in import_model(model, target, **lowering).tasks if wanted(t.name)]
         for task in spread(chosen, count):

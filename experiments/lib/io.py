@@ -33,6 +33,19 @@ def write_json(path: str, obj: Any, *, indent: int | None = 1) -> str:
     return write_text(path, json.dumps(obj, indent=indent) + "\n")
 
 
+def publish(base: str, *, data: Any, text: str, plot=None) -> None:
+    """An experiment's results under one name: ``base.json`` (``data``), ``base.md`` (``text``), ``base.png``
+    (``plot(path)``, if given), then ``text`` on stdout, in that order: the figures are on disk before anything
+    reads them off the console."""
+    import sys
+
+    write_json(base + ".json", data)
+    write_text(base + ".md", text)
+    if plot is not None:
+        plot(base + ".png")
+    sys.stdout.write(text)
+
+
 def read_json(path: str) -> Any:
     with open(path) as fh:
         return json.load(fh)

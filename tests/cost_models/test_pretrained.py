@@ -302,6 +302,38 @@ def test_a_model_trained_on_two_cpu_families_lists_them_and_its_accuracy_across_
     assert manifest["tasks"] == 4 and manifest["records"] == sum(c["records"] for c in manifest["cpus"]) == 320
     by_family = manifest["held_out"]["by_family"]
     assert set(by_family) == {"AMD", "Intel"}
-    assert set(by_family["AMD"]) == {"same", "from Intel", "all"} and set(by_family["Intel"]) == {"same", "from AMD",
-                                                                                                     "all"}
+    assert set(by_family["AMD"]) == {"same", "same, common tasks", "from Intel", "all"}
+    assert set(by_family["Intel"]) == {"same", "same, common tasks", "from AMD", "all"}
     assert all(0.5 < v <= 1.0 for scores in by_family.values() for v in scores.values())
+    # both logs hold the same four tasks: "same" is already trained on the common tasks alone
+    assert all(scores["same, common tasks"] == scores["same"] for scores in by_family.values())
+
+
+def test_cross_family_same_on_common_tasks_trains_on_the_tasks_both_families_measured() -> None:
+    """Intel measured tasks 0-5, AMD tasks 0-2: "same, common tasks" trains Intel's model on its tasks 0-2 only, so
+    that "from AMD" is compared with a model of as many tasks of Intel's own."""
+    from autosearch.cost_models.pretrained import cross_family_accuracy
+
+    class Recorder:  # which tasks each fit saw; ranks by the one feature
+        def __init__(self) -> None:
+            self.fits: list[set[int]] = []
+
+        def fit(self, X, y, groups) -> None:
+            self.fits.append({int(t) for t in task_of_group[np.unique(groups)]})
+
+        def predict(self, X):
+            return X[:, 0]
+
+    families = ["AMD"] * 3 + ["Intel"] * 6
+    task_of_group = np.asarray([0, 1, 2, 0, 1, 2, 3, 4, 5])
+    groups = np.repeat(np.arange(9), 4)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((len(groups), 1))
+    y = X[:, 0] + 0.1 * rng.standard_normal(len(groups))
+    task_fold = task_of_group[groups] % 3
+    model = Recorder()
+    out = cross_family_accuracy(model, X, y, groups, task_of_group, np.asarray(families), task_fold)
+    assert set(out["Intel"]) == {"same", "same, common tasks", "all", "from AMD"}
+    intel_fits = model.fits[len(model.fits) // 2:]  # AMD tested first, four fits a fold, three folds each
+    same, common = intel_fits[0::4], intel_fits[1::4]
+    assert any(fit & {3, 4, 5} for fit in same) and all(fit <= {0, 1, 2} for fit in common)
