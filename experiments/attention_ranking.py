@@ -119,7 +119,8 @@ def table(results: dict[str, dict[str, dict]]) -> str:
             + f"\n\n{sizes}. Chance is 0.5 pairwise.\n")
 
 
-def plot(results: dict[str, dict[str, dict]], path: str) -> None:
+def plot(results: dict[str, dict[str, dict]], path: str,
+         title: str = "ranking the schedules of fused attentions and bf16 matmuls") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,7 +137,7 @@ def plot(results: dict[str, dict[str, dict]], path: str) -> None:
     ax.set_ylim(0.3, 1.0)
     ax.set_ylabel("pairwise accuracy")
     ax.legend(fontsize=8, loc="upper right", title="xgb-rank trained on", title_fontsize=8)
-    ax.set_title("ranking the schedules of fused attentions and bf16 matmuls")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
