@@ -143,11 +143,14 @@ def plot(results: dict[str, dict[str, dict]], path: str,
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", action="append", required=True, help="training log of convolutions (repeatable)")
-    ap.add_argument("--attention", action="append", required=True, help="training log of attentions (repeatable)")
-    ap.add_argument("--test", action="append", required=True, help="tuning log of the network to test on")
+def ranking_main(argv: list[str] | None, *, description: str, added: str, helps: tuple[str, str, str], evaluate,
+                 title: str) -> int:
+    """The command line of a ranking experiment: ``--base`` logs, the ``--ADDED`` logs whose records are the
+    question, ``--test`` logs, ``--model NAME=DIR`` scored as they are; ``evaluate(base, added, test, seed=,
+    models=)`` gives the results, written as JSON, Markdown and PNG under ``--out``."""
+    ap = argparse.ArgumentParser(description=description)
+    for flag, text in zip(("--base", f"--{added}", "--test"), helps):
+        ap.add_argument(flag, action="append", required=True, help=f"{text} (repeatable)")
     ap.add_argument("--out", required=True, help="experiments/results/OUT.{md,json,png}")
     ap.add_argument("--model", action="append", default=[], metavar="NAME=DIR",
                     help="also score this model directory as it is (repeatable)")
@@ -155,12 +158,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     models = dict(spec.split("=", 1) for spec in args.model)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    results = evaluate(load(args.base), load(args.attention), load(args.test), seed=args.seed, models=models)
-    base = results_path(args.out)
-    publish(base, data={"base": args.base, "attention": args.attention, "test": args.test, "models": models,
-                        "seed": args.seed, "results": results},
-            text=table(results), plot=lambda png: plot(results, png))
+    added_logs = getattr(args, added.replace("-", "_"))
+    results = evaluate(load(args.base), load(added_logs), load(args.test), seed=args.seed, models=models)
+    publish(results_path(args.out), data={"base": args.base, added.replace("-", "_"): added_logs, "test": args.test,
+                                          "models": models, "seed": args.seed, "results": results},
+            text=table(results), plot=lambda png: plot(results, png, title))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return ranking_main(argv, description=__doc__.splitlines()[0], added="attention",
+                        helps=("training log of convolutions", "training log of attentions",
+                               "tuning log of the network to test on"),
+                        evaluate=evaluate, title="ranking the schedules of fused attentions and bf16 matmuls")
 
 
 if __name__ == "__main__":

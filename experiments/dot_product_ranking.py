@@ -30,17 +30,13 @@ core's runs at half) is measured only there; across families the fp32 ranks held
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 
 import numpy as np
 
-from experiments.attention_ranking import as_is, held_out, joined, plot, table
-from experiments.lib.io import publish, results_path
-from experiments.tensor_features import Records, load, scores
+from experiments.attention_ranking import as_is, held_out, joined, ranking_main
+from experiments.tensor_features import Records, scores
 
-log = logging.getLogger("dot_product_ranking")
 MODELS = ("shipped records", "shipped records + dot product", "dot product alone")
 VARIANT = "bf16 records, with tensor features"  # all of the loop features: what train-model trains
 TEST = "YOLO11n's dot-product tasks"
@@ -67,22 +63,10 @@ def evaluate(base: Records, dot: Records, test: Records, *, seed: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", action="append", required=True, help="training log without dot-product records")
-    ap.add_argument("--dot-product", action="append", required=True, help="training log of dot-product records")
-    ap.add_argument("--test", action="append", required=True, help="log of another network's dot-product tasks")
-    ap.add_argument("--out", required=True, help="experiments/results/OUT.{md,json,png}")
-    ap.add_argument("--model", action="append", default=[], metavar="NAME=DIR",
-                    help="also score this model directory as it is (repeatable)")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    models = dict(spec.split("=", 1) for spec in args.model)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    results = evaluate(load(args.base), load(args.dot_product), load(args.test), seed=args.seed, models=models)
-    publish(results_path(args.out), data={"base": args.base, "dot_product": args.dot_product, "test": args.test,
-                                          "models": models, "seed": args.seed, "results": results},
-            text=table(results), plot=lambda png: plot(results, png, "ranking the dot product's schedules"))
-    return 0
+    return ranking_main(argv, description=__doc__.splitlines()[0], added="dot-product",
+                        helps=("training log without dot-product records", "training log of dot-product records",
+                               "log of another network's dot-product tasks"),
+                        evaluate=evaluate, title="ranking the dot product's schedules")
 
 
 if __name__ == "__main__":
