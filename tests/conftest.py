@@ -56,6 +56,21 @@ def pytest_configure(config) -> None:
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if worker.startswith("gw") and 1 < count <= len(cores):
         os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
+        config.stash[PINNED] = os.sched_getaffinity(0)
+
+
+PINNED = pytest.StashKey[set]()
+
+
+@pytest.fixture(autouse=True)
+def on_its_core(request) -> None:
+    """Every test of a pinned worker starts on the worker's core, whatever an earlier test in the process left the
+    main thread's affinity at: a worker that ran the tests of one module after another's found its affinity widened
+    to both cores (``host_cores()`` 2), and its thread-pool and timing tests failed; the order tests reach a worker
+    in is not theirs to know."""
+    pinned = request.config.stash.get(PINNED, None)
+    if pinned and os.sched_getaffinity(0) != pinned:
+        os.sched_setaffinity(0, pinned)
 
 
 def small_conv_onnx(path: str | None = None, *, cin: int = 16, cout: int = 32, hw: int = 28,
