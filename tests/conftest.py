@@ -65,9 +65,10 @@ PINNED = pytest.StashKey[set]()
 @pytest.fixture(autouse=True)
 def on_its_core(request) -> None:
     """Every test of a pinned worker starts on the worker's core, whatever an earlier test in the process left the
-    main thread's affinity at: a CI run logged a worker on both cores after ``test_artifact.py``'s loader tests, and
-    with the modules reaching the workers in another order, thread-pool and timing tests failed on such a worker
-    (``host_cores()`` 2). Which tests a worker runs before a test is not the test's to know."""
+    main thread's affinity at: a CI run logged a worker moved off its core by ``test_artifact.py``'s loader tests
+    (TVM's thread pool in its default mode bound the loading thread to the machine's first cores; ``load_model`` now
+    binds it to the process's own), and with the modules reaching the workers in another order, thread-pool and
+    timing tests failed on such a worker. Which tests a worker runs before a test is not the test's to know."""
     pinned = request.config.stash.get(PINNED, None)
     if pinned and os.sched_getaffinity(0) != pinned:
         os.sched_setaffinity(0, pinned)

@@ -160,3 +160,34 @@ def test_a_model_input_named_like_a_weight_is_still_an_input(target, tmp_path):
     [expected] = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"weight_0": x})
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_loading_a_model_keeps_a_pinned_process_on_its_cores(target, tmp_path):
+    """A process held to one core (here the last it may use; ``taskset`` does the same) is still on it after
+    ``load_model`` sets TVM's thread pool and the model runs: TVM's default affinity mode moved it to core 0."""
+    import subprocess
+    import sys
+
+    from autosearch.deploy.build import compile_model
+    from autosearch.frontend.importer import import_model
+    from tests.conftest import ROOT
+    from tests.test_memory import conv_chain_onnx
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("this machine has one core: no other core to be moved to")
+    model = import_model(conv_chain_onnx(str(tmp_path / "m.onnx"), layers=1, channels=8, hw=8), target,
+                         winograd="off", layout="NCHW")
+    library = compile_model(model.relax_mod, target, model.tasks, None, str(tmp_path / "m.so")).path
+    core = os.cpu_count() - 1  # the machine's last core, never TVM's first
+    script = (
+        "import os, sys, numpy as np, tvm\n"
+        f"os.sched_setaffinity(0, {{{core}}})\n"
+        "from autosearch.deploy.artifact import load_model\n"
+        "for threads in (1, None):\n"
+        f"    m = load_model({library!r}, threads=threads)\n"
+        "    m(tvm.runtime.tensor(np.ones((1, 8, 8, 8), 'float32')))\n"
+        "    print(sorted(os.sched_getaffinity(0)), tvm.runtime.num_threads())\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == [f"[{core}] 1", f"[{core}] 1"]
