@@ -351,8 +351,7 @@ def cmd_train_model(args: argparse.Namespace) -> int:
                              model=args.model, tasks_per_layout=args.tasks_per_layout, per_task=args.per_task,
                              family=args.family, folds=args.folds, exclude_tasks=args.exclude_task or (),
                              seed=args.seed, force=args.force, target=args.target, precision=args.precision,
-                             on_progress=update,
-                             on_message=console.print)
+                             on_progress=update, on_message=console.print)
     from rich.table import Table
 
     table = Table(title=f"held-out accuracy ({len(report.folds)} folds by task)")

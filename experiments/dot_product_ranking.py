@@ -13,7 +13,8 @@ pairwise accuracy and top-1 within each task of ``xgb-rank`` on the loop feature
 - ``shipped records + dot product``: and the ``--dot-product`` logs;
 - ``dot product alone``: the ``--dot-product`` logs alone;
 
-and, with ``--model NAME=DIR``, model directories as they are (the shipped model before and after). The two refit
+and, with ``--model NAME=DIR``, model directories as they are (the shipped model, and a candidate trained with the
+dot-product records: ``train-model`` on the shipped model's logs plus ``--dot-product``'s). The two refit
 models that hold dot-product records are also scored on the ``--dot-product`` tasks held out by task (5 folds).
 
     python -m experiments.dot_product_ranking --base experiments/results/dataset-pretrain.jsonl.gz \\
@@ -22,7 +23,8 @@ models that hold dot-product records are also scored on the ``--dot-product`` ta
         --base experiments/results/dataset-attention-xeon-amx.jsonl.gz \\
         --dot-product experiments/results/dataset-dot-product-standin.jsonl.gz \\
         --test experiments/results/dataset-dot-product-standin-yolo11n.jsonl.gz \\
-        --model "shipped before=OLD_DIR" --model "shipped now=cost_models/pretrained_model" --out dot-product-ranking
+        --model "shipped=cost_models/pretrained_model" --model "candidate with dot-product records=DIR" \
+        --out dot-product-ranking
 
 Whether the Intel core's ranks hold on Zen 4 (whose dot product multiplies at twice the FMA's rate, where this
 core's runs at half) is measured only there; across families the fp32 ranks held (``docs/cost-models.md``).

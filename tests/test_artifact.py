@@ -163,7 +163,7 @@ def test_a_model_input_named_like_a_weight_is_still_an_input(target, tmp_path):
 
 
 def test_loading_a_model_keeps_a_pinned_process_on_its_cores(target, tmp_path):
-    """A process held to one core (here the last it may use; ``taskset`` does the same) is still on it after
+    """A process held to one core (here the machine's last; ``taskset`` does the same) is still on it after
     ``load_model`` sets TVM's thread pool and the model runs: TVM's default affinity mode moved it to core 0."""
     import subprocess
     import sys
@@ -180,7 +180,7 @@ def test_loading_a_model_keeps_a_pinned_process_on_its_cores(target, tmp_path):
     library = compile_model(model.relax_mod, target, model.tasks, None, str(tmp_path / "m.so")).path
     core = os.cpu_count() - 1  # the machine's last core, never TVM's first
     script = (
-        "import os, sys, numpy as np, tvm\n"
+        "import os, numpy as np, tvm\n"
         f"os.sched_setaffinity(0, {{{core}}})\n"
         "from autosearch.deploy.artifact import load_model\n"
         "for threads in (1, None):\n"
