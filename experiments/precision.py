@@ -25,7 +25,9 @@ from experiments.lib.io import read_json, results_path, write_text
 
 def layer_rows(log_path: str) -> list[dict]:
     """Per layer tuned in both precisions: fp32 and bf16 milliseconds (weight x best latency summed over its tasks;
-    ``inf`` when one of them has no valid measurement), heaviest layer first."""
+    ``inf`` when one of them has no valid measurement), heaviest layer first. A best reads as export reads it
+    (``LogContents.best_seconds``: its re-timed score where the run re-timed its finalists), so "kept" is what
+    ``export`` keeps."""
     from autosearch.frontend.winograd import layer_totals
     from autosearch.records import read_log
 
@@ -35,8 +37,7 @@ def layer_rows(log_path: str) -> list[dict]:
         lowering = header.get("lowering") or {}
         if lowering.get("algorithm") not in ("fp32", "bf16"):
             continue
-        best = contents.best(key)
-        entries.append((lowering, int(header.get("weight", 1)), best.latency if best is not None else None))
+        entries.append((lowering, int(header.get("weight", 1)), contents.best_seconds(key)))
     rows = [{"layer": layer, "fp32_ms": by.get("fp32", math.inf) * 1e3, "bf16_ms": by.get("bf16", math.inf) * 1e3}
             for layer, by in layer_totals(entries).items()]
     return sorted(rows, key=lambda r: -min(r["fp32_ms"], r["bf16_ms"]))
