@@ -118,7 +118,8 @@ def test_dpbf16_intrinsic_on_a_matmul_matches_numpy(pixels, nv) -> None:
 # 64 output channels: two packed weight blocks; 1x1: the whole reduction is one tap; stride 2: a pixel's
 # input two flat pixels after the last; 16 and 3 channels: a filter row's taps in one reduction group; 16 output
 # channels: one vector wide (a stem's); 80 and 48 channels: padded to 80 and 48 (AMX: 96 and 64), 48 and 80 output
-# channels: 3 and 5 vectors (AMX: 64 and 96)
+# channels: 3 and 5 vectors (AMX: 64 and 96), in one packed weight block of 48 or 80, so a block of the GEMM can take
+# all 3 or 5 vectors
 @pytest.mark.parametrize(("hw", "kernel", "stride", "cin", "cout"), [
     (13, 3, 1, 32, 48), (16, 3, 1, 32, 64), (13, 1, 1, 64, 48), (26, 3, 2, 32, 48), (16, 3, 1, 16, 48),
     (26, 3, 2, 3, 48), (32, 3, 1, 3, 16), (13, 3, 1, 80, 48), (16, 1, 1, 48, 32), (16, 3, 1, 80, 80)])
@@ -150,10 +151,21 @@ def test_bf16_conv_task_on_avx512_bf16_matches_numpy(tmp_path, hw, kernel, strid
     # a filter row's taps of a narrow input are one reduction group of its channels (AMX: a 32-value tile row)
     channels = cin + (kernel * cin) % 2 if cin <= 16 and kernel > 1 else -(-cin // 16) * 16  # AMX: 32
     assert np.prod([int(sch.get(loop).extent) for loop in reduction]) == kernel * kernel * channels
-    shapes = [s for s in shapes_for(width, padded) if out_w % 2 == 0 or s[0] == 1]  # odd rows: one row a block
-    if width % 16 == 0:  # the design space as it was
-        assert shapes == [s for s in SHAPES if padded % (16 * s[2]) == 0]
+    block_n = 32 if padded % 32 == 0 else padded  # output channels per packed weight block (AMX: always 32)
+    weights = [r.source.shape for r in sch.get(sch.get_sblock(GEMM_BLOCK)).reads if len(r.source.shape) == 6]
+    assert [int(d) for d in weights[0][-2:]] == [block_n, 2]  # the packed weights' rows: block_n channels x a pair
+    shapes = [s for s in shapes_for(width, padded, block_n) if out_w % 2 == 0 or s[0] == 1]  # odd rows: one a block
+    vectors = padded // 16
+    if width % 16 == 0:  # the design space as it was, then the blocks of all the vectors of 48 or 80 channels
+        old = [s for s in SHAPES if padded % (16 * s[2]) == 0]
+        assert shapes[:len(old)] == old and all(s[2] == vectors > 2 for s in shapes[len(old):])
     else:
         assert shapes and all(width % pixels == 0 and 12 <= rows * pixels * nv <= 28 for rows, pixels, nv in shapes)
+    # 48 or 80 channels: blocks of all their vectors wherever such a block's pixels divide the row and its
+    # accumulators, weights and broadcast fit the 32 zmm registers (rows of 13 pixels: 39 accumulators for 48)
+    if padded % 32 and any(width % p == 0 and p * vectors + vectors + 1 <= 32 for p in range(4, 17)):
+        assert any(nv == vectors for _, _, nv in shapes)
+    if padded % 32:
+        assert all(rows * pixels * nv + nv + 1 <= 32 for rows, pixels, nv in shapes)
     assert len(space.sketches) == 2 * len(shapes)  # two loop orders a shape
     assert all("dpbf16_conv_" in str(s.trace) and "amx_conv" not in str(s.trace) for s in space.sketches)

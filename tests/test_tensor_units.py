@@ -124,10 +124,12 @@ def _conv_nhwc_relu(x: np.ndarray, w_ohwi: np.ndarray) -> np.ndarray:
 
 
 def _packed(w: np.ndarray, shape) -> np.ndarray:
-    """OHWI weights in the layout the AMX task reads, ``(O / 32, KH, tap groups, depth / 2, 32, 2)``: reduction value
-    ``k`` of tap group ``g`` is channel ``k`` of tap ``g`` (32 channels or more), else channel ``k % c`` of tap
-    ``g * (32 / c) + k // c``, with ``c`` the channels rounded up to a power of two."""
+    """OHWI weights in the layout the AMX task reads, ``(O / N, KH, tap groups, depth / 2, N, 2)`` (``N`` = 32, or on
+    the dot product all the channels where they are no multiple of 32): reduction value ``k`` of tap group ``g`` is
+    channel ``k`` of tap ``g`` (32 channels or more), else channel ``k % c`` of tap ``g * (32 / c) + k // c``, with
+    ``c`` the channels rounded up to a power of two."""
     o_, kh, kw, cin = w.shape
+    n = shape[-2]
     c = cin if cin > 16 else 1 << (cin - 1).bit_length()
     out = np.zeros(shape, dtype=w.dtype)
     for g in range(shape[2]):
@@ -135,7 +137,7 @@ def _packed(w: np.ndarray, shape) -> np.ndarray:
             tap, ch = (g, k) if cin > 16 else (g * (32 // c) + k // c, k % c)
             if tap < kw and ch < cin:
                 for o in range(o_):
-                    out[o // 32, :, g, k // 2, o % 32, k % 2] = w[o, :, tap, ch]
+                    out[o // n, :, g, k // 2, o % n, k % 2] = w[o, :, tap, ch]
     return out
 
 

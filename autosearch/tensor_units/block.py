@@ -30,6 +30,7 @@ class Geometry:
     channels: int
     stride: int
     group: int = 1
+    packed: int = 32  # output channels per block of the packed weights (conv.FlatConv.block_n): their rows' width
 
     @property
     def key(self) -> str:
@@ -40,7 +41,7 @@ class Geometry:
     def geometry(self) -> Geometry:
         """The geometry alone (of a block or a unit's tile)."""
         return Geometry(kh=self.kh, kw=self.kw, row=self.row, channels=self.channels, stride=self.stride,
-                        group=self.group)
+                        group=self.group, packed=self.packed)
 
     @property
     def groups(self) -> int:

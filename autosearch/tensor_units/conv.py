@@ -134,19 +134,33 @@ class FlatConv:
             return _round_up(self.out_channels, DOT_CHANNELS)
         return TILE if self.out_channels <= TILE else _round_up(self.out_channels, BLOCK_N)
 
+    @property
+    def block_n(self) -> int:
+        """Output channels per block of the packed weights: :data:`BLOCK_N` (two 16-column B tiles); on the dot
+        product, where the channels are no multiple of that (YOLOv8's 80-channel heads, 48, 16), all of them in one
+        block. A block of the GEMM reads its weights within one packed block, and in blocks of 32 such a layer's GEMM
+        blocks were one 16-lane vector wide, one broadcast input pair per dot product: its 80-channel layers ran
+        1.2-1.65x behind oneDNN's on AMD Zen 4 while the layers of 64 or 128 channels ran ahead (docs/results.md).
+        In one block of 80, a GEMM block takes all five vectors (:func:`.dpbf16.shapes_for`)."""
+        if self.unit == "dpbf16" and self.out_padded % BLOCK_N:
+            return self.out_padded
+        return BLOCK_N
+
 
 def pack_weight(weight, *, conv: FlatConv):
-    """OHWI fp32 weights -> bf16 ``(O / 32, KH, tap groups, depth / 2, 32, 2)``, zero-padded (a constant function:
-    folded): output channels in blocks of 32, pairs of reduction values innermost, the layout ``tdpbf16ps`` reads
-    B in; with tap groups, reduction value ``k`` of group ``g`` is tap ``g * group + k // channels``."""
+    """OHWI fp32 weights -> bf16 ``(O / N, KH, tap groups, depth / 2, N, 2)``, zero-padded (a constant function:
+    folded): output channels in blocks of ``N`` (:attr:`FlatConv.block_n`: 32, or on the dot product all of them
+    where they are no multiple of 32), pairs of reduction values innermost, the layout ``tdpbf16ps`` reads B in;
+    with tap groups, reduction value ``k`` of group ``g`` is tap ``g * group + k // channels``."""
     from tvm import te, tirx
 
     out_ch, kh, kw, in_ch = (int(s) for s in weight.shape)
-    shape = (-(-conv.out_padded // BLOCK_N), kh, conv.groups, conv.depth // 2, BLOCK_N, 2)
+    bn = conv.block_n
+    shape = (-(-conv.out_padded // bn), kh, conv.groups, conv.depth // 2, bn, 2)
     group, cp = conv.group, conv.in_padded
 
     def value(cb, h, g, k2, co, e):
-        o, k = cb * BLOCK_N + co, k2 * 2 + e
+        o, k = cb * bn + co, k2 * 2 + e
         tap, c = (g, k) if group == 1 else (g * group + k // cp, k % cp)
         inside = tirx.all(o < out_ch, c < in_ch, tap < kw)
         load = weight[tirx.min(o, out_ch - 1), h, tirx.min(tap, kw - 1), tirx.min(c, in_ch - 1)]
@@ -172,7 +186,7 @@ def conv2d_nhwc(data, packed, *, conv: FlatConv):
         return tirx.if_then_else(inside, load, tirx.const(0, data.dtype)).astype("bfloat16")
 
     flat = te.compute((n_, conv.flat_length, conv.in_padded), flat_value, name=FLAT_BLOCK)
-    group, cp = conv.group, conv.in_padded
+    group, cp, bn = conv.group, conv.in_padded, conv.block_n
     rh = te.reduce_axis((0, kh_), name="rh")
     rk = te.reduce_axis((0, conv.depth), name="rk")
     rg = te.reduce_axis((0, conv.groups), name="rg") if conv.groups > 1 else None  # TVM drops unit loops anyway
@@ -181,7 +195,7 @@ def conv2d_nhwc(data, packed, *, conv: FlatConv):
     def product(n, h, w, co):
         start = (s * h + rh) * r + s * w
         a = flat[n, start + g, rk] if group == 1 else flat[n, start + g * group + rk // cp, rk % cp]
-        return a.astype("float32") * packed[co // BLOCK_N, rh, g, rk // 2, co % BLOCK_N, rk % 2].astype("float32")
+        return a.astype("float32") * packed[co // bn, rh, g, rk // 2, co % bn, rk % 2].astype("float32")
 
     gemm_h, gemm_w = conv.gemm_hw
     gemm = te.compute((n_, gemm_h, gemm_w, conv.out_padded),

@@ -28,13 +28,14 @@ import re
 from autosearch.tensor_units.block import KEY_PATTERN, Block, describe, parse_key, register_zeros
 from autosearch.tensor_units.intrinsics import register_once
 
+DEFAULT_PACKED = 32  # output channels per packed weight block unless conv.FlatConv.block_n says otherwise
 LANES = 16  # fp32 accumulators per zmm register: the output channels of one dot product
-PACKED_ROW = 64  # bf16 values per packed weight row: 32 output channels x a pair (conv.BLOCK_N x 2)
-# Accumulator vectors of a block (rows x pixels x 16-channel vectors): at most MAX_ACCUMULATORS leaves room in the 32
-# zmm registers for the weights and a broadcast; at least MIN_ACCUMULATORS hides the dot product's latency (an
-# accumulator's next dot product waits for its last). A block's pixels divide the GEMM's row (MIN_PIXELS or more),
-# its rows the GEMM's pairs of rows, and its channels stay within one 32-channel block of the packed weights.
-MIN_ACCUMULATORS, MAX_ACCUMULATORS = 12, 28
+# Accumulator vectors of a block (rows x pixels x 16-channel vectors): at most MAX_ACCUMULATORS, and with the block's
+# weight vectors and a broadcast no more than the REGISTERS zmm registers; at least MIN_ACCUMULATORS hides the dot
+# product's latency (an accumulator's next dot product waits for its last). A block's pixels divide the GEMM's row
+# (MIN_PIXELS or more), its rows the GEMM's pairs of rows, and its channels lie within one block of the packed
+# weights (conv.FlatConv.block_n: 32 channels, or all of them where they are no multiple of 32).
+MIN_ACCUMULATORS, MAX_ACCUMULATORS, REGISTERS = 12, 28, 32
 MIN_PIXELS, MAX_PIXEL_BLOCK = 4, 16
 # the shapes of a GEMM row of 16 pixels (or a multiple), in the order of their sketches
 SHAPES = ((1, 8, 2), (1, 16, 1), (2, 4, 2), (2, 8, 1))
@@ -53,23 +54,28 @@ def gemm_width(out_w: int) -> int:
     return width
 
 
-def shapes_for(width: int, cols: int) -> list[tuple[int, int, int]]:
-    """The (rows, pixels, 16-channel vectors) blocks of a GEMM ``width`` pixels a row with ``cols`` output channels:
-    for rows of whole 16-pixel tiles, the :data:`SHAPES` that fit (the design space as it was, its sketches in the
-    same order); for others, every block whose pixels divide the row with :data:`MIN_ACCUMULATORS` to
-    :data:`MAX_ACCUMULATORS` vectors (the fullest block alone where none has as many)."""
+def shapes_for(width: int, cols: int, packed: int = DEFAULT_PACKED) -> list[tuple[int, int, int]]:
+    """The (rows, pixels, 16-channel vectors) blocks of a GEMM ``width`` pixels a row with ``cols`` output channels,
+    packed in blocks of ``packed`` (:attr:`.conv.FlatConv.block_n`): for rows of whole 16-pixel tiles, the
+    :data:`SHAPES` that fit (the design space as it was, its sketches in the same order), then the blocks of more
+    than two vectors (80 channels packed as one block: five); for others, every block whose pixels divide the row
+    with :data:`MIN_ACCUMULATORS` to :data:`MAX_ACCUMULATORS` vectors (the fullest block alone where none has as
+    many). A block's vectors divide the packed block's, and its accumulators, weight vectors and broadcast fit in
+    the :data:`REGISTERS`."""
     fits = [(rows, pixels, nv) for rows in (1, 2) for pixels in range(MIN_PIXELS, MAX_ACCUMULATORS + 1)
-            for nv in (1, 2) if width % pixels == 0 and cols % (LANES * nv) == 0
-            and rows * pixels * nv <= MAX_ACCUMULATORS]
-    if width % LANES == 0:
-        return [s for s in SHAPES if s in fits]
+            for nv in range(1, packed // LANES + 1) if width % pixels == 0 and packed % (LANES * nv) == 0
+            and cols % (LANES * nv) == 0 and rows * pixels * nv <= min(MAX_ACCUMULATORS, REGISTERS - nv - 1)]
     wide = [s for s in fits if s[0] * s[1] * s[2] >= MIN_ACCUMULATORS]
+    if width % LANES == 0:
+        return [s for s in SHAPES if s in fits] + [s for s in wide if s[2] > 2]
     return wide or ([max(fits, key=lambda s: s[0] * s[1] * s[2])] if fits else [])
 
 
 def intrin_name(block: Block) -> str:
-    """The intrinsic's name: the block's rows x pixels x 16-channel vectors, and its geometry."""
-    return f"dpbf16_conv_{block.rows}x{block.pixels}x{block.cols // LANES}_{block.key}"
+    """The intrinsic's name: the block's rows x pixels x 16-channel vectors, and its geometry (and the packed
+    weights' block width where it is not 32, the names' only width before it could be another)."""
+    packed = f"_n{block.packed}" if block.packed != DEFAULT_PACKED else ""
+    return f"dpbf16_conv_{block.rows}x{block.pixels}x{block.cols // LANES}_{block.key}{packed}"
 
 
 def symbol(block: Block) -> str:
@@ -83,7 +89,7 @@ def pairs(block: Block) -> int:
     return block.groups * block.depth // 2
 
 
-_NAME = re.compile(r"dpbf16_conv_(\d+)x(\d+)x(\d+)_" + KEY_PATTERN)
+_NAME = re.compile(r"dpbf16_conv_(\d+)x(\d+)x(\d+)_" + KEY_PATTERN + r"(?:_n(\d+))?")
 
 
 def register(block: Block) -> str:
@@ -97,7 +103,8 @@ def register_for(text: str) -> None:
     intrinsic up when it reads the trace."""
     for found in set(_NAME.findall(text)):
         rows, pixels, nv = (int(v) for v in found[:3])
-        register(Block(rows=rows, pixels=pixels, cols=LANES * nv, **vars(parse_key(found[3:]))))
+        geo = {**vars(parse_key(found[3:9])), "packed": int(found[9] or DEFAULT_PACKED)}
+        register(Block(rows=rows, pixels=pixels, cols=LANES * nv, **geo))
     register_zeros("dpbf16", text)
 
 
@@ -112,6 +119,7 @@ def kernel_ir(block: Block) -> str:
     accumulators start at zero, not from C: the call is the block's whole reduction, so C holds the init's zeros
     (the init before it is ``dpbf16_acc_zero_*``, which stores nothing: :func:`.block.register_zero`)."""
     s, ch, row, nv = block.stride, block.channels, block.row, block.cols // LANES
+    packed_row = 2 * block.packed  # bf16 values per row of the packed weights: its channels x a pair
     pixels = [(h, w) for h in range(block.rows) for w in range(block.pixels)]
     accs = [(h, w, v) for h, w in pixels for v in range(nv)]
     a_at = {(h, w): (h * s * row + w * s) * ch for h, w in pixels}  # bf16 offsets, per pixel
@@ -125,11 +133,11 @@ def kernel_ir(block: Block) -> str:
     lines += ["  br label %row", "row:", "  %r = phi i64 [0, %entry], [%r.next, %row.end]"]
     lines += [f"  %accr.{h}.{w}.{v} = phi <16 x float> [zeroinitializer, %entry], [%acc.{h}.{w}.{v}, %row.end]"
               for h, w, v in accs]
-    lines += [f"  %ar = mul i64 %r, {row * ch}", f"  %br = mul i64 %r, {pairs(block) * PACKED_ROW}",
+    lines += [f"  %ar = mul i64 %r, {row * ch}", f"  %br = mul i64 %r, {pairs(block) * packed_row}",
               "  br label %pair", "pair:", "  %k = phi i64 [0, %row], [%k.next, %pair]"]
     lines += [f"  %acck.{h}.{w}.{v} = phi <16 x float> [%accr.{h}.{w}.{v}, %row], [%acc.{h}.{w}.{v}, %pair]"
               for h, w, v in accs]
-    lines += ["  %k2 = shl i64 %k, 1", "  %ak = add i64 %ar, %k2", f"  %bkk = mul i64 %k, {PACKED_ROW}",
+    lines += ["  %k2 = shl i64 %k, 1", "  %ak = add i64 %ar, %k2", f"  %bkk = mul i64 %k, {packed_row}",
               "  %bk = add i64 %br, %bkk"]
     for v in range(nv):
         lines += [f"  %bo.{v} = add i64 %bk, {2 * LANES * v}", f"  %bp.{v} = getelementptr i16, ptr %b, i64 %bo.{v}",
@@ -157,7 +165,8 @@ def _impl(block: Block):
 
     rows, pixels, n_i, kh, groups, half = block.rows, block.pixels, block.cols, block.kh, block.groups, block.depth // 2
     span, channels = block.span, block.channels
-    b_strides = [pairs(block) * PACKED_ROW, half * PACKED_ROW, PACKED_ROW, 2, 1]  # dense packed weights
+    packed_row = 2 * block.packed
+    b_strides = [pairs(block) * packed_row, half * packed_row, packed_row, 2, 1]  # dense packed weights
     ir, name = kernel_ir(block), symbol(block)
 
     @T.prim_func(s_tir=True)
@@ -180,5 +189,5 @@ def _impl(block: Block):
     return impl
 
 
-__all__ = ["LANES", "SHAPES", "gemm_width", "intrin_name", "kernel_ir", "names_any", "pairs", "register",
+__all__ = ["DEFAULT_PACKED", "LANES", "SHAPES", "gemm_width", "intrin_name", "kernel_ir", "names_any", "pairs", "register",
            "register_for", "shapes_for", "symbol"]

@@ -67,7 +67,8 @@ def dpbf16_sketches(mod, target, *, seed: int) -> list[Any]:
 
     sch = Schedule(mod, debug_mask=0)
     _, h, w, co, *_ = sch.get_loops(sch.get_sblock(GEMM_BLOCK))
-    shapes = [(rows, pixels, LANES * nv) for rows, pixels, nv in shapes_for(_extent(sch, w), _extent(sch, co))
+    shapes = [(rows, pixels, LANES * nv)
+              for rows, pixels, nv in shapes_for(_extent(sch, w), _extent(sch, co), _packed_cols(sch))
               if rows == 1 or _extent(sch, h) % 2 == 0]
     return _sketches(mod, seed, shapes, _dot_plan, "dpbf16")
 
@@ -113,6 +114,17 @@ def _sketches(mod, seed: int, shapes, plan, unit: str) -> list[Any]:
     return out
 
 
+def _packed_cols(sch) -> int:
+    """Output channels per block of the packed weights the GEMM reads (:attr:`.conv.FlatConv.block_n`): the width of
+    the packed buffer's rows, its last axis but the pair (a convolution's ``(O / N, KH, groups, depth / 2, N, 2)``,
+    a matmul's with a batch axis in front)."""
+    for region in sch.get(sch.get_sblock(GEMM_BLOCK)).reads:
+        shape = region.source.shape  # the region of a buffer (TensorRegion in TVM 0.27)
+        if len(shape) >= 6 and int(shape[-1]) == 2:
+            return int(shape[-2])
+    raise ValueError("the GEMM block reads no packed weights")
+
+
 def _extent(sch, loop) -> int:
     return int(sch.get(loop).extent)
 
@@ -133,7 +145,7 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
     kh, kw = (int(v) for v in annotations[KERNEL_ATTR])
     group = int(annotations[GROUP_ATTR])
     geo = Geometry(kh=kh, kw=kw, row=int(annotations[ROW_ATTR]), stride=int(annotations[STRIDE_ATTR]), group=group,
-                   channels=_extent(sch, reduction[-1]) // group)
+                   channels=_extent(sch, reduction[-1]) // group, packed=_packed_cols(sch))
     odd = _extent(sch, h) % 2  # only the dot product's GEMM has an odd number of rows (conv.FlatConv.gemm_hw)
     if odd and mh > 1 or _extent(sch, w) % w_i or _extent(sch, co) % n_i:
         return None
