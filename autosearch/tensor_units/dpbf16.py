@@ -189,5 +189,5 @@ def _impl(block: Block):
     return impl
 
 
-__all__ = ["DEFAULT_PACKED", "LANES", "SHAPES", "gemm_width", "intrin_name", "kernel_ir", "names_any", "pairs", "register",
-           "register_for", "shapes_for", "symbol"]
+__all__ = ["DEFAULT_PACKED", "LANES", "SHAPES", "gemm_width", "intrin_name", "kernel_ir", "names_any", "pairs",
+           "register", "register_for", "shapes_for", "symbol"]
