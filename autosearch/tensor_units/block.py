@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from autosearch.tensor_units.conv import BLOCK_N
 from autosearch.tensor_units.intrinsics import register_once
 
 KEY_PATTERN = r"k(\d+)x(\d+)_g(\d+)_r(\d+)_c(\d+)_s(\d+)"  # Geometry.key: kh, kw, group, row, channels, stride
@@ -30,7 +31,7 @@ class Geometry:
     channels: int
     stride: int
     group: int = 1
-    packed: int = 32  # output channels per block of the packed weights (conv.FlatConv.block_n): their rows' width
+    packed: int = BLOCK_N  # output channels per block of the packed weights (conv.FlatConv.block_n): rows' width
 
     @property
     def key(self) -> str:

@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 
 from autosearch.tensor_units.block import KEY_PATTERN, Block, describe, parse_key, register_zeros
+from autosearch.tensor_units.conv import BLOCK_N
 from autosearch.tensor_units.intrinsics import register_once
 
-DEFAULT_PACKED = 32  # output channels per packed weight block unless conv.FlatConv.block_n says otherwise
 LANES = 16  # fp32 accumulators per zmm register: the output channels of one dot product
 # Accumulator vectors of a block (rows x pixels x 16-channel vectors): at most MAX_ACCUMULATORS, and with the block's
 # weight vectors and a broadcast no more than the REGISTERS zmm registers; at least MIN_ACCUMULATORS hides the dot
@@ -54,7 +54,7 @@ def gemm_width(out_w: int) -> int:
     return width
 
 
-def shapes_for(width: int, cols: int, packed: int = DEFAULT_PACKED) -> list[tuple[int, int, int]]:
+def shapes_for(width: int, cols: int, packed: int = BLOCK_N) -> list[tuple[int, int, int]]:
     """The (rows, pixels, 16-channel vectors) blocks of a GEMM ``width`` pixels a row with ``cols`` output channels,
     packed in blocks of ``packed`` (:attr:`.conv.FlatConv.block_n`): for rows of whole 16-pixel tiles, the
     :data:`SHAPES` that fit (the design space as it was, its sketches in the same order), then the blocks of more
@@ -74,7 +74,7 @@ def shapes_for(width: int, cols: int, packed: int = DEFAULT_PACKED) -> list[tupl
 def intrin_name(block: Block) -> str:
     """The intrinsic's name: the block's rows x pixels x 16-channel vectors, and its geometry (and the packed
     weights' block width where it is not 32, the names' only width before it could be another)."""
-    packed = f"_n{block.packed}" if block.packed != DEFAULT_PACKED else ""
+    packed = f"_n{block.packed}" if block.packed != BLOCK_N else ""
     return f"dpbf16_conv_{block.rows}x{block.pixels}x{block.cols // LANES}_{block.key}{packed}"
 
 
@@ -103,7 +103,7 @@ def register_for(text: str) -> None:
     intrinsic up when it reads the trace."""
     for found in set(_NAME.findall(text)):
         rows, pixels, nv = (int(v) for v in found[:3])
-        geo = {**vars(parse_key(found[3:9])), "packed": int(found[9] or DEFAULT_PACKED)}
+        geo = {**vars(parse_key(found[3:9])), "packed": int(found[9] or BLOCK_N)}
         register(Block(rows=rows, pixels=pixels, cols=LANES * nv, **geo))
     register_zeros("dpbf16", text)
 
@@ -189,5 +189,5 @@ def _impl(block: Block):
     return impl
 
 
-__all__ = ["DEFAULT_PACKED", "LANES", "SHAPES", "gemm_width", "intrin_name", "kernel_ir", "names_any", "pairs",
+__all__ = ["LANES", "SHAPES", "gemm_width", "intrin_name", "kernel_ir", "names_any", "pairs",
            "register", "register_for", "shapes_for", "symbol"]
