@@ -119,6 +119,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if model.bf16_alternatives:
         alternatives += (f", {model.bf16_alternatives} the bf16 alternative of an NHWC layer, matmul or attention "
                          "(--precision auto tunes both and export keeps the faster)")
+    if model.bf16_winograd_alternatives:
+        alternatives += f", {model.bf16_winograd_alternatives} the bf16 Winograd alternative of a wide 3x3 layer"
     console.print(f"precision: {model.precision} ({model.precision_note})")
     console.print(f"total: {total / 1e9:.3f} GFLOP per forward pass (as TVM counts them, direct convolutions), "
                   f"{len(model.tasks)} tasks ({sum(1 for t in model.tasks if 'conv' in t.name)} conv{alternatives}) "
@@ -263,13 +265,15 @@ def cmd_export(args: argparse.Namespace) -> int:
                       f"latencies, re-timed where the run re-timed them); {summary.other_layout} task(s) of the other "
                       "layout not exported")
     if summary.choices and budget is None:
-        for faster, rival in (("winograd", "direct"), ("bf16", "fp32")):  # the two kinds of per-layer alternative
-            layers = [a for a in summary.choices.values() if a in (faster, rival)]
+        # the two kinds of per-layer alternative; in bf16, direct or (the wide 3x3 layers on the dot product) Winograd
+        for faster, rival in ((("winograd",), "direct"), (("bf16", "bf16-winograd"), "fp32")):
+            layers = [a for a in summary.choices.values() if a in (*faster, rival)]
             if layers:
-                won = sorted(k for k, a in summary.choices.items() if a == faster)
-                console.print(f"layers tuned {rival} and {faster}: {len(won)} of {len(layers)} faster as {faster}"
-                              + (f" ({', '.join(won)})" if won and faster == "winograd" else "")
-                              + "; compile uses the faster")
+                won = sorted(k for k, a in summary.choices.items() if a in faster)
+                named = sorted(k for k, a in summary.choices.items() if a in ("winograd", "bf16-winograd"))
+                console.print(f"layers tuned {rival} and {faster[0]}: {len(won)} of {len(layers)} faster as {faster[0]}"
+                              + (f" ({'as bf16 Winograd: ' if rival == 'fp32' else ''}{', '.join(named)})"
+                                 if named else "") + "; compile uses the faster")
     if budget is not None:
         from autosearch.deploy.memory import mib
 

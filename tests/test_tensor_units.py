@@ -249,9 +249,9 @@ def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path,
     compiled_matches_onnxruntime(tmp_path, run["model"], db)
 
 
-def compiled_matches_onnxruntime(tmp_path, model: str, db: str, *options: str) -> None:
-    """``compile`` (with ``options``) of ``model`` (:func:`small_conv_onnx` with 32 input channels at 16x16) and
-    ``db`` works, and the library's output is within bf16's tolerance of ONNX Runtime's."""
+def compiled_matches_onnxruntime(tmp_path, model: str, db: str, *options: str, shape=(1, 32, 16, 16)) -> None:
+    """``compile`` (with ``options``) of ``model`` (input ``x`` of ``shape``: :func:`small_conv_onnx` with 32 input
+    channels at 16x16) and ``db`` works, and the library's output is within bf16's tolerance of ONNX Runtime's."""
     library = str(tmp_path / "model.so")
     # a fresh process: the database's tensor intrinsics registered by compile itself, not by an earlier test
     proc = run_cli("compile", "--model", model, "--db", db, "--out", library, *options)
@@ -261,7 +261,7 @@ def compiled_matches_onnxruntime(tmp_path, model: str, db: str, *options: str) -
 
     from autosearch.deploy.artifact import load_model
 
-    x = np.random.default_rng(2).uniform(-1, 1, (1, 32, 16, 16)).astype("float32")
+    x = np.random.default_rng(2).uniform(-1, 1, shape).astype("float32")
     import tvm
 
     got = load_model(library)(tvm.runtime.tensor(x, tvm.cpu())).numpy()

@@ -142,7 +142,8 @@ def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str
         untuned = compile_model(model.relax_mod, target, model.tasks, None, os.path.join(work, "untuned.so"))
         tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
                               winograd=policy, layout=model.layout, fast_math=model.fast_math)
-        bf16 = sum(1 for t in model.tasks if t.lowering.get("algorithm") == "bf16" and policy.uses(t.lowering))
+        bf16 = sum(1 for t in model.tasks
+                   if t.lowering.get("algorithm") in ("bf16", "bf16-winograd") and policy.uses(t.lowering))
         if policy.precision == "bf16":  # every eligible layer, no alternative to count
             bf16 = model.bf16_tasks
         turns = [Runtime("ONNX Runtime", "ort", onnx_path),

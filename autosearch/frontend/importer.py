@@ -53,7 +53,8 @@ class ImportedModel:
         layouts = {layout for t in self.tasks for layout in task_layouts(t.lowering)}
         first = min(layouts, key=lambda layout: (layout != "NCHW", layout)) if layouts else ""
         return sum(t.flops * t.weight for t in self.tasks
-                   if t.lowering.get("algorithm") not in ("winograd", "bf16") and first in task_layouts(t.lowering))
+                   if t.lowering.get("algorithm") not in ("winograd", "bf16", "bf16-winograd")
+                   and first in task_layouts(t.lowering))
 
     @property
     def alternatives(self) -> int:
@@ -64,6 +65,11 @@ class ImportedModel:
     def bf16_alternatives(self) -> int:
         """Layers offered to the tuner in fp32 and in bf16."""
         return sum(1 for t in self.tasks if t.lowering.get("algorithm") == "bf16")
+
+    @property
+    def bf16_winograd_alternatives(self) -> int:
+        """Layers offered to the tuner as bf16 Winograd too (on the AVX512-BF16 dot product)."""
+        return sum(1 for t in self.tasks if t.lowering.get("algorithm") == "bf16-winograd")
 
     @property
     def bf16_tasks(self) -> int:
@@ -260,6 +266,7 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
     """
     from autosearch.frontend.lowering import LAYOUTS, converts_layout
     from autosearch.frontend.winograd import task_layer
+    from autosearch.tensor_units.cpu import bf16_unit
 
     if layout == "auto":
         if target.kind.name != "llvm":  # NHWC is a CPU lowering: other targets keep the model's NCHW
@@ -285,6 +292,8 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
             # bf16, tensor_units.activations), so its tasks are those of the model export keeps
             fp32 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "auto", precision)
             bf16 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "candidates", precision)
+            if bf16_unit(target) == "AVX512-BF16":  # the wide 3x3 layers as bf16 Winograd too (tensor_units.winograd)
+                bf16 += _extract(relax_mod, target, "off", winograd, layout, fast_math, "winograd", precision)
             tasks = _merge_alternatives(fp32, bf16, _precision_classifier(bf16))
         elif winograd == "off" or precision != "fp32":  # bf16 convolutions have no winograd form
             tasks = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision)
@@ -342,9 +351,10 @@ def _precision_layer(name: str, args) -> tuple[str, str] | None:
     """(layer key, "fp32" | "bf16") of an NHWC conv task (:mod:`autosearch.tensor_units.conv`) or a batch matmul task
     (:func:`_matmul_layer`), or None. A convolution's filter height is the weight's second dimension in both: OHWI in
     fp32, packed ``(O / 32, KH, ...)`` in bf16."""
-    from autosearch.frontend.winograd import precision_layer_key
+    from autosearch.frontend.winograd import BF16_WINOGRAD, precision_layer_key
     from autosearch.tensor_units.conv import TASK_NAME
     from autosearch.tensor_units.pooling import WINDOW_MAX
+    from autosearch.tensor_units.winograd import TASK_NAME as WINOGRAD_TASK
 
     if "matmul" in name and len(args) >= 3:
         return _matmul_layer(name, args)
@@ -357,6 +367,8 @@ def _precision_layer(name: str, args) -> tuple[str, str] | None:
         out = (*data[:3], out[3])
     if TASK_NAME in name:
         return precision_layer_key(data, out, weight[1]), "bf16"
+    if WINOGRAD_TASK in name:  # its weights transformed and packed: the filter is 3x3
+        return precision_layer_key(data, out, 3), BF16_WINOGRAD
     ok = len(weight) == 4 and weight[0] == out[3] and weight[3] == data[3]
     return (precision_layer_key(data, out, weight[1]), "fp32") if ok else None
 

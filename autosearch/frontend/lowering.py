@@ -161,12 +161,18 @@ def _bf16_conv2d(policy, fallback, target):
     from autosearch.tensor_units.activations import conv2d_cast_input
     from autosearch.tensor_units.conv import flat_conv, legalize
     from autosearch.tensor_units.cpu import bf16_unit
+    from autosearch.tensor_units.winograd import legalize as legalize_winograd
 
     unit = "dpbf16" if bf16_unit(target) == "AVX512-BF16" else "amx"
 
     def conv2d(bb, call):
         conv = flat_conv(call)
-        if conv is not None and policy.bf16(precision_layer_key(call.args[0].ty.shape, call.ty.shape, conv.kernel[0])):
+        key = precision_layer_key(call.args[0].ty.shape, call.ty.shape, conv.kernel[0]) if conv is not None else None
+        if conv is not None and policy.bf16(key):
+            if unit == "dpbf16" and policy.bf16_winograd(key):
+                winograd = legalize_winograd(bb, call, unit=unit)
+                if winograd is not None:
+                    return winograd
             return legalize(bb, call, unit=unit)
         if str(call.args[0].ty.dtype) == "bfloat16":  # a layer kept in fp32 reading a bf16 activation
             return conv2d_cast_input(bb, call)

@@ -41,7 +41,10 @@ MAX_FLOP_RATIO = 0.5
 # layers up to this ratio are tuned both ways (above it winograd's transforms dominate: 16 -> 32 channels is 1.05)
 CANDIDATE_RATIO = 0.75
 ALGORITHMS = ("direct", "winograd")
-PRECISIONS = ("fp32", "bf16")  # the algorithms of a layer tuned in both precisions (NHWC)
+# the algorithms of a layer tuned in both precisions (NHWC): bf16 direct, or, on the dot product, also as bf16
+# Winograd (autosearch.tensor_units.winograd)
+BF16_WINOGRAD = "bf16-winograd"
+PRECISIONS = ("fp32", "bf16", BF16_WINOGRAD)
 
 
 @dataclass(frozen=True)
@@ -149,8 +152,10 @@ class WinogradPolicy:
     ``mode``: ``off`` (none), ``auto`` (the measured ``choices`` where given, else the FLOP rule) or
     ``candidates`` (every layer worth measuring; task extraction's second lowering).
     ``precision`` (NHWC convolutions, :mod:`autosearch.tensor_units`): ``fp32`` (none in bf16), ``bf16`` (every
-    eligible one), ``candidates`` (every eligible one; extraction's second lowering) or ``auto`` (the measured
-    ``choices``: a layer tuned both ways has algorithm ``fp32`` or ``bf16``; unmeasured layers stay fp32).
+    eligible one), ``candidates`` (every eligible one; extraction's second lowering), ``winograd`` (every eligible
+    one, as bf16 Winograd where it can be: extraction's third lowering on the dot product) or ``auto`` (the measured
+    ``choices``: a layer tuned both ways has algorithm ``fp32``, ``bf16`` or ``bf16-winograd``; unmeasured layers
+    stay fp32).
     """
 
     mode: str = "auto"
@@ -164,13 +169,20 @@ class WinogradPolicy:
     def bf16(self, key: str) -> bool:
         """Whether the eligible NHWC convolution ``key`` (:func:`precision_layer_key`) is lowered to bf16. A
         database exported before the filter joined the key names the layer by its shapes alone: looked up so too."""
-        if self.precision in ("bf16", "candidates"):
+        if self.precision in ("bf16", "candidates", "winograd"):
             return True
-        if self.precision != "auto":
-            return False
+        return self.precision == "auto" and self._chosen(key) in ("bf16", BF16_WINOGRAD)
+
+    def bf16_winograd(self, key: str) -> bool:
+        """Whether the eligible NHWC convolution ``key`` is lowered to bf16 Winograd where it can be
+        (:func:`autosearch.tensor_units.winograd.winograd_conv`)."""
+        if self.precision == "winograd":
+            return True
+        return self.precision == "auto" and self._chosen(key) == BF16_WINOGRAD
+
+    def _chosen(self, key: str) -> str | None:
         choices = dict(self.choices)
-        chosen = choices.get(key, choices.get(key.split("@")[0]))
-        return chosen == "bf16"
+        return choices.get(key, choices.get(key.split("@")[0]))
 
     def converts(self, shape: ConvShape, key: str, layout: str = "NCHW") -> bool:
         """Whether the layer ``key`` (of ``shape``) is lowered to winograd. NHWC layers: in fp32 only (a layer
@@ -192,7 +204,8 @@ class WinogradPolicy:
             return True
         layer = lowering["layer"]
         if lowering.get("algorithm") in PRECISIONS:  # a layer tuned in fp32 and bf16
-            return (lowering["algorithm"] == "bf16") == self.bf16(layer)
+            algorithm = (BF16_WINOGRAD if self.bf16_winograd(layer) else "bf16") if self.bf16(layer) else "fp32"
+            return lowering["algorithm"] == algorithm
         layout = "NHWC" if "NHWC" in (lowering.get("layouts") or (lowering.get("layout"),)) else "NCHW"
         return (self.converts(ConvShape.from_key(layer, layout), layer, layout)
                 == (lowering.get("algorithm") == "winograd"))
@@ -398,6 +411,6 @@ def legalize_map(policy: WinogradPolicy) -> dict[str, Any]:
     return {"relax.nn.conv2d": conv2d}
 
 
-__all__ = ["ALGORITHMS", "MODES", "PRECISIONS", "TILE", "ConvShape", "WinogradPolicy", "choose_algorithms",
-           "conv_layout", "conv_shape", "kernel_transform", "layer_key", "layer_totals", "legalize_map",
-           "precision_layer_key", "task_layer", "winograd_conv", "winograd_conv_nhwc"]
+__all__ = ["ALGORITHMS", "BF16_WINOGRAD", "MODES", "PRECISIONS", "TILE", "ConvShape", "WinogradPolicy",
+           "choose_algorithms", "conv_layout", "conv_shape", "kernel_transform", "layer_key", "layer_totals",
+           "legalize_map", "precision_layer_key", "task_layer", "winograd_conv", "winograd_conv_nhwc"]

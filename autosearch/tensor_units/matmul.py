@@ -143,9 +143,11 @@ def flatten_a(a, *, batch: tuple[int, ...], m: int, k: int, rows: int, k_pad: in
     return te.compute((math.prod(batch), rows, k_pad), value, name=name)
 
 
-def gemm_1x1(flat, packed, *, rows: int, depth: int, cols: int, name: str):
+def gemm_1x1(flat, packed, *, rows: int, depth: int, cols: int, name: str, block_n: int = BLOCK_N,
+             attrs: dict | None = None):
     """The flattened convolution's GEMM with a 1x1 filter and stride 1 (:func:`.conv.conv2d_nhwc`), one image per
-    batch, fp32: ``(batches, 1, rows, cols)``, in exactly the form the tile and dot-product intrinsics describe."""
+    batch, fp32: ``(batches, 1, rows, cols)``, in exactly the form the tile and dot-product intrinsics describe;
+    ``packed`` in blocks of ``block_n`` columns, ``attrs`` added to the block's annotations."""
     from tvm import te
 
     rh = te.reduce_axis((0, 1), name="rh")
@@ -153,11 +155,12 @@ def gemm_1x1(flat, packed, *, rows: int, depth: int, cols: int, name: str):
 
     def product(n, h, w, co):
         return (flat[n, (h + rh) * rows + w, rk].astype("float32")
-                * packed[n, co // BLOCK_N, rh, 0, rk // 2, co % BLOCK_N, rk % 2].astype("float32"))
+                * packed[n, co // block_n, rh, 0, rk // 2, co % block_n, rk % 2].astype("float32"))
 
     return te.compute((int(flat.shape[0]), 1, rows, cols),
                       lambda n, h, w, co: te.sum(product(n, h, w, co), axis=[rh, rk]),
-                      name=name, attrs={ROW_ATTR: rows, STRIDE_ATTR: 1, GROUP_ATTR: 1, KERNEL_ATTR: [1, 1]})
+                      name=name, attrs={ROW_ATTR: rows, STRIDE_ATTR: 1, GROUP_ATTR: 1, KERNEL_ATTR: [1, 1],
+                                        **(attrs or {})})
 
 
 def matmul_bf16(a, b, *, mm: FlatMatmul):

@@ -34,6 +34,7 @@ from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, GROUP_ATTR, KER
 from autosearch.tensor_units.dpbf16 import LANES, shapes_for
 from autosearch.tensor_units.dpbf16 import register as register_dot
 from autosearch.tensor_units.matmul import PACK_B_BLOCK
+from autosearch.tensor_units.winograd import WINOGRAD_ATTR
 
 
 def is_amx_task(mod) -> bool:
@@ -172,7 +173,9 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
         sch.compute_at(flat, block)
         _vectorize(sch, sch.get_loops(flat)[-1])
     _schedule_packing(sch)
-    if epilogue is not None:  # bias, activation and the slice to the real pixels, on each block as it is done
+    if epilogue is not None and WINOGRAD_ATTR in annotations:  # reads every transform position: after the GEMM
+        _schedule_elementwise(sch, epilogue)
+    elif epilogue is not None:  # bias, activation and the slice to the real pixels, on each block as it is done
         # its unit loops kept: a fused pooling of one row pair per block has a row loop of extent 1, and a trace's
         # loops must be the same whatever its tile sizes
         sch.reverse_compute_at(epilogue, block, preserve_unit_loops=True)
