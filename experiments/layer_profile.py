@@ -170,12 +170,13 @@ def geometry_label(in_pixels: tuple[int, int], in_channels: int, out_pixels: tup
 
 def tvm_conv_geometry(name: str, args: list) -> tuple | None:
     """(in pixels, in channels, out pixels, out channels, filter size) of a fused conv task from its name and
-    arguments (a log header's ``args``), or None: NHWC in fp32 (OHWI weights) or bf16 (packed weights, the filter
-    height second), NCHW direct (OIHW) or Winograd (3x3). A 1x1 layer computed on rows of 32 or 16 pixels
-    (:mod:`autosearch.tensor_units.pointwise`) counts its pixels, not its rows; a fused max pool (the convolution
-    then writes the pooled image) is named by the convolution's own output, the size of its input."""
+    arguments (a log header's ``args``), or None: NHWC in fp32 (OHWI weights), bf16 (packed weights, the filter
+    height second) or bf16 Winograd (3x3), NCHW direct (OIHW) or Winograd (3x3). A 1x1 layer computed on rows of 32
+    or 16 pixels (:mod:`autosearch.tensor_units.pointwise`) counts its pixels, not its rows; a fused max pool (the
+    convolution then writes the pooled image) is named by the convolution's own output, the size of its input."""
     from autosearch.tensor_units.conv import TASK_NAME
     from autosearch.tensor_units.pooling import WINDOW_MAX
+    from autosearch.tensor_units.winograd import TASK_NAME as WINOGRAD_BF16
 
     if "conv2d" not in name or len(args) < 3:
         return None
@@ -184,6 +185,8 @@ def tvm_conv_geometry(name: str, args: list) -> tuple | None:
         return None
     if TASK_NAME in name:
         nhwc, kernel = True, weight[1]
+    elif WINOGRAD_BF16 in name:  # NHWC, its 3x3 weights transformed and packed
+        nhwc, kernel = True, 3
     elif "winograd" in name:
         nhwc, kernel = False, 3
     elif len(weight) == 4 and weight[0] == out[3] and weight[3] == data[3] and weight[1] == weight[2]:

@@ -19,6 +19,9 @@ def test_a_conv_tasks_geometry_is_read_in_every_lowering() -> None:
     assert tvm_conv_geometry("fused_conv2d_amx_bf1630_add16", bf16) == want
     assert tvm_conv_geometry("fused_conv2d26_add13", nchw) == want
     assert tvm_conv_geometry("fused_conv2d_winograd2_add6", winograd) == want
+    bf16_winograd = [[[1, 80, 80, 64], "bfloat16"], [[16, 1, 1, 1, 32, 80, 2], "bfloat16"],
+                     [[1, 80, 80, 80], "float32"]]
+    assert tvm_conv_geometry("fused_conv2d_winograd_bf163_add16", bf16_winograd) == want
     # a 1x1 layer on rows of 16 pixels (20x20 as 25 x 16): its pixels, not its rows
     rows = [[[1, 25, 16, 384], "bfloat16"], [[8, 1, 1, 192, 32, 2], "bfloat16"], [[1, 25, 16, 256], "bfloat16"]]
     assert tvm_conv_geometry("fused_conv2d_amx_bf1612_add5", rows) == ("flat", 400, 384, 256)
