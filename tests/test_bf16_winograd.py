@@ -11,7 +11,7 @@ import pytest
 
 from autosearch.tensor_units import cpu
 from autosearch.tensor_units import winograd as wb
-from tests.conftest import small_conv_onnx, tune_and_export, wide_conv_onnx
+from tests.conftest import small_conv_onnx, tune_and_export
 from tests.test_dpbf16 import CORES, ZEN4_FEATURES, _dot_target, _needs_avx512_bf16
 from tests.test_tensor_units import _to_bf16, compiled_matches_onnxruntime
 
@@ -41,13 +41,13 @@ def _geometry(cin: int, cout: int, hw: int, unit: str = "dpbf16") -> wb.Winograd
 
 
 def test_only_wide_3x3_layers_whose_gemm_is_small_enough_are_offered() -> None:
-    """The layers of tiny-YOLOv2 from 64 channels on qualify (their GEMM 0.44-0.52 of the direct multiplies); a
-    narrow one's transforms would cost more than they save, and a layer whose tiles are mostly padding too."""
+    """tiny-YOLOv2's layers from 128 -> 256 channels on qualify (their GEMM 0.44-0.52 of the direct multiplies); a
+    narrower one's transforms cost more than they save, and a layer whose tiles are mostly padding too."""
     wide = _geometry(1024, 1024, 13)
     assert wide.tiles == 49 and wide.rows == 49  # 7 x 7 tiles, in blocks of 7 on the dot product
     assert wide.gemm_flops / wide.direct_flops == pytest.approx(16 * 49 / (9 * 169))
     assert wide.gemm_flops <= wb.MAX_GEMM_RATIO * wide.direct_flops
-    tiny = _geometry(64, 64, 3)  # 2 x 2 tiles of which a 3 x 3 output keeps 9 of 16 pixels, padded to 4 tiles
+    tiny = _geometry(128, 256, 3)  # 2 x 2 tiles of which a 3 x 3 output keeps 9 of 16 pixels, padded to 4 tiles
     assert tiny.gemm_flops > wb.MAX_GEMM_RATIO * tiny.direct_flops
 
 
@@ -64,12 +64,12 @@ def _packed(w: np.ndarray, shape) -> np.ndarray:
     return _to_bf16(out)
 
 
-@pytest.mark.parametrize(("hw", "cin", "cout"), [(13, 64, 64), (10, 64, 96), (16, 128, 64)])
+@pytest.mark.parametrize(("hw", "cin", "cout"), [(13, 128, 256), (10, 144, 272), (8, 128, 256)])
 def test_bf16_winograd_task_on_avx512_bf16_matches_numpy(tmp_path, hw, cin, cout) -> None:
     """Every sketch of a bf16 Winograd task at a random config of its own, as the tuner would build it: against the
     transforms in NumPy on the same rounded operands (tight), and against the direct convolution (within bf16's
-    rounding of the transformed operands). 13: odd, its last tiles half outside; 96 channels: one packed block of
-    six vectors; 16 x 16: 64 tiles, rows of whole 16-pixel blocks."""
+    rounding of the transformed operands). 13: odd, its last tiles half outside; 272 channels out: no multiple of
+    32, one packed block of 17 vectors, and 144 in, 9 vectors; 8 x 8: 16 tiles, a row of one whole 16-pixel block."""
     import ml_dtypes
     import tvm
 
@@ -126,10 +126,10 @@ def test_auto_precision_offers_bf16_winograd_on_the_dot_product_only() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         def wide():
-            return wide_conv_onnx(f"{tmp}/wide.onnx", channels=64, hw=16) and f"{tmp}/wide.onnx"
+            return small_conv_onnx(f"{tmp}/wide.onnx", cin=128, cout=256, hw=8) and f"{tmp}/wide.onnx"
 
-        def narrow():
-            return small_conv_onnx(f"{tmp}/narrow.onnx", cin=32, cout=64, hw=16) and f"{tmp}/narrow.onnx"
+        def narrow():  # YOLOv8n's widest 3x3 layers: bf16 Winograd lost on every one of them
+            return small_conv_onnx(f"{tmp}/narrow.onnx", cin=128, cout=128, hw=8) and f"{tmp}/narrow.onnx"
 
         assert algorithms(wide, _dot_target()) == {"fp32", "bf16", "bf16-winograd"}
         assert algorithms(narrow, _dot_target()) == {"fp32", "bf16"}
@@ -144,7 +144,7 @@ def test_a_layer_chosen_as_bf16_winograd_compiles_as_it() -> None:
     direct tasks in either precision are not; other layers keep their own choices."""
     from autosearch.frontend.winograd import WinogradPolicy
 
-    key, other = "1x16x16x64->1x16x16x64@3x3", "1x8x8x64->1x8x8x64@3x3"
+    key, other = "1x8x8x128->1x8x8x256@3x3", "1x16x16x128->1x16x16x256@3x3"
     policy = WinogradPolicy.of("auto", {key: "bf16-winograd", other: "bf16"}, precision="auto")
     assert policy.bf16(key) and policy.bf16_winograd(key)
     assert policy.bf16(other) and not policy.bf16_winograd(other)
@@ -164,7 +164,7 @@ def test_bf16_winograd_tuned_exported_and_compiled_on_avx512_bf16(tmp_path) -> N
 
     _needs_avx512_bf16()
     target = json.dumps({"kind": "llvm", "mattr": ZEN4_FEATURES, "num-cores": CORES})
-    run = tune_and_export(tmp_path, lambda p: wide_conv_onnx(p, channels=64, hw=16), trials=4, batch=2,
+    run = tune_and_export(tmp_path, lambda p: small_conv_onnx(p, cin=128, cout=256, hw=8), trials=4, batch=2,
                           options=("--layout", "NHWC", "--precision", "auto", "--target", target,
                                    "--tasks", wb.TASK_NAME))
     trials = [json.loads(line) for line in open(run["log"]) if '"kind":"trial"' in line]
@@ -172,4 +172,4 @@ def test_bf16_winograd_tuned_exported_and_compiled_on_avx512_bf16(tmp_path) -> N
     assert set(database_lowering(run["db"])["choices"].values()) == {"bf16-winograd"}
     with open(f"{run['db']}/{RECORD_FILE}") as fh:
         assert "dpbf16_conv_" in fh.read()
-    compiled_matches_onnxruntime(tmp_path, run["model"], run["db"], "--target", target, shape=(1, 64, 16, 16))
+    compiled_matches_onnxruntime(tmp_path, run["model"], run["db"], "--target", target, shape=(1, 128, 8, 8))

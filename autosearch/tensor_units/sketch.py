@@ -34,7 +34,7 @@ from autosearch.tensor_units.conv import FLAT_BLOCK, GEMM_BLOCK, GROUP_ATTR, KER
 from autosearch.tensor_units.dpbf16 import LANES, shapes_for
 from autosearch.tensor_units.dpbf16 import register as register_dot
 from autosearch.tensor_units.matmul import PACK_B_BLOCK
-from autosearch.tensor_units.winograd import WINOGRAD_ATTR
+from autosearch.tensor_units.winograd import PAD_BLOCK, WINOGRAD_ATTR
 
 
 def is_amx_task(mod) -> bool:
@@ -173,6 +173,8 @@ def _sketch(mod, seed: int, shape: tuple[int, int, int], weights_outer: bool, pl
         sch.compute_at(flat, block)
         _vectorize(sch, sch.get_loops(flat)[-1])
     _schedule_packing(sch)
+    if WINOGRAD_ATTR in annotations:  # the input padded to whole tiles, in full before the transform reads it
+        _schedule_elementwise(sch, sch.get_sblock(PAD_BLOCK))
     if epilogue is not None and WINOGRAD_ATTR in annotations:  # reads every transform position: after the GEMM
         _schedule_elementwise(sch, epilogue)
     elif epilogue is not None:  # bias, activation and the slice to the real pixels, on each block as it is done

@@ -14,13 +14,13 @@ convolution, while F(4x4, 3x3)'s (up to 8, and 1/3 and 1/15 in the kernel's) amp
 also waste less: 7x7 tiles of 2 compute 14x14 outputs, 4x4 tiles of 4 compute 16x16, and their kernel in the
 transformed domain is 36/16 the size of F(2x2)'s, megabytes streamed at every run.
 
-Blocks of the task: ``amx_flat`` is the input transform ``B^T d B``, computed in fp32 from the (bf16 or fp32)
-input and rounded to bf16, ``(16, tiles, channels)``: the GEMM's A, one image per transform position;
-``amx_gemm`` accumulates in fp32 (annotated :data:`WINOGRAD_ATTR`: its blocks each compute one transform
-position, and the output transform reads all 16, so the epilogue runs after the whole GEMM, not per block);
-``amx_conv2d_nhwc`` is the output transform ``A^T m A``, then the convolution's epilogue. The kernel's transform
-``G g G^T``, rounded to bf16 and packed as the intrinsics read weights, is a separate function of the constant
-weights (``winograd_bf16_pack_weight``), folded at compile time.
+Blocks of the task: ``winograd_pad`` pads the input to whole tiles; ``amx_flat`` is the input transform
+``B^T d B``, computed in fp32 from the (bf16 or fp32) input and rounded to bf16, ``(16, tiles, channels)``: the
+GEMM's A, one image per transform position; ``amx_gemm`` accumulates in fp32 (annotated :data:`WINOGRAD_ATTR`: its
+blocks each compute one transform position, and the output transform reads all 16, so the epilogue runs after the
+whole GEMM, not per block); ``amx_conv2d_nhwc`` is the output transform ``A^T m A``, then the convolution's epilogue.
+The kernel's transform ``G g G^T``, rounded to bf16 and packed as the intrinsics read weights, is a separate function
+of the constant weights (``winograd_bf16_pack_weight``), folded at compile time.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ TILE = 2  # output pixels per tile side: F(2x2, 3x3)
 ALPHA = TILE + 2  # input pixels per tile side
 TASK_NAME = "conv2d_winograd_bf16"  # the PrimFunc's name hint: every fused task of such a convolution contains it
 PACK_NAME = "winograd_bf16_pack_weight"
+PAD_BLOCK = "winograd_pad"  # the input padded to whole tiles, before the input transform
 WINOGRAD_ATTR = "amx_winograd"  # on the GEMM block: its batch axis is the alpha x alpha transform positions
 # the transforms of F(2x2, 3x3) (Lavin and Gray, 2016): Y = A^T [(G g G^T) * (B^T d B)] A
 B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
@@ -95,20 +96,24 @@ class WinogradConv:
 
 
 # a layer is offered as bf16 Winograd when its GEMM computes at most this share of the direct convolution's
-# multiplies (F(2x2) at best 16/36 = 0.44, more where the tiles or channels are padded) and its channels are wide
-# enough that the transforms, memory-bound, stay small beside the GEMM
+# multiplies (F(2x2) at best 16/36 = 0.44, more where the tiles or channels are padded), and its channels are wide
+# enough that the transforms, memory-bound, stay small beside the GEMM: the input transform's share falls with the
+# output channels, the output transform's with the input channels. Measured on AMD Zen 4 (docs/results.md), bf16
+# Winograd won from 128 -> 256 channels on (tiny-YOLOv2's 26x26 and 13x13 layers) and lost on every layer of 64 to
+# 128 channels (tiny-YOLOv2's 52x52x64 -> 128, all of YOLOv8n's, up to 2.6x slower): those are not offered, so a
+# run spends no trials on them
 MAX_GEMM_RATIO = 0.55
-MIN_CHANNELS = 64
+MIN_IN_CHANNELS, MIN_OUT_CHANNELS = 128, 256
 
 
 def winograd_conv(call, unit: str = "dpbf16") -> WinogradConv | None:
     """The geometry of a Relax ``nn.conv2d`` call this lowering computes: one the direct bf16 lowering takes
-    (:func:`.conv.flat_conv`) with a 3x3 filter, stride 1, at least :data:`MIN_CHANNELS` channels in and out and a
-    GEMM at most :data:`MAX_GEMM_RATIO` of the direct multiplies; else None."""
+    (:func:`.conv.flat_conv`) with a 3x3 filter, stride 1, at least :data:`MIN_IN_CHANNELS` channels in and
+    :data:`MIN_OUT_CHANNELS` out, and a GEMM at most :data:`MAX_GEMM_RATIO` of the direct multiplies; else None."""
     conv = flat_conv(call)
     if conv is None or conv.kernel != (3, 3) or conv.stride != 1:
         return None
-    if min(conv.in_channels, conv.out_channels) < MIN_CHANNELS:
+    if conv.in_channels < MIN_IN_CHANNELS or conv.out_channels < MIN_OUT_CHANNELS:
         return None
     geo = WinogradConv(batch=conv.batch, height=conv.height, width=conv.width, in_channels=conv.in_channels,
                        out_channels=conv.out_channels, padding=conv.padding, unit=unit)
@@ -164,19 +169,26 @@ def conv2d_nhwc(data, packed, *, geo: WinogradConv):
     n_h, n_w = geo.tiles_hw
     rows, gemm = geo.rows, geo.gemm
 
-    def input_at(b, y, x, c):
-        inside = tirx.all(y >= 0, y < h_, x >= 0, x < w_)
-        load = data[b, tirx.max(tirx.min(y, h_ - 1), 0), tirx.max(tirx.min(x, w_ - 1), 0), c].astype("float32")
-        return tirx.if_then_else(inside, load, tirx.const(0, "float32"))
+    # the input padded to whole tiles first, in a block of its own: the transform's 16 reads then need no bounds
+    # check each, which made it 2-3x slower (a 4x4 window of conditional loads per value)
+    def pad_value(b, y, x, c):
+        inside = tirx.all(y >= pt, y < h_ + pt, x >= pl, x < w_ + pl)
+        load = data[b, tirx.max(tirx.min(y - pt, h_ - 1), 0), tirx.max(tirx.min(x - pl, w_ - 1), 0), c]
+        return tirx.if_then_else(inside, load, tirx.const(0, data.dtype))
+
+    pad = te.compute((geo.batch, n_h * TILE + 2, n_w * TILE + 2, c_), pad_value, name=PAD_BLOCK)
 
     def flat_value(n, p, c):  # B^T d B at position (eps, nu) of tile p
         eps, nu = n // ALPHA, n % ALPHA
         t = tirx.min(p, geo.tiles - 1)
-        b, y0, x0 = t // (n_h * n_w), (t // n_w) % n_h * TILE - pt, t % n_w * TILE - pl
-        cc = tirx.min(c, c_ - 1)
-        total = sum(_coefficient(B_T, eps, ra) * _coefficient(B_T, nu, rb) * input_at(b, y0 + ra, x0 + rb, cc)
-                    for ra in range(ALPHA) for rb in range(ALPHA))
-        inside = tirx.all(p < geo.tiles, c < c_)
+        b, y0, x0 = t // (n_h * n_w), (t // n_w) % n_h * TILE, t % n_w * TILE
+        # channels clamped only where they are padded: a clamped index is no longer affine, and the vector loop over
+        # the channels then gathers its loads one by one
+        padded = gemm.in_padded != c_
+        cc = tirx.min(c, c_ - 1) if padded else c
+        total = sum(_coefficient(B_T, eps, ra) * _coefficient(B_T, nu, rb) * pad[b, y0 + ra, x0 + rb, cc].astype(
+            "float32") for ra in range(ALPHA) for rb in range(ALPHA))
+        inside = tirx.all(p < geo.tiles, c < c_) if padded else p < geo.tiles
         return tirx.if_then_else(inside, total, tirx.const(0, "float32")).astype("bfloat16")
 
     flat = te.compute((ALPHA * ALPHA, rows, gemm.in_padded), flat_value, name=FLAT_BLOCK)
@@ -225,5 +237,6 @@ def reference(data: np.ndarray, weight: np.ndarray, padding=(1, 1, 1, 1), *, rou
     return out[:, :out_h, :out_w]
 
 
-__all__ = ["ALPHA", "MAX_GEMM_RATIO", "PACK_NAME", "TASK_NAME", "TILE", "WINOGRAD_ATTR", "WinogradConv",
-           "conv2d_nhwc", "legalize", "pack_weight", "reference", "winograd_conv"]
+__all__ = ["ALPHA", "MAX_GEMM_RATIO", "MIN_IN_CHANNELS", "MIN_OUT_CHANNELS", "PACK_NAME", "PAD_BLOCK", "TASK_NAME",
+           "TILE", "WINOGRAD_ATTR", "WinogradConv", "conv2d_nhwc", "legalize", "pack_weight", "reference",
+           "winograd_conv"]
