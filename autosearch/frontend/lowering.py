@@ -119,8 +119,9 @@ def resolve_precision(mode: str, target, layout: str) -> tuple[str, str]:
             raise UserError("--precision bf16 needs NHWC convolutions: use --layout NHWC or auto")
         return "fp32", "bf16 convolutions are NHWC and --layout is NCHW"
     layers = "convolution, matmul and attention" if unit == "AMX-BF16" else "convolution and matmul"
+    winograd = " (the wide 3x3 convolutions also as bf16 Winograd)" if unit == "AVX512-BF16" else ""
     return mode, (f"every eligible NHWC {layers} in bf16 on {unit}" if mode == "bf16"
-                  else f"each eligible NHWC {layers} tuned in fp32 and in bf16 on {unit}, the faster kept")
+                  else f"each eligible NHWC {layers} tuned in fp32 and in bf16 on {unit}{winograd}, the faster kept")
 
 
 def check_fast_math(mode: str) -> str:

@@ -21,7 +21,9 @@ strategy and cost model searches it like any MetaSchedule sketch and the exporte
 
 The padding/flattening block and the epilogue (bias, activation, the slice back to the real pixels) are
 parallel over rows and vectorised over channels; the flattening copy at most 64 channels per vector
-(:func:`_vectorize`).
+(:func:`_vectorize`). A bf16 Winograd task (:mod:`.winograd`) has the same GEMM with a batch axis, sketched alike; its
+padded input is computed whole before the input transform, and its epilogue (the output transform) whole after the
+GEMM, since each output reads all the transform positions.
 """
 
 from __future__ import annotations
