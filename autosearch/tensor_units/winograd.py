@@ -25,7 +25,6 @@ of the constant weights (``winograd_bf16_pack_weight``), folded at compile time.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -178,13 +177,14 @@ def conv2d_nhwc(data, packed, *, geo: WinogradConv):
 
     pad = te.compute((geo.batch, n_h * TILE + 2, n_w * TILE + 2, c_), pad_value, name=PAD_BLOCK)
 
+    # channels clamped only where they are padded: a clamped index is no longer affine, and the vector loop over the
+    # channels then gathers its loads one by one
+    padded = gemm.in_padded != c_
+
     def flat_value(n, p, c):  # B^T d B at position (eps, nu) of tile p
         eps, nu = n // ALPHA, n % ALPHA
         t = tirx.min(p, geo.tiles - 1)
         b, y0, x0 = t // (n_h * n_w), (t // n_w) % n_h * TILE, t % n_w * TILE
-        # channels clamped only where they are padded: a clamped index is no longer affine, and the vector loop over
-        # the channels then gathers its loads one by one
-        padded = gemm.in_padded != c_
         cc = tirx.min(c, c_ - 1) if padded else c
         total = sum(_coefficient(B_T, eps, ra) * _coefficient(B_T, nu, rb) * pad[b, y0 + ra, x0 + rb, cc].astype(
             "float32") for ra in range(ALPHA) for rb in range(ALPHA))
@@ -215,28 +215,6 @@ def legalize(bb, call, *, unit: str = "dpbf16"):
     return bb.call_te(partial(conv2d_nhwc, geo=geo), call.args[0], packed, primfunc_name_hint=TASK_NAME)
 
 
-def reference(data: np.ndarray, weight: np.ndarray, padding=(1, 1, 1, 1), *, rounding=None) -> np.ndarray:
-    """F(2x2, 3x3) in float64 NumPy (NHWC data, OHWI weights): the transforms as the task computes them, the
-    transformed input and kernel passed through ``rounding`` where the task rounds them to bf16 (tests compare
-    the two)."""
-    rounding = rounding or (lambda x: x)
-    batch, h, w, _ = data.shape
-    pt, pl, pb, pr = padding
-    out_h, out_w = h + pt + pb - 2, w + pl + pr - 2
-    n_h, n_w = math.ceil(out_h / TILE), math.ceil(out_w / TILE)
-    pad = np.zeros((batch, n_h * TILE + 2, n_w * TILE + 2, data.shape[3]))
-    pad[:, pt:pt + h, pl:pl + w] = data
-    u = rounding(np.einsum("ak,okls,bl->abos", G, weight, G))  # (alpha, alpha, out, in)
-    out = np.zeros((batch, n_h * TILE, n_w * TILE, weight.shape[0]))
-    for i in range(n_h):
-        for j in range(n_w):
-            d = pad[:, i * TILE:i * TILE + ALPHA, j * TILE:j * TILE + ALPHA]  # (batch, alpha, alpha, in)
-            v = rounding(np.einsum("ak,nkls,bl->nabs", B_T, d, B_T))
-            m = np.einsum("nabs,abos->nabo", v, u)
-            out[:, i * TILE:(i + 1) * TILE, j * TILE:(j + 1) * TILE] = np.einsum("ya,nabo,xb->nyxo", A_T, m, A_T)
-    return out[:, :out_h, :out_w]
-
-
 __all__ = ["ALPHA", "MAX_GEMM_RATIO", "MIN_IN_CHANNELS", "MIN_OUT_CHANNELS", "PACK_NAME", "PAD_BLOCK", "TASK_NAME",
-           "TILE", "WINOGRAD_ATTR", "WinogradConv", "conv2d_nhwc", "legalize", "pack_weight", "reference",
+           "TILE", "WINOGRAD_ATTR", "WinogradConv", "conv2d_nhwc", "legalize", "pack_weight",
            "winograd_conv"]
