@@ -21,8 +21,8 @@ keep_torch_out_of_tvm()  # TVM imported as the CLI imports it; torch still loads
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The fast tier, ``pytest -m "not slow"`` (the inner loop, a few minutes on 2 cores): the modules whose tests tune,
-# build and time whole models, run the CLI in fresh processes, start Ray clusters or train models, and the tests on
-# the featurised dataset, are "slow". README's test command (and CI) runs every test.
+# build and time whole models, run the CLI in fresh processes, start Ray clusters or train models are "slow".
+# README's test command (and CI) runs every test.
 SLOW_MODULES = frozenset({
     "tests/cost_models/test_asm_features.py", "tests/cost_models/test_cost_model_contract.py",
     "tests/cost_models/test_evaluate.py", "tests/cost_models/test_guidance.py", "tests/cost_models/test_pretrained.py",
@@ -34,7 +34,8 @@ SLOW_MODULES = frozenset({
 })
 
 
-SLOW_FIXTURES = frozenset({"dataset", "split"})  # the committed dataset featurised (tens of seconds, once a session)
+SLOW_FIXTURES: frozenset[str] = frozenset()  # fixtures whose tests are slow wherever they are (the committed
+# dataset was one while each session featurised it: its features are committed now, tests/data/refresh_features.py)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 from contextlib import contextmanager
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATASET = os.path.join(TESTS, "data", "small_dataset.jsonl")
+COMMITTED_FEATURES = os.path.join(TESTS, "data", "small_dataset_features")  # tests/data/refresh_features.py
 HELD_OUT = 2  # task index held out by the contract tests (conv2d 128->256 at 26x26)
 
 
@@ -71,23 +73,27 @@ def _locked(path):
 
 @pytest.fixture(scope="session")
 def dataset(contents, tmp_path_factory):
-    """The committed dataset with every input kind. Featurising it takes each xdist worker a minute and a half
-    (its assembly features compile 160 kernels); the workers share it instead: each featurises its half of the
-    tasks into a feature store in the session's directory, then takes the other half from there (featurising it
-    itself if the other worker has not begun it, waiting if it is at it), and builds the dataset from the store.
-    The features are the same (``test_feature_store.py``); the extraction's own timings are checked on records
-    featurised afresh (``first_records``)."""
+    """The committed dataset with every input kind, its features read from the committed store
+    (``tests/data/small_dataset_features``, ``python -m tests.data.refresh_features``; checked against features
+    computed afresh by ``test_committed_features.py``): featurising it took each xdist worker a minute (its
+    assembly features compile 160 kernels). Where the store misses (another TVM), the workers share the work: each
+    featurises its half of the tasks into a feature store in the session's directory, then takes the other half
+    from there (featurising it itself if the other worker has not begun it, waiting if it is at it). The
+    extraction's own timings are checked on records featurised afresh (``first_records``)."""
     from autosearch.cost_models.feature_store import FeatureStore
     from autosearch.cost_models.features import build_dataset
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if not worker:
-        return build_dataset([contents])  # every input kind
-    shared = tmp_path_factory.getbasetemp().parent / "dataset-features"  # this session's, shared by its workers
+    session = tmp_path_factory.getbasetemp()  # a worker's is in the session's directory
+    shared = (session.parent if worker else session) / "dataset-features"  # shared by the session's workers
     shared.mkdir(exist_ok=True)
+    with _locked(shared / "seed.lock"):  # a copy: tests must not write into the committed store
+        if not (shared / "seeded").exists():
+            shutil.copytree(COMMITTED_FEATURES, shared, dirs_exist_ok=True)
+            (shared / "seeded").touch()
     store = FeatureStore(str(shared))
     mine = int(worker.removeprefix("gw") or 0) % 2
-    for part in (mine, 1 - mine):
+    for part in (mine, 1 - mine) if worker else ():
         with _locked(shared / f"part{part}.lock"):
             done = shared / f"part{part}.done"
             if not done.exists():
