@@ -266,11 +266,13 @@ def cmd_export(args: argparse.Namespace) -> int:
                       "layout not exported")
     if summary.choices and budget is None:
         # the two kinds of per-layer alternative; in bf16, direct or (the wide 3x3 layers on the dot product) Winograd
-        for faster, rival in ((("winograd",), "direct"), (("bf16", "bf16-winograd"), "fp32")):
+        from autosearch.frontend.winograd import BF16_WINOGRAD
+
+        for faster, rival in ((("winograd",), "direct"), (("bf16", BF16_WINOGRAD), "fp32")):
             layers = [a for a in summary.choices.values() if a in (*faster, rival)]
             if layers:
                 won = sorted(k for k, a in summary.choices.items() if a in faster)
-                named = sorted(k for k, a in summary.choices.items() if a in ("winograd", "bf16-winograd"))
+                named = sorted(k for k, a in summary.choices.items() if a in ("winograd", BF16_WINOGRAD))
                 console.print(f"layers tuned {rival} and {faster[0]}: {len(won)} of {len(layers)} faster as {faster[0]}"
                               + (f" ({'as bf16 Winograd: ' if rival == 'fp32' else ''}{', '.join(named)})"
                                  if named else "") + "; compile uses the faster")

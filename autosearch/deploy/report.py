@@ -132,6 +132,7 @@ def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str
         time_in_subprocess,
         time_taking_turns,
     )
+    from autosearch.frontend.winograd import BF16_WINOGRAD
 
     with tempfile.TemporaryDirectory(prefix="autosearch-report-") as work:
         onnx_path = os.path.join(work, "model.onnx")
@@ -143,7 +144,7 @@ def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str
         tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
                               winograd=policy, layout=model.layout, fast_math=model.fast_math)
         bf16 = sum(1 for t in model.tasks
-                   if t.lowering.get("algorithm") in ("bf16", "bf16-winograd") and policy.uses(t.lowering))
+                   if t.lowering.get("algorithm") in ("bf16", BF16_WINOGRAD) and policy.uses(t.lowering))
         if policy.precision == "bf16":  # every eligible layer, no alternative to count
             bf16 = model.bf16_tasks
         turns = [Runtime("ONNX Runtime", "ort", onnx_path),
