@@ -3,8 +3,8 @@
 Featurising the committed dataset takes a minute of an LLVM build per record (its assembly features), in every test
 session, on every worker that needs it; its tasks' target is the one in the log, not the host's, so the features are
 the same on every machine with the same TVM, and are committed instead. ``test_committed_features.py`` checks them
-against features computed afresh and fails, naming this command, once they go stale (an extractor's output changed,
-or another TVM)::
+against features computed afresh and fails, naming this command, once an extractor's output changes; under another
+TVM (their keys name its version) the dataset fixture computes them itself and that test skips, saying so::
 
     python -m tests.data.refresh_features
 """
