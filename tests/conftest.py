@@ -34,16 +34,14 @@ SLOW_MODULES = frozenset({
 })
 
 
-SLOW_FIXTURES: frozenset[str] = frozenset()  # fixtures whose tests are slow wherever they are (the committed
-# dataset was one while each session featurised it: its features are committed now, tests/data/refresh_features.py)
-
-
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         module = item.nodeid.split("::")[0]
-        if (module in SLOW_MODULES or module.startswith("tests/experiments/")
-                or SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))):
+        if module in SLOW_MODULES or module.startswith("tests/experiments/"):
             item.add_marker(pytest.mark.slow)
+    # the slow tier first (in its order; a module's tests stay together): xdist's load scheduling hands tests out in
+    # this order, so the short ones, last, fill in while the other worker ends its last long test
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def pytest_configure(config) -> None:
