@@ -39,9 +39,6 @@ def pytest_collection_modifyitems(config, items) -> None:
         module = item.nodeid.split("::")[0]
         if module in SLOW_MODULES or module.startswith("tests/experiments/"):
             item.add_marker(pytest.mark.slow)
-    # the slow tier first (in its order; a module's tests stay together): xdist's load scheduling hands tests out in
-    # this order, so the short ones, last, fill in while the other worker ends its last long test
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def pytest_configure(config) -> None:
