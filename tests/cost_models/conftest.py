@@ -14,9 +14,9 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATASET = os.path.join(TESTS, "data", "small_dataset.jsonl")
-COMMITTED_FEATURES = os.path.join(TESTS, "data", "small_dataset_features")  # tests/data/refresh_features.py
+from tests.data.refresh_features import DATASET
+from tests.data.refresh_features import STORE as COMMITTED_FEATURES
+
 HELD_OUT = 2  # task index held out by the contract tests (conv2d 128->256 at 26x26)
 
 

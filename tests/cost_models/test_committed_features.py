@@ -11,8 +11,7 @@ import pytest
 from autosearch.cost_models.feature_store import FeatureStore
 from autosearch.cost_models.features import build_dataset
 from autosearch.records import LogContents
-from tests.cost_models.conftest import COMMITTED_FEATURES
-from tests.data.refresh_features import KINDS, written_for
+from tests.data.refresh_features import KINDS, STORE, written_for
 
 REFRESH = "stale: rewrite them with `python -m tests.data.refresh_features`"
 
@@ -24,7 +23,7 @@ def committed(tmp_path) -> FeatureStore:
 
     if written_for() != tvm.__version__:  # their keys name TVM's version: the dataset fixture computes them instead
         pytest.skip(f"the committed features are TVM {written_for()}'s, this is {tvm.__version__}: {REFRESH}")
-    shutil.copytree(COMMITTED_FEATURES, tmp_path, dirs_exist_ok=True)
+    shutil.copytree(STORE, tmp_path, dirs_exist_ok=True)
     return FeatureStore(str(tmp_path))
 
 
