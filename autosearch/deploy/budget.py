@@ -117,11 +117,13 @@ def model_options(contents: LogContents, relax_mod, target, database, *, fast_ma
     ``fast_math``, ``precision``: as the log was tuned)."""
     from autosearch.deploy.memory import estimate_memory
     from autosearch.frontend.alternatives import model_latency, task_layouts
+    from autosearch.frontend.fold import ConstantFolder
     from autosearch.frontend.lowering import tuned_module
     from autosearch.frontend.winograd import PRECISIONS, WinogradPolicy, choose_algorithms, layer_totals
 
     layouts = sorted({layout for h in contents.tasks.values() for layout in task_layouts(h.get("lowering") or {})})
     options = []
+    folder = ConstantFolder()  # the model's lowerings share their weight transforms' compiled functions
     for layout in layouts:
         headers = {k: h for k, h in contents.tasks.items() if layout in task_layouts(h.get("lowering") or {})}
         fixed, alternatives, occurrences = 0.0, [], {}
@@ -146,7 +148,7 @@ def model_options(contents: LogContents, relax_mod, target, database, *, fast_ma
 
         direct, *winograd = (estimate_memory(tuned_module(relax_mod, target, database,
                                                           winograd=WinogradPolicy.of(mode, precisions, precision),
-                                                          layout=layout, fast_math=fast_math), target)
+                                                          layout=layout, fast_math=fast_math, folder=folder), target)
                              for mode in ("off", *(("candidates",) if layers else ())))
         if winograd:  # the scratch of every layer as winograd too: the prediction of any mix is then an upper bound
             direct = MemoryEstimate(direct.weight_bytes, direct.planned_bytes, direct.unplanned_bytes,

@@ -58,6 +58,7 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
     (:mod:`autosearch.deploy.memory`)."""
     from autosearch.deploy.artifact import lift_weights, save_weights, weights_path
     from autosearch.deploy.memory import estimate_memory
+    from autosearch.frontend.fold import ConstantFolder
     from autosearch.frontend.lowering import apply_database, build_module, lower, untuned_module, winograd_policy
     from autosearch.tvm_compat import import_tensor_intrinsics
 
@@ -70,9 +71,10 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
         if db is None:
             mod = untuned_module(relax_mod, target)  # what tvm.compile's default pipeline builds
         else:
-            lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
+            folder = ConstantFolder()  # the lowering's weight transforms and the prepacking, compiled together
+            lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math, folder=folder)
             out.kernels = model_kernels(lowered)
-            mod = apply_database(lowered, target, db, prepack=prepack)
+            mod = apply_database(lowered, target, db, prepack=prepack, folder=folder)
         if target.kind.name == "llvm":
             out.memory = estimate_memory(mod, target)
         mod, weights = lift_weights(mod)

@@ -225,21 +225,22 @@ def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
 
 
 def legalize(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW",
-             fast_math: str = DEFAULT_FAST_MATH, precision: str | None = None):
+             fast_math: str = DEFAULT_FAST_MATH, precision: str | None = None, folder=None):
     """The preparation task extraction and the tuned build share (:mod:`autosearch.frontend.lowering`)."""
     from autosearch.frontend.lowering import lower
 
-    return lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math, precision=precision)
+    return lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math, precision=precision,
+                 folder=folder)
 
 
 def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = "NCHW",
              fast_math: str = DEFAULT_FAST_MATH, precision: str = "fp32",
-             precision_label: str | None = None) -> list[TuningTask]:
+             precision_label: str | None = None, *, folder=None) -> list[TuningTask]:
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
     lowered = legalize(relax_mod, target, winograd=lowering_mode, layout=layout, fast_math=fast_math,
-                       precision=precision)
+                       precision=precision, folder=folder)
     # a reshape alone in its kernel becomes a view of the same memory in the build (RewriteDataflowReshape, the
     # first of the backend's dataflow passes): no kernel runs, so there is no task to tune
     lowered = relax.transform.RewriteDataflowReshape()(lowered)
@@ -250,7 +251,7 @@ def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = "N
 
 
 def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW",
-                  fast_math: str = DEFAULT_FAST_MATH, precision: str = "fp32") -> list[TuningTask]:
+                  fast_math: str = DEFAULT_FAST_MATH, precision: str = "fp32", folder=None) -> list[TuningTask]:
     """One TuningTask per distinct fused TIR function, heaviest (FLOPs x weight) first.
 
     ``winograd="auto"`` (CPU targets): the model is lowered twice, all direct and with every candidate
@@ -263,19 +264,24 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
     ``fast_math``: ``lowering["fast_math"]``. ``precision`` (as :func:`autosearch.frontend.lowering.resolve_precision`
     resolved it): ``bf16`` lowers the eligible NHWC convolutions to bf16; ``auto`` offers them both ways, like
     winograd (algorithms ``fp32`` and ``bf16``); NCHW convolutions stay fp32. ``lowering["precision"]``.
+    ``folder``: the :class:`~autosearch.frontend.fold.ConstantFolder` all these lowerings share (None: a new one).
     """
+    from autosearch.frontend.fold import ConstantFolder
     from autosearch.frontend.lowering import LAYOUTS, converts_layout
     from autosearch.frontend.winograd import task_layer
     from autosearch.tensor_units.cpu import bf16_unit
 
+    folder = folder if folder is not None else ConstantFolder()
+    fold = {"folder": folder}
+
     if layout == "auto":
         if target.kind.name != "llvm":  # NHWC is a CPU lowering: other targets keep the model's NCHW
             return extract_tasks(relax_mod, target, winograd=winograd, layout="NCHW", fast_math=fast_math,
-                                 precision=precision)
+                                 precision=precision, folder=folder)
         merged: dict[str, tuple[TuningTask, list[str]]] = {}
         for concrete in LAYOUTS:
             for t in extract_tasks(relax_mod, target, winograd=winograd, layout=concrete, fast_math=fast_math,
-                                   precision=precision):
+                                   precision=precision, folder=folder):
                 first, layouts = merged.setdefault(t.workload_key, (t, []))
                 layouts.append(concrete)
                 if "layer" in t.lowering and "layer" not in first.lowering:
@@ -290,23 +296,23 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
         if precision == "auto":
             # every layer fp32, lowered as under auto (the activations between convolutions the tile unit can run in
             # bf16, tensor_units.activations), so its tasks are those of the model export keeps
-            fp32 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "auto", precision)
-            bf16 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "candidates", precision)
+            fp32 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "auto", precision, **fold)
+            bf16 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "candidates", precision, **fold)
             if bf16_unit(target) == "AVX512-BF16":  # the wide 3x3 layers as bf16 Winograd too (tensor_units.winograd)
-                bf16 += _extract(relax_mod, target, "off", winograd, layout, fast_math, "winograd", precision)
+                bf16 += _extract(relax_mod, target, "off", winograd, layout, fast_math, "winograd", precision, **fold)
             tasks = _merge_alternatives(fp32, bf16, _precision_classifier(bf16))
         elif winograd == "off" or precision != "fp32":  # bf16 convolutions have no winograd form
-            tasks = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision)
+            tasks = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision, **fold)
         else:  # each candidate layer direct and as NHWC winograd, as in NCHW below
-            direct = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision)
-            candidates = _extract(relax_mod, target, "candidates", winograd, layout, fast_math, precision)
+            direct = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision, **fold)
+            candidates = _extract(relax_mod, target, "candidates", winograd, layout, fast_math, precision, **fold)
             tasks = _merge_alternatives(direct, candidates, task_layer)
     elif winograd == "off" or target.kind.name != "llvm":
-        tasks = _extract(relax_mod, target, "off", winograd, fast_math=fast_math, precision_label=precision)
+        tasks = _extract(relax_mod, target, "off", winograd, fast_math=fast_math, precision_label=precision, **fold)
     else:
-        direct = _extract(relax_mod, target, "off", winograd, fast_math=fast_math, precision_label=precision)
+        direct = _extract(relax_mod, target, "off", winograd, fast_math=fast_math, precision_label=precision, **fold)
         candidates = _extract(relax_mod, target, "candidates", winograd, fast_math=fast_math,
-                              precision_label=precision)
+                              precision_label=precision, **fold)
         tasks = _merge_alternatives(direct, candidates, task_layer)
     tasks.sort(key=lambda t: (-t.flops * t.weight, t.name))
     return [TuningTask(**{**t.__dict__, "index": i}) for i, t in enumerate(tasks)]

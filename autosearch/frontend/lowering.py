@@ -27,6 +27,10 @@ keys (structural hashes) do not match. Both go through :func:`lowering_passes`:
 :func:`build_tuned` is ``ms.relax_integration.compile_relax`` with the prepacking steps TVM's recipe
 adds after applying the database (``SplitLayoutRewritePreproc``, ``FoldConstant``) and, for GPU targets, the
 default schedules; then the target's own dataflow-lowering and finalisation passes.
+
+Before each of Relax's ``FoldConstant`` runs a :class:`autosearch.frontend.fold.ConstantFolder` (the same folding of
+the weight transforms, each compiled once): a caller lowering one model several times passes one folder to all
+its lowerings (``folder=``).
 """
 
 from __future__ import annotations
@@ -284,12 +288,27 @@ def matmul_of_a_transpose_transposes_the_smaller():
     return rewrite
 
 
+def with_folder(passes: list[Any], folder=None) -> list[Any]:
+    """``passes`` with ``folder`` (a :class:`autosearch.frontend.fold.ConstantFolder`; None: a new one) folding the
+    weight transforms before each of Relax's ``FoldConstant``, which then has no such function left to compile."""
+    from autosearch.frontend.fold import ConstantFolder
+
+    folder = folder if folder is not None else ConstantFolder()
+    out = []
+    for p in passes:
+        if p.info.name == "FoldConstant":
+            out.append(folder.pass_())
+        out.append(p)
+    return out
+
+
 def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH,
-                    precision: str | None = None) -> list[Any]:
+                    precision: str | None = None, folder=None) -> list[Any]:
     """``winograd``: a mode name or an :class:`autosearch.frontend.winograd.WinogradPolicy` (measured choices);
     ``layout``: the conv2d data layout, ``NCHW`` (as ONNX gives it) or ``NHWC``. Winograd applies to both (to
     NHWC ones in fp32 only). ``fast_math="on"``: sigmoid, exp and softmax use TVM's vectorisable approximations.
-    ``precision``: the policy's precision mode (``WinogradPolicy.precision``), replacing the policy's own."""
+    ``precision``: the policy's precision mode (``WinogradPolicy.precision``), replacing the policy's own.
+    ``folder``: the :class:`autosearch.frontend.fold.ConstantFolder` of the model's lowerings (None: a new one)."""
     from tvm import relax
 
     policy = winograd_policy(winograd, precision)
@@ -328,16 +347,18 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
         if has_amx_bf16(target):
             attention.append(fuse_attention(policy.bf16, fast_exp=fast))
     return [matmul_of_a_transpose_transposes_the_smaller(), *attention, *convert, *fast_ops,
-            *relax.pipeline.library_dispatch_passes(target), *legalize, relax.transform.AttachAttrLayoutFreeBuffers()]
+            *relax.pipeline.library_dispatch_passes(target), *with_folder(legalize, folder),
+            relax.transform.AttachAttrLayoutFreeBuffers()]
 
 
 def lower(relax_mod, target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH,
-          precision: str | None = None):
+          precision: str | None = None, folder=None):
     """The model as fused TIR functions: what task extraction and the tuned build both start from."""
     import tvm
 
     with target, tvm.transform.PassContext(opt_level=3):
-        passes = lowering_passes(target, winograd=winograd, layout=layout, fast_math=fast_math, precision=precision)
+        passes = lowering_passes(target, winograd=winograd, layout=layout, fast_math=fast_math, precision=precision,
+                                 folder=folder)
         return tvm.transform.Sequential(passes)(relax_mod)
 
 
@@ -385,7 +406,7 @@ def planning_passes(target) -> list[Any]:
     return [*_backend_pipeline(target).dataflow_lower_passes(target), relax.transform.StaticPlanBlockMemory()]
 
 
-def apply_database(lowered, target, database, *, prepack: bool = True):
+def apply_database(lowered, target, database, *, prepack: bool = True, folder=None):
     """The lowered model with the database's schedules in place and their weight prepacking folded into
     the constants (no ``*_weight_prepack`` call is left to run at inference time); on GPU targets, the
     kernels the database lacks get TVM's default schedules. ``prepack=False``: the layout rewrite a schedule
@@ -397,7 +418,7 @@ def apply_database(lowered, target, database, *, prepack: bool = True):
         mod = relax.transform.MetaScheduleApplyDatabase()(lowered)
         if prepack:
             mod = relax.transform.SplitLayoutRewritePreproc()(mod)
-            mod = relax.transform.FoldConstant()(mod)
+            mod = tvm.transform.Sequential(with_folder([relax.transform.FoldConstant()], folder))(mod)
         return tvm.transform.Sequential(default_schedules(target))(mod)
 
 
@@ -408,16 +429,19 @@ def untuned_module(relax_mod, target):
     from tvm import relax
 
     with target, tvm.transform.PassContext(opt_level=3):
-        passes = [*relax.pipeline.library_dispatch_passes(target), *relax.pipeline.legalize_passes(target)]
+        passes = [*relax.pipeline.library_dispatch_passes(target), *with_folder(relax.pipeline.legalize_passes(target))]
         return tvm.transform.Sequential(passes)(relax_mod)
 
 
 def tuned_module(relax_mod, target, database, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH,
-                 prepack: bool = True):
+                 prepack: bool = True, folder=None):
     """The model lowered as for its tasks with the database applied (tasks it lacks stay unscheduled), ready for
     :func:`build_module`."""
-    lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math)
-    return apply_database(lowered, target, database, prepack=prepack)
+    from autosearch.frontend.fold import ConstantFolder
+
+    folder = folder if folder is not None else ConstantFolder()
+    lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math, folder=folder)
+    return apply_database(lowered, target, database, prepack=prepack, folder=folder)
 
 
 def build_module(mod, target, *, plan_memory: bool = True):
@@ -446,4 +470,4 @@ __all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "DEFAULT_PRECISION", "DEFAULT_
            "build_tuned", "check_fast_math", "check_layout", "check_precision", "default_schedules", "fast_sigmoid",
            "leaky_relu_as_maximum", "lower", "lowering_passes", "matmul_of_a_transpose_transposes_the_smaller",
            "planning_passes", "resolve_precision", "tuned_module",
-           "untuned_module"]
+           "untuned_module", "with_folder"]
