@@ -50,6 +50,7 @@ from autosearch.types import Config, Record
 from experiments.lib.io import write_json, write_text
 from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime
 from experiments.lib.machine import describe, fingerprint, identity
+from experiments.lib.stats import mean as finite_mean
 
 log = logging.getLogger("label_rounds")
 METRICS = ("pairwise", "pairwise_apart10", "spearman", "top1")
@@ -74,13 +75,19 @@ def split_pairs(rounds: int, r: int) -> list[tuple[tuple[int, ...], tuple[int, .
     return out
 
 
+def _standard_error(values: list[float]) -> float:
+    """Of the finite values' mean; NaN with fewer than two."""
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.std(finite, ddof=1) / np.sqrt(len(finite))) if len(finite) > 1 else float("nan")
+
+
 def measured(timings: np.ndarray, max_r: int) -> dict[int, dict[str, float]]:
     """Mean agreement of two independent R-round labels, R = 1..max_r; ``timings`` is kernels x rounds (seconds)."""
     out = {}
     for r in range(1, max_r + 1):
         rows = [agreement(np.median(timings[:, list(a)], axis=1), np.median(timings[:, list(b)], axis=1))
                 for a, b in split_pairs(timings.shape[1], r)]
-        out[r] = {m: float(np.nanmean([row[m] for row in rows])) for m in METRICS}
+        out[r] = {m: finite_mean([row[m] for row in rows]) for m in METRICS}
     return out
 
 
@@ -101,7 +108,7 @@ def projected(timings: np.ndarray, max_r: int, *, rng: np.random.Generator) -> d
             noise = rng.normal(0.0, np.sqrt(sigma2), size=(2, kernels, r))
             first, second = np.exp(truth[None, :] + np.median(noise, axis=2))
             rows.append(agreement(first, second))
-        out[r] = {m: float(np.nanmean([row[m] for row in rows])) for m in METRICS}
+        out[r] = {m: finite_mean([row[m] for row in rows]) for m in METRICS}
     return out
 
 
@@ -239,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(1, args.project_to + 1):
         got = [v["measured"][r] for v in per_task.values()] if r <= args.max_rounds else []
         table[r] = {
-            "measured": {m: float(np.nanmean([g[m] for g in got])) for m in METRICS} if got else {},
-            "se": {m: float(np.nanstd([g[m] for g in got], ddof=1) / np.sqrt(len(got))) for m in METRICS}
+            "measured": {m: finite_mean([g[m] for g in got]) for m in METRICS} if got else {},
+            "se": {m: _standard_error([g[m] for g in got]) for m in METRICS}
             if len(got) > 1 else {m: 0.0 for m in METRICS},
             "projected": {m: float(np.mean([v["projected"][r][m] for v in per_task.values()])) for m in METRICS},
         }

@@ -28,6 +28,12 @@ def median(values: Sequence[float]) -> float:
     return float(np.median(finite)) if finite else math.nan
 
 
+def mean(values: Sequence[float]) -> float:
+    """Mean of the finite values; NaN when there are none (a metric undefined on every row: no warning)."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
 def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, resamples: int = 2000, seed: int = 0,
                  statistic: Callable[[np.ndarray], float] = np.median) -> tuple[float, float]:
     """Percentile bootstrap interval of ``statistic`` over ``values`` (NaNs dropped): ``(lo, hi)``, NaN when
