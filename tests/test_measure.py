@@ -126,6 +126,41 @@ def test_slow_shortcut_judges_the_kernel_not_the_copy_of_its_arguments(target):
     assert timed["median"] < 2e-3
 
 
+def test_a_slow_untuned_kernel_is_timed_by_the_call_that_computed_its_reference(conv_task):
+    """Slower than ``slow_after``, the unscheduled kernel runs once: that call gives the reference and the baseline's
+    one timing. Faster, it is timed with the evaluator's repeats after it; the reference is the same either way."""
+    import tvm
+
+    from autosearch.frontend.target import target_to_json
+    from autosearch.measure.kernels import KernelRunner, build
+
+    artifact, _ = build(tvm.ir.save_json(conv_task.mod), target_to_json(conv_task.target))
+    runner, used = KernelRunner("cpu"), []
+    load = runner._load
+
+    class Spied:  # the loaded module, every use of it recorded
+        def __init__(self, module) -> None:
+            self.module = module
+
+        def __getitem__(self, name):
+            func = self.module[name]
+            return lambda *args: (used.append(name), func(*args))[1]
+
+        def __getattr__(self, name):
+            used.append(name)
+            return getattr(self.module, name)
+
+    runner._load = lambda art: (Spied(load(art)[0]), None)
+    evaluator = {"repeat": 3, "min_repeat_ms": 0, "cache_flush": False}
+    slow = runner.reference("slow", artifact, conv_task.args, 0, {**evaluator, "slow_after": 1e-9})
+    assert used == ["main"] and slow["note"] == "timed once: slow untuned kernel" and len(slow["latencies"]) == 1
+    assert slow["median"] == slow["latencies"][0] > 0
+    used.clear()
+    fast = runner.reference("fast", artifact, conv_task.args, 0, {**evaluator, "slow_after": 1e3})
+    assert used == ["main", "time_evaluator"] and len(fast["latencies"]) == 3 and "note" not in fast
+    assert fast["reference"] == slow["reference"]
+
+
 def test_running_kernels_leaves_no_files_behind(target, tmp_path, monkeypatch):
     """Each library is loaded from a temporary directory that is gone before the kernel runs."""
     import tempfile

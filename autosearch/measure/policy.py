@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 REFERENCE_TIMEOUT = 600.0
 # Seconds a candidate's check and timing may take at most, however slow the baseline.
 MAX_RUN_TIMEOUT = 300.0
-# Seconds: an untuned kernel whose second (warm) call takes longer is timed by that call alone. Its
-# latency only scales the "vs untuned" figures and the timeouts; three more repeats of a kernel of a
-# tenth of a second or more made the untuned reference runs most of a run's task set-up.
+# Seconds: an untuned kernel whose first call (the one that computes its reference) takes longer is timed by that
+# call alone. Three more repeats of a kernel of a tenth of a second or more made the untuned reference runs most of a
+# run's task set-up; so did a second call of the multi-second ones.
 BASELINE_ONCE_AFTER = 0.1
 
 
@@ -67,7 +67,7 @@ class MeasurePolicy:
 
     def reference_evaluator(self) -> dict[str, Any]:
         """The evaluator of a reference run, as the worker reads it: :attr:`baseline_evaluator` with
-        ``slow_after`` = :data:`BASELINE_ONCE_AFTER`, so a slow untuned kernel is timed by one warm call."""
+        ``slow_after`` = :data:`BASELINE_ONCE_AFTER`, so a slow untuned kernel is timed by its reference call."""
         return {**self.baseline_evaluator.to_json(), "slow_after": BASELINE_ONCE_AFTER}
 
     def baseline_secs(self, task_key: str) -> float | None:
