@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -71,6 +73,7 @@ def test_build_timeout_kills_only_that_build(conv_task, conv_space):
         assert ok.failure is None and ok.artifact
     finally:
         pool.close()
+    assert not os.path.exists(pool.scratch_dir)  # what the killed build left in its temporary directory went too
 
 
 def test_a_worker_that_crashes_or_hangs_is_replaced(target):

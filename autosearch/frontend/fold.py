@@ -3,13 +3,13 @@
 The lowering folds every function of the weights alone into a constant at compile time (the layout conversion's
 transposes, bias reshapes, the Winograd kernel transform, the bf16 packing for the tensor units, the tuned
 kernels' prepacking). Relax's ``FoldConstant`` compiles each such TIR function as an LLVM module of its own and
-JIT-loads it, with a cache that lives for one call of the pass: extracting tiny-YOLOv2's tasks lowers the model
-five times (two layouts, direct and Winograd, fp32 and bf16), which compiled 395 small functions, 58 of them
-distinct, and took 14 of the extraction's 16 s. :class:`ConstantFolder` is the same pass for ``call_tir`` of
-constant arguments (a static single-tensor result; what ``FoldConstant`` folds after legalisation) with one
-cache for all the lowerings of a model, and the functions a module needs compiled together, in one LLVM module.
-``FoldConstant`` still runs after it, for what it folds besides (shape computations): it then finds no
-``call_tir`` of constants left to compile.
+JIT-loads it, with a cache that lives for one call of the pass, while a model's task extraction lowers it several
+times (two layouts, direct and Winograd, fp32 and bf16) over the same weights: those compilations were most of a
+task extraction's time (docs/results.md, "Setting a model up"). :class:`ConstantFolder` is the same folding for
+``call_tir`` of constant arguments (a static single-tensor result: what ``FoldConstant`` folds after
+legalisation), with one cache for all the lowerings of a model, and the functions a module needs compiled
+together, in one LLVM module. ``FoldConstant`` still runs after it, for what it folds besides (shape
+computations), and then finds no ``call_tir`` of constants left to compile.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ PASS_NAME = "ConstantFolderOncePerFunction"
 
 class ConstantFolder:
     """Folds ``call_tir`` of constant arguments in a module's Relax functions into constants; compiled functions are
-    kept (by structural equality) for every module this folder folds. ``target``: the target the folded functions
-    run on, the host CPU (``FoldConstant`` uses ``llvm``)."""
+    kept (by structural equality) for every module this folder folds. They run here, on the host CPU, built for
+    plain ``llvm`` as ``FoldConstant`` builds them."""
 
-    def __init__(self, *, target: Any = None) -> None:
-        self._target = target
+    def __init__(self) -> None:
         self._built: dict[int, list[tuple[Any, Any]]] = {}  # structural hash -> [(PrimFunc, packed function)]
         self.compiled = 0  # functions compiled so far (each once)
 
@@ -49,7 +48,7 @@ class ConstantFolder:
         out = mod
         for gv, func in mod.functions_items():
             if isinstance(func, relax.Function):
-                out = _Fold(out, self._lookup)(gv, func)
+                out = _fold_function(out, gv, func, self._lookup)
         return out
 
     def _lookup(self, prim_func):
@@ -74,7 +73,7 @@ class ConstantFolder:
             return
         names = [f"fold_{self.compiled + i}" for i in range(len(todo))]
         mod = tvm.IRModule({name: func.with_attr("global_symbol", name) for name, func in zip(names, todo)})
-        target = self._target if self._target is not None else tvm.target.Target("llvm")
+        target = tvm.target.Target("llvm")
         try:
             lib = tvm.tirx.build(mod, target=target)
         except Exception:  # noqa: BLE001 - as FoldConstant: a function that does not build for the CPU stays a call
@@ -135,49 +134,44 @@ def _foldable_calls(mod) -> list[Any]:
     return calls
 
 
-class _Fold:
-    def __init__(self, mod, lookup) -> None:
-        self.mod, self.lookup = mod, lookup
+def _fold_function(mod, gv, func, lookup):
+    """``mod`` with the Relax function ``gv`` (``func``) folded: each ``call_tir`` of constants whose PrimFunc
+    ``lookup`` has compiled becomes the constant it computes, variables bound to constants are replaced by them, and
+    bindings left unused go."""
+    import tvm
+    from tvm import relax
 
-    def __call__(self, gv, func):
-        import tvm
-        from tvm import relax
+    @relax.expr_functor.mutator
+    class Folder(relax.PyExprMutator):
+        def visit_var_(self, var):
+            value = self.lookup_binding(var)
+            return value if _is_const(value) else super().visit_var_(var)
 
-        mod, lookup = self.mod, self.lookup
+        def visit_dataflow_var_(self, var):
+            value = self.lookup_binding(var)
+            return value if _is_const(value) else super().visit_dataflow_var_(var)
 
-        @relax.expr_functor.mutator
-        class Mutator(relax.PyExprMutator):
-            def visit_var_(self, var):
-                value = self.lookup_binding(var)
-                return value if _is_const(value) else super().visit_var_(var)
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", "") != "relax.call_tir" or len(call.ty_args) != 1:
+                return call
+            args = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else None
+            prim = mod.functions.get(call.args[0])
+            out_ty = call.ty_args[0]
+            if (not args or not all(_is_const(a) for a in args) or not isinstance(prim, tvm.tirx.PrimFunc)
+                    or not _static_tensor(out_ty)):
+                return call
+            packed = lookup(prim)
+            if not packed:  # it did not build for the CPU: left to run in the model, as FoldConstant leaves it
+                return call
+            shape = [int(s) for s in getattr(out_ty.shape, "values", out_ty.shape)]
+            out = tvm.runtime.empty(shape, str(out_ty.dtype), tvm.cpu())
+            packed(*[a.value for a in args], out)
+            return relax.const(out)
 
-            def visit_dataflow_var_(self, var):
-                value = self.lookup_binding(var)
-                return value if _is_const(value) else super().visit_dataflow_var_(var)
-
-            def visit_call_(self, call):
-                call = super().visit_call_(call)
-                if getattr(call.op, "name", "") != "relax.call_tir" or len(call.ty_args) != 1:
-                    return call
-                args = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else None
-                prim = mod.functions.get(call.args[0])
-                if not args or not all(_is_const(a) for a in args) or not isinstance(prim, tvm.tirx.PrimFunc):
-                    return call
-                out_ty = call.ty_args[0]
-                if not _static_tensor(out_ty):
-                    return call
-                packed = lookup(prim)
-                if not packed:
-                    return call
-                shape = [int(s) for s in getattr(out_ty.shape, "values", out_ty.shape)]
-                out = tvm.runtime.empty(shape, str(out_ty.dtype), tvm.cpu())
-                packed(*[a.value for a in args], out)
-                return relax.const(out)
-
-        mutator = Mutator(mod)
-        new = relax.analysis.remove_all_unused(mutator.visit_expr(func))
-        mutator.builder_.update_func(gv, new)
-        return mutator.builder_.get()
+    folder = Folder(mod)
+    folder.builder_.update_func(gv, relax.analysis.remove_all_unused(folder.visit_expr(func)))
+    return folder.builder_.get()
 
 
 __all__ = ["PASS_NAME", "ConstantFolder"]

@@ -12,6 +12,8 @@ import json
 import logging
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -65,7 +67,11 @@ class BuildPool:
         self._kept_bytes = 0
         self._lock = threading.Lock()
         self._idle: queue.Queue[Worker] = queue.Queue()
-        self._workers = [Worker(name=f"build{i}", env={"TVM_NUM_THREADS": "1"}) for i in range(max(1, workers))]
+        # the workers' temporary files (each build exports its library to one): a build killed at its timeout
+        # cannot remove its own, so they go with this directory when the pool closes
+        self.scratch_dir = tempfile.mkdtemp(prefix="autosearch-builds-")
+        env = {"TVM_NUM_THREADS": "1", "TMPDIR": self.scratch_dir}
+        self._workers = [Worker(name=f"build{i}", env=env) for i in range(max(1, workers))]
         for w in self._workers:
             self._idle.put(w)
         self._pool = ThreadPoolExecutor(max_workers=len(self._workers), thread_name_prefix="autosearch-build")
@@ -147,6 +153,7 @@ class BuildPool:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for w in self._workers:
             w.close()
+        shutil.rmtree(self.scratch_dir, ignore_errors=True)
 
 
 def _cache_salt(target_json: dict[str, Any]) -> str:
