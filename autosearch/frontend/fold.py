@@ -51,10 +51,13 @@ class ConstantFolder:
                 out = _fold_function(out, gv, func, self._lookup)
         return out
 
-    def _lookup(self, prim_func):
+    def _lookup(self, prim_func, key: int | None = None):
+        """The compiled ``prim_func`` (False: it does not build for the CPU), or None: not compiled yet. ``key``: its
+        structural hash, when the caller has it."""
         import tvm_ffi
 
-        for func, packed in self._built.get(tvm_ffi.structural_hash(prim_func), ()):
+        key = tvm_ffi.structural_hash(prim_func) if key is None else key
+        for func, packed in self._built.get(key, ()):
             if tvm_ffi.structural_equal(func, prim_func):
                 return packed
         return None
@@ -64,25 +67,24 @@ class ConstantFolder:
         import tvm
         import tvm_ffi
 
-        todo, seen = [], []
+        todo: list[tuple[int, Any]] = []  # (structural hash, function), each function once
         for func in funcs:
-            if self._lookup(func) is None and not any(tvm_ffi.structural_equal(func, s) for s in seen):
-                todo.append(func)
-                seen.append(func)
+            key = tvm_ffi.structural_hash(func)
+            if self._lookup(func, key) is None and not any(k == key and tvm_ffi.structural_equal(func, f)
+                                                           for k, f in todo):
+                todo.append((key, func))
         if not todo:
             return
         names = [f"fold_{self.compiled + i}" for i in range(len(todo))]
-        mod = tvm.IRModule({name: func.with_attr("global_symbol", name) for name, func in zip(names, todo)})
+        mod = tvm.IRModule({name: func.with_attr("global_symbol", name) for name, (_, func) in zip(names, todo)})
         target = tvm.target.Target("llvm")
         try:
             lib = tvm.tirx.build(mod, target=target)
         except Exception:  # noqa: BLE001 - as FoldConstant: a function that does not build for the CPU stays a call
-            lib = None
-        for name, func in zip(names, todo):
-            packed = lib[name] if lib is not None else None
-            if packed is None:
-                packed = _build_one(func, target)
-            self._built.setdefault(tvm_ffi.structural_hash(func), []).append((func, packed))
+            lib = None  # each then built alone, so one such function does not keep the others from folding
+        for name, (key, func) in zip(names, todo):
+            packed = lib[name] if lib is not None else _build_one(func, target)
+            self._built.setdefault(key, []).append((func, packed))
         self.compiled += len(todo)
 
 
@@ -109,26 +111,39 @@ def _static_tensor(ty) -> bool:
         hasattr(s, "value") for s in getattr(shape, "values", shape))
 
 
+def _foldable(call, mod, is_const) -> Any:
+    """The PrimFunc of ``call`` if it is a ``call_tir`` that folds (every argument ``is_const``, one static tensor
+    out), else None."""
+    import tvm
+    from tvm import relax
+
+    if not (isinstance(call, relax.Call) and getattr(call.op, "name", "") == "relax.call_tir"
+            and isinstance(call.args[1], relax.Tuple) and len(call.ty_args) == 1 and _static_tensor(call.ty_args[0])
+            and all(is_const(a) for a in call.args[1].fields)):
+        return None
+    prim = mod.functions.get(call.args[0])
+    return prim if isinstance(prim, tvm.tirx.PrimFunc) else None
+
+
 def _foldable_calls(mod) -> list[Any]:
     """The ``call_tir`` calls whose arguments are constants or results of such calls (in binding order)."""
-    import tvm
     from tvm import relax
 
     calls = []
     for _, func in mod.functions_items():
         if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
             continue
-        const: set[Any] = set()
+        const: set[Any] = set()  # the variables bound to constants or to foldable calls
+
+        def known(arg, const=const) -> bool:
+            return _is_const(arg) or arg in const
+
         for block in func.body.blocks:
             for binding in block.bindings:
                 value = getattr(binding, "value", None)
                 if _is_const(value):
                     const.add(binding.var)
-                elif (isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir"
-                      and isinstance(value.args[1], relax.Tuple) and len(value.ty_args) == 1
-                      and _static_tensor(value.ty_args[0])
-                      and isinstance(mod.functions.get(value.args[0]), tvm.tirx.PrimFunc)
-                      and all(_is_const(a) or a in const for a in value.args[1].fields)):
+                elif _foldable(value, mod, known) is not None:
                     const.add(binding.var)
                     calls.append(value)
     return calls
@@ -153,20 +168,14 @@ def _fold_function(mod, gv, func, lookup):
 
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if getattr(call.op, "name", "") != "relax.call_tir" or len(call.ty_args) != 1:
+            prim = _foldable(call, mod, _is_const)
+            packed = lookup(prim) if prim is not None else None
+            if not packed:  # not foldable, or it did not build for the CPU: left to run in the model, as FoldConstant
                 return call
-            args = call.args[1].fields if isinstance(call.args[1], relax.Tuple) else None
-            prim = mod.functions.get(call.args[0])
             out_ty = call.ty_args[0]
-            if (not args or not all(_is_const(a) for a in args) or not isinstance(prim, tvm.tirx.PrimFunc)
-                    or not _static_tensor(out_ty)):
-                return call
-            packed = lookup(prim)
-            if not packed:  # it did not build for the CPU: left to run in the model, as FoldConstant leaves it
-                return call
             shape = [int(s) for s in getattr(out_ty.shape, "values", out_ty.shape)]
             out = tvm.runtime.empty(shape, str(out_ty.dtype), tvm.cpu())
-            packed(*[a.value for a in args], out)
+            packed(*[a.value for a in call.args[1].fields], out)
             return relax.const(out)
 
     folder = Folder(mod)

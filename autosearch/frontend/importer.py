@@ -272,7 +272,6 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
     from autosearch.tensor_units.cpu import bf16_unit
 
     folder = folder if folder is not None else ConstantFolder()
-    fold = {"folder": folder}
 
     if layout == "auto":
         if target.kind.name != "llvm":  # NHWC is a CPU lowering: other targets keep the model's NCHW
@@ -296,23 +295,28 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
         if precision == "auto":
             # every layer fp32, lowered as under auto (the activations between convolutions the tile unit can run in
             # bf16, tensor_units.activations), so its tasks are those of the model export keeps
-            fp32 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "auto", precision, **fold)
-            bf16 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "candidates", precision, **fold)
+            fp32 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "auto", precision, folder=folder)
+            bf16 = _extract(relax_mod, target, "off", winograd, layout, fast_math, "candidates", precision,
+                            folder=folder)
             if bf16_unit(target) == "AVX512-BF16":  # the wide 3x3 layers as bf16 Winograd too (tensor_units.winograd)
-                bf16 += _extract(relax_mod, target, "off", winograd, layout, fast_math, "winograd", precision, **fold)
+                bf16 += _extract(relax_mod, target, "off", winograd, layout, fast_math, "winograd", precision,
+                                 folder=folder)
             tasks = _merge_alternatives(fp32, bf16, _precision_classifier(bf16))
         elif winograd == "off" or precision != "fp32":  # bf16 convolutions have no winograd form
-            tasks = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision, **fold)
+            tasks = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision, folder=folder)
         else:  # each candidate layer direct and as NHWC winograd, as in NCHW below
-            direct = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision, **fold)
-            candidates = _extract(relax_mod, target, "candidates", winograd, layout, fast_math, precision, **fold)
+            direct = _extract(relax_mod, target, "off", winograd, layout, fast_math, precision, folder=folder)
+            candidates = _extract(relax_mod, target, "candidates", winograd, layout, fast_math, precision,
+                                  folder=folder)
             tasks = _merge_alternatives(direct, candidates, task_layer)
     elif winograd == "off" or target.kind.name != "llvm":
-        tasks = _extract(relax_mod, target, "off", winograd, fast_math=fast_math, precision_label=precision, **fold)
+        tasks = _extract(relax_mod, target, "off", winograd, fast_math=fast_math, precision_label=precision,
+                         folder=folder)
     else:
-        direct = _extract(relax_mod, target, "off", winograd, fast_math=fast_math, precision_label=precision, **fold)
+        direct = _extract(relax_mod, target, "off", winograd, fast_math=fast_math, precision_label=precision,
+                          folder=folder)
         candidates = _extract(relax_mod, target, "candidates", winograd, fast_math=fast_math,
-                              precision_label=precision, **fold)
+                              precision_label=precision, folder=folder)
         tasks = _merge_alternatives(direct, candidates, task_layer)
     tasks.sort(key=lambda t: (-t.flops * t.weight, t.name))
     return [TuningTask(**{**t.__dict__, "index": i}) for i, t in enumerate(tasks)]
