@@ -59,8 +59,9 @@ def keep_torch_out_of_tvm() -> None:
     TVM 0.27 and its ``tvm_ffi`` import PyTorch when it is installed (the ``[learned]`` extra), only to exchange
     tensors with it, which autosearch never does: most of the time of ``import tvm``, in every process that
     imports TVM. Hidden during TVM's own import, torch is found normally when a learned cost model imports it
-    later. For the processes autosearch starts itself that may need torch (the CLI, experiment scripts); the
-    measuring workers, which never do, block it outright. A no-op once TVM or torch is loaded.
+    later. For the processes autosearch starts itself (the CLI, experiment scripts, ``report``'s timing processes,
+    one per runtime and round); the measuring workers, which never need torch, block it outright. A no-op once TVM
+    or torch is loaded.
     """
     if "tvm" in sys.modules or "torch" in sys.modules or any(isinstance(f, _TvmWithoutTorch) for f in sys.meta_path):
         return

@@ -57,3 +57,19 @@ def test_the_cli_imports_tvm_without_torch_and_a_learned_model_still_loads_it(tm
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "after tasks: False SourceFileLoader" in proc.stdout and "after mlp: 3.0" in proc.stdout, proc.stdout
+
+
+def test_reports_timing_processes_import_tvm_without_torch(tmp_path):
+    """``report`` times TVM in a fresh process per round: each imports TVM without torch, as the CLI does."""
+    pytest.importorskip("torch")
+    import numpy as np
+
+    inputs = str(tmp_path / "inputs.npz")
+    np.savez(inputs, x=np.zeros((1, 3, 8, 8), "float32"))
+    code = ("import sys\n"
+            "from autosearch.deploy.bench import main\n"
+            f"assert main(['tvm', '--baseline', '--inputs', {inputs!r}]) == 0\n"
+            "print('torch loaded:', 'torch' in sys.modules, 'tvm loaded:', 'tvm' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "torch loaded: False tvm loaded: True" in proc.stdout, proc.stdout
