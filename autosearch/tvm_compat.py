@@ -68,6 +68,33 @@ def keep_torch_out_of_tvm() -> None:
     sys.meta_path.insert(0, _TvmWithoutTorch())
 
 
+# TIR passes of TVM's default pipeline that autosearch's CPU builds leave out (see :func:`build_context`).
+CPU_SKIPPED_PASSES = ("s_tir.RenormalizeSplitPattern",)
+
+
+def build_context(target_kind: str = "llvm", *, opt_level: int | None = None):
+    """The pass context of every build autosearch makes (a trial's kernel, an untuned one, the model): the current
+    context (its instruments and options kept; ``opt_level`` if given), less :data:`CPU_SKIPPED_PASSES` for a CPU.
+
+    ``RenormalizeSplitPattern`` rewrites ``floordiv(floormod(x, a*b), b)`` index patterns into ones GPU code
+    generation simplifies better. On a CPU it runs after loop unrolling, on every unrolled index: on a Winograd
+    kernel, whose unrolled transforms carry TOPI's transform matrices as chains of ``Select`` on ``floormod``
+    indices, it was a quarter of the build, and a Winograd trial builds in three times a direct one's time. Left
+    out, about a third of the best Winograd kernels of a run compile to other index arithmetic, which times the same,
+    and the rest to the same assembly (``experiments/winograd_build.py``). It only rewrites integer indices: every
+    value a kernel computes is the same. The tuning builds and the model's build both run in this context, so the
+    kernels a run times are the kernels the model runs.
+    """
+    import tvm
+
+    current = tvm.transform.PassContext.current()
+    skipped = CPU_SKIPPED_PASSES if target_kind == "llvm" else ()
+    return tvm.transform.PassContext(
+        opt_level=current.opt_level if opt_level is None else opt_level, required_pass=list(current.required_pass),
+        disabled_pass=sorted({*current.disabled_pass, *skipped}), instruments=list(current.instruments),
+        config=dict(current.config))
+
+
 def import_tensor_intrinsics(target_kind: str = "llvm", mtriple: str = "") -> None:
     """Register TVM's tensor intrinsics without the CUDA ones when the target is a CPU.
 

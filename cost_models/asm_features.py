@@ -69,7 +69,10 @@ def kernel_assembly(mod, target) -> str:
 
     if not is_x86(target):
         raise UserError(f"assembly features read x86-64 code; target {target} is not x86-64")
-    built = tvm.compile(mod, target=target)
+    from autosearch.tvm_compat import build_context
+
+    with build_context(target.kind.name):
+        built = tvm.compile(mod, target=target)
     host = built.mod.imports[0] if built.mod.imports else built.mod
     return host.inspect_source("asm")
 

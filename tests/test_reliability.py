@@ -40,8 +40,10 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, s
     args = ["run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
             "--finalist-rounds", "1", *FAST_TIMING,
             "--trials", str(BUDGET), "--batch", str(BATCH), "--log", log, "--seed", "3"]
+    scratch = tmp_path / "tmp"  # the run's temporary files: its build workers' directory among them
+    scratch.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "autosearch", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(scratch)})
     deadline = time.time() + 240
     target = BATCH * (1 + extra_batches)
     while _trials_in(log) < target and proc.poll() is None and time.time() < deadline:
@@ -56,6 +58,7 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, s
         assert stopped_in < 10, f"took {stopped_in:.1f} s to stop"
         assert proc.returncode in (130, 0), err[-2000:]
         assert "Traceback" not in err
+        assert not list(scratch.glob("autosearch-*")), "an interrupted run left its temporary files"
     contents = read_log(log)
     assert not contents.corrupt
     before = [r.config for r in contents.trials()]

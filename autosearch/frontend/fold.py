@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from autosearch.tvm_compat import build_context
+
 PASS_NAME = "ConstantFolderOncePerFunction"
 
 
@@ -79,7 +81,8 @@ class ConstantFolder:
         mod = tvm.IRModule({name: func.with_attr("global_symbol", name) for name, (_, func) in zip(names, todo)})
         target = tvm.target.Target("llvm")
         try:
-            lib = tvm.tirx.build(mod, target=target)
+            with build_context():  # only index arithmetic differs from TVM's pipeline: the same constants
+                lib = tvm.tirx.build(mod, target=target)
         except Exception:  # noqa: BLE001 - as FoldConstant: a function that does not build for the CPU stays a call
             lib = None  # each then built alone, so one such function does not keep the others from folding
         for name, (key, func) in zip(names, todo):
@@ -92,7 +95,8 @@ def _build_one(func, target):
     import tvm
 
     try:
-        return tvm.tirx.build(tvm.IRModule({"f": func.with_attr("global_symbol", "f")}), target=target)["f"]
+        with build_context():
+            return tvm.tirx.build(tvm.IRModule({"f": func.with_attr("global_symbol", "f")}), target=target)["f"]
     except Exception:  # noqa: BLE001
         return False  # not foldable on the CPU (``FoldConstant`` skips it too)
 

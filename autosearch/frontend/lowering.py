@@ -450,11 +450,14 @@ def build_module(mod, target, *, plan_memory: bool = True):
     import tvm
     from tvm import relax
 
+    from autosearch.tvm_compat import build_context
+
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(mod, _ctx):
         return tvm.transform.Sequential(_lower_and_finalize(target, plan_memory=plan_memory))(mod)
 
-    with target, tvm.transform.PassContext(opt_level=3):
+    # the kernels built as the tuning built them (autosearch.measure.kernels.build)
+    with target, build_context(target.kind.name, opt_level=3):
         return relax.build(mod, target=target, relax_pipeline=pipeline)
 
 
