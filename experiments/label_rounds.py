@@ -51,6 +51,7 @@ from experiments.lib.io import write_json, write_text
 from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime
 from experiments.lib.machine import describe, fingerprint, identity
 from experiments.lib.stats import mean as finite_mean
+from experiments.lib.stats import standard_error
 
 log = logging.getLogger("label_rounds")
 METRICS = ("pairwise", "pairwise_apart10", "spearman", "top1")
@@ -73,12 +74,6 @@ def split_pairs(rounds: int, r: int) -> list[tuple[tuple[int, ...], tuple[int, .
         rest = [i for i in range(rounds) if i not in a]
         out += [(a, b) for b in itertools.combinations(rest, r)]
     return out
-
-
-def _standard_error(values: list[float]) -> float:
-    """Of the finite values' mean; NaN with fewer than two."""
-    finite = [v for v in values if np.isfinite(v)]
-    return float(np.std(finite, ddof=1) / np.sqrt(len(finite))) if len(finite) > 1 else float("nan")
 
 
 def measured(timings: np.ndarray, max_r: int) -> dict[int, dict[str, float]]:
@@ -247,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         got = [v["measured"][r] for v in per_task.values()] if r <= args.max_rounds else []
         table[r] = {
             "measured": {m: finite_mean([g[m] for g in got]) for m in METRICS} if got else {},
-            "se": {m: _standard_error([g[m] for g in got]) for m in METRICS}
+            "se": {m: standard_error([g[m] for g in got]) for m in METRICS}
             if len(got) > 1 else {m: 0.0 for m in METRICS},
             "projected": {m: float(np.mean([v["projected"][r][m] for v in per_task.values()])) for m in METRICS},
         }

@@ -149,18 +149,20 @@ def main(argv: list[str] | None = None) -> int:
         header = contents.tasks[key]
         task = TuningTask.from_json(header)
         space = DecisionSpace(task.mod, task.target)
-        other = nested.get(as_topi.get(key, ("", "")))
+        # the same task lowered with nested matrices: Winograd's alone have them
+        other = nested.get(as_topi.get(key, ("", ""))) if "winograd" in header["name"] else None
         other_space = DecisionSpace(other.mod, other.target) if other is not None else None
         reference, _ = build(tvm.ir.save_json(task.mod), target_to_json(task.target))
         runner.reference(key, reference, task.args, 0, {"repeat": 1})
         best = sorted((r for r in contents.trials(key) if r.ok), key=lambda r: r.latency)[:args.configs]
         for record in best:
-            base, base_s, base_asm = _build(space.apply(record.config).mod, task.target, skip=False)
-            plain, plain_s, plain_asm = _build(space.apply(record.config).mod, task.target, skip=True)
+            scheduled = space.apply(record.config).mod
+            base, base_s, base_asm = _build(scheduled, task.target, skip=False)
+            plain, plain_s, plain_asm = _build(scheduled, task.target, skip=True)
             row = {"task": header["name"], "layout": as_topi.get(key, ("?",))[0], "workload_key": key,
                    "build_s": base_s, "no_renormalize_build_s": plain_s,
                    "no_renormalize_same_asm": plain_asm == base_asm}
-            if other_space is not None and "winograd" in header["name"]:  # the matrices are Winograd's alone
+            if other_space is not None:
                 applied = other_space.apply(record.config)
                 if applied.mod is not None:
                     _, nested_s, nested_asm = _build(applied.mod, other.target, skip=False)

@@ -34,6 +34,12 @@ def mean(values: Sequence[float]) -> float:
     return float(np.mean(finite)) if finite else math.nan
 
 
+def standard_error(values: Sequence[float]) -> float:
+    """Standard error of the finite values' mean; NaN with fewer than two."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.std(finite, ddof=1) / math.sqrt(len(finite))) if len(finite) > 1 else math.nan
+
+
 def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, resamples: int = 2000, seed: int = 0,
                  statistic: Callable[[np.ndarray], float] = np.median) -> tuple[float, float]:
     """Percentile bootstrap interval of ``statistic`` over ``values`` (NaNs dropped): ``(lo, hi)``, NaN when
