@@ -130,11 +130,19 @@ class TaskFeaturizer:
 
     def loop(self, schedules: Sequence[Any]) -> list[np.ndarray]:
         """One loop-feature vector (``loop_features.WIDTH``) per schedule."""
-        return [loop_features(sch.mod, self.task.flops, self.machine) for sch in schedules]
+        return self.loop_of([sch.mod for sch in schedules])
+
+    def loop_of(self, mods: Sequence[Any]) -> list[np.ndarray]:
+        """:meth:`loop` of scheduled modules (``Applied.mod``), with no schedule around them."""
+        return [loop_features(mod, self.task.flops, self.machine) for mod in mods]
 
     def asm(self, schedules: Sequence[Any]) -> list[np.ndarray]:
         """One assembly-feature vector (``asm_features.WIDTH``) per schedule: one LLVM build each."""
-        return asm_features([sch.mod for sch in schedules], self.task.target)
+        return self.asm_of([sch.mod for sch in schedules])
+
+    def asm_of(self, mods: Sequence[Any]) -> list[np.ndarray]:
+        """:meth:`asm` of scheduled modules."""
+        return asm_features(list(mods), self.task.target)
 
     def per_store(self, schedules: Sequence[Any]) -> list[np.ndarray]:
         """One (stores x 164) float32 matrix per schedule."""

@@ -245,9 +245,8 @@ class ModelScorer:
         if self.input_kind in SEQUENCE_KINDS:  # (joined vector or None, trace tokens)
             joined = SEQUENCE_KINDS[self.input_kind]
             tokens = trace_tokens(applied.trace_json(), self.task.flops, self.task.args)
-            schedule = self._featurizer.schedule_from_mod(applied.mod)
-            return applied.config, (self._schedule_items([schedule], joined)[0] if joined else None, tokens)
-        item = self._schedule_items([self._featurizer.schedule_from_mod(applied.mod)])[0]
+            return applied.config, (self._mod_items([applied.mod], joined)[0] if joined else None, tokens)
+        item = self._mod_items([applied.mod])[0]
         if self.layout_rewrite_skipped is None:
             self._probe_layout(config, item)
         return applied.config, item
@@ -257,7 +256,7 @@ class ModelScorer:
         RewriteLayout; decide once :data:`LAYOUT_PROBES` agree, or at the first difference."""
         assert self._featurizer is not None
         bare = self.space.apply_without_layout_rewrite(config)
-        same = bare.ok and np.array_equal(self._schedule_items([self._featurizer.schedule_from_mod(bare.mod)])[0], item)
+        same = bare.ok and np.array_equal(self._mod_items([bare.mod])[0], item)
         with self._layout_lock:
             if self.layout_rewrite_skipped is not None:
                 return
@@ -267,21 +266,25 @@ class ModelScorer:
                 log.debug("%s: loop features %s RewriteLayout; candidates featurised %s it", self.task.name,
                           "do not see" if same else "see", "without" if same else "with")
 
-    def _schedule_items(self, schedules: Sequence[Any], kind: str | None = None) -> list[Any]:
-        """What the model's input (or ``kind``) is made of, per schedule of this task (see ``_X``)."""
-        assert self._featurizer is not None
+    def _mod_items(self, mods: Sequence[Any], kind: str | None = None) -> list[Any]:
+        """What the model's input (or ``kind``) is made of, per scheduled module of this task (see ``_X``). Loop and
+        assembly features read the module; only TVM's extractors get it wrapped in a schedule (which cost a fifth
+        of featurising a Winograd candidate where nothing read it)."""
+        featurizer = self._featurizer
+        assert featurizer is not None
         kind = kind or self.input_kind
-        if kind == "program":
-            return self._featurizer.programs(schedules)
         if kind == "loop":
-            return self._featurizer.loop(schedules)
+            return featurizer.loop_of(mods)
         if kind == "asm":
-            return self._featurizer.asm(schedules)
+            return featurizer.asm_of(mods)
         if kind == "loop+asm":
-            return [np.concatenate(v) for v in zip(self._featurizer.loop(schedules), self._featurizer.asm(schedules))]
+            return [np.concatenate(v) for v in zip(featurizer.loop_of(mods), featurizer.asm_of(mods))]
+        schedules = [featurizer.schedule_from_mod(m) for m in mods]
+        if kind == "program":
+            return featurizer.programs(schedules)
         if kind == "pooled+loop":
-            return list(zip(self._featurizer.per_store(schedules), self._featurizer.loop(schedules)))
-        return self._featurizer.per_store(schedules)
+            return list(zip(featurizer.per_store(schedules), featurizer.loop_of(mods)))
+        return featurizer.per_store(schedules)
 
     def _dataset_items(self, ds) -> list[Any]:
         kind = self.input_kind

@@ -124,11 +124,20 @@ class Nest:
     unit: str = ""  # a tensorised block: the unit its intrinsic runs on (``TENSOR_UNITS``); "" for a loop body
     gemm: tuple[int, int, int] = (0, 0, 0)  # a tensorised block: M, N, K of one call
 
+    _envs: dict = field(default_factory=dict, repr=False, compare=False)  # env() by its ranges
+
     def env(self, ranges: dict) -> dict:
-        """Intervals of the loop vars in ``ranges`` (others 0) extended with the block vars' intervals."""
-        env = dict(ranges)
-        for var, value, _ in self.bindings:
-            env[var] = interval(value, env)
+        """Intervals of the loop vars in ``ranges`` (others 0) extended with the block vars' intervals.
+
+        Kept per ranges, read-only: the analysis asks for the same few ranges once per access and per loop, and
+        the block vars' intervals (a fused loop's floordiv / floormod chains) were most of the extraction."""
+        key = frozenset(ranges.items())
+        env = self._envs.get(key)
+        if env is None:
+            env = dict(ranges)
+            for var, value, _ in self.bindings:
+                env[var] = interval(value, env)
+            self._envs[key] = env
         return env
 
 
@@ -200,6 +209,17 @@ _OPS = {"Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Mod", "Min", "Max",
         "GE", "EQ", "NE", "And", "Or", "Not"}
 
 
+# The operands of the common expression nodes, in the order of _CHILD_ATTRS (what any other node is searched for):
+# looking up only these is a third of walking Winograd's select chains, where each node paid for six look-ups.
+_CHILD_ATTRS = ("a", "b", "value", "condition", "true_value", "false_value")
+_CHILDREN: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE", "LT", "LE",
+                     "GT", "GE", "And", "Or"), ("a", "b")),
+    "Not": ("a",), "Cast": ("value",), "Select": ("condition", "true_value", "false_value"),
+    "IntImm": (), "FloatImm": (), "StringImm": (),
+}
+
+
 def _collect(expr, loads: list, counter: list, guarded: bool = False, const_vars: set | None = None) -> bool:
     """Collect the (load, guarded) pairs of an expression and count its operations; returns whether it
     reads a buffer. ``counter[0]`` counts operations on loaded data, ``counter[1]`` those on loop indices and
@@ -218,8 +238,11 @@ def _collect(expr, loads: list, counter: list, guarded: bool = False, const_vars
         is_guard = getattr(expr.op, "name", "") == "prim.if_then_else"
         for i, a in enumerate(expr.args):
             reads |= _collect(a, loads, counter, guarded or (is_guard and i > 0), const_vars)
+    elif t in _CHILDREN:
+        for attr in _CHILDREN[t]:
+            reads |= _collect(getattr(expr, attr), loads, counter, guarded, const_vars)
     else:
-        for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+        for attr in _CHILD_ATTRS:
             sub = getattr(expr, attr, None)
             if sub is not None and not isinstance(sub, (int, float, str)) and hasattr(sub, "ty"):
                 reads |= _collect(sub, loads, counter, guarded, const_vars)
@@ -397,7 +420,7 @@ def _footprint(nest: Nest, acc: Access, ranges: dict) -> float:
     for d, ix in enumerate(acc.indices):
         lo, hi = interval(ix, env)
         spans.append(min(hi - lo + 1, shape[d]) if d < len(shape) else hi - lo + 1)
-    return float(np.prod(spans))
+    return float(math.prod(spans))
 
 
 def _step(nest: Nest, acc: Access, loop: Loop) -> int:

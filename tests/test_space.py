@@ -48,6 +48,29 @@ def test_same_config_gives_the_same_module(conv_space):
             assert a.config == b.config
 
 
+def test_applies_on_threads_in_any_order_give_what_one_at_a_time_does(conv_space):
+    """Every apply starts from a copy of one unscheduled schedule, and a scorer applies on threads: what one apply
+    leaves behind (the copy forks the original's random state) must not reach another, in any order or overlap."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import tvm_ffi
+
+    from autosearch.search.space import DecisionSpace
+
+    rng = np.random.default_rng(11)
+    configs = list(dict.fromkeys(conv_space.sample(rng) for _ in range(16)))
+    alone = [DecisionSpace(conv_space.mod, conv_space.target)._apply(c) for c in configs[:4]]  # a space per apply
+    shared = DecisionSpace(conv_space.mod, conv_space.target)
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(shared._apply, reversed(configs)))[::-1]
+    assert any(a.ok for a in alone)
+    for a, b in zip(alone, together):
+        assert (a.ok, a.config, a.error) == (b.ok, b.config, b.error)
+        if a.ok:
+            assert tvm_ffi.structural_equal(a.mod, b.mod)
+            assert a.trace_json() == b.trace_json()
+
+
 def test_recent_applies_are_kept_and_the_oldest_dropped(conv_space, monkeypatch):
     """A guided run applies a candidate to featurise it, then again to build it: the second is a look-up. Beyond
     ``RECENT_APPLIED`` configs the oldest is applied again when asked."""

@@ -166,6 +166,8 @@ class DecisionSpace:
         self._postprocs_without_layout = [p for p in self._postprocs if not isinstance(p, ms.postproc.RewriteLayout)]
         self._recent: OrderedDict[Config, Applied] = OrderedDict()
         self._recent_lock = threading.Lock()  # a scorer applies on threads
+        self._blank: Any = None  # the unscheduled schedule every apply starts from a copy of (_fresh_schedule)
+        self._blank_lock = threading.Lock()
         # a bf16 task on a bf16 unit has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
         schedules = bf16_sketches(mod, target, seed=_SCHEDULE_SEED) or list(self._ctx.generate_design_space())
         extra = (blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)  # after TVM's: their indices stay
@@ -346,9 +348,18 @@ class DecisionSpace:
         see it (:class:`autosearch.cost_models.guidance.ModelScorer` checks); not kept, and never to be built."""
         return self._apply(config, rewrite_layout=False)
 
-    def _apply(self, config: Config, *, rewrite_layout: bool = True) -> Applied:
+    def _fresh_schedule(self):
+        """A schedule of the unscheduled module: a copy of one made once. Making it analyses the whole PrimFunc
+        (a tenth of applying a Winograd config, 40 times a copy). Copying forks the original's random state, so
+        copies are made one at a time; the state draws nothing in an apply, whose every decision is given."""
         from tvm.s_tir import Schedule
 
+        with self._blank_lock:
+            if self._blank is None:
+                self._blank = Schedule(self.mod, seed=_SCHEDULE_SEED, debug_mask=0)
+            return self._blank.copy()
+
+    def _apply(self, config: Config, *, rewrite_layout: bool = True) -> Applied:
         if not self.replayable(config):
             return Applied(config=config, error=f"config is not in this space: {config}")
         sketch = self.sketches[config.sketch]
@@ -361,7 +372,7 @@ class DecisionSpace:
             return decision
 
         try:
-            sch = Schedule(self.mod, seed=_SCHEDULE_SEED, debug_mask=0)
+            sch = self._fresh_schedule()
             sketch.trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provide)
             effective = Config(
                 config.sketch,

@@ -13,7 +13,6 @@ from autosearch.cost_models.loop_features import (
     WIDTH,
     Machine,
     analyse,
-    loop_features,
     nests,
     schedule_features,
     vector_pieces,
@@ -214,6 +213,6 @@ def test_loop_features_of_a_record_match_the_scorer_path(contents, held_out_task
     pairs = [(r, a) for r, a in applied if a.ok][:4]
     assert pairs
     from_trace = feat.loop([feat.schedule_from_trace(r.trace) for r, _ in pairs])
-    from_apply = [loop_features(a.mod, task.flops, feat.machine) for _, a in pairs]
+    from_apply = feat.loop_of([a.mod for _, a in pairs])
     for u, v in zip(from_trace, from_apply):
         np.testing.assert_array_equal(u, v)
