@@ -268,8 +268,8 @@ class ModelScorer:
 
     def _mod_items(self, mods: Sequence[Any], kind: str | None = None) -> list[Any]:
         """What the model's input (or ``kind``) is made of, per scheduled module of this task (see ``_X``). Loop and
-        assembly features read the module; only TVM's extractors get it wrapped in a schedule (which cost a fifth
-        of featurising a Winograd candidate where nothing read it)."""
+        assembly features read the module; only TVM's extractors get it wrapped in a schedule (a schedule made
+        around every candidate was a large part of featurising a Winograd one, where nothing read it)."""
         featurizer = self._featurizer
         assert featurizer is not None
         kind = kind or self.input_kind

@@ -210,7 +210,7 @@ _OPS = {"Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Mod", "Min", "Max",
 
 
 # The operands of the common expression nodes, in the order of _CHILD_ATTRS (what any other node is searched for):
-# looking up only these is a third of walking Winograd's select chains, where each node paid for six look-ups.
+# on Winograd's select chains, six look-ups per node were most of the walk.
 _CHILD_ATTRS = ("a", "b", "value", "condition", "true_value", "false_value")
 _CHILDREN: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE", "LT", "LE",

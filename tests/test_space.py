@@ -59,10 +59,10 @@ def test_applies_on_threads_in_any_order_give_what_one_at_a_time_does(conv_space
 
     rng = np.random.default_rng(11)
     configs = list(dict.fromkeys(conv_space.sample(rng) for _ in range(16)))
-    alone = [DecisionSpace(conv_space.mod, conv_space.target)._apply(c) for c in configs[:4]]  # a space per apply
+    alone = [DecisionSpace(conv_space.mod, conv_space.target).apply(c) for c in configs[:4]]  # a space per apply
     shared = DecisionSpace(conv_space.mod, conv_space.target)
-    with ThreadPoolExecutor(4) as pool:
-        together = list(pool.map(shared._apply, reversed(configs)))[::-1]
+    with ThreadPoolExecutor(4) as pool:  # distinct configs: every apply is made, none is a look-up
+        together = list(pool.map(shared.apply, reversed(configs)))[::-1]
     assert any(a.ok for a in alone)
     for a, b in zip(alone, together):
         assert (a.ok, a.config, a.error) == (b.ok, b.config, b.error)

@@ -349,9 +349,10 @@ class DecisionSpace:
         return self._apply(config, rewrite_layout=False)
 
     def _fresh_schedule(self):
-        """A schedule of the unscheduled module: a copy of one made once. Making it analyses the whole PrimFunc
-        (a tenth of applying a Winograd config, 40 times a copy). Copying forks the original's random state, so
-        copies are made one at a time; the state draws nothing in an apply, whose every decision is given."""
+        """A schedule of the unscheduled module: a copy of one made once. Making one analyses the whole PrimFunc,
+        which on a Winograd task was a large part of each apply; a copy reuses that analysis. Copying forks the
+        original's random state, so copies are made one at a time; the state draws nothing in an apply, whose every
+        decision is given (docs/results.md, "Featurising a candidate")."""
         from tvm.s_tir import Schedule
 
         with self._blank_lock:
