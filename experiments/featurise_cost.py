@@ -37,7 +37,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from autosearch import api
     from autosearch.cost_models.features import TaskFeaturizer
-    from autosearch.cost_models.loop_features import loop_features
     from autosearch.frontend.target import host_target
     from autosearch.search.cost_model import make_scorer
     from autosearch.search.space import DecisionSpace
@@ -68,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             apply_s.append(time.perf_counter() - clock)
             if applied.ok:
                 clock = time.perf_counter()
-                loop_features(applied.mod, task.flops, featurizer.machine)
+                featurizer.loop_of([applied.mod])
                 loop_s.append(time.perf_counter() - clock)
         rows.append({"task": task.name, "kind": "winograd" if "winograd" in task.name else "direct",
                      "candidates": len(timed), "ms_per_candidate": per_candidate * 1e3,

@@ -213,10 +213,8 @@ class DecisionSpace:
         them. Walking down from the top, each probe lands on the next legal location: as many probes as there
         are locations, where probing every k took :data:`_MAX_LOCATION_PROBE` (most of a model's set-up).
         """
-        from tvm.s_tir import Schedule
-
         found: set[int] = set()
-        sch = Schedule(self.mod, seed=_SCHEDULE_SEED, debug_mask=0)
+        sch = self._fresh_schedule()
 
         def snapped(inputs, k: int) -> int:
             trial = sch.copy()
