@@ -74,10 +74,11 @@ FEATURE_SETS = ("tvm", "encoding")
 # features="tvm" when the strategy scores a few hundred candidates per batch (optuna's pool) or when a
 # measurement is slow (a remote device).
 DEFAULT_FEATURES = "encoding"
-# Configs whose loop features a scorer computes both with and without TVM's RewriteLayout before it featurises the
-# task's candidates without it (DecisionSpace.apply_without_layout_rewrite): the postprocessor is most of an apply,
-# and it changes no loop feature of NCHW or AMX convolutions while it does change NHWC ones (docs/cost-models.md),
-# so a task where the probes all agree saves it; at one difference the task keeps it.
+# Configs whose loop features a scorer computes with TVM's RewriteLayout in full, without it and with it confined to
+# the weights (DecisionSpace.apply_for_features) before it featurises the task's candidates the cheapest way that
+# agreed on every probe: the postprocessor is most of an apply; it changes no loop feature of NCHW or AMX
+# convolutions, while on NHWC ones the weights' rewrite changes the strides the features read and a per-channel
+# vector's rewrite changes them only where its new layout pads (docs/cost-models.md). At one difference a way is out.
 LAYOUT_PROBES = 8
 # configs whose features are kept (LRU; measured configs are always kept): a per-store matrix is ~2 KB,
 # a Program holds a scheduled IRModule (tens of KB), so fewer of those
@@ -178,8 +179,10 @@ class ModelScorer:
         self._featurizer = TaskFeaturizer(task) if features == "tvm" else None
         self._store = as_store(feature_store) if features == "tvm" else None
         self._cache: OrderedDict[Config, Any] = OrderedDict()
-        # whether this task's candidates are featurised without RewriteLayout: None while LAYOUT_PROBES decide
-        self.layout_rewrite_skipped: bool | None = None if self.input_kind == "loop" else False
+        # how much of RewriteLayout this task's candidates are featurised with (DecisionSpace.apply_for_features):
+        # None while LAYOUT_PROBES decide
+        self.layout_rewrite: str | None = None if self.input_kind == "loop" else "all"
+        self._layout_open = list(space.layout_rewrites[1:])  # the cheaper ways no probe has refuted yet
         self._layout_agreed = 0
         self._layout_lock = threading.Lock()
         self._measured: dict[Config, float] = {}  # this task's valid measurements: latency (s)
@@ -233,13 +236,15 @@ class ModelScorer:
 
     def _config_item(self, config: Config) -> tuple[Config, Any]:
         """(effective config, model input) of one config; (config, None) if it cannot be applied. Where the loop
-        features do not see TVM's RewriteLayout (:data:`LAYOUT_PROBES`), the config is applied without it; a config
-        that RewriteLayout alone would refuse is then scored, and measured as ``invalid_config`` if picked."""
+        features do not see all of TVM's RewriteLayout (:data:`LAYOUT_PROBES`), the config is applied with the share
+        they see (the weights' rewrite, or none); a config that the rest of RewriteLayout would refuse is then scored,
+        and measured as ``invalid_config`` if picked."""
         assert self._featurizer is not None
-        if self.layout_rewrite_skipped:
-            applied = self.space.apply_without_layout_rewrite(config)
-        else:
+        rewrite = self.layout_rewrite
+        if rewrite is None or rewrite == "all":
             applied = self.space.apply(config)
+        else:
+            applied = self.space.apply_for_features(config, rewrite=rewrite)
         if not applied.ok:
             return config, None
         if self.input_kind in SEQUENCE_KINDS:  # (joined vector or None, trace tokens)
@@ -247,24 +252,30 @@ class ModelScorer:
             tokens = trace_tokens(applied.trace_json(), self.task.flops, self.task.args)
             return applied.config, (self._mod_items([applied.mod], joined)[0] if joined else None, tokens)
         item = self._mod_items([applied.mod])[0]
-        if self.layout_rewrite_skipped is None:
+        if rewrite is None:
             self._probe_layout(config, item)
         return applied.config, item
 
     def _probe_layout(self, config: Config, item: np.ndarray) -> None:
-        """Compare ``item`` (the loop features of ``config`` applied in full) with those of the config applied without
-        RewriteLayout; decide once :data:`LAYOUT_PROBES` agree, or at the first difference."""
+        """Compare ``item`` (the loop features of ``config`` applied in full) with those of the config applied with
+        each cheaper share of RewriteLayout still open; a way that differs is out. Decide once :data:`LAYOUT_PROBES`
+        configs were compared, or when no way is left: the cheapest way left, else in full."""
         assert self._featurizer is not None
-        bare = self.space.apply_without_layout_rewrite(config)
-        same = bare.ok and np.array_equal(self._mod_items([bare.mod])[0], item)
+        agreed = []
+        for rewrite in list(self._layout_open):
+            cheaper = self.space.apply_for_features(config, rewrite=rewrite)
+            if cheaper.ok and np.array_equal(self._mod_items([cheaper.mod])[0], item):
+                agreed.append(rewrite)
         with self._layout_lock:
-            if self.layout_rewrite_skipped is not None:
+            if self.layout_rewrite is not None:
                 return
-            self._layout_agreed += 1 if same else 0
-            if not same or self._layout_agreed >= LAYOUT_PROBES:
-                self.layout_rewrite_skipped = same
-                log.debug("%s: loop features %s RewriteLayout; candidates featurised %s it", self.task.name,
-                          "do not see" if same else "see", "without" if same else "with")
+            self._layout_open = [r for r in self._layout_open if r in agreed]
+            self._layout_agreed += 1
+            if not self._layout_open or self._layout_agreed >= LAYOUT_PROBES:
+                self.layout_rewrite = self._layout_open[-1] if self._layout_open else "all"
+                log.debug("%s: candidates featurised with RewriteLayout on %s", self.task.name,
+                          {"all": "every layout-free buffer", "weights": "the weights alone",
+                           "none": "nothing"}[self.layout_rewrite])
 
     def _mod_items(self, mods: Sequence[Any], kind: str | None = None) -> list[Any]:
         """What the model's input (or ``kind``) is made of, per scheduled module of this task (see ``_X``). Loop and

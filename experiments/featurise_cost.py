@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         apply_s, loop_s = [], []
         for config in timed[:40]:
             clock = time.perf_counter()
-            applied = alone.apply_without_layout_rewrite(config)
+            applied = alone.apply_for_features(config, rewrite="none")
             apply_s.append(time.perf_counter() - clock)
             if applied.ok:
                 clock = time.perf_counter()
@@ -73,14 +73,17 @@ def main(argv: list[str] | None = None) -> int:
                      "candidates": len(timed), "ms_per_candidate": per_candidate * 1e3,
                      "apply_ms": statistics.median(apply_s) * 1e3,
                      "loop_features_ms": statistics.median(loop_s) * 1e3 if loop_s else None,
+                     "layout_rewrite": scorer.layout_rewrite,
                      "scores_sha256": hashlib.sha256(np.nan_to_num(scores, nan=-1.0).tobytes()).hexdigest()})
     info = fingerprint(target)
     kinds = {}
     for row in rows:
         kinds.setdefault(row["kind"], []).append(row["ms_per_candidate"])
     table = markdown_table(
-        ["task", "candidates", "ms per candidate (scorer)", "apply ms (one)", "loop features ms (one)", "scores"],
-        [[r["task"][:48], r["candidates"], fmt(r["ms_per_candidate"], 1), fmt(r["apply_ms"], 1),
+        ["task", "candidates", "RewriteLayout on", "ms per candidate (scorer)", "apply ms (one)",
+         "loop features ms (one)", "scores"],
+        [[r["task"][:48], r["candidates"], r.get("layout_rewrite") or "-", fmt(r["ms_per_candidate"], 1),
+          fmt(r["apply_ms"], 1),
           fmt(r["loop_features_ms"], 1), r["scores_sha256"][:12]] for r in rows])
     text = (f"# Featurising a candidate: {args.model} ({args.layout}, fp32)\n\n{describe(info)}; guided by "
             f"{guidance} ({model_cost}).\n\n{table}\n\n"

@@ -71,21 +71,25 @@ def on_its_core(request) -> None:
 
 
 def small_conv_onnx(path: str | None = None, *, cin: int = 16, cout: int = 32, hw: int = 28,
-                    kernel: int = 3, stride: int = 1) -> onnx.ModelProto:
-    """Conv 3x3 (or ``kernel`` x ``kernel``, same padding, ``stride``) + Relu + MaxPool: two tasks, the conv one ~7
-    MFLOP (a ~0.1-1 ms kernel)."""
+                    kernel: int = 3, stride: int = 1, bias: bool = False) -> onnx.ModelProto:
+    """Conv 3x3 (or ``kernel`` x ``kernel``, same padding, ``stride``; with a bias if ``bias``) + Relu + MaxPool: two
+    tasks, the conv one ~7 MFLOP (a ~0.1-1 ms kernel)."""
     rng = np.random.default_rng(0)
     weight = numpy_helper.from_array((rng.standard_normal((cout, cin, kernel, kernel)) * 0.1).astype("float32"), "W")
+    constants = [weight]
+    if bias:
+        constants.append(numpy_helper.from_array(rng.standard_normal(cout).astype("float32"), "B"))
     graph = helper.make_graph(
         [
-            helper.make_node("Conv", ["x", "W"], ["c"], pads=[kernel // 2] * 4, strides=[stride, stride]),
+            helper.make_node("Conv", ["x", "W"] + (["B"] if bias else []), ["c"], pads=[kernel // 2] * 4,
+                             strides=[stride, stride]),
             helper.make_node("Relu", ["c"], ["r"]),
             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
         ],
         "small_conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, hw, hw])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, hw // 2 // stride, hw // 2 // stride])],
-        [weight],
+        constants,
     )
     return _model(graph, path)
 

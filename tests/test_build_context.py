@@ -70,7 +70,7 @@ def test_a_winograd_kernel_it_changes_computes_the_same(target, tmp_path):
     space = DecisionSpace(task.mod, task.target)
     dev = tvm.cpu()
     for applied in space.sample_applied(np.random.default_rng(0), 4):
-        mod = space.apply_without_layout_rewrite(applied.config).mod  # the weights as the arguments give them
+        mod = space.apply_for_features(applied.config, rewrite="none").mod  # the weights as the arguments give them
         assembly, outputs = [], []
         for context in (tvm.transform.PassContext(), build_context()):
             with context:

@@ -173,3 +173,38 @@ def test_sample_is_deterministic_under_a_seed(conv_space, seed):
     a = [conv_space.sample(np.random.default_rng(seed)) for _ in range(3)]
     b = [conv_space.sample(np.random.default_rng(seed)) for _ in range(3)]
     assert a == b
+
+
+def test_a_features_apply_rewrites_the_weights_layout_alone_and_a_build_everything(tmp_path):
+    """``apply_for_features(rewrite="weights")`` lays out the weights as ``apply`` does and leaves the bias as the
+    arguments give it; ``apply`` (what is built) still lays out both; a task with no layout-free vector offers no
+    "weights" way, and asking for it gives the apply in full."""
+    import tvm_ffi
+
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target
+    from autosearch.measure.prepack import PREPROC_ATTR, _blocks
+    from autosearch.search.space import DecisionSpace
+    from tests.conftest import small_conv_onnx
+
+    def prepacked(mod) -> list[str]:  # the buffers a layout-rewrite block reads
+        return sorted(r.source.name for b in _blocks(mod["main"]) if PREPROC_ATTR in b.annotations for r in b.reads)
+
+    path = str(tmp_path / "conv.onnx")
+    target = parse_target(None)
+    for bias in (True, False):
+        small_conv_onnx(path, cin=32, cout=64, hw=16, bias=bias)
+        task = next(t for t in import_model(path, target, layout="NHWC", precision="fp32").tasks if "conv" in t.name)
+        space = DecisionSpace(task.mod, task.target)
+        config = next(c for c in (space.sample(np.random.default_rng(i)) for i in range(50)) if space.apply(c).ok)
+        full = space.apply(config)
+        weights = space.apply_for_features(config, rewrite="weights")
+        assert weights.ok and weights.config == full.config
+        assert len(prepacked(full.mod)) == (2 if bias else 1)
+        assert prepacked(weights.mod) == prepacked(full.mod)[:1]  # the weights' buffer (param_0) alone
+        assert prepacked(space.apply_for_features(config, rewrite="none").mod) == []
+        if not bias:
+            assert "weights" not in space.layout_rewrites
+            assert tvm_ffi.structural_equal(weights.mod, full.mod)
+    with pytest.raises(ValueError, match="rewrite must be"):
+        space.apply_for_features(config, rewrite="bias")

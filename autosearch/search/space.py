@@ -166,8 +166,11 @@ class DecisionSpace:
         self._postprocs_without_layout = [p for p in self._postprocs if not isinstance(p, ms.postproc.RewriteLayout)]
         self._recent: OrderedDict[Config, Applied] = OrderedDict()
         self._recent_lock = threading.Lock()  # a scorer applies on threads
-        self._blank: Any = None  # the unscheduled schedule every apply starts from a copy of (_fresh_schedule)
+        # the unscheduled schedules applies start from a copy of (_fresh_schedule): of the module, and of it with
+        # RewriteLayout confined to the weights (apply_for_features)
+        self._blanks: dict[str, Any] = {}
         self._blank_lock = threading.Lock()
+        self._weights_only_mod = _weights_only(mod)
         # a bf16 task on a bf16 unit has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
         schedules = bf16_sketches(mod, target, seed=_SCHEDULE_SEED) or list(self._ctx.generate_design_space())
         extra = (blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)  # after TVM's: their indices stay
@@ -339,26 +342,44 @@ class DecisionSpace:
                 self._recent.popitem(last=False)
         return applied
 
-    def apply_without_layout_rewrite(self, config: Config) -> Applied:
-        """``config`` applied as :meth:`apply` does, but for TVM's ``RewriteLayout`` postprocessor, which lays the
-        weights out in the order the tiles read them (a block prepacked at compile time): it is most of an apply,
-        about half on a direct convolution, two thirds on a Winograd one. For featurising where the features do not
-        see it (:class:`autosearch.cost_models.guidance.ModelScorer` checks); not kept, and never to be built."""
-        return self._apply(config, rewrite_layout=False)
+    @property
+    def layout_rewrites(self) -> tuple[str, ...]:
+        """The ``rewrite`` arguments of :meth:`apply_for_features` that differ here, most faithful first: ``"all"``,
+        ``"weights"`` where the task has layout-free vectors beside its weights, ``"none"``."""
+        return ("all", "weights", "none") if self._weights_only_mod is not None else ("all", "none")
 
-    def _fresh_schedule(self):
-        """A schedule of the unscheduled module: a copy of one made once. Making one analyses the whole PrimFunc,
-        which on a Winograd task was a large part of each apply; a copy reuses that analysis. Copying forks the
-        original's random state, so copies are made one at a time; the state draws nothing in an apply, whose every
-        decision is given (docs/results.md, "Featurising a candidate")."""
+    def apply_for_features(self, config: Config, *, rewrite: str) -> Applied:
+        """``config`` applied for its features alone, with less of TVM's ``RewriteLayout`` postprocessor, which lays
+        each layout-free buffer out in the order the tiles read it (a block prepacked at compile time) and is most
+        of an apply: about half on a direct convolution, two thirds on a Winograd one.
+
+        ``rewrite="none"`` leaves it out; ``"weights"`` lays out only the layout-free buffers of two or more
+        non-unit dimensions (the weights), not the per-channel vectors beside them (a bias, a batch norm's
+        scale and shift), each of which costs a rewrite of the whole function and moves no loop; ``"all"`` is
+        :meth:`apply`. For featurising where the features do not see the difference
+        (:class:`autosearch.cost_models.guidance.ModelScorer` checks); not kept, and never to be built."""
+        if rewrite not in ("all", "weights", "none"):
+            raise ValueError(f"rewrite must be 'all', 'weights' or 'none', not {rewrite!r}")
+        if rewrite == "weights" and self._weights_only_mod is None:
+            rewrite = "all"
+        return self._apply(config, rewrite=rewrite)
+
+    def _fresh_schedule(self, of: str = "module"):
+        """A schedule of the unscheduled module (``of="weights"``: of it with only its weights layout-free): a copy
+        of one made once. Making one analyses the whole PrimFunc, which on a Winograd task was a large part of
+        each apply; a copy reuses that analysis. Copying forks the original's random state, so copies are made one
+        at a time; the state draws nothing in an apply, whose every decision is given (docs/results.md,
+        "Featurising a candidate")."""
         from tvm.s_tir import Schedule
 
         with self._blank_lock:
-            if self._blank is None:
-                self._blank = Schedule(self.mod, seed=_SCHEDULE_SEED, debug_mask=0)
-            return self._blank.copy()
+            blank = self._blanks.get(of)
+            if blank is None:
+                mod = self._weights_only_mod if of == "weights" else self.mod
+                blank = self._blanks[of] = Schedule(mod, seed=_SCHEDULE_SEED, debug_mask=0)
+            return blank.copy()
 
-    def _apply(self, config: Config, *, rewrite_layout: bool = True) -> Applied:
+    def _apply(self, config: Config, *, rewrite: str = "all") -> Applied:
         if not self.replayable(config):
             return Applied(config=config, error=f"config is not in this space: {config}")
         sketch = self.sketches[config.sketch]
@@ -371,7 +392,7 @@ class DecisionSpace:
             return decision
 
         try:
-            sch = self._fresh_schedule()
+            sch = self._fresh_schedule("weights" if rewrite == "weights" else "module")
             sketch.trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provide)
             effective = Config(
                 config.sketch,
@@ -382,7 +403,7 @@ class DecisionSpace:
                 ),
             )
             sch.enter_postproc()
-            for postproc in self._postprocs if rewrite_layout else self._postprocs_without_layout:
+            for postproc in self._postprocs_without_layout if rewrite == "none" else self._postprocs:
                 if not postproc.apply(sch):
                     return Applied(config=effective, error=f"postprocessor {type(postproc).__name__} rejected it")
         except Exception as exc:  # TVM raises ScheduleError / TVMError with long texts
@@ -392,6 +413,26 @@ class DecisionSpace:
 
     def __repr__(self) -> str:
         return f"DecisionSpace(sketches={len(self.sketches)}, log10_size={self.log10_size():.1f})"
+
+
+def _weights_only(mod):
+    """``mod`` with TVM's ``layout_free_buffers`` narrowed to the parameters of two or more non-unit dimensions, or
+    None when that leaves it as it is. Only ``RewriteLayout`` reads the attribute: a schedule of the narrowed module
+    replays every sketch as one of ``mod`` does, and its rewrite lays out the weights alone."""
+    from tvm import IRModule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    if not any(gv.name_hint == "main" for gv in mod.get_global_vars()):
+        return None
+    func = mod["main"]
+    if func.attrs is None or "layout_free_buffers" not in func.attrs:
+        return None
+    shapes = [tuple(int(n) for n in a.shape) for a in ArgInfo.from_entry_func(mod, remove_preproc=False)]
+    free = [int(i) for i in func.attrs["layout_free_buffers"]]
+    weights = [i for i in free if sum(1 for n in shapes[i] if n > 1) >= 2]
+    if len(weights) == len(free):
+        return None
+    return IRModule({"main": func.with_attr("layout_free_buffers", weights)})
 
 
 def config_key(config: Config) -> str:

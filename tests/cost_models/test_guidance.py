@@ -221,7 +221,9 @@ def test_candidates_skip_the_layout_rewrite_only_where_the_loop_features_do_not_
                                                                                          monkeypatch, tmp_path):
     """The dataset's NCHW conv: the probes agree, the rest is featurised without RewriteLayout, and the scores are
     those of a scorer that always applies it. An NHWC conv, where RewriteLayout changes the weights' strides the
-    features read: the first probe differs, and every candidate is applied in full."""
+    features read: the first probe differs, and every candidate is applied in full. The same conv with a bias:
+    the bias's rewrite moves no feature here, so candidates are featurised with the weights' rewrite alone, and
+    score as in full."""
     from autosearch.cost_models import guidance
     from autosearch.frontend.importer import import_model
     from autosearch.frontend.target import parse_target
@@ -235,10 +237,10 @@ def test_candidates_skip_the_layout_rewrite_only_where_the_loop_features_do_not_
     for probes in (guidance.LAYOUT_PROBES, 10**6):  # the second never decides: every config applied in full
         monkeypatch.setattr(guidance, "LAYOUT_PROBES", probes)
         scorer = ModelScorer(make_cost_model("xgb-rank", seed=0), space, task, seed=0, features="tvm", n_jobs=1)
-        assert scorer.layout_rewrite_skipped is None
+        assert scorer.layout_rewrite is None
         scorer.update([r.config for r in train], [r.result for r in train])
         scores.append(scorer.score([r.config for r in test]))
-        assert scorer.layout_rewrite_skipped is (True if probes < 100 else None)
+        assert scorer.layout_rewrite == ("none" if probes < 100 else None)
     np.testing.assert_array_equal(scores[0], scores[1])
     assert "nchw" in str(task.mod).lower()
 
@@ -248,8 +250,26 @@ def test_candidates_skip_the_layout_rewrite_only_where_the_loop_features_do_not_
     target = parse_target(None)
     nhwc = next(t for t in import_model(path, target, layout="NHWC", precision="fp32").tasks if "conv" in t.name)
     nhwc_space = DecisionSpace(nhwc.mod, nhwc.target)
-    configs = list(dict.fromkeys(nhwc_space.sample(np.random.default_rng(0)) for _ in range(40)))[:12]
+    rng = np.random.default_rng(0)
+    configs = list(dict.fromkeys(nhwc_space.sample(rng) for _ in range(40)))[:12]
     scorer = ModelScorer(make_cost_model("xgb-rank", seed=0), nhwc_space, nhwc, seed=0, features="tvm", n_jobs=1)
     ok = MeasureResult(Status.OK, (1e-3, 1e-3, 1e-3))  # the latencies are not what this test reads
     scorer.update(configs, [ok] * len(configs))
-    assert scorer.layout_rewrite_skipped is False
+    assert scorer.layout_rewrite == "all" and nhwc_space.layout_rewrites == ("all", "none")
+
+    small_conv_onnx(path, cin=32, cout=64, hw=16, bias=True)
+    biased = next(t for t in import_model(path, target, layout="NHWC", precision="fp32").tasks if "conv" in t.name)
+    biased_space = DecisionSpace(biased.mod, biased.target)
+    assert biased_space.layout_rewrites == ("all", "weights", "none")
+    configs = list(dict.fromkeys(biased_space.sample(rng) for _ in range(60)))
+    train, test = configs[:12], configs[12:40]
+    scores, ways = [], []
+    for probes in (8, 10**6):
+        monkeypatch.setattr(guidance, "LAYOUT_PROBES", probes)
+        scorer = ModelScorer(make_cost_model("xgb-rank", seed=0), biased_space, biased, seed=0, features="tvm",
+                             n_jobs=1)
+        scorer.update(train, [MeasureResult(Status.OK, (1e-3 * (1 + i),) * 3) for i in range(len(train))])
+        scores.append(scorer.score(test))
+        ways.append(scorer.layout_rewrite)
+    assert ways == ["weights", None]
+    np.testing.assert_array_equal(scores[0], scores[1])
