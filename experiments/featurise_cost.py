@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny-yolov2")
     parser.add_argument("--layout", default="NCHW")
+    parser.add_argument("--precision", default="fp32", help="fp32, or auto (bf16 on this CPU's unit, if it has one)")
     parser.add_argument("--tasks", type=int, default=3, help="the heaviest tasks of each kind (Winograd, direct)")
     parser.add_argument("--candidates", type=int, default=140, help="candidates scored per task")
     parser.add_argument("--out", default=None, help="results name suffix")
@@ -43,14 +44,22 @@ def main(argv: list[str] | None = None) -> int:
 
     target = host_target()
     model_cost, guidance = api.resolve_guidance("auto", target, "optuna", seed=0)
-    tasks = sorted(api.load_tasks(args.model, layout=args.layout, precision="fp32").tasks, key=lambda t: -t.flops)
-    picked = ([t for t in tasks if "winograd" in t.name][:args.tasks]
-              + [t for t in tasks if "winograd" not in t.name and t.flops > 0][:args.tasks])
+    loaded = api.load_tasks(args.model, layout=args.layout, precision=args.precision)
+    tasks = sorted(loaded.tasks, key=lambda t: -t.flops)
+    if not any(t.flops > 0 for t in tasks):
+        parser.error(f"{args.model} ({args.layout}, {args.precision}) has no task with FLOPs")
     rows = []
-    for task in picked:
+    taken = {"winograd": 0, "direct": 0}
+    for task in (t for t in tasks if t.flops > 0):
+        kind = "winograd" if "winograd" in task.name else "direct"
+        if taken[kind] >= args.tasks:
+            continue
         space = DecisionSpace(task.mod, task.target, seed=0)
         rng = np.random.default_rng(3)
         candidates = list(dict.fromkeys(space.sample(rng) for _ in range(args.candidates + 10)))
+        if len(candidates) < 20:  # a small space (the bf16 dot product's): too few candidates to time
+            continue
+        taken[kind] += 1
         scorer = make_scorer(model_cost, space, task, seed=0)
         scorer.score(candidates[:10])  # its layout probes decide how candidates are applied
         timed = candidates[10:]
@@ -69,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 clock = time.perf_counter()
                 featurizer.loop_of([applied.mod])
                 loop_s.append(time.perf_counter() - clock)
-        rows.append({"task": task.name, "kind": "winograd" if "winograd" in task.name else "direct",
+        rows.append({"task": task.name, "kind": kind,
                      "candidates": len(timed), "ms_per_candidate": per_candidate * 1e3,
                      "apply_ms": statistics.median(apply_s) * 1e3,
                      "loop_features_ms": statistics.median(loop_s) * 1e3 if loop_s else None,
@@ -85,11 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         [[r["task"][:48], r["candidates"], r.get("layout_rewrite") or "-", fmt(r["ms_per_candidate"], 1),
           fmt(r["apply_ms"], 1),
           fmt(r["loop_features_ms"], 1), r["scores_sha256"][:12]] for r in rows])
-    text = (f"# Featurising a candidate: {args.model} ({args.layout}, fp32)\n\n{describe(info)}; guided by "
+    text = (f"# Featurising a candidate: {args.model} ({args.layout}, {args.precision})\n\n{describe(info)}; guided by "
             f"{guidance} ({model_cost}).\n\n{table}\n\n"
             + "".join(f"- {k}: mean {statistics.mean(v):.1f} ms per candidate\n" for k, v in kinds.items()))
     base = results_path("featurise-cost" + (f"-{args.out}" if args.out else ""))
-    publish(base, data={"machine": info, "model": args.model, "layout": args.layout, "cost_model": model_cost,
+    publish(base, data={"machine": info, "model": args.model, "layout": args.layout,
+                        "precision": args.precision, "cost_model": model_cost,
                         "rows": rows}, text=text)
     return 0
 
