@@ -428,6 +428,8 @@ def _weights_only(mod):
     if func.attrs is None or "layout_free_buffers" not in func.attrs:
         return None
     shapes = [tuple(int(n) for n in a.shape) for a in ArgInfo.from_entry_func(mod, remove_preproc=False)]
+    if len(shapes) != len(func.params):  # a parameter that is no buffer: the indices would not be the arguments'
+        return None
     free = [int(i) for i in func.attrs["layout_free_buffers"]]
     weights = [i for i in free if sum(1 for n in shapes[i] if n > 1) >= 2]
     if len(weights) == len(free):
