@@ -182,7 +182,8 @@ class ModelScorer:
         # how much of RewriteLayout this task's candidates are featurised with (DecisionSpace.apply_for_features):
         # None while LAYOUT_PROBES decide
         self.layout_rewrite: str | None = None if self.input_kind == "loop" else "all"
-        self._layout_open = list(space.layout_rewrites[1:])  # the cheaper ways no probe has refuted yet
+        # the cheaper ways no probe has refuted yet
+        self._layout_open = list(space.layout_rewrites[1:]) if self.layout_rewrite is None else []
         self._layout_agreed = 0
         self._layout_lock = threading.Lock()
         self._measured: dict[Config, float] = {}  # this task's valid measurements: latency (s)

@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,8 @@ _MAX_LOCATION_PROBE = 64
 # configs whose applied schedule a space keeps (LRU): a guided strategy's scorer applies a few hundred candidates per
 # batch to featurise them, and the batch it then measures is among the last of them
 RECENT_APPLIED = 256
+# how much of TVM's RewriteLayout DecisionSpace.apply_for_features runs, most faithful first
+LAYOUT_REWRITES = ("all", "weights", "none")
 
 
 @lru_cache(maxsize=4096)
@@ -170,7 +172,6 @@ class DecisionSpace:
         # RewriteLayout confined to the weights (apply_for_features)
         self._blanks: dict[str, Any] = {}
         self._blank_lock = threading.Lock()
-        self._weights_only_mod = _weights_only(mod)
         # a bf16 task on a bf16 unit has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
         schedules = bf16_sketches(mod, target, seed=_SCHEDULE_SEED) or list(self._ctx.generate_design_space())
         extra = (blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)  # after TVM's: their indices stay
@@ -346,7 +347,13 @@ class DecisionSpace:
     def layout_rewrites(self) -> tuple[str, ...]:
         """The ``rewrite`` arguments of :meth:`apply_for_features` that differ here, most faithful first: ``"all"``,
         ``"weights"`` where the task has layout-free vectors beside its weights, ``"none"``."""
-        return ("all", "weights", "none") if self._weights_only_mod is not None else ("all", "none")
+        return tuple(r for r in LAYOUT_REWRITES if r != "weights" or self._weights_only_mod is not None)
+
+    @cached_property
+    def _weights_only_mod(self):
+        """The module with only its weights layout-free (:func:`_weights_only`), made when a scorer first asks: most
+        spaces are never featurised that way."""
+        return _weights_only(self.mod)
 
     def apply_for_features(self, config: Config, *, rewrite: str) -> Applied:
         """``config`` applied for its features alone, with less of TVM's ``RewriteLayout`` postprocessor, which lays
@@ -358,8 +365,8 @@ class DecisionSpace:
         scale and shift), each of which costs a rewrite of the whole function and moves no loop; ``"all"`` is
         :meth:`apply`. For featurising where the features do not see the difference
         (:class:`autosearch.cost_models.guidance.ModelScorer` checks); not kept, and never to be built."""
-        if rewrite not in ("all", "weights", "none"):
-            raise ValueError(f"rewrite must be 'all', 'weights' or 'none', not {rewrite!r}")
+        if rewrite not in LAYOUT_REWRITES:
+            raise ValueError(f"rewrite must be one of {', '.join(map(repr, LAYOUT_REWRITES))}, not {rewrite!r}")
         if rewrite == "weights" and self._weights_only_mod is None:
             rewrite = "all"
         return self._apply(config, rewrite=rewrite)
