@@ -404,6 +404,11 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
 
     known = load_known(known_schedules)
     logged = read_log(log_path) if resume else None
+    if logged is not None and not (logged.runs or logged.tasks) and (
+            logged.records or logged.corrupt or logged.truncated_tail):
+        # a run writes its header line before anything else: appending to such a file would bury someone's data
+        raise UserError(f"{log_path} holds no run or task header: is it an autosearch tuning log? (--resume "
+                        "continues the log of an earlier run)")
     lowering = {"winograd": winograd or "auto", "layout": layout or DEFAULT_LAYOUT,
                 "fast_math": fast_math or DEFAULT_FAST_MATH, "precision": precision or DEFAULT_PRECISION}
     if logged is not None:

@@ -122,6 +122,33 @@ def import_tensor_intrinsics(target_kind: str = "llvm", mtriple: str = "") -> No
         setattr(package, sub, _exec_module(f"{name}.{sub}"))
 
 
+# The ``schedule_rule`` annotations TVM's own pooling operators (topi) put on their blocks, for which TVM 0.27
+# registers no rule on CPU targets
+_POOL_RULES = ("meta_schedule.pool_max", "meta_schedule.adaptive_pool_max")
+
+
+def register_pool_rules(keys) -> None:
+    """Give TVM's pooling annotations, for the target keys ``keys``, the rule TVM applies when it finds none.
+
+    ``ApplyCustomRule`` looks up ``s_tir.meta_schedule.<key>.<annotation>``; on a miss it logs a warning to
+    stderr (one per pooling block and sketch, in the middle of a run's progress) and removes the annotation. The
+    rule registered here does exactly that removal, silently: the sketches, their traces and so every workload key
+    and config stay as TVM made them. A rule registered before (by TVM or anyone) is left in place.
+    """
+    import tvm
+
+    for key in keys:
+        for rule in _POOL_RULES:
+            name = f"s_tir.meta_schedule.{key}.{rule}"
+            if tvm.get_global_func(name, allow_missing=True) is None:
+                tvm.register_global_func(name, _unannotate_rule)
+
+
+def _unannotate_rule(sch, block):
+    sch.unannotate(block, "schedule_rule")
+    return [sch]
+
+
 def _exec_module(name: str) -> types.ModuleType:
     """Import module ``name`` by running its code from here rather than through importlib's loader.
 

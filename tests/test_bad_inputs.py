@@ -65,6 +65,17 @@ def test_export_of_a_foreign_log(files, tmp_path):
                            "no task headers")
 
 
+def test_resume_of_a_file_no_run_wrote_is_refused_and_the_file_left_as_it_was(files, tmp_path, capfd):
+    junk = tmp_path / "junk.jsonl"
+    junk.write_bytes(bytes(range(256)) * 2)
+    for path in (files["foreign"], str(junk)):
+        before = open(path, "rb").read()
+        proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", files["model"], "--trials", "2",
+                            "--resume", "--log", path)
+        _assert_one_line_error(proc, "is it an autosearch tuning log?")
+        assert open(path, "rb").read() == before
+
+
 def test_export_to_an_unwritable_path(files):
     _assert_one_line_error(run_cli("export", "--log", DATASET, "--out", files["unwritable"]), "cannot write")
 

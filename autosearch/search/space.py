@@ -152,9 +152,10 @@ class DecisionSpace:
         from autosearch.search.data_movement import blocked_copy_sketch
         from autosearch.search.softmax import row_softmax_sketch
         from autosearch.tensor_units.sketch import bf16_sketches
-        from autosearch.tvm_compat import import_tensor_intrinsics
+        from autosearch.tvm_compat import import_tensor_intrinsics, register_pool_rules
 
         import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))
+        register_pool_rules([str(key) for key in target.keys])
         self.mod = mod
         self.target = target
         self._ctx = ms.TuneContext(
