@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if args.table:
         with open(args.table, "w", encoding="utf-8") as fh:
-            fh.write(f"Known schedules ({args.out}): {summary}.\n\n" + table + "\n")
+            fh.write(f"Known schedules (`{os.path.relpath(args.out)}`): {summary}.\n\n" + table + "\n")
     return 0
 
 

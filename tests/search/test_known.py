@@ -9,6 +9,7 @@ import json
 import pytest
 
 from autosearch.errors import UserError
+from autosearch.frontend.target import family_of_mcpu
 from autosearch.search.known import SHIPPED, SOURCE, KnownSchedule, KnownSchedules, load
 from autosearch.types import Config, MeasureResult, Record, Status
 
@@ -72,6 +73,8 @@ def test_the_shipped_set_holds_valid_schedules_of_more_than_one_cpu():
     shipped = load("shipped")
     assert shipped is not None and shipped.source == SHIPPED
     assert len(shipped.by_key) > 100 and len(shipped.cpus()) >= 2
+    # both families a user is likely to have: a run on either starts from its own family's configs
+    assert {family_of_mcpu(cpu) for cpu in shipped.cpus()} >= {"AMD", "Intel"}
     assert all(0 < e.seconds < 10 for entries in shipped.by_key.values() for e in entries)
 
 
