@@ -344,6 +344,10 @@ def _check_tune(strategy: str, trials: int | None, minutes: float | None, batch:
         raise UserError(f"--finalist-rounds must be 0 or more, not {finalist_rounds}")
     if resume and not log:
         raise UserError("--resume needs --log PATH (the log to continue)")
+    if log:
+        from autosearch.records import TuningLog
+
+        TuningLog.check(log, resume=resume)  # before the model's import: seconds a user need not wait
     if isinstance(runner, str) and runner not in RUNNERS:
         raise UserError(f"unknown runner {runner!r}; valid runners: {', '.join(RUNNERS)}")
 

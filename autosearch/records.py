@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autosearch.errors import UserError
+from autosearch.errors import UserError, make_writable_dir
 from autosearch.ranking import current_retimes, rank, score
 from autosearch.types import LOG_FORMAT_VERSION, Record
 
@@ -139,8 +139,7 @@ class TuningLog:
     def __init__(self, path: str, *, resume: bool = False) -> None:
         self.path = path
         directory = os.path.dirname(os.path.abspath(path))
-        if os.path.exists(path) and os.path.getsize(path) > 0 and not resume:
-            raise UserError(f"log {path} already exists: pass --resume to continue it, or choose another --log")
+        self.check(path, resume=resume)
         try:
             os.makedirs(directory, exist_ok=True)
             self._fh = open(path, "ab")
@@ -152,6 +151,18 @@ class TuningLog:
                 fh.seek(-1, os.SEEK_END)
                 if fh.read(1) != b"\n":
                     self._fh.write(b"\n")
+
+    @staticmethod
+    def check(path: str, *, resume: bool = False) -> None:
+        """Refuse, before any work, a log this writer would spoil or could not write: an existing one without
+        ``resume``, a gzipped one (plain lines appended to a gzip stream make the whole file unreadable; read_log
+        reads ``.gz``), one in a directory that cannot be made or written (made here)."""
+        if path.endswith(".gz"):
+            raise UserError(f"cannot write log {path}: a run appends plain JSON lines, so name it without .gz "
+                            "(to continue a gzipped log, gunzip it and --resume the .jsonl)")
+        if os.path.exists(path) and os.path.getsize(path) > 0 and not resume:
+            raise UserError(f"log {path} already exists: pass --resume to continue it, or choose another --log")
+        make_writable_dir(os.path.dirname(os.path.abspath(path)))
 
     def write_run(self, run_json: dict[str, Any]) -> None:
         """A run's header (strategy, options, the cost model that guides it), once per run or resume."""

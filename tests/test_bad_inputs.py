@@ -76,6 +76,24 @@ def test_resume_of_a_file_no_run_wrote_is_refused_and_the_file_left_as_it_was(fi
         assert open(path, "rb").read() == before
 
 
+def test_run_refuses_to_append_to_a_gzipped_log(files, tmp_path, capfd):
+    import gzip
+
+    log = tmp_path / "log.jsonl.gz"
+    with gzip.open(log, "wt") as fh:
+        fh.write(json.dumps({"v": 1, "kind": "run", "run": {"strategy": "random"}}) + "\n")
+    before = log.read_bytes()
+    for resume in ((), ("--resume",)):
+        proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", files["model"], "--trials", "2",
+                            *resume, "--log", str(log))
+        _assert_one_line_error(proc, "name it without .gz")
+    assert log.read_bytes() == before
+    proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", files["model"], "--trials", "2",
+                        "--log", str(tmp_path / "new.jsonl.gz"))
+    _assert_one_line_error(proc, "name it without .gz")
+    assert not (tmp_path / "new.jsonl.gz").exists()
+
+
 def test_export_to_an_unwritable_path(files):
     _assert_one_line_error(run_cli("export", "--log", DATASET, "--out", files["unwritable"]), "cannot write")
 
