@@ -590,6 +590,7 @@ def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: s
     from autosearch.deploy.database import load_database
     from autosearch.frontend.importer import import_model
 
+    make_writable_dir(os.path.dirname(os.path.abspath(out)))  # before the model's import and build
     target = _target(target)
     policy, layout, fast_math = _database_lowering(db, target, winograd=winograd, layout=layout, fast_math=fast_math,
                                                    precision=precision)  # before loading: a wrong target fails fast
@@ -699,6 +700,8 @@ def train_model(out: str, *, logs: Sequence[str] = (), measure: bool = False, mi
         raise UserError(f"{out} already holds a cost model; choose another --out or pass --force")
     if folds < 2:
         raise UserError("--folds must be at least 2")
+    if not measure:  # (--measure checks its options, then makes it)
+        make_writable_dir(out)  # before minutes of featurising, not at the end
     progress = on_progress or (lambda label, done, total: None)
     if measure:
         logs.append(_measure_dataset(out, minutes=minutes, model=model, tasks_per_layout=tasks_per_layout,

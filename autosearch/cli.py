@@ -298,6 +298,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                   f"{compiled.path} (weights: {compiled.weights_path})")
     if compiled.missing_tasks:
         console.print(f"not in the database (TVM default code): {', '.join(compiled.missing_tasks)}")
+    if compiled.mismatch:
+        _console(stderr=True).print(f"[yellow]warning[/yellow]: {compiled.mismatch}")
     if compiled.memory is not None:
         from autosearch.deploy.memory import mib
 

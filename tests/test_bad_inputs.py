@@ -115,6 +115,19 @@ def test_database_from_another_tvm_version(files, tmp_path, capfd):
     assert not os.path.exists(tmp_path / "m.so")
 
 
+def test_a_database_of_another_model_compiles_untuned_and_says_so(files, tmp_path, capfd):
+    db = str(tmp_path / "db")
+    assert run_cli("export", "--log", DATASET, "--out", db).returncode == 0  # tiny-YOLOv2's tasks
+    proc = run_cli_here(capfd, "compile", "--model", files["model"], "--db", db, "--out", str(tmp_path / "m.so"))
+    assert proc.returncode == 0 and "with 0/2 tuned tasks" in proc.stdout
+    assert "warning: the database holds none of the model's 2 tasks" in proc.stderr
+
+
+def test_train_model_refuses_an_out_that_is_a_file_before_featurising(files, capfd):
+    proc = run_cli_here(capfd, "train-model", "--log", DATASET, "--out", str(files["dir"] / "a_file"))
+    _assert_one_line_error(proc, "cannot write")
+
+
 def test_compile_to_an_unwritable_path(files, capfd):
     proc = run_cli_here(capfd, "compile", "--model", files["model"], "--db", TVM_DB,
                    "--out", os.path.join(files["unwritable"], "m.so"))

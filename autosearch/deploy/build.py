@@ -44,6 +44,15 @@ class CompiledModel:
         """Tasks of the compiled model (a layer tuned both ways counts once: the alternative compiled)."""
         return len(self.tuned_tasks) + len(self.missing_tasks)
 
+    @property
+    def mismatch(self) -> str | None:
+        """Why a build with a database is the untuned model, for a warning: the database holds none of its tasks
+        (TVM applies what matches and builds the rest with its default code, silently); None otherwise."""
+        if self.tuned_tasks or not self.missing_tasks:
+            return None
+        return (f"the database holds none of the model's {len(self.missing_tasks)} tasks, so the model is built "
+                "untuned: was it exported from a log of another model, input shape or lowering?")
+
 
 def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto",
                   layout="NCHW", fast_math=DEFAULT_FAST_MATH, plan_memory: bool = True,

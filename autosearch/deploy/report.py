@@ -143,6 +143,8 @@ def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str
         untuned = compile_model(model.relax_mod, target, model.tasks, None, os.path.join(work, "untuned.so"))
         tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
                               winograd=policy, layout=model.layout, fast_math=model.fast_math)
+        if tuned.mismatch:
+            say(f"warning: {tuned.mismatch}")
         bf16 = sum(1 for t in model.tasks
                    if t.lowering.get("algorithm") in ("bf16", BF16_WINOGRAD) and policy.uses(t.lowering))
         if policy.precision == "bf16":  # every eligible layer, no alternative to count
