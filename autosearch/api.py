@@ -328,6 +328,13 @@ def _model_estimates(summary: TuneSummary, leader: str | None) -> tuple[float | 
     return finite[0], finite[1] if any(s.best_retimed is not None for s in states) else None
 
 
+def _check_outputs(*paths: str | None) -> None:
+    """The directories of a command's output files made and writable before its minutes of work, not after."""
+    for path in paths:
+        if path:
+            make_writable_dir(os.path.dirname(os.path.abspath(path)))
+
+
 def _check_tune(strategy: str, trials: int | None, minutes: float | None, batch: int, finalist_rounds: int,
                 resume: bool, log: str | None, runner: Any) -> None:
     from autosearch.search.strategy import STRATEGIES
@@ -618,6 +625,9 @@ def report(model: str, db: str, *, log: str | None = None, target: Any = None, i
         raise UserError(f"--runs must be positive, not {runs}")
     if rounds <= 0:
         raise UserError(f"--rounds must be positive, not {rounds}")
+    if threads is not None and threads <= 0:
+        raise UserError(f"--threads must be positive, not {threads}")
+    _check_outputs(plot, markdown)
     _prepare()
     from autosearch.deploy.report import end_to_end_report
 
@@ -658,6 +668,7 @@ def compare_models(logs: str | Sequence[str], *, models: Sequence[str] | None = 
             raise UserError(f"log not found: {path}")
     if min_records < 1:
         raise UserError("--min-records must be positive")
+    _check_outputs(plot, markdown)
     progress = on_progress or (lambda label, done, total: None)
     result = evaluate(logs, models, seed=seed, out_png=plot, min_records=min_records, split=split,
                       on_fold=lambda model, done, total: progress(f"{model}: held-out {split}s", done, total),

@@ -139,6 +139,29 @@ def test_report_bad_runs(files, capfd):
                            "positive")
 
 
+def test_report_and_compare_models_check_threads_and_outputs_before_the_work(files, capfd):
+    report = ("report", "--model", files["model"], "--db", TVM_DB)
+    _assert_one_line_error(run_cli_here(capfd, *report, "--threads", "0"), "--threads must be positive")
+    for option in ("--plot", "--markdown"):
+        out = os.path.join(files["unwritable"], "out")
+        _assert_one_line_error(run_cli_here(capfd, *report, option, out), "cannot write")
+        _assert_one_line_error(run_cli_here(capfd, "compare-models", "--log", DATASET, option, out), "cannot write")
+
+
+def test_a_ray_address_that_does_not_answer_fails_in_seconds(files):
+    import socket
+    import time
+
+    with socket.socket() as sock:  # a port nothing listens on once this closes
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    proc = run_cli("run", "--strategy", "random", "--model", files["model"], "--trials", "2", "--runner", "ray",
+                   "--ray-address", f"127.0.0.1:{port}", "--log", str(files["dir"] / "ray.jsonl"), timeout=120)
+    _assert_one_line_error(proc, "does not answer")
+    assert time.monotonic() - started < 60  # Ray's own join retries an unreachable head for minutes
+
+
 def test_compare_models_unknown_model_and_missing_log(tmp_path, capfd):
     def compare_models(*args: str):
         return run_cli_here(capfd, "compare-models", *args)

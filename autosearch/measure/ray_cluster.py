@@ -68,6 +68,25 @@ def _is_loopback(address: str) -> bool:
     return host in _LOOPBACK
 
 
+ANSWER_TIMEOUT = 10.0  # seconds a cluster's head has to accept a TCP connection before joining it is given up
+
+
+def _require_answer(address: str) -> None:
+    """A ``HOST:PORT`` (or ``ray://HOST:PORT``) that accepts no connection fails in seconds, in one line: Ray's own
+    join retries an unreachable head for minutes, printing its client's warnings. ``auto`` and other forms are
+    left to Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=ANSWER_TIMEOUT).close()
+    except OSError as exc:
+        raise UserError(f"cannot join the Ray cluster at {address!r}: {host}:{port} does not answer "
+                        f"({exc.strerror or type(exc).__name__})") from exc
+
+
 def connect(address: str | None, *, key: str, num_devices: int | None, init_kwargs: dict[str, Any]) -> bool:
     """Start (``address=None``: one node on loopback advertising ``num_devices`` units of ``key``, default 1)
     or join a cluster; True if this call connected, so the caller should :func:`disconnect` when done."""
@@ -80,6 +99,7 @@ def connect(address: str | None, *, key: str, num_devices: int | None, init_kwar
         kwargs.update(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
                       num_cpus=host_cores(), resources={key: num_devices or 1})
     else:
+        _require_answer(address)
         kwargs["address"] = address
     kwargs.update(init_kwargs)
     loopback = address is None or _is_loopback(address)
