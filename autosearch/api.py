@@ -411,6 +411,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
         raise UserError(f"target kind {target.kind.name!r} cannot be measured by the local runner on this "
                         "machine; use --runner ray with a device of that kind")
     model_cost, guidance = resolve_guidance(cost_model, target, strategy, seed=seed)
+    from autosearch.frontend.target import target_mcpu
     from autosearch.search.known import load as load_known
 
     known = load_known(known_schedules)
@@ -439,7 +440,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
         notify(TuneStarted(model=imported, tasks=chosen, strategy=strategy, options=options, trials=trials,
                            minutes=minutes, runner=runner_name, target=target, cost_model=model_cost,
                            guidance=guidance, log=log_path, corrupt=list(logged.corrupt) if logged else [],
-                           known=known.describe(t.workload_key for t in chosen) if known is not None else "none",
+                           known=(known.describe((t.workload_key for t in chosen), host_cpu=target_mcpu(target))
+                                  if known is not None else "none"),
                            bf16_unguided=bool(imported.bf16_tasks and model_cost
                                               and not guides_unit(model_cost, bf16_unit(target)))))
         tuning_log.write_run({"strategy": strategy, "options": options, "cost_model": cost_model,

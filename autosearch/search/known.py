@@ -120,9 +120,7 @@ class KnownSchedules:
         measured it (each CPU's best before any CPU's second), the host's own CPU first, then its family's, then
         the others; each config once, and only those ``fits`` accepts (the task's space here can replay)."""
         entries = self.by_key.get(key, ())
-        host_family = family_of_mcpu(host_cpu)
-        cpus = sorted(dict.fromkeys(e.cpu for e in entries),
-                      key=lambda c: (c != host_cpu, family_of_mcpu(c) != host_family, c))
+        cpus = _host_first(dict.fromkeys(e.cpu for e in entries), host_cpu)
         ranked = {cpu: [e.config for e in entries if e.cpu == cpu] for cpu in cpus}
         out: list[Config] = []
         for rank in range(max((len(v) for v in ranked.values()), default=0)):
@@ -133,16 +131,23 @@ class KnownSchedules:
                         out.append(config)
         return out
 
-    def describe(self, keys: Iterable[str]) -> str:
-        """One line for a run's header: how many of the tasks ``keys`` have known schedules, and from where."""
+    def describe(self, keys: Iterable[str], *, host_cpu: str = "") -> str:
+        """One line for a run's header: how many of the tasks ``keys`` have known schedules, and from where, the
+        CPUs in the order their configs are measured (:meth:`for_task`)."""
         keys = list(keys)
         covered = [k for k in keys if self.by_key.get(k)]
-        cpus = list(dict.fromkeys(e.cpu for k in covered for e in self.by_key[k]))
+        cpus = _host_first(dict.fromkeys(e.cpu for k in covered for e in self.by_key[k]), host_cpu)
         if not covered:
             return f"none of the {len(keys)} tasks is among {self.source or 'them'}"
-        where = ", ".join(f"{family_of_mcpu(c)} {c}" for c in cpus)
+        where = ", ".join(f"{family_of_mcpu(c)} {c}{' (this CPU)' if c == host_cpu else ''}" for c in cpus)
         return (f"{len(covered)} of {len(keys)} tasks measured before on {where}: their best configs are measured "
-                "first")
+                "first, in that order")
+
+
+def _host_first(cpus: Iterable[str], host_cpu: str) -> list[str]:
+    """``cpus`` in the order their configs are measured on ``host_cpu``: itself, its family, the others."""
+    host_family = family_of_mcpu(host_cpu)
+    return sorted(cpus, key=lambda c: (c != host_cpu, family_of_mcpu(c) != host_family, c))
 
 
 def _is_known_file(path: str) -> bool:

@@ -69,6 +69,16 @@ def test_a_written_file_reads_back_and_bad_files_are_one_line_errors(tmp_path):
     assert load("none") is None and load(None) is None
 
 
+def test_the_header_names_the_cpus_in_the_order_their_configs_are_measured():
+    configs = C[:4]
+    cpus = ("rocketlake", "znver4", "znver3", "emeraldrapids")
+    known = KnownSchedules({"k": [KnownSchedule(c, 1e-3, cpu) for c, cpu in zip(configs, cpus)]})
+    line = known.describe(["k", "other"], host_cpu="znver3")
+    assert line.startswith("1 of 2 tasks measured before on AMD znver3 (this CPU), AMD znver4, Intel emeraldrapids, "
+                           "Intel rocketlake:")
+    assert known.for_task("k", host_cpu="znver3") == [configs[2], configs[1], configs[3], configs[0]]
+
+
 def test_the_shipped_set_holds_valid_schedules_of_more_than_one_cpu():
     shipped = load("shipped")
     assert shipped is not None and shipped.source == SHIPPED
