@@ -599,7 +599,7 @@ def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: s
     from autosearch.deploy.database import load_database
     from autosearch.frontend.importer import import_model
 
-    make_writable_dir(os.path.dirname(os.path.abspath(out)))  # before the model's import and build
+    _check_outputs(out)  # before the model's import and build
     target = _target(target)
     policy, layout, fast_math = _database_lowering(db, target, winograd=winograd, layout=layout, fast_math=fast_math,
                                                    precision=precision)  # before loading: a wrong target fails fast

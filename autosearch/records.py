@@ -138,10 +138,8 @@ class TuningLog:
 
     def __init__(self, path: str, *, resume: bool = False) -> None:
         self.path = path
-        directory = os.path.dirname(os.path.abspath(path))
-        self.check(path, resume=resume)
+        self.check(path, resume=resume)  # makes the directory
         try:
-            os.makedirs(directory, exist_ok=True)
             self._fh = open(path, "ab")
         except OSError as exc:
             raise UserError(f"cannot write log {path}: {exc.strerror}") from exc
