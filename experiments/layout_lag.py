@@ -9,6 +9,14 @@ kernel), and reports the winner's largest lag (its total over the other's) after
 beside the loser's final lag.
 
     python -m experiments.layout_lag experiments/results/user-*/log.jsonl.gz --out layout-lag
+
+``--narrowing`` checks the scheduler's answer, a limit that narrows as the run goes
+(:func:`autosearch.search.scheduler.layout_limit`): per run, the trials the losing layout took, how many of them came
+picked while that limit would have dropped it (and the constant limit would not), and the winner's closest
+call (its largest lag over the limit at that point, once the narrowing has begun: above 1 it would have been dropped
+itself)::
+
+    python -m experiments.layout_lag experiments/results/user-*/log.jsonl.gz --narrowing --out layout-lag-narrowing
 """
 
 from __future__ import annotations
@@ -19,8 +27,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autosearch.frontend.alternatives import layout_totals, model_latency
+from autosearch.frontend.alternatives import layout_totals, model_latency, task_layouts
 from autosearch.records import LogContents, read_log
+from autosearch.search.scheduler import BEHIND_LIMIT, NARROWING, layout_limit
 from autosearch.tables import markdown_table
 from experiments.lib.io import results_path, write_text
 
@@ -36,6 +45,9 @@ class LayoutLag:
     winner: str
     final_loser_lag: float  # the loser's total over the winner's at the end
     winner_lag: dict[float, float]  # fraction of the trials -> the winner's largest lag from there on
+    loser_trials: int = 0  # trials of the tasks only the losing layout runs
+    freed: int = 0  # of those, the ones picked while the narrowing limit, not the constant one, would have dropped it
+    closest_call: float = math.nan  # the winner's largest lag over the narrowing limit, once it narrows
 
 
 def totals_by_trial(contents: LogContents) -> list[tuple[int, dict[str, float]]]:
@@ -70,7 +82,51 @@ def layout_lag(contents: LogContents, run: str) -> LayoutLag | None:
         return totals[winner] / totals[loser]
 
     winner_lag = {f: max((lag(t) for n, t in series if n >= f * trials), default=math.nan) for f in FRACTIONS}
-    return LayoutLag(run, trials, winner, 1.0 / lag(final), winner_lag)
+    # losers[i]: trial i + 1 ran a task of the loser's alone; a trial is freed when, as it was picked (the totals
+    # after the trial before it), the loser was further behind than the narrowing limit but not the constant one
+    losers = [task_layouts((contents.tasks.get(r.task_key) or {}).get("lowering") or {}) == (loser,)
+              for r in contents.trials()]
+    before = dict(series)
+    freed = 0
+    for n, theirs in enumerate(losers, start=1):
+        totals = before.get(n - 1)
+        if theirs and totals is not None and layout_limit((n - 1) / trials) < 1.0 / lag(totals) <= BEHIND_LIMIT:
+            freed += 1
+    closest = max((lag(t) / layout_limit(n / trials) for n, t in series if n / trials > NARROWING[0]),
+                  default=math.nan)
+    return LayoutLag(run, trials, winner, 1.0 / lag(final), winner_lag, sum(losers), freed, closest)
+
+
+def layer_calls(contents: LogContents) -> tuple[int, int]:
+    """(layers tuned in two forms or more, those whose winning form the narrowing limit would have dropped): the
+    same replay per layer (direct or Winograd, fp32 or bf16), each form at its best valid measurement, else its
+    untuned kernel. Why the scheduler keeps a layer's forms to the constant limit."""
+    trials = contents.trials()
+    forms: dict[tuple, dict[str, str]] = {}
+    for key, task in contents.tasks.items():
+        lowering = task.get("lowering") or {}
+        if "layer" in lowering:
+            forms.setdefault((lowering["layer"], task_layouts(lowering)), {})[lowering["algorithm"]] = key
+    untuned = {}
+    for key in contents.tasks:
+        baseline = contents.baseline(key)
+        untuned[key] = baseline.result.median if baseline is not None and baseline.ok else None
+    layers = dropped = 0
+    for by_form in (f for f in forms.values() if len(f) > 1):
+        keys, best, series = set(by_form.values()), {}, []
+        for n, record in enumerate(trials, start=1):
+            if record.task_key in keys and record.ok:
+                best[record.task_key] = min(best.get(record.task_key, math.inf), record.result.median)
+            latency = {form: model_latency(best.get(key), untuned.get(key)) for form, key in by_form.items()}
+            if all(v is not None and math.isfinite(v) for v in latency.values()):
+                series.append((n, latency))
+        if not series:
+            continue
+        layers += 1
+        winner = min(series[-1][1], key=series[-1][1].get)
+        dropped += any(n / len(trials) > NARROWING[0] and t[winner] > layout_limit(n / len(trials)) * min(t.values())
+                       for n, t in series)
+    return layers, dropped
 
 
 def table(lags: Sequence[LayoutLag]) -> str:
@@ -81,17 +137,36 @@ def table(lags: Sequence[LayoutLag]) -> str:
     return markdown_table(header, rows)
 
 
+def narrowing_table(lags: Sequence[LayoutLag]) -> str:
+    """Per run, what the narrowing limit would have changed; a last row sums them."""
+    header = ["run", "trials", "winner", "loser behind at the end", "loser's trials", "of them while the narrowing "
+              "limit would have dropped it", "winner's closest call (lag / limit)"]
+    rows = [[x.run, x.trials, x.winner, f"{x.final_loser_lag:.2f}x", x.loser_trials, x.freed,
+             f"{x.closest_call:.2f}"] for x in lags]
+    rows.append([f"**{len(lags)} runs**", sum(x.trials for x in lags), "", "", sum(x.loser_trials for x in lags),
+                 sum(x.freed for x in lags), f"{max((x.closest_call for x in lags), default=math.nan):.2f}"])
+    return markdown_table(header, rows)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("logs", nargs="+", help="tuning logs of --layout auto runs (.jsonl or .jsonl.gz)")
     p.add_argument("--out", help="write the table to experiments/results/OUT.md")
+    p.add_argument("--narrowing", action="store_true", help="what the scheduler's narrowing limit would have changed")
     args = p.parse_args(argv)
-    lags = []
+    lags, layers, dropped = [], 0, 0
     for path in args.logs:
-        found = layout_lag(read_log(path), os.path.basename(os.path.dirname(os.path.abspath(path))))
+        contents = read_log(path)
+        found = layout_lag(contents, os.path.basename(os.path.dirname(os.path.abspath(path))))
         if found is not None:
             lags.append(found)
+        if args.narrowing:
+            counted = layer_calls(contents)
+            layers, dropped = layers + counted[0], dropped + counted[1]
     text = table(lags)
+    if args.narrowing:
+        text = (narrowing_table(lags) + f"\n\nA layer's forms under the same limit: {layers} layers tuned in two forms "
+                f"or more in these logs; the limit would have dropped the form that won in {dropped} of them.")
     print(text)
     if args.out:
         write_text(results_path(f"{args.out}.md"), text + "\n")

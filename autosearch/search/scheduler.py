@@ -12,7 +12,9 @@ compete: :meth:`TaskScheduler.rivalry`. Their warm-up comes in two rounds: every
 its warm-up while it is less than ``BEHIND_LIMIT`` times behind its rival; one further behind is dropped (no
 trial while it stays that far behind). Scaled down by the rivalry alone, such an alternative (a model in NCHW
 against NHWC with AMX) still took a large share of a run: its tasks, with few trials and slow kernels, have the
-largest optimistic gains (docs/findings.md).
+largest optimistic gains (docs/findings.md). The model's two layouts are held to a limit that narrows as the run
+goes (:meth:`TaskScheduler.layout_limit`): early a layout may trail far and still win, late it does not, and a run
+whose losing layout took trials to the end spends them on the one it keeps.
 
 The run stops at its trial budget, or at its time limit (``seconds``: wall time of this process's search, checked
 between rounds), whichever comes first; with a time limit the warm-up is planned for the trials the limit is
@@ -57,6 +59,24 @@ PACE_AFTER_TRIALS = 32  # trials of this run after which its own pace replaces t
 # layout that won in fp32 was at most 2.5x behind after its first trials; the NCHW model that lost to NHWC on AMX
 # was 3.5-5x behind.
 BEHIND_LIMIT = 3.0
+# The model's layouts (--layout auto) are held to a limit that narrows with the run's progress (the share of its trial
+# budget or time limit spent, whichever is further): BEHIND_LIMIT until NARROWING[0], then falling linearly to
+# LATE_LAYOUT_LIMIT at NARROWING[1], and that to the end. Replayed on the logs of such runs on Intel and AMD
+# (experiments/layout_lag.py --narrowing; docs/results.md), the layout that won was never further behind than this
+# limit once NARROWING[0] of the run was spent, and the losing layouts had taken many trials after it. A layer's
+# alternatives (direct or Winograd, fp32 or bf16) keep BEHIND_LIMIT: a layer's lead changed hands late in those
+# logs, a model's did not.
+NARROWING = (0.3, 0.8)
+LATE_LAYOUT_LIMIT = 1.1
+
+
+def layout_limit(progress: float) -> float:
+    """How many times behind the other the model's layout may be and still get trials when ``progress`` (0 to 1) of
+    the run is spent: :data:`BEHIND_LIMIT` until ``NARROWING[0]``, then linearly down to :data:`LATE_LAYOUT_LIMIT` at
+    ``NARROWING[1]``."""
+    start, end = NARROWING
+    share = min(1.0, max(0.0, (progress - start) / (end - start)))
+    return BEHIND_LIMIT + (LATE_LAYOUT_LIMIT - BEHIND_LIMIT) * share
 
 
 @dataclass
@@ -310,6 +330,21 @@ class TaskScheduler:
             if stage == 2:  # no trial left in the budget
                 return None
 
+    def progress(self) -> float:
+        """How far the run is, 0 to 1: the share of its trial budget or of its time limit spent, whichever is
+        further (a ``--resume``'s trials count toward its budget, as they do toward ending it)."""
+        shares = []
+        if self.budget is not None:
+            shares.append(self.trials_done / self.budget)
+        if self.seconds is not None:
+            shares.append(self.elapsed() / self.seconds)
+        return min(1.0, max(shares))
+
+    def layout_limit(self) -> float:
+        """How many times behind the other the model's layout may be and still get trials, at this point of the run
+        (:func:`layout_limit`)."""
+        return layout_limit(self.progress())
+
     def layout_totals(self) -> dict[str, float]:
         """With ``--layout auto``: each layout's model seconds as tuned so far ({} otherwise)."""
         from autosearch.frontend.alternatives import layout_totals
@@ -321,18 +356,19 @@ class TaskScheduler:
         winograd), and with ``--layout auto`` the whole model in two layouts (:mod:`autosearch.frontend.alternatives`).
         The slower alternative's gain is scaled by ``(faster total / own total) ** 2`` (totals: weight x latency
         of the alternative's tasks): its own latency counts only once it overtakes, and that gets less likely
-        the further behind it is; more than ``BEHIND_LIMIT`` times behind, by 0: dropped. The leader keeps its
-        gain; a task both layouts run is no layout's rival. Keys are ``id(state)``."""
+        the further behind it is; more than ``BEHIND_LIMIT`` times behind (a layout: :meth:`layout_limit`), by 0:
+        dropped. The leader keeps its gain; a task both layouts run is no layout's rival. Keys are ``id(state)``."""
         from autosearch.frontend.alternatives import task_layouts
         from autosearch.frontend.winograd import layer_totals
 
-        def behind(own: float, leader: float) -> float:
+        def behind(own: float, leader: float, limit: float = BEHIND_LIMIT) -> float:
             if not (math.isfinite(own) and leader < own):
                 return 1.0
-            return 0.0 if own > BEHIND_LIMIT * leader else (leader / own) ** 2
+            return 0.0 if own > limit * leader else (leader / own) ** 2
 
         totals = layer_totals((s.task.lowering, s.task.weight, s.best_latency) for s in self.states)
         layouts = self.layout_totals()
+        narrowed = self.layout_limit() if len(layouts) > 1 else BEHIND_LIMIT
         out = {}
         for s in self.states:
             factor = 1.0
@@ -341,7 +377,7 @@ class TaskScheduler:
                 factor *= behind(by_algorithm[s.task.lowering["algorithm"]], min(by_algorithm.values()))
             if len(layouts) > 1 and "layouts" in s.task.lowering:
                 own = min(layouts[layout] for layout in task_layouts(s.task.lowering))
-                factor *= behind(own, min(layouts.values()))
+                factor *= behind(own, min(layouts.values()), narrowed)
             if factor != 1.0:
                 out[id(s)] = factor
         return out

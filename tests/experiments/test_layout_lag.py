@@ -7,7 +7,8 @@ import math
 import os
 
 from autosearch.records import read_log
-from experiments.layout_lag import FRACTIONS, layout_lag, main, totals_by_trial
+from autosearch.search.scheduler import LATE_LAYOUT_LIMIT
+from experiments.layout_lag import FRACTIONS, layer_calls, layout_lag, main, totals_by_trial
 
 RESULTS = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "results")
 
@@ -32,3 +33,17 @@ def test_the_winners_lag_is_read_from_the_totals_the_scheduler_sees(tmp_path, ca
                  _log("user-tiny-yolov2-quickstart-xeon-emr-fp32-nhwc")]) == 0
     out = capsys.readouterr().out
     assert "user-tiny-yolov2-quickstart-xeon-emr-fp32-v3" in out and "-nhwc" not in out
+
+
+def test_the_narrowing_replay_counts_the_losers_late_trials_and_the_winners_closest_call(capsys):
+    """On the Zen 4 fp32 quick start NCHW won and NHWC, 1.4x behind, took trials to the end: the narrowing limit would
+    have stopped it before them; the winner was never near the limit."""
+    lag = layout_lag(read_log(_log("user-tiny-yolov2-quickstart-zen4-fp32-v7")), "v7")
+    assert lag.winner == "NCHW" and lag.final_loser_lag > LATE_LAYOUT_LIMIT
+    assert 0 < lag.freed < lag.loser_trials < lag.trials
+    assert lag.closest_call < 1.0
+    layers, dropped = layer_calls(read_log(_log("user-tiny-yolov2-quickstart-zen4-fp32-v7")))
+    assert layers >= 8 and 0 <= dropped <= layers  # its wide layers, direct and Winograd, in both layouts
+    assert main([_log("user-tiny-yolov2-quickstart-zen4-fp32-v7"), "--narrowing"]) == 0
+    out = capsys.readouterr().out
+    assert "closest call" in out and f"| {lag.freed} |" in out and f"{layers} layers tuned in two forms" in out

@@ -10,7 +10,10 @@ import pytest
 from autosearch.frontend.task import TuningTask
 from autosearch.records import TuningLog
 from autosearch.search.scheduler import (
+    BEHIND_LIMIT,
+    LATE_LAYOUT_LIMIT,
     MIN_FIRST_PASS,
+    NARROWING,
     PLANNED_TRIALS_PER_CORE_MINUTE,
     TaskScheduler,
     TaskState,
@@ -236,3 +239,53 @@ def test_under_a_time_limit_the_gradient_is_bought_per_second_and_under_a_trial_
     assert counted.next_task() is costly  # equal gains per trial: the first listed
     resumed = TaskState(task=_task(2))
     assert TaskScheduler([costly, cheap, resumed], seconds=600).seconds_per_trial(resumed) == pytest.approx(1.0)
+
+
+def _layouts_behind(budget: int | None = 1000, seconds: float | None = None, *, layer: bool = False):
+    """A ``--layout auto`` model whose NCHW tasks are 1.4x behind NHWC's after 64 trials each (with ``layer``, also
+    a layer tuned direct and 1.4x slower as Winograd), every task past its warm-up."""
+    tasks = [_task(0, 4e9, layout="auto", layouts=["NCHW"]), _task(1, 4e9, layout="auto", layouts=["NHWC"])]
+    if layer:
+        tasks += [_task(2, 4e9, winograd="auto", layer="L", algorithm="direct"),
+                  _task(3, 4e9, winograd="auto", layer="L", algorithm="winograd")]
+    scheduler = _scheduler(tasks, budget=budget, seconds=seconds, batch=16)
+    for state, secs in zip(scheduler.states, (14e-3, 10e-3, 10e-3, 14e-3)):
+        for n in range(64):
+            state.record(Config(0, (n,)), _ok(secs))
+        state.warm_up = 2
+    return scheduler
+
+
+def test_the_layout_behind_keeps_its_share_early_and_is_dropped_late():
+    """A layout 1.4x behind may still win early in a run (its gain scaled down, not dropped); once most of the run
+    is spent it does not, and the batches go to the layout the model keeps."""
+    early = _layouts_behind(budget=1000)  # 128 of 1000 trials spent
+    nchw = early.states[0]
+    assert early.layout_limit() == pytest.approx(BEHIND_LIMIT)
+    assert early.rivalry()[id(nchw)] == pytest.approx((10 / 14) ** 2)
+    late = _layouts_behind(budget=150)  # 128 of 150 spent: past the narrowing
+    assert late.progress() == pytest.approx(128 / 150)
+    assert late.layout_limit() == pytest.approx(LATE_LAYOUT_LIMIT)
+    assert late.rivalry()[id(late.states[0])] == 0
+    played = _play(late, lambda name: 10e-3, rounds=3)
+    assert played and all(name == "t1" for name, _ in played)
+
+
+def test_the_narrowing_follows_the_time_limit_when_it_is_further_than_the_trials():
+    """Under a time limit the run's progress is its share of the minutes: at 90% of them a layout 1.4x behind gets
+    no batch though few of its trials are spent."""
+    scheduler = _layouts_behind(budget=100_000, seconds=600)
+    assert scheduler.rivalry()[id(scheduler.states[0])] > 0
+    scheduler.started = time.perf_counter() - 540
+    assert scheduler.progress() == pytest.approx(0.9, abs=0.01)
+    assert scheduler.rivalry()[id(scheduler.states[0])] == 0
+
+
+def test_a_layers_alternatives_keep_the_wide_limit_to_the_end():
+    """A layer's Winograd form 1.4x behind its direct one late in a run keeps a scaled-down gain: in the logs a
+    layer's lead changed hands late, a model's layout did not."""
+    scheduler = _layouts_behind(budget=300, layer=True)
+    assert scheduler.progress() > NARROWING[1]
+    factors = scheduler.rivalry()
+    assert factors[id(scheduler.states[0])] == 0  # the NCHW model: dropped
+    assert factors[id(scheduler.states[3])] == pytest.approx((10 / 14) ** 2)  # Winograd: still searched
