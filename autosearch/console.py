@@ -44,6 +44,9 @@ def print_run_summary(console: Console, result: TuneResult) -> None:
         console.print(f"tuned tasks{scope}, weighted: {result.untuned_secs * 1e3:.1f} ms untuned -> "
                       f"{result.tuned_secs * 1e3:.2f} ms ({result.untuned_secs / result.tuned_secs:.1f}x; a layer "
                       "tuned both direct and as winograd counts both)")
+    for layout, (trials, progress, behind) in sorted(summary.layouts_dropped.items()):
+        console.print(f"the {layout} model stopped taking trials after trial {trials} ({100 * progress:.0f}% of the "
+                      f"run), {behind:.2f}x behind the other: past the limit the task scheduler narrows as a run goes")
     if result.model_secs is not None and result.retimed_model_secs is not None:
         console.print(f"estimated model: {result.model_secs * 1e3:.2f} ms from the best trials, "
                       f"{result.retimed_model_secs * 1e3:.2f} ms with the finalists as re-timed in fresh processes "

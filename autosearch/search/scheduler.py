@@ -345,6 +345,16 @@ class TaskScheduler:
         (:func:`layout_limit`)."""
         return layout_limit(self.progress())
 
+    def dropped_layouts(self) -> dict[str, float]:
+        """With ``--layout auto``: the layouts taking no trials now (more than :meth:`layout_limit` times behind the
+        other), each with how many times behind it is."""
+        layouts = self.layout_totals()
+        if len(layouts) < 2:
+            return {}
+        leader, limit = min(layouts.values()), self.layout_limit()
+        return {layout: total / leader for layout, total in layouts.items()
+                if math.isfinite(total) and total > limit * leader}
+
     def layout_totals(self) -> dict[str, float]:
         """With ``--layout auto``: each layout's model seconds as tuned so far ({} otherwise)."""
         from autosearch.frontend.alternatives import layout_totals

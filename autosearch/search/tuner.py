@@ -60,6 +60,9 @@ class TuneSummary:
     interrupted: bool = False
     timing: dict[str, float] = field(default_factory=dict)  # wall seconds per step of the loop (Tuner.timing)
     setup_timing: dict[str, float] = field(default_factory=dict)  # the set-up's parts (Tuner.setup_timing)
+    # --layout auto: a layout taking no trials at the end -> (trials measured when it stopped, the run's progress then,
+    # how many times behind the other it was) (TaskScheduler.dropped_layouts)
+    layouts_dropped: dict[str, tuple[int, float, float]] = field(default_factory=dict)
 
     def guidance(self) -> dict[str, float]:
         """Where the cost models' time went, summed over tasks (seconds; counts): featurising configs (apply +
@@ -150,6 +153,7 @@ class Tuner:
                        "finalists": 0.0}
         # where the set-up goes (parts of "setup"): design spaces, untuned reference runs, scorers and strategies
         self.setup_timing = {"space": 0.0, "baseline": 0.0, "strategy": 0.0}
+        self.layouts_dropped: dict[str, tuple[int, float, float]] = {}  # TuneSummary.layouts_dropped
         if resume is not None:
             self._load(resume)
         self.scheduler.start_counting()  # the log's trials are not this run's: the pace counts this run's alone
@@ -289,6 +293,7 @@ class Tuner:
                     self._activate(state)
                     self.timing["setup"] += time.perf_counter() - t0
                 self._round(state, n)
+                self._note_dropped_layouts()
             if self.finalists > 1 and self.finalist_rounds > 0:
                 t0 = time.perf_counter()
                 self._retime_finalists()
@@ -298,8 +303,22 @@ class Tuner:
             log.warning("interrupted: the log holds every batch measured so far; continue with --resume")
         summary = TuneSummary(states=self.states, trials=self.trials_done, elapsed=self._elapsed(),
                               interrupted=interrupted, timing=dict(self.timing),
+                              layouts_dropped=dict(self.layouts_dropped),
                               setup_timing=dict(self.setup_timing))
         return summary
+
+    def _note_dropped_layouts(self) -> None:
+        """Record (and log) when each layout stopped taking trials, for the run's summary; a layout taken back (its
+        tasks' probes, which run regardless, brought it within the limit) loses its record."""
+        dropped = self.scheduler.dropped_layouts()
+        for layout in set(self.layouts_dropped) - set(dropped):
+            del self.layouts_dropped[layout]
+        for layout, behind in dropped.items():
+            if layout not in self.layouts_dropped:
+                progress = self.scheduler.progress()
+                self.layouts_dropped[layout] = (self.trials_done, progress, behind)
+                log.info("the %s model takes no more trials: %.2fx behind the other after %d trials, %.0f%% of the run",
+                         layout, behind, self.trials_done, 100 * progress)
 
     def _retime_finalists(self) -> None:
         """The noise-aware best (:class:`autosearch.search.finalists.Retiming`), measured, logged and reported as

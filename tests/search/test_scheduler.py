@@ -289,3 +289,22 @@ def test_a_layers_alternatives_keep_the_wide_limit_to_the_end():
     factors = scheduler.rivalry()
     assert factors[id(scheduler.states[0])] == 0  # the NCHW model: dropped
     assert factors[id(scheduler.states[3])] == pytest.approx((10 / 14) ** 2)  # Winograd: still searched
+
+
+def test_the_run_records_when_a_layout_stopped_taking_trials(tmp_path):
+    """The scheduler names the layouts it drops; the tuning loop keeps when each stopped, for the run's summary, and
+    forgets a layout taken back."""
+    early, late = _layouts_behind(budget=1000), _layouts_behind(budget=150)
+    assert early.dropped_layouts() == {} and late.dropped_layouts() == {"NCHW": pytest.approx(1.4)}
+    tasks = [s.task for s in late.states]
+    with TuningLog(str(tmp_path / "l.jsonl")) as log:
+        tuner = Tuner(tasks=tasks, runner=None, log=log, strategy="random", budget=150)
+    for state, secs in zip(tuner.states, (14e-3, 10e-3)):
+        for n in range(64):
+            state.record(Config(0, (n,)), _ok(secs))
+    tuner._note_dropped_layouts()
+    assert tuner.layouts_dropped == {"NCHW": (128, pytest.approx(128 / 150), pytest.approx(1.4))}
+    for n in range(64, 70):  # NCHW within 1.1x again: taken back
+        tuner.states[0].record(Config(0, (n,)), _ok(10.5e-3))
+    tuner._note_dropped_layouts()
+    assert tuner.layouts_dropped == {}
