@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from autosearch.frontend.alternatives import layout_totals, model_latency, task_layouts
 from autosearch.records import LogContents, read_log
+from autosearch.search.estimates import untuned_latencies
 from autosearch.search.scheduler import BEHIND_LIMIT, NARROWING, layout_limit
 from autosearch.tables import markdown_table
 from experiments.lib.io import results_path, write_text
@@ -53,10 +54,7 @@ class LayoutLag:
 def totals_by_trial(contents: LogContents) -> list[tuple[int, dict[str, float]]]:
     """(trials so far, {layout: model seconds}) after each trial once both layouts' totals are known."""
     headers = contents.tasks
-    untuned = {}
-    for key in headers:
-        baseline = contents.baseline(key)
-        untuned[key] = baseline.result.median if baseline is not None and baseline.ok else None
+    untuned = untuned_latencies(contents)
     best: dict[str, float] = {}
     out = []
     for n, record in enumerate(contents.trials(), start=1):
@@ -107,10 +105,7 @@ def layer_calls(contents: LogContents) -> tuple[int, int]:
         lowering = task.get("lowering") or {}
         if "layer" in lowering:
             forms.setdefault((lowering["layer"], task_layouts(lowering)), {})[lowering["algorithm"]] = key
-    untuned = {}
-    for key in contents.tasks:
-        baseline = contents.baseline(key)
-        untuned[key] = baseline.result.median if baseline is not None and baseline.ok else None
+    untuned = untuned_latencies(contents)
     layers = dropped = 0
     for by_form in (f for f in forms.values() if len(f) > 1):
         keys, best, series = set(by_form.values()), {}, []

@@ -38,7 +38,7 @@ def _entries(contents: LogContents, best: dict[str, float | None], untuned: dict
             for key, header in contents.tasks.items()]
 
 
-def _untuned(contents: LogContents) -> dict[str, float]:
+def untuned_latencies(contents: LogContents) -> dict[str, float]:
     """Each task's untuned latency (its last valid baseline record), in one pass over the log."""
     last = {r.task_key: r for r in contents.records if r.kind == "baseline"}  # the last one logged, as baseline()
     return {key: r.latency for key, r in last.items() if r.ok}
@@ -55,7 +55,7 @@ def _estimate(entries) -> float:
 def estimate_curve(contents: LogContents) -> list[EstimatePoint]:
     """The estimate after each trial that changed it (and after the last trial), in the order trials finished;
     [] until every task has a latency (its untuned kernel is measured first)."""
-    untuned = _untuned(contents)
+    untuned = untuned_latencies(contents)
     trials = sorted(contents.trials(), key=lambda r: r.finished)
     starts = [float(run["started"]) for run in contents.runs if "started" in run]
     start = min(starts + [r.started for r in trials]) if trials else 0.0
@@ -77,7 +77,7 @@ def task_shares(contents: LogContents) -> list[TaskShare]:
     for record in contents.trials():
         if record.ok:
             best[record.task_key] = min(best.get(record.task_key, math.inf), record.latency)
-    untuned = _untuned(contents)
+    untuned = untuned_latencies(contents)
     retimed = {key: contents.best_seconds(key) for key in contents.tasks}  # the layout export keeps: re-timed
     leader = choose_layout(layout_totals(_entries(contents, retimed, untuned)))
     forms: dict[str, dict[str, list[TaskShare]]] = {}  # a layer tuned in two forms -> form -> its tasks
@@ -99,4 +99,4 @@ def task_shares(contents: LogContents) -> list[TaskShare]:
     return sorted(shares, key=lambda s: -s.seconds)
 
 
-__all__ = ["EstimatePoint", "TaskShare", "estimate_curve", "task_shares"]
+__all__ = ["EstimatePoint", "TaskShare", "estimate_curve", "task_shares", "untuned_latencies"]

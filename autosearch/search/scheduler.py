@@ -79,6 +79,14 @@ def layout_limit(progress: float) -> float:
     return BEHIND_LIMIT + (LATE_LAYOUT_LIMIT - BEHIND_LIMIT) * share
 
 
+def gain_factor(own: float, leader: float, limit: float = BEHIND_LIMIT) -> float:
+    """What an alternative's gain is scaled by when its total is ``own`` and the faster one's ``leader``: 1 for the
+    leader (or an unknown total), ``(leader / own) ** 2`` behind it, 0 (dropped) more than ``limit`` times behind."""
+    if not (math.isfinite(own) and leader < own):
+        return 1.0
+    return 0.0 if own > limit * leader else (leader / own) ** 2
+
+
 @dataclass
 class TaskState:
     """Everything the loop knows about one task while tuning."""
@@ -352,8 +360,7 @@ class TaskScheduler:
         if len(layouts) < 2:
             return {}
         leader, limit = min(layouts.values()), self.layout_limit()
-        return {layout: total / leader for layout, total in layouts.items()
-                if math.isfinite(total) and total > limit * leader}
+        return {layout: total / leader for layout, total in layouts.items() if gain_factor(total, leader, limit) == 0}
 
     def layout_totals(self) -> dict[str, float]:
         """With ``--layout auto``: each layout's model seconds as tuned so far ({} otherwise)."""
@@ -371,11 +378,6 @@ class TaskScheduler:
         from autosearch.frontend.alternatives import task_layouts
         from autosearch.frontend.winograd import layer_totals
 
-        def behind(own: float, leader: float, limit: float = BEHIND_LIMIT) -> float:
-            if not (math.isfinite(own) and leader < own):
-                return 1.0
-            return 0.0 if own > limit * leader else (leader / own) ** 2
-
         totals = layer_totals((s.task.lowering, s.task.weight, s.best_latency) for s in self.states)
         layouts = self.layout_totals()
         narrowed = self.layout_limit() if len(layouts) > 1 else BEHIND_LIMIT
@@ -384,10 +386,10 @@ class TaskScheduler:
             factor = 1.0
             if "layer" in s.task.lowering:
                 by_algorithm = totals[s.task.lowering["layer"]]
-                factor *= behind(by_algorithm[s.task.lowering["algorithm"]], min(by_algorithm.values()))
+                factor *= gain_factor(by_algorithm[s.task.lowering["algorithm"]], min(by_algorithm.values()))
             if len(layouts) > 1 and "layouts" in s.task.lowering:
                 own = min(layouts[layout] for layout in task_layouts(s.task.lowering))
-                factor *= behind(own, min(layouts.values()), narrowed)
+                factor *= gain_factor(own, min(layouts.values()), narrowed)
             if factor != 1.0:
                 out[id(s)] = factor
         return out
