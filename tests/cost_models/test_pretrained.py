@@ -190,8 +190,8 @@ def _run(capfd, tmp_path, *extra: str) -> tuple[int, str, str, str]:
     if not os.path.exists(model):
         small_conv_onnx(model)
     log = str(tmp_path / f"run{len(list(tmp_path.glob('*.jsonl')))}.jsonl")
-    proc = run_cli_here(capfd, "run", "--strategy", "optuna", "--model", model, "--tasks", "conv", "--trials", "12",
-                        "--batch", "6", "--layout", "NCHW", "--finalist-rounds", "1", "--repeat", "2",
+    proc = run_cli_here(capfd, "run", "--strategy", "optuna", "--model", model, "--tasks", "conv", "--trials", "6",
+                        "--batch", "3", "--layout", "NCHW", "--finalist-rounds", "1", "--repeat", "2",
                         "--min-repeat-ms", "5", "--log", log, *extra)
     return proc.returncode, proc.stdout, proc.stderr, log
 
@@ -210,7 +210,7 @@ def test_auto_none_and_a_trained_directory_all_tune_and_the_log_says_which(capfd
     if choice == "blend":
         assert "blend on loop features" in guided
     assert f"cost model: {guided.split(',')[0]}" in " ".join(out.split())  # the console wraps long lines
-    assert sum(r.ok for r in contents.trials()) >= 10
+    assert sum(r.ok for r in contents.trials()) >= 5  # two batches: the second ranked after an update
 
 
 def test_bad_model_directories_are_one_line_errors(capfd, tmp_path, trained_dir):
