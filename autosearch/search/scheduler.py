@@ -209,6 +209,23 @@ class TaskScheduler:
 
         self._auto_layouts = {layout for s in self.states if "layouts" in s.task.lowering
                               for layout in task_layouts(s.task.lowering)}
+        self.order = self._probe_order()
+
+    def _probe_order(self) -> list[TaskState]:
+        """The order tasks are set up and probed in: with ``--layout auto``, every task the first-named layout's
+        model runs (its own and those both layouts share), then the other layout's; otherwise the tasks' own order.
+        Probed in turns, neither layout's model had a latency for every task until the last probe (minutes into a
+        run on a slow machine), so a run stopped before then had nothing to export; one layout first has a model
+        halfway through the probes. Every task is still probed before any warm-up or gradient batch."""
+        from autosearch.frontend.alternatives import task_layouts
+
+        singles = [task_layouts(s.task.lowering) for s in self.states
+                   if "layouts" in s.task.lowering and len(task_layouts(s.task.lowering)) < len(self._auto_layouts)]
+        if len(self._auto_layouts) < 2 or not singles:
+            return list(self.states)
+        first = singles[0][0]
+        return sorted(self.states, key=lambda s: "layouts" in s.task.lowering
+                      and first not in task_layouts(s.task.lowering))  # stable: each group in the tasks' order
 
     def start_counting(self) -> None:
         """The trials measured so far are an earlier run's (``--resume``): the pace counts later ones only."""
@@ -293,13 +310,13 @@ class TaskScheduler:
         return min(n, self.budget - self.trials_done) if self.budget is not None else n
 
     def next_task(self) -> TaskState | None:
-        """The task that gets the next batch: a task not yet probed, in order; then an alternative still warming up
-        that is not dropped (``BEHIND_LIMIT``), in order; then the largest expected gain. None when every task is
-        done."""
+        """The task that gets the next batch: a task not yet probed, in :attr:`order`; then an alternative still
+        warming up that is not dropped (``BEHIND_LIMIT``), in the tasks' order; then the largest expected gain. None
+        when every task is done."""
         live = [s for s in self.states if not s.done]
         if not live:
             return None
-        unprobed = [s for s in live if s.warm_up == 0]
+        unprobed = [s for s in self.order if s.warm_up == 0 and not s.done]
         if unprobed:
             return unprobed[0]
         rivalry = self.rivalry()

@@ -251,7 +251,7 @@ class Tuner:
         worker while the design spaces are built here; the baselines are timed after every build has ended (the
         runner's :meth:`prepare_many`).
         """
-        waiting = [s for s in self.states
+        waiting = [s for s in self.scheduler.order  # the order the scheduler probes them in
                    if s is not state and not s.active and s.prepared is None and not s.done]
         chunk = [state] + waiting[: SETUP_CHUNK - 1]
         space_secs = 0.0

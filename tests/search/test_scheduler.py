@@ -186,13 +186,42 @@ def test_an_alternative_far_behind_after_its_probe_gets_no_more_warm_up():
     played = _play(scheduler, lambda name: {"t0": 12e-3, "t1": 2e-3, "t2": 1e-3}[name], rounds=4)
     first = scheduler.first_pass(nhwc)
     assert first > MIN_FIRST_PASS
-    assert played[:3] == [("t0", MIN_FIRST_PASS), ("t1", MIN_FIRST_PASS), ("t2", first)]  # the probes
+    # the probes: the first-named layout's model (NCHW: its own task and the shared one), then NHWC's
+    assert played[:3] == [("t0", MIN_FIRST_PASS), ("t2", first), ("t1", MIN_FIRST_PASS)]
     assert played[3] == ("t1", first - MIN_FIRST_PASS)  # the rest of the leader's warm-up, not NCHW's
     assert scheduler.rivalry()[id(nchw)] == 0 and nchw.trials == MIN_FIRST_PASS  # dropped
     for s in scheduler.states:
         s.warm_up = 2
     later = _play(scheduler, lambda name: 2e-3, rounds=20)
     assert len(later) == 20 and "t0" not in {name for name, _ in later}  # dropped: never picked again
+
+
+def test_one_layouts_model_is_probed_whole_before_the_other_layouts_tasks():
+    """With ``--layout auto`` the probes take every task of the layout the task list names first (its own and the
+    ones both layouts share), then the other's: halfway through the probes one model has a latency for every task,
+    which is what ``export`` needs, where probes in turns completed neither until the last one. Without two layouts
+    the tasks' own order stands."""
+    import math
+
+    def auto(i: int, *layouts: str) -> TuningTask:
+        return _task(i, 1e9, layout="auto", layouts=list(layouts))
+
+    tasks = [auto(0, "NHWC"), auto(1, "NCHW"), auto(2, "NHWC"), auto(3, "NCHW"), auto(4, "NCHW", "NHWC")]
+    scheduler = _scheduler(tasks, budget=1000, batch=16)
+    assert [s.task.name for s in scheduler.order] == ["t0", "t2", "t4", "t1", "t3"]
+    probed = []
+    for _ in range(3):
+        state, n = scheduler.next_round()
+        for _ in range(n):
+            state.record(Config(0, (state.trials,)), _ok(1e-3))
+        probed.append(state.task.name)
+    assert probed == ["t0", "t2", "t4"]
+    totals = scheduler.layout_totals()
+    assert math.isfinite(totals["NHWC"]) and not math.isfinite(totals["NCHW"])  # one model whole, the other not yet
+    assert [scheduler.next_round()[0].task.name for _ in range(2)] == ["t1", "t3"]  # then the other layout's probes
+
+    plain = _scheduler([_task(0), _task(1), _task(2)], budget=100)
+    assert plain.order == plain.states
 
 
 def test_an_alternative_close_behind_its_rival_warms_up_in_full():
