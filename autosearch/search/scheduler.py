@@ -217,15 +217,14 @@ class TaskScheduler:
         Probed in turns, neither layout's model had a latency for every task until the last probe (minutes into a
         run on a slow machine), so a run stopped before then had nothing to export; one layout first has a model
         halfway through the probes. Every task is still probed before any warm-up or gradient batch."""
-        from autosearch.frontend.alternatives import task_layouts
+        from autosearch.frontend.alternatives import in_model, task_layouts
 
-        singles = [task_layouts(s.task.lowering) for s in self.states
-                   if "layouts" in s.task.lowering and len(task_layouts(s.task.lowering)) < len(self._auto_layouts)]
-        if len(self._auto_layouts) < 2 or not singles:
+        first = next((task_layouts(s.task.lowering)[0] for s in self.states
+                      if "layouts" in s.task.lowering and len(task_layouts(s.task.lowering)) < len(self._auto_layouts)),
+                     None)
+        if first is None:
             return list(self.states)
-        first = singles[0][0]
-        return sorted(self.states, key=lambda s: "layouts" in s.task.lowering
-                      and first not in task_layouts(s.task.lowering))  # stable: each group in the tasks' order
+        return sorted(self.states, key=lambda s: not in_model(s.task.lowering, first))  # stable: groups keep order
 
     def start_counting(self) -> None:
         """The trials measured so far are an earlier run's (``--resume``): the pace counts later ones only."""
