@@ -168,10 +168,11 @@ def geometry_label(in_pixels: tuple[int, int], in_channels: int, out_pixels: tup
     return f"{h}x{w}x{in_channels} -> {oh}x{ow}x{out_channels}, {kernel}x{kernel}"
 
 
-def tvm_conv_geometry(name: str, args: list) -> tuple | None:
+def tvm_conv_geometry(name: str, args: list, *, layout: str = "NCHW") -> tuple | None:
     """(in pixels, in channels, out pixels, out channels, filter size) of a fused conv task from its name and
     arguments (a log header's ``args``), or None: NHWC in fp32 (OHWI weights), bf16 (packed weights, the filter
-    height second) or bf16 Winograd (3x3), NCHW direct (OIHW) or Winograd (3x3). A 1x1 layer computed on rows of 32
+    height second) or bf16 Winograd (3x3), NCHW direct (OIHW), fp32 Winograd (3x3) in the task's ``layout`` (its
+    transformed weights do not say which). A 1x1 layer computed on rows of 32
     or 16 pixels (:mod:`autosearch.tensor_units.pointwise`) counts its pixels, not its rows; a fused max pool (the
     convolution then writes the pooled image) is named by the convolution's own output, the size of its input."""
     from autosearch.tensor_units.conv import TASK_NAME
@@ -188,7 +189,7 @@ def tvm_conv_geometry(name: str, args: list) -> tuple | None:
     elif WINOGRAD_BF16 in name:  # NHWC, its 3x3 weights transformed and packed
         nhwc, kernel = True, 3
     elif "winograd" in name:
-        nhwc, kernel = False, 3
+        nhwc, kernel = layout == "NHWC", 3
     elif len(weight) == 4 and weight[0] == out[3] and weight[3] == data[3] and weight[1] == weight[2]:
         nhwc, kernel = True, weight[1]
     elif len(weight) == 4 and weight[:2] == (out[1], data[1]) and weight[2] == weight[3]:
@@ -248,6 +249,7 @@ def per_layer(tvm_rows: list[dict], log_path: str, ov: dict[str, tuple[dict, dic
     """Per convolution geometry: the tuned model's milliseconds in the model (its kernels of that geometry) and each
     OpenVINO profile's (its nodes of that geometry), with how many of each. A 1x1 layer the tuned model runs on
     rows of pixels is matched by its pixel count and channels."""
+    from autosearch.frontend.alternatives import task_layouts
     from autosearch.records import read_log
 
     headers = read_log(log_path).tasks
@@ -266,7 +268,8 @@ def per_layer(tvm_rows: list[dict], log_path: str, ov: dict[str, tuple[dict, dic
             row[f"{label}_n"] = row.get(f"{label}_n", 0) + 1
     for r in tvm_rows:
         header = headers.get(r["key"])
-        g = tvm_conv_geometry(header["name"], header["args"]) if header else None
+        g = (tvm_conv_geometry(header["name"], header["args"], layout=task_layouts(header.get("lowering") or {})[0])
+             if header else None)
         if g is None:
             continue
         name = flat.get(g) if g[0] == "flat" else geometry_label(*g)

@@ -19,6 +19,11 @@ def test_a_conv_tasks_geometry_is_read_in_every_lowering() -> None:
     assert tvm_conv_geometry("fused_conv2d_amx_bf1630_add16", bf16) == want
     assert tvm_conv_geometry("fused_conv2d26_add13", nchw) == want
     assert tvm_conv_geometry("fused_conv2d_winograd2_add6", winograd) == want
+    # fp32 Winograd in NHWC: its transformed weights (6, 6, in, out) are NCHW's; the task's layout tells them apart
+    nhwc_winograd = [[[1, 80, 80, 64], "float32"], [[6, 6, 64, 80], "float32"], [[1, 1, 1, 80], "float32"],
+                     [[1, 80, 80, 80], "float32"]]
+    assert tvm_conv_geometry("fused_conv2d_winograd2_add4", nhwc_winograd, layout="NHWC") == want
+    assert tvm_conv_geometry("fused_conv2d_winograd2_add4", nhwc_winograd) != want  # read as NCHW: another layer
     bf16_winograd = [[[1, 80, 80, 64], "bfloat16"], [[16, 1, 1, 1, 32, 80, 2], "bfloat16"],
                      [[1, 80, 80, 80], "float32"]]
     assert tvm_conv_geometry("fused_conv2d_winograd_bf163_add16", bf16_winograd) == want
@@ -33,21 +38,26 @@ def test_a_conv_tasks_geometry_is_read_in_every_lowering() -> None:
 
 
 def test_layers_are_matched_by_geometry_and_summed_per_side(tmp_path) -> None:
-    """Two calls of one geometry on each side are summed; a 1x1 layer on rows meets OpenVINO's 20x20 layer; a
-    layer only one side has keeps its row with nothing on the other."""
+    """Two calls of one geometry on each side are summed; a 1x1 layer on rows meets OpenVINO's 20x20 layer; an NHWC
+    Winograd task meets its layer by the layout its header names; a layer only one side has keeps its row with
+    nothing on the other."""
     log = tmp_path / "log.jsonl"
     headers = {
         "k3": ("fused_conv2d_amx_bf161_add1", [[[1, 40, 40, 64], "bfloat16"], [[2, 3, 3, 32, 32, 2], "bfloat16"],
                                                 [[1, 40, 40, 64], "bfloat16"]]),
         "k1": ("fused_conv2d_amx_bf162_add2", [[[1, 25, 16, 128], "bfloat16"], [[4, 1, 1, 64, 32, 2], "bfloat16"],
                                                 [[1, 25, 16, 128], "bfloat16"]]),
+        "kw": ("fused_conv2d_winograd_add8", [[[1, 80, 80, 16], "float32"], [[6, 6, 16, 32], "float32"],
+                                               [[1, 80, 80, 32], "float32"]]),
     }
+    layouts = {"kw": {"layouts": ["NHWC"]}}
     with open(log, "w") as f:
         for key, (name, args) in headers.items():
             f.write(json.dumps({"kind": "task", "task": {"workload_key": key, "name": name, "args": args, "index": 0,
                                                          "weight": 1, "flops": 1.0, "target": {"kind": "llvm"},
-                                                         "workload": {}, "lowering": {}}}) + "\n")
-    tvm_rows = [{"key": "k3", "in_model": 0.2, "calls": 2}, {"key": "k1", "in_model": 0.1, "calls": 1}]
+                                                         "workload": {}, "lowering": layouts.get(key, {})}}) + "\n")
+    tvm_rows = [{"key": "k3", "in_model": 0.2, "calls": 2}, {"key": "k1", "in_model": 0.1, "calls": 1},
+                {"key": "kw", "in_model": 0.25, "calls": 1}]
     ov_geometry = {"Conv_1": ((40, 40), 64, (40, 40), 64, 3), "Conv_2": ((40, 40), 64, (40, 40), 64, 3),
                    "Conv_3": ((20, 20), 128, (20, 20), 128, 1), "Conv_9": ((80, 80), 16, (80, 80), 32, 3)}
     nodes = {("Conv_1", "Convolution", "brgconv"): 0.06, ("Conv_2", "Convolution", "brgconv"): 0.07,
@@ -57,6 +67,6 @@ def test_layers_are_matched_by_geometry_and_summed_per_side(tmp_path) -> None:
     k3, k1 = rows["40x40x64 -> 40x40x64, 3x3"], rows["20x20x128 -> 20x20x128, 1x1"]
     assert (k3["tvm"], k3["tvm_n"], k3["OpenVINO"], k3["OpenVINO_n"]) == (0.2, 2, 0.13, 2)
     assert (k1["tvm"], k1["tvm_n"], k1["OpenVINO"]) == (0.1, 1, 0.05)
-    assert rows["80x80x16 -> 80x80x32, 3x3"]["tvm"] == 0.0
+    assert (rows["80x80x16 -> 80x80x32, 3x3"]["tvm"], rows["80x80x16 -> 80x80x32, 3x3"]["OpenVINO"]) == (0.25, 0.3)
     table = layer_table(list(rows.values()), ["OpenVINO"])
-    assert "**layers in both (2)** | 0.3" in table and "| 2.00x |" in table
+    assert "**layers in both (3)** | 0.55" in table and "| 2.00x |" in table
