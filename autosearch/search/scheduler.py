@@ -221,8 +221,7 @@ class TaskScheduler:
         halfway through the probes. Every task is still probed before any warm-up or gradient batch."""
         from autosearch.frontend.alternatives import in_model, task_layouts
 
-        first = next((task_layouts(s.task.lowering)[0] for s in self.states
-                      if "layouts" in s.task.lowering and len(task_layouts(s.task.lowering)) < len(self._auto_layouts)),
+        first = next((task_layouts(s.task.lowering)[0] for s in self.states if self._in_one_layout(s.task.lowering)),
                      None)
         if first is None:
             return list(self.states)
@@ -287,14 +286,14 @@ class TaskScheduler:
     def is_alternative(self, state: TaskState) -> bool:
         """Whether the model runs ``state``'s task or a rival instead: a layer tuned in two algorithms or
         precisions, or a task of one layout of a ``--layout auto`` model (not one both layouts run)."""
+        lowering = state.task.lowering
+        return "layer" in lowering or self._in_one_layout(lowering)
+
+    def _in_one_layout(self, lowering: dict[str, Any]) -> bool:
+        """Whether a task of a ``--layout auto`` model runs in one layout's model only (not one both share)."""
         from autosearch.frontend.alternatives import task_layouts
 
-        lowering = state.task.lowering
-        if "layer" in lowering:
-            return True
-        if "layouts" not in lowering:
-            return False
-        return len(task_layouts(lowering)) < len(self._auto_layouts)
+        return "layouts" in lowering and len(task_layouts(lowering)) < len(self._auto_layouts)
 
     def batch_for(self, state: TaskState) -> int:
         """The size of ``state``'s next batch: its probe (the whole warm-up unless it is an alternative), the rest
