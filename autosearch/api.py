@@ -47,10 +47,10 @@ RUNNERS = ("local", "ray")
 
 
 def _prepare() -> None:
-    """Before TVM's first import: import it without PyTorch (:func:`autosearch.tvm_compat.keep_torch_out_of_tvm`)."""
-    from autosearch.tvm_compat import keep_torch_out_of_tvm
+    """Before TVM's first import: make it lighter (:func:`autosearch.tvm_compat.lighten_tvm_import`)."""
+    from autosearch.tvm_compat import lighten_tvm_import
 
-    keep_torch_out_of_tvm()
+    lighten_tvm_import()
 
 
 def _target(target: Any):

@@ -558,9 +558,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from autosearch.tvm_compat import keep_torch_out_of_tvm
+    from autosearch.tvm_compat import lighten_tvm_import
 
-    keep_torch_out_of_tvm()
+    lighten_tvm_import()
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

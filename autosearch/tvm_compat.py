@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.abc
 import importlib.util
@@ -24,8 +25,8 @@ def _modules_for(mtriple: str) -> tuple[str, ...]:
     return _LLVM_INTRINSICS
 
 
-class _TvmWithoutTorch(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``tvm`` once, and runs its package import with PyTorch hidden (see :func:`keep_torch_out_of_tvm`)."""
+class _LightTvmImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``tvm`` once, and runs its package import lighter (see :func:`lighten_tvm_import`)."""
 
     def __init__(self) -> None:
         self.inner: importlib.abc.Loader | None = None
@@ -35,7 +36,7 @@ class _TvmWithoutTorch(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return None
         sys.meta_path.remove(self)  # one use; the lookup below goes to the finders after it
         spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None or "torch" in sys.modules:
+        if spec is None or spec.loader is None:
             return spec
         self.inner, spec.loader = spec.loader, self
         return spec
@@ -45,27 +46,62 @@ class _TvmWithoutTorch(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         module.__loader__ = module.__spec__.loader = self.inner  # the package as importlib would leave it
-        sys.modules["torch"] = None  # type: ignore[assignment]  # ``import torch`` raises ImportError
+        hidden = "torch" not in sys.modules  # a process that blocked torch itself (None there) keeps it blocked
+        if hidden:
+            sys.modules["torch"] = None  # type: ignore[assignment]  # ``import torch`` raises ImportError
         try:
-            self.inner.exec_module(module)
+            with _global_names_listed_once():
+                self.inner.exec_module(module)
         finally:
-            if "torch" in sys.modules and sys.modules["torch"] is None:
+            if hidden and "torch" in sys.modules and sys.modules["torch"] is None:
                 del sys.modules["torch"]
 
 
-def keep_torch_out_of_tvm() -> None:
-    """Import TVM, when this process first does, without PyTorch; torch stays importable afterwards.
+@contextlib.contextmanager
+def _global_names_listed_once():
+    """While TVM's package imports: ``tvm_ffi``'s list of global function names made once, and again only when the
+    number of names has changed (a module registered functions of its own since).
+
+    Each of the package's ``_ffi_api`` modules (about fifty) calls ``tvm_ffi.init_ffi_api``, which lists every
+    global function of the library (thousands) by one FFI call per name, to keep the few under its prefix: the
+    same list each time, rebuilt in Python, a large part of the import. The modules get the same functions
+    (``tests/test_tvm_compat.py`` compares every ``tvm`` module's names with and without it).
+    """
+    from tvm_ffi import registry
+
+    original = registry.list_global_func_names
+    listed: list[str] = []
+
+    def names() -> list[str]:
+        functor = registry.get_global_func("ffi.FunctionListGlobalNamesFunctor")()
+        count = functor(-1)
+        if len(listed) != count:
+            listed[:] = [functor(i) for i in range(count)]
+        return list(listed)
+
+    registry.list_global_func_names = names
+    try:
+        yield
+    finally:
+        registry.list_global_func_names = original
+
+
+def lighten_tvm_import() -> None:
+    """Import TVM, when this process first does, without PyTorch and listing TVM's functions once; torch stays
+    importable afterwards.
 
     TVM 0.27 and its ``tvm_ffi`` import PyTorch when it is installed (the ``[learned]`` extra), only to exchange
     tensors with it, which autosearch never does: most of the time of ``import tvm``, in every process that
     imports TVM. Hidden during TVM's own import, torch is found normally when a learned cost model imports it
-    later. For the processes autosearch starts itself (the CLI, experiment scripts, ``report``'s timing processes,
-    one per runtime and round); the measuring workers, which never need torch, block it outright. A no-op once TVM
-    or torch is loaded.
+    later. What is left of the import lists the library's functions again for each of its modules
+    (:func:`_global_names_listed_once`). For the processes autosearch starts itself (the CLI, experiment scripts,
+    ``report``'s timing processes, one per runtime and round, the measuring and build workers, each run's and each
+    finalist round's and each restart's). A process that imported torch first gets the second saving only. A no-op
+    once TVM is loaded.
     """
-    if "tvm" in sys.modules or "torch" in sys.modules or any(isinstance(f, _TvmWithoutTorch) for f in sys.meta_path):
+    if "tvm" in sys.modules or any(isinstance(f, _LightTvmImport) for f in sys.meta_path):
         return
-    sys.meta_path.insert(0, _TvmWithoutTorch())
+    sys.meta_path.insert(0, _LightTvmImport())
 
 
 # TIR passes of TVM's default pipeline that autosearch's CPU builds leave out (see :func:`build_context`).

@@ -61,9 +61,9 @@ Session = tuple[Callable[[], object], Callable[[object], list[np.ndarray]]]  # (
 
 
 def _import_tvm():
-    from autosearch.tvm_compat import keep_torch_out_of_tvm
+    from autosearch.tvm_compat import lighten_tvm_import
 
-    keep_torch_out_of_tvm()  # each timed round is a fresh process: seconds of importing PyTorch, unused, in each
+    lighten_tvm_import()  # each timed round is a fresh process: PyTorch, unused, not imported in each
     import tvm
     from tvm import relax  # noqa: F401 - the VM, loaded with the model
 

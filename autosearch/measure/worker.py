@@ -90,6 +90,9 @@ def main(fd: int) -> None:
     # kernels never do. Blocked, a worker starts seconds sooner and without libtorch's memory, on every start:
     # each run's workers, each finalist round's fresh measuring process, each restart after a crash.
     sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
+    from autosearch.tvm_compat import lighten_tvm_import
+
+    lighten_tvm_import()  # TVM's functions listed once in its import: a worker starts sooner, on every start
     cpus = os.environ.get("AUTOSEARCH_AFFINITY")
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})

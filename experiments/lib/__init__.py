@@ -14,7 +14,7 @@
 - :mod:`.study`: the strategy study (``experiments/study.py``).
 """
 
-from autosearch.tvm_compat import keep_torch_out_of_tvm
+from autosearch.tvm_compat import lighten_tvm_import
 
 # Each script here runs as a process of its own (studies start one per run): TVM imported as the CLI imports it.
-keep_torch_out_of_tvm()
+lighten_tvm_import()
