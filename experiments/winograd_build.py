@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ import numpy as np
 from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.machine import describe, fingerprint
+from experiments.lib.retime import in_turns
 
 
 def nested_const_matrix(matrix, name: str):
@@ -94,18 +94,6 @@ def _build(mod, target, *, skip: bool) -> tuple[bytes, float, str]:
         lib.export_library(path)
         with open(path, "rb") as fh:
             return pack_artifact(fh.read(), plan), secs, digest
-
-
-def _latencies(runner, key: str, args, artifacts: dict[str, bytes], rounds: int) -> dict[str, float]:
-    """Median latency (ms) of each artifact, timed in turns; raises if one computes a wrong result."""
-    times: dict[str, list[float]] = {name: [] for name in artifacts}
-    for r in range(rounds):
-        for name in (list(artifacts) if r % 2 == 0 else list(reversed(artifacts))):
-            result = runner.run(key, artifacts[name], args, 0, {"repeat": 20})
-            if "wrong_result" in result:
-                raise RuntimeError(f"{name}: {result['wrong_result']}")
-            times[name].append(result["median"] * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                     row.update(nested_key=other.workload_key, nested_build_s=nested_s,
                                nested_same_asm=nested_asm == base_asm)
             if not row["no_renormalize_same_asm"]:
-                ms = _latencies(runner, key, task.args, {"tvm": base, "autosearch": plain}, args.rounds)
+                ms = in_turns(runner, key, task.args, {"tvm": base, "autosearch": plain}, args.rounds)
                 row.update(ms=ms["tvm"], no_renormalize_ms=ms["autosearch"])
             rows.append(row)
             if "winograd" not in row["task"]:

@@ -375,3 +375,34 @@ def test_the_clflushopt_flush_evicts_what_tvms_flush_evicts():
     warm, cold_tvm, cold_opt = best[None], best[TVM_FLUSH], best[FLUSH_OPT]
     assert cold_opt > 1.2 * warm and cold_tvm > 1.2 * warm
     assert 0.6 < cold_opt / cold_tvm < 1.6
+
+
+def test_a_kernel_built_ahead_is_taken_with_its_build_seconds_and_nothing_is_timed_while_one_builds(conv_task,
+                                                                                                   conv_space):
+    """``prefetch`` builds on workers a batch leaves idle: the batch that asks for the module takes that build (its
+    seconds, not a cache hit's 0) without building again, and a batch measured while another module builds ahead
+    waits for it before timing anything."""
+    from autosearch.measure.local import LocalRunner
+
+    rng = np.random.default_rng(5)
+    mods = [a.mod for a in (conv_space.apply(conv_space.sample(rng)) for _ in range(8)) if a.ok][:2]
+    with LocalRunner(target=conv_task.target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5),
+                     build_workers=2) as r:
+        assert r.prepare(conv_task).ok
+        assert [r.spare_builds(n) for n in (0, 1, 2, 3)] == [0, 1, 0, 1]
+        builds, done_at_timing = [], []
+        build_one, run = r.builder._build_one, r.device.run
+        r.builder._build_one = lambda mod_json: builds.append(mod_json) or build_one(mod_json)
+        def spied_run(*args, **kwargs):
+            done_at_timing.append(all(f.done() for f in ahead))
+            return run(*args, **kwargs)
+
+        r.device.run = spied_run
+        r.prefetch([mods[1]])
+        ahead = list(r.builder._ahead.values())
+        assert len(ahead) == 1 and len(builds) <= 1
+        [first] = r.measure(conv_task, [mods[0]])  # timed only once the kernel built ahead has ended
+        assert done_at_timing == [True] and first.ok
+        [second] = r.measure(conv_task, [mods[1]])
+        assert second.ok and second.build_secs > 0
+        assert len(builds) == 2  # the module built ahead was not built again

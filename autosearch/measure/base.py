@@ -110,6 +110,15 @@ class RunnerBase:
             meanwhile()
         return [self.prepare(t) for t in tasks]
 
+    def spare_builds(self, builds: int) -> int:
+        """Build workers that would idle while ``builds`` kernels build: a batch of one kernel on two workers
+        leaves one idle for the whole build. 0 for a runner that cannot build ahead (:meth:`prefetch`)."""
+        return 0
+
+    def prefetch(self, mods: list[Any]) -> None:
+        """Start building kernels a later :meth:`measure` is expected to ask for, on workers that would idle;
+        nothing is timed until they have ended. A runner that cannot build ahead ignores the call."""
+
     def close(self) -> None:
         raise NotImplementedError
 

@@ -45,6 +45,10 @@ class Built:
 class BuildPool:
     """Warm build processes (TVM imported once), one build each at a time, with a per-build timeout.
 
+    A kernel can be built ahead (:meth:`prefetch`): the build whose batch asks for it then takes that build's
+    result, its seconds included, instead of building it again; :meth:`settle` waits for every build ahead (no
+    kernel is timed while one runs).
+
     Built kernels are kept (least recently used first out, up to ``keep_bytes``) by the module they were
     built from: re-timing a run's finalists in fresh measuring processes then loads them instead of building
     them again, which made builds most of the re-timing. A failed build is not kept.
@@ -64,6 +68,7 @@ class BuildPool:
         self._salt = _cache_salt(self.target) if cache_dir else ""
         self.disk_hits = 0
         self._kept: OrderedDict[str, bytes] = OrderedDict()
+        self._ahead: dict[str, Future[Built]] = {}  # module key -> a build started by prefetch(), not yet asked for
         self._kept_bytes = 0
         self._lock = threading.Lock()
         self._idle: queue.Queue[Worker] = queue.Queue()
@@ -80,8 +85,13 @@ class BuildPool:
         """Start every worker and wait until TVM is imported in each."""
         list(self._pool.map(lambda w: w.call("ping", timeout=STARTUP_TIMEOUT), self._workers))
 
+    @property
+    def size(self) -> int:
+        """Builds at once (the worker processes)."""
+        return len(self._workers)
+
     def _build_one(self, mod_json: str) -> Built:
-        key = hashlib.sha256(mod_json.encode()).hexdigest()
+        key = _module_key(mod_json)
         with self._lock:
             if key in self._kept:
                 self._kept.move_to_end(key)
@@ -142,8 +152,29 @@ class BuildPool:
         return [f.result() for f in self.submit(mod_jsons)]
 
     def submit(self, mod_jsons: list[str]) -> list[Future[Built]]:
-        """Start the builds and return at once; each future's result is a :class:`Built`."""
-        return [self._pool.submit(self._build_one, m) for m in mod_jsons]
+        """Start the builds and return at once; each future's result is a :class:`Built` (a module built ahead by
+        :meth:`prefetch` gets that build's future)."""
+        futures = []
+        for m in mod_jsons:
+            with self._lock:
+                ahead = self._ahead.pop(_module_key(m), None)
+            futures.append(ahead if ahead is not None else self._pool.submit(self._build_one, m))
+        return futures
+
+    def prefetch(self, mod_jsons: list[str]) -> None:
+        """Start building modules a later :meth:`submit` is expected to ask for (not those kept or already ahead)."""
+        for m in mod_jsons:
+            key = _module_key(m)
+            with self._lock:
+                if key in self._kept or key in self._ahead:
+                    continue
+                self._ahead[key] = self._pool.submit(self._build_one, m)
+
+    def settle(self) -> None:
+        """Wait until every build started ahead has ended (their results stay for the batch that asks for them)."""
+        with self._lock:
+            ahead = list(self._ahead.values())
+        wait(ahead)
 
     def close(self) -> None:
         """Stop the workers first (a build in flight is abandoned: its thread sees the worker die),
@@ -154,6 +185,10 @@ class BuildPool:
         for w in self._workers:
             w.close()
         shutil.rmtree(self.scratch_dir, ignore_errors=True)
+
+
+def _module_key(mod_json: str) -> str:
+    return hashlib.sha256(mod_json.encode()).hexdigest()
 
 
 def _cache_salt(target_json: dict[str, Any]) -> str:
@@ -208,6 +243,7 @@ class LocalRunner(RunnerBase):
                 meanwhile()
         finally:
             wait(futures)  # nothing is timed while a build runs, nor left building if meanwhile() raised
+            self.builder.settle()
         return [self._baseline(t, f.result()) for t, f in zip(tasks, futures)]
 
     def _baseline(self, task: TuningTask, built: Built) -> MeasureResult:
@@ -229,6 +265,7 @@ class LocalRunner(RunnerBase):
         self.policy.require_baseline(task)
         start = time.perf_counter()
         builds = self.builder.build([tvm.ir.save_json(m) for m in mods])
+        self.builder.settle()  # a kernel built ahead for a later batch: nothing is timed while it builds
         built = time.perf_counter()
         results = [self._run(task, b) for b in builds]
         self.count_phases(built - start, time.perf_counter() - built)
@@ -242,6 +279,14 @@ class LocalRunner(RunnerBase):
         reply = self.device.run(key, lambda: self._references[key], built.artifact, task.args, self.seed,
                                 self.policy.run_evaluator(task), timeout=self.policy.timeout(key))
         return self.policy.run_result(key, reply, build_secs=built.build_secs, worker=worker)
+
+    def spare_builds(self, builds: int) -> int:
+        return -builds % self.builder.size
+
+    def prefetch(self, mods: list[Any]) -> None:
+        import tvm
+
+        self.builder.prefetch([tvm.ir.save_json(m) for m in mods])
 
     def refresh(self) -> None:
         """Replace the measuring process (for re-timing finalists in a fresh process); finalists are

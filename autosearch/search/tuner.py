@@ -154,6 +154,7 @@ class Tuner:
         # where the set-up goes (parts of "setup"): design spaces, untuned reference runs, scorers and strategies
         self.setup_timing = {"space": 0.0, "baseline": 0.0, "strategy": 0.0}
         self.layouts_dropped: dict[str, tuple[int, float, float]] = {}  # TuneSummary.layouts_dropped
+        self._ahead: dict[tuple[str, Config], Applied] = {}  # known configs of tasks still to probe, built ahead
         if resume is not None:
             self._load(resume)
         self.scheduler.start_counting()  # the log's trials are not this run's: the pace counts this run's alone
@@ -217,12 +218,49 @@ class Tuner:
                                        warm_start=self.warm_start)
             if state.measured:
                 state.scorer.update(list(state.measured), list(state.measured.values()))
-        if self.known is not None:
-            known = self.known.for_task(task.workload_key, host_cpu=target_mcpu(task.target),
-                                        fits=state.space.replayable)
-            state.known = [c for c in known if c not in state.measured and c not in state.asked]
+        state.known = self._known_configs(state)
         state.active = True
         self.setup_timing["strategy"] += time.perf_counter() - clock
+
+    def _known_configs(self, state: TaskState) -> list[Config]:
+        """The known schedules ``state``'s task measures first: those that fit its space, not measured yet."""
+        if self.known is None or state.space is None:
+            return []
+        task = state.task
+        known = self.known.for_task(task.workload_key, host_cpu=target_mcpu(task.target),
+                                    fits=state.space.replayable)
+        return [c for c in known if c not in state.measured and c not in state.asked]
+
+    def _build_ahead(self, state: TaskState, builds: int) -> None:
+        """Fill the build workers ``state``'s batch of ``builds`` kernels leaves idle with the next probes' kernels.
+
+        A probe (a task's first batch) is often one or two known configs: a batch of one kernel on two build workers
+        leaves one idle for the whole build, and a model of many small tasks probes most of its tasks so. The tasks
+        probed next, in the scheduler's order, and the known configs they will measure first are known before their
+        turn: their kernels build beside this batch's, and their batch takes the built kernel (with its build
+        seconds) instead of building it. Nothing else changes: the same configs are measured in the same order, and
+        none is timed while a build runs.
+        """
+        spare_builds = getattr(self.runner, "spare_builds", None)  # a runner plug-in need not build ahead
+        spare = spare_builds(builds) if spare_builds is not None else 0
+        mods = []
+        for other in self.scheduler.order:
+            if len(mods) >= spare:
+                break
+            if (other is state or other.done or other.warm_up != 0 or other.space is None
+                    or other.prepared is None or not other.prepared.ok):
+                continue
+            known = other.known if other.active else self._known_configs(other)
+            for config in known[:max(0, min(spare - len(mods), self.scheduler.batch_for(other)))]:
+                key = (other.task.workload_key, config)
+                if key in self._ahead:
+                    continue
+                applied = other.space.apply(config)
+                if applied.ok and applied.config not in other.measured:
+                    self._ahead[key] = applied
+                    mods.append(applied.mod)
+        if mods:
+            self.runner.prefetch(mods)
 
     def _task_seed(self, state: TaskState) -> int:
         # a resumed task draws a fresh random stream: the first run's would propose the logged configs again
@@ -360,8 +398,13 @@ class Tuner:
         new: list[tuple[Config, Applied]] = []
         told: dict[Config, MeasureResult] = {}
         pending: dict[Config, Config] = {}  # effective -> the requested config measured for it
+        built_ahead: set[Config] = set()  # configs whose kernels built beside an earlier batch: nothing to build now
         for config in asked:
-            applied = space.apply(config)
+            applied = self._ahead.pop((task.workload_key, config), None)
+            if applied is not None:
+                built_ahead.add(config)
+            else:
+                applied = space.apply(config)
             effective = applied.config
             state.asked[config] = effective
             if effective in state.measured:  # TVM mapped it onto a config measured before
@@ -371,6 +414,7 @@ class Tuner:
             else:
                 pending[effective] = config
                 new.append((config, applied))
+        self._build_ahead(state, sum(a.ok for c, a in new if c not in built_ahead))
         clock = self._tick("apply", clock)
         results = self._measure(task, [a for _, a in new])
         clock = self._tick("measure", clock)

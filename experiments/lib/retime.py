@@ -93,3 +93,19 @@ def retime_secs(task, target, traces: Sequence, *, evaluator=None, rounds: int =
     schedule that failed a round)."""
     per_round = retime(task, target, traces, evaluator=evaluator, rounds=rounds)
     return [score([r[i] for r in per_round]) for i in range(len(traces))]
+
+
+def in_turns(runner, key: str, args, artifacts: Mapping[K, bytes], rounds: int) -> dict[K, float]:
+    """Median latency (ms) of each built artifact of one task, timed in turns in one measuring process (``runner``: a
+    :class:`autosearch.measure.kernels.KernelRunner` holding the task's reference), the order reversed every other
+    round; raises if one computes a wrong result. For builds of one schedule that differ in how they were built."""
+    import statistics
+
+    times: dict[K, list[float]] = {name: [] for name in artifacts}
+    for r in range(rounds):
+        for name in (list(artifacts) if r % 2 == 0 else list(reversed(list(artifacts)))):
+            result = runner.run(key, artifacts[name], args, 0, {"repeat": 20})
+            if "wrong_result" in result:
+                raise RuntimeError(f"{name}: {result['wrong_result']}")
+            times[name].append(result["median"] * 1e3)
+    return {name: statistics.median(t) for name, t in times.items()}

@@ -140,3 +140,59 @@ def test_the_tuner_measures_known_schedules_first_and_hands_them_to_the_strategy
     assert len(trials) == 10 == len({r.config for r in trials})
     assert set(expected) <= set(told)  # the strategy learnt of them before its first ask
     assert asks and not {c for batch in asks for c in batch} & set(expected)
+
+
+@pytest.mark.slow
+def test_the_next_probes_known_kernels_build_beside_a_batch_that_leaves_a_worker_idle(tmp_path, small_model):
+    """A probe of one known config leaves one of two build workers idle: the next task's known config builds on it,
+    and that task's batch takes the kernel (its build seconds logged) instead of building it again. The known
+    configs are measured in the same order as without building ahead, and no module is built twice."""
+    import numpy as np
+
+    from autosearch.measure.base import EvaluatorConfig
+    from autosearch.measure.local import LocalRunner
+    from autosearch.records import TuningLog, read_log
+    from autosearch.search.space import DecisionSpace
+    from autosearch.search.tuner import Tuner
+
+    tasks = list(small_model.tasks)
+    assert len(tasks) >= 2
+    rng = np.random.default_rng(3)
+    records = []
+    for task in tasks:  # one valid config of each task, as another machine's fastest
+        space = DecisionSpace(task.mod, task.target)
+        config = next(a.config for a in (space.apply(space.sample(rng)) for _ in range(20)) if a.ok)
+        records.append(Record(kind="trial", task_key=task.workload_key, task_name=task.name,
+                              target={"kind": "llvm", "mcpu": "znver4"}, config=config,
+                              result=MeasureResult(status=Status.OK, latencies=(1e-3,)), flops=task.flops))
+    known = KnownSchedules.from_records(records, per_cpu=1)
+    assert all(known.for_task(t.workload_key, host_cpu="znver4") for t in tasks)
+
+    def runner() -> LocalRunner:
+        return LocalRunner(target=tasks[0].target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5),
+                           build_workers=2, run_timeout=10)
+
+    def run(name: str, *, ahead: bool) -> tuple[list, list[int]]:
+        r = runner()
+        if not ahead:
+            r.spare_builds = lambda builds: 0
+        built, prefetched = [], []
+        build_one, prefetch = r.builder._build_one, r.builder.prefetch
+        r.builder._build_one = lambda mod_json: built.append(mod_json) or build_one(mod_json)
+        r.builder.prefetch = lambda mods: prefetched.append(len(mods)) or prefetch(mods)
+        path = str(tmp_path / f"{name}.jsonl")
+        try:
+            with TuningLog(path) as log:
+                Tuner(tasks=tasks, runner=r, log=log, strategy="random", budget=4, batch=2, seed=1, known=known,
+                      finalist_rounds=0).run()
+        finally:
+            r.close()
+        trials = read_log(path).trials()
+        assert all(t.ok and t.result.build_secs > 0 for t in trials), [t.result for t in trials]
+        assert len(built) == len(set(built)) == len(tasks) + len(trials)  # baselines and trials, each built once
+        return [(t.task_key, t.config) for t in trials if t.strategy == SOURCE], prefetched
+
+    ahead, prefetched = run("ahead", ahead=True)
+    alone, not_prefetched = run("alone", ahead=False)
+    assert sum(prefetched) >= 1 and not not_prefetched
+    assert ahead == alone and len(ahead) == len(tasks)
