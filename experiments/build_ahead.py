@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 from autosearch.tables import fmt, markdown_table
-from experiments.lib.io import results_path, write_json, write_text
+from experiments.lib.io import publish, results_path
 
 
 def one_run(model: str, minutes: float, log: str, ahead: bool, seed: int) -> dict:
@@ -99,10 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             f"--minutes {args.minutes:g} --pairs {args.pairs}`: each run a fresh process, `tune` with the defaults "
             f"and no finalists' re-timing, the two ways alternating.\n\n" + markdown_table(head, table))
     name = "build-ahead" + (f"-{args.out}" if args.out else "")
-    write_text(results_path(f"{name}.md"), text + "\n")
-    write_json(results_path(f"{name}.json"), {"machine": machine, "model": args.model, "minutes": args.minutes,
-                                              "runs": rows})
-    sys.stdout.write(text + "\n")
+    publish(results_path(name), data={"machine": machine, "model": args.model, "minutes": args.minutes, "runs": rows},
+            text=text + "\n")
     return 0
 
 

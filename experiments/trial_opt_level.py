@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from autosearch.tables import fmt, markdown_table
-from experiments.lib.io import results_path, write_json, write_text
+from experiments.lib.io import publish, results_path
 from experiments.lib.machine import describe, fingerprint
 from experiments.lib.retime import in_turns
 
@@ -181,9 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             f"way after another in this process (one thread); kernels whose machine code differs timed in turns, "
             f"{args.rounds} rounds of 20 cold repeats, 2 threads, outputs checked.\n\n" + markdown_table(head, table))
     name = "trial-opt-level" + (f"-{args.out}" if args.out else "")
-    write_text(results_path(f"{name}.md"), text + "\n")
-    write_json(results_path(f"{name}.json"), {"machine": machine, "log": args.log, "levels": levels, "kernels": rows})
-    sys.stdout.write(text + "\n")
+    publish(results_path(name), data={"machine": machine, "log": args.log, "levels": levels, "kernels": rows},
+            text=text + "\n")
     return 0
 
 
