@@ -3,7 +3,8 @@
 ``report`` says how far the whole model is from OpenVINO; this says where. The tuned model is built from a
 database as ``compile`` builds it and each call of the Relax VM timed (``LoadedModel.profile``; ``--runs`` forward
 passes, the median per kernel); OpenVINO at its default precision and in fp32 by its ``PERF_COUNT`` (per node,
-the same passes). One after the other, in this process, on the same threads::
+the same passes; its default only where that is not fp32). They take turns in rounds of passes, in this process,
+on the same threads::
 
     python -m experiments.layer_profile --model tiny-yolov2 \\
         --db experiments/results/user-tiny-yolov2-quickstart-xeon-amx-v4/db --out layer-profile-tiny-yolov2
@@ -31,6 +32,7 @@ import statistics
 import sys
 import tempfile
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -63,27 +65,51 @@ def ov_category(node_type: str) -> str:
     return "other"
 
 
-def tvm_kernels(model: str, db: str, inputs: dict[str, np.ndarray], runs: int,
-                target: str | None = None) -> tuple[dict[str, float], list]:
-    """(kernel name -> median milliseconds per forward pass (calls of one kernel summed), the compiled model's
-    kernels with their tasks and calls) of the model built with ``db`` (for ``target``, default the host)."""
-    import tvm
+class TVMProfile:
+    """The tuned model built from a database as ``compile`` builds it (for ``target``, default the host) and loaded;
+    :meth:`one_pass` times each call of the Relax VM in one forward pass (``LoadedModel.profile``). A context
+    manager: the library lives in a temporary directory while it is open."""
 
-    import autosearch
-    from autosearch.deploy.artifact import load_model
+    def __init__(self, model: str, db: str, inputs: dict[str, np.ndarray], target: str | None = None) -> None:
+        import tvm
 
-    with tempfile.TemporaryDirectory() as tmp:
-        library = os.path.join(tmp, "model.so")
-        compiled = autosearch.compile(model, db, library, target=target)
-        loaded = load_model(library)
-        args = [tvm.runtime.tensor(v, tvm.cpu()) for v in inputs.values()]
+        import autosearch
+        from autosearch.deploy.artifact import load_model
+
+        self._tmp = tempfile.TemporaryDirectory()
+        library = os.path.join(self._tmp.name, "model.so")
+        self.kernels = autosearch.compile(model, db, library, target=target).kernels
+        self._loaded = load_model(library)
+        self._args = [tvm.runtime.tensor(v, tvm.cpu()) for v in inputs.values()]
         for _ in range(3):  # warm-up: first-touch of the weights and the workspace
-            loaded(*args)
-        per_run: dict[str, list[float]] = defaultdict(list)
-        for _ in range(runs):
-            for name, seconds in loaded.profile(*args).items():
-                per_run[name].append(seconds * 1e3)
-    return {name: statistics.median(v) for name, v in per_run.items()}, compiled.kernels
+            self._loaded(*self._args)
+
+    def one_pass(self) -> dict[str, float]:
+        """Kernel name -> milliseconds in one forward pass (calls of one kernel summed)."""
+        return {name: seconds * 1e3 for name, seconds in self._loaded.profile(*self._args).items()}
+
+    def __enter__(self) -> TVMProfile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._tmp.cleanup()
+
+
+def in_turns(passes: dict[str, Callable[[], dict]], runs: int, rounds: int) -> dict[str, dict]:
+    """Per profiler: each key's median milliseconds over ``runs`` forward passes, the profilers taking turns in
+    ``rounds`` rounds (the order reversed every other round). On a shared machine a slow spell then hits every
+    runtime alike, where profiled one after the other the same OpenVINO configuration read far apart
+    (``docs/results.md``)."""
+    per_run: dict[str, dict] = {label: defaultdict(list) for label in passes}
+    rounds = max(1, min(rounds, runs))
+    labels = list(passes)
+    for r in range(rounds):
+        n = runs // rounds + (1 if r < runs % rounds else 0)
+        for label in (labels if r % 2 == 0 else labels[::-1]):
+            for _ in range(n):
+                for key, ms in passes[label]().items():
+                    per_run[label][key].append(ms)
+    return {label: {key: statistics.median(v) for key, v in times.items()} for label, times in per_run.items()}
 
 
 PREPACKED = "_prepacked"  # the suffix a kernel's name gets in the library when its weights are prepacked
@@ -222,10 +248,10 @@ def ov_conv_geometry(compiled) -> dict[str, tuple]:
     return out
 
 
-def ov_nodes(path: str, inputs: dict[str, np.ndarray], runs: int, threads: int, *,
-             fp32: bool) -> tuple[dict[tuple[str, str, str], float], dict[str, tuple]]:
-    """(node name, node type, the kernel OpenVINO chose) -> median milliseconds per forward pass; and each
-    convolution node's geometry (:func:`ov_conv_geometry`)."""
+def ov_profile(path: str, inputs: dict[str, np.ndarray], threads: int, *,
+               fp32: bool) -> tuple[Callable[[], dict], dict[str, tuple]]:
+    """(one forward pass: (node name, node type, the kernel OpenVINO chose) -> milliseconds; each convolution node's
+    geometry (:func:`ov_conv_geometry`)) of OpenVINO at its default precision or in fp32, compiled and warmed up."""
     import openvino
 
     config: dict[str, object] = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "PERF_COUNT": True}
@@ -235,14 +261,13 @@ def ov_nodes(path: str, inputs: dict[str, np.ndarray], runs: int, threads: int, 
     request = compiled.create_infer_request()
     for _ in range(3):
         request.infer(inputs)
-    per_run: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    for _ in range(runs):
+
+    def one_pass() -> dict[tuple[str, str, str], float]:
         request.infer(inputs)
-        for info in request.get_profiling_info():
-            if str(info.status).endswith("EXECUTED"):
-                key = (info.node_name, info.node_type, info.exec_type)
-                per_run[key].append(info.real_time.total_seconds() * 1e3)
-    return {key: statistics.median(v) for key, v in per_run.items()}, ov_conv_geometry(compiled)
+        return {(info.node_name, info.node_type, info.exec_type): info.real_time.total_seconds() * 1e3
+                for info in request.get_profiling_info() if str(info.status).endswith("EXECUTED")}
+
+    return one_pass, ov_conv_geometry(compiled)
 
 
 def per_layer(tvm_rows: list[dict], log_path: str, ov: dict[str, tuple[dict, dict]]) -> list[dict]:
@@ -339,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="results name: experiments/results/OUT.md and OUT.png")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=5, help="the runtimes take turns in this many rounds of passes")
     p.add_argument("--top", type=int, default=15, help="kernels / nodes listed per runtime")
     p.add_argument("--log", help="the run's tuning log: each kernel in the model beside its task as tuned")
     p.add_argument("--retime", action="store_true", help="with --log: time each task's best config alone again, "
@@ -356,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnx
 
+    from autosearch.deploy.timing import openvino_default_precision
     from autosearch.frontend.importer import load_onnx, resolve_input_shapes
 
     name, proto = load_onnx(args.model)
@@ -365,25 +392,37 @@ def main(argv: list[str] | None = None) -> int:
     columns: dict[str, dict[str, float]] = {}
     items: dict[str, list[tuple[str, str, float]]] = {}
     ov: dict[str, tuple[dict, dict]] = {}
-    print("profiling TVM tuned ...", file=sys.stderr, flush=True)
-    kernels, compiled_kernels = tvm_kernels(args.model, args.db, inputs, args.runs, args.target)
-    items["TVM tuned"] = sorted(((k, tvm_category(k), ms) for k, ms in kernels.items()), key=lambda x: -x[2])
-    with tempfile.TemporaryDirectory() as tmp:
+    # OpenVINO at its default precision only where that is not fp32 (a CPU with a bf16 unit): here it is the same run
+    variants = [("OpenVINO fp32", True)]
+    if openvino_default_precision() != "f32":
+        variants.insert(0, ("OpenVINO default precision", False))
+    print("building TVM tuned, compiling OpenVINO ...", file=sys.stderr, flush=True)
+    with TVMProfile(args.model, args.db, inputs, args.target) as tvm_profile, \
+            tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.onnx")
         onnx.save(proto, path)
-        for label, fp32 in (("OpenVINO default precision", False), ("OpenVINO fp32", True)):
-            print(f"profiling {label} ...", file=sys.stderr, flush=True)
-            nodes, geometry = ov_nodes(path, inputs, args.runs, args.threads, fp32=fp32)
-            ov[label] = (nodes, geometry)
-            items[label] = sorted(((f"{n} ({t}, {e})", ov_category(t), ms) for (n, t, e), ms in nodes.items()),
-                                  key=lambda x: -x[2])
+        passes: dict[str, Callable[[], dict]] = {"TVM tuned": tvm_profile.one_pass}
+        geometry: dict[str, dict] = {}
+        for label, fp32 in variants:
+            passes[label], geometry[label] = ov_profile(path, inputs, args.threads, fp32=fp32)
+        print(f"profiling {', '.join(passes)} in {args.rounds} rounds ...", file=sys.stderr, flush=True)
+        medians = in_turns(passes, args.runs, args.rounds)
+        compiled_kernels = tvm_profile.kernels
+    kernels = medians.pop("TVM tuned")
+    items["TVM tuned"] = sorted(((k, tvm_category(k), ms) for k, ms in kernels.items()), key=lambda x: -x[2])
+    for label, nodes in medians.items():
+        ov[label] = (nodes, geometry[label])
+        items[label] = sorted(((f"{n} ({t}, {e})", ov_category(t), ms) for (n, t, e), ms in nodes.items()),
+                              key=lambda x: -x[2])
     for label, rows in items.items():
         by: dict[str, float] = defaultdict(float)
         for _, category, ms in rows:
             by[category] += ms
         columns[label] = dict(by)
     title = f"{name}: per-kernel profile, {args.threads} threads ({cpu_model()})"
-    parts = [f"**{title}**; database `{args.db}`, {args.runs} profiled passes, medians.", "",
+    parts = [f"**{title}**; database `{args.db}`, {args.runs} profiled passes each, taking turns in {args.rounds} "
+             "rounds, medians" + ("" if len(variants) > 1 else "; OpenVINO's default precision is fp32 on this CPU")
+             + ".", "",
              category_table(columns), ""]
     for label, rows in items.items():
         parts += [f"**{label}**: the {args.top} slowest of {len(rows)}", "",

@@ -70,3 +70,27 @@ def test_layers_are_matched_by_geometry_and_summed_per_side(tmp_path) -> None:
     assert (rows["80x80x16 -> 80x80x32, 3x3"]["tvm"], rows["80x80x16 -> 80x80x32, 3x3"]["OpenVINO"]) == (0.25, 0.3)
     table = layer_table(list(rows.values()), ["OpenVINO"])
     assert "**layers in both (3)** | 0.55" in table and "| 2.00x |" in table
+
+
+def test_the_runtimes_take_turns_in_rounds_and_each_key_gets_its_median() -> None:
+    """Five passes each in two rounds: 3 + 2, the order reversed in the second round; medians per key."""
+    from experiments.layer_profile import in_turns
+
+    calls: list[str] = []
+
+    def profiler(label: str, times: list[float]):
+        it = iter(times)
+
+        def one_pass() -> dict:
+            calls.append(label)
+            return {"k": next(it)}
+
+        return one_pass
+
+    medians = in_turns({"a": profiler("a", [1, 2, 9, 4, 5]), "b": profiler("b", [7, 1, 1, 8, 9])}, runs=5, rounds=2)
+    assert calls == ["a"] * 3 + ["b"] * 3 + ["b"] * 2 + ["a"] * 2
+    assert medians == {"a": {"k": 4}, "b": {"k": 7}}
+    calls.clear()
+    assert in_turns({"a": profiler("a", [3, 1]), "b": profiler("b", [2])}, runs=1, rounds=4) == {"a": {"k": 3},
+                                                                                              "b": {"k": 2}}
+    assert calls == ["a", "b"]  # no more rounds than passes
