@@ -80,3 +80,76 @@ def test_every_tile_size_is_correct_and_replays_from_its_trace(head_task, target
         assert runner.prepare(head_task).ok
         results = runner.measure(head_task, [a.mod for a in applied])
     assert [r.status.value for r in results] == ["ok"] * len(results)  # outputs checked against the reference
+
+
+def channel_concat_onnx(path: str | None = None):
+    """Three NHWC maps concatenated on their last axis (channels), then a Relu: one fused task whose concatenation
+    is an intermediate block."""
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["a", "b", "c"], ["cat"], axis=3), helper.make_node("Relu", ["cat"], ["y"])],
+        "channel_concat",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 12, 12, channels])
+         for name, channels in (("a", 8), ("b", 16), ("c", 8))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 12, 32])],
+    )
+    return _model(graph, path)
+
+
+@pytest.fixture(scope="module")
+def concat_model(tmp_path_factory, target):
+    from autosearch.frontend.importer import import_model
+
+    path = str(tmp_path_factory.mktemp("concat") / "concat.onnx")
+    channel_concat_onnx(path)
+    [task] = import_model(path, target).tasks
+    return path, task
+
+
+def test_a_channel_concatenation_gets_its_loop_partitioned_at_the_inputs_and_measured_first(concat_model, head_task,
+                                                                                            conv_task, target):
+    import tvm
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    from autosearch.measure.local import LocalRunner
+    from autosearch.search.data_movement import concat_boundaries, partitioned_concat_sketch
+    from autosearch.search.space import DecisionSpace
+    from autosearch.types import Config
+
+    _, task = concat_model
+    assert concat_boundaries(task.mod) == [8, 24, 32]
+    assert concat_boundaries(conv_task.mod) is None and concat_boundaries(head_task.mod) is None
+    assert partitioned_concat_sketch(head_task.mod, target, seed=0) is None  # concatenated on another axis
+    assert DecisionSpace(head_task.mod, target).measure_first == ()
+    space = DecisionSpace(task.mod, target)
+    last = space.sketches[-1]
+    assert last.decisions == () and space.measure_first == (Config(last.index, ()),)
+    assert len(space.sketches) >= 3  # after TVM's sketch and the blocked copy: their indices stay
+    applied = space.apply(space.measure_first[0])
+    assert applied.ok, applied.error
+    loops = [s for s in applied.mod.script().splitlines() if "for " in s]
+    bounds = ("range(T.int64(8))", "range(T.int64(8), T.int64(24))", "range(T.int64(24), T.int64(32))")
+    assert [sum(b in s for s in loops) for b in bounds] == [1, 1, 1]  # a loop per input's channels
+    sch = Schedule(task.mod)  # a database record of it replays in TVM to the same kernel
+    Trace.apply_json_to_schedule(applied.trace_json(), sch)
+    tvm.ir.assert_structural_equal(sch.mod, applied.mod)
+    with LocalRunner(target=target) as runner:
+        assert runner.prepare(task).ok
+        [result] = runner.measure(task, [applied.mod])
+    assert result.status.value == "ok", result.error  # the output checked against the unscheduled kernel's
+
+
+def test_a_run_measures_the_partitioned_concatenation_first(concat_model, tmp_path, capfd):
+    from autosearch.records import read_log
+    from autosearch.search.space import DecisionSpace
+    from tests.conftest import run_cli_here
+
+    path, task = concat_model
+    log = str(tmp_path / "run.jsonl")
+    proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", path, "--trials", "2", "--batch", "1",
+                        "--log", log, "--known-schedules", "none", "--finalist-rounds", "0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [key] = read_log(log).tasks
+    trials = read_log(log).trials(key)
+    assert len(trials) == 2 and trials[0].config == DecisionSpace(task.mod, task.target).measure_first[0]
+    assert trials[0].ok and trials[1].config != trials[0].config

@@ -9,6 +9,14 @@ output's last axis and moves the tile loop outermost: one iteration copies a (ch
 source rows sit together in the cache. The tile size is a ``SamplePerfectTile`` decision, so the tuner
 measures it like any other; the schedule is plain TVM primitives, so the exported trace replays in TVM as-is.
 The timings of the three schedules on that task are in README ("Decision space").
+
+A concatenation along the last axis (NHWC's channels: YOLOv8n's C2f and SPPF blocks) gets a sketch of its own
+besides: TOPI computes each output element as a chain of ``if_then_else`` over the inputs, so along the channels,
+the innermost loop, every element chooses its input, and LLVM vectorises none of it. The sketch partitions that loop
+at the inputs' boundaries (``loop_partition``): each input's slice becomes a loop of its own whose condition the
+simplifier folds, a plain copy LLVM vectorises. It has no decisions; the tuner measures it first, with the known
+schedules (:attr:`autosearch.search.space.DecisionSpace.measure_first`), since a short run gives such a task
+too few trials to draw it (``docs/results.md``, "Concatenations along the channels").
 """
 
 from __future__ import annotations
@@ -19,27 +27,12 @@ from typing import Any
 def blocked_copy_sketch(mod, target, *, seed: int) -> Any | None:
     """A traced Schedule for ``mod`` (one PrimFunc of spatial blocks only), or None when the task computes
     anything (a reduction block), is not for a CPU, or does not inline."""
-    from tvm.s_tir import Schedule
-    from tvm.tirx import IterVar
-
     if target.kind.name != "llvm":
         return None
-    try:
-        sch = Schedule(mod, seed=seed, debug_mask=0)
-        root = sch.get_sblock("root")
-    except Exception:  # not a single PrimFunc with a root block
+    found = _spatial_blocks(mod, seed)
+    if found is None:
         return None
-    blocks = list(sch.get_child_blocks(root))
-    if not blocks:
-        return None
-    intermediates = list(sch.get(root).alloc_buffers)  # what a block writes that is not one is an output
-    outputs = []
-    for rv in blocks:
-        block = sch.get(rv)
-        if any(int(iv.iter_type) != IterVar.DataPar for iv in block.iter_vars) or not block.iter_vars:
-            return None
-        if not any(w.source.same_as(b) for w in block.writes for b in intermediates):
-            outputs.append(rv)
+    sch, blocks, outputs = found
     try:
         for rv in blocks:
             if not any(rv.same_as(o) for o in outputs):
@@ -58,4 +51,79 @@ def blocked_copy_sketch(mod, target, *, seed: int) -> Any | None:
     return sch
 
 
-__all__ = ["blocked_copy_sketch"]
+def _spatial_blocks(mod, seed: int) -> tuple[Any, list, list] | None:
+    """(a traced Schedule of ``mod``, its blocks, the blocks that write an output), or None unless ``mod`` is one
+    PrimFunc of spatial blocks only."""
+    from tvm.s_tir import Schedule
+    from tvm.tirx import IterVar
+
+    try:
+        sch = Schedule(mod, seed=seed, debug_mask=0)
+        root = sch.get_sblock("root")
+    except Exception:  # not a single PrimFunc with a root block
+        return None
+    blocks = list(sch.get_child_blocks(root))
+    if not blocks:
+        return None
+    intermediates = list(sch.get(root).alloc_buffers)  # what a block writes that is not one is an output
+    outputs = []
+    for rv in blocks:
+        block = sch.get(rv)
+        if any(int(iv.iter_type) != IterVar.DataPar for iv in block.iter_vars) or not block.iter_vars:
+            return None
+        if not any(w.source.same_as(b) for w in block.writes for b in intermediates):
+            outputs.append(rv)
+    return sch, blocks, outputs
+
+
+def concat_boundaries(mod) -> list[int] | None:
+    """Where a concatenation along the last axis passes from one input to the next (the running sums of the inputs'
+    last extents, the output's last), or None unless ``mod``'s function reads two or more inputs that match its
+    output in every other axis and add up to it in the last."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    try:
+        shapes = [[int(d) for d in a.shape] for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
+    except Exception:  # not one PrimFunc of buffers of constant shapes
+        return None
+    *inputs, out = shapes
+    if len(inputs) < 2 or not out or any(len(s) != len(out) or s[:-1] != out[:-1] for s in inputs):
+        return None
+    if sum(s[-1] for s in inputs) != out[-1] or min(s[-1] for s in inputs) < 1:
+        return None
+    bounds, total = [], 0
+    for s in inputs:
+        total += s[-1]
+        bounds.append(total)
+    return bounds
+
+
+def partitioned_concat_sketch(mod, target, *, seed: int) -> Any | None:
+    """A traced Schedule for a concatenation along the last axis (:func:`concat_boundaries`): intermediates inlined,
+    the outer loops fused and parallel, the last loop partitioned at the inputs' boundaries; None for any other
+    task, or one not for a CPU."""
+    if target.kind.name != "llvm":
+        return None
+    bounds = concat_boundaries(mod)
+    found = _spatial_blocks(mod, seed) if bounds is not None else None
+    if found is None:
+        return None
+    sch, blocks, outputs = found
+    if len(outputs) != 1:
+        return None
+    try:
+        for rv in blocks:
+            if not rv.same_as(outputs[0]):
+                sch.compute_inline(rv)
+        loops = sch.get_loops(outputs[0])
+        if len(loops) < 2 or int(sch.get(loops[-1]).extent) != bounds[-1]:
+            return None
+        sch.parallel(sch.fuse(*loops[:-1]))
+        sizes = [b - a for a, b in zip([0] + bounds[:-1], bounds)]
+        sch.loop_partition(loops[-1], sizes[:-1] + [None])
+    except Exception:  # a block TVM cannot inline, or loops it cannot fuse or partition: no such sketch
+        return None
+    return sch
+
+
+__all__ = ["blocked_copy_sketch", "concat_boundaries", "partitioned_concat_sketch"]

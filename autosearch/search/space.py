@@ -143,13 +143,15 @@ class DecisionSpace:
     that only moves data (no reduction block) on a CPU gets one more sketch after TVM's,
     :func:`autosearch.search.data_movement.blocked_copy_sketch`, since TVM's single schedule for it can lose
     to the naive loop nest; so does a softmax over its last axis, :func:`autosearch.search.softmax.
-    row_softmax_sketch`, whose reductions TVM's sketches leave scalar.
+    row_softmax_sketch`, whose reductions TVM's sketches leave scalar; and a concatenation along its last axis one
+    more, :func:`autosearch.search.data_movement.partitioned_concat_sketch`, measured first
+    (:attr:`measure_first`).
     """
 
     def __init__(self, mod, target, *, seed: int = 0) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        from autosearch.search.data_movement import blocked_copy_sketch
+        from autosearch.search.data_movement import blocked_copy_sketch, partitioned_concat_sketch
         from autosearch.search.softmax import row_softmax_sketch
         from autosearch.tensor_units.sketch import bf16_sketches
         from autosearch.tvm_compat import import_tensor_intrinsics, register_pool_rules
@@ -174,12 +176,16 @@ class DecisionSpace:
         self._blanks: dict[str, Any] = {}
         self._blank_lock = threading.Lock()
         # a bf16 task on a bf16 unit has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
-        schedules = bf16_sketches(mod, target, seed=_SCHEDULE_SEED) or list(self._ctx.generate_design_space())
+        schedules = list(bf16_sketches(mod, target, seed=_SCHEDULE_SEED) or self._ctx.generate_design_space())
         extra = (blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)  # after TVM's: their indices stay
                  or row_softmax_sketch(mod, target, seed=_SCHEDULE_SEED))
-        self.sketches: tuple[Sketch, ...] = tuple(
-            self._make_sketch(i, sch) for i, sch in enumerate(schedules + ([extra] if extra is not None else []))
-        )
+        schedules += [extra] if extra is not None else []
+        concat = partitioned_concat_sketch(mod, target, seed=_SCHEDULE_SEED)  # last: the indices before it stay
+        schedules += [concat] if concat is not None else []
+        self.sketches: tuple[Sketch, ...] = tuple(self._make_sketch(i, sch) for i, sch in enumerate(schedules))
+        # configs to measure before any search, with the known schedules: a sketch of ours too good to leave to a
+        # short run's chance of drawing it
+        self.measure_first: tuple[Config, ...] = (self.default(len(schedules) - 1),) if concat is not None else ()
 
     # ----------------------------------------------------------------- construction
     def _make_sketch(self, index: int, sch) -> Sketch:

@@ -223,13 +223,17 @@ class Tuner:
         self.setup_timing["strategy"] += time.perf_counter() - clock
 
     def _known_configs(self, state: TaskState) -> list[Config]:
-        """The known schedules ``state``'s task measures first: those that fit its space, not measured yet."""
-        if self.known is None or state.space is None:
+        """The configs ``state``'s task measures first, not measured yet: those its space asks to be measured first
+        (:attr:`DecisionSpace.measure_first`: a probe of one or two kernels would otherwise leave them to a later
+        round), then the known schedules that fit its space."""
+        if state.space is None:
             return []
         task = state.task
-        known = self.known.for_task(task.workload_key, host_cpu=target_mcpu(task.target),
-                                    fits=state.space.replayable)
-        return [c for c in known if c not in state.measured and c not in state.asked]
+        first = list(state.space.measure_first)
+        known = [] if self.known is None else self.known.for_task(task.workload_key, host_cpu=target_mcpu(task.target),
+                                                                  fits=state.space.replayable)
+        return [c for c in first + [c for c in known if c not in first]
+                if c not in state.measured and c not in state.asked]
 
     def _build_ahead(self, state: TaskState, builds: int) -> None:
         """Fill the build workers ``state``'s batch of ``builds`` kernels leaves idle with the next probes' kernels.
