@@ -26,6 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLOW_MODULES = frozenset({
     "tests/cost_models/test_asm_features.py", "tests/cost_models/test_cost_model_contract.py",
     "tests/cost_models/test_evaluate.py", "tests/cost_models/test_guidance.py", "tests/cost_models/test_pretrained.py",
+    "tests/experiments/test_concat_sketch.py",
     "tests/measure/test_ray_pool.py", "tests/test_api_end_to_end.py", "tests/test_export.py",
     "tests/test_dpbf16.py", "tests/test_fast_math.py", "tests/test_faults_in_a_run.py", "tests/test_finalists.py",
     "tests/test_layout.py", "tests/test_measure.py", "tests/test_memory.py", "tests/test_memory_budget.py",

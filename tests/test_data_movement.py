@@ -30,14 +30,19 @@ def head_like_onnx(path: str | None = None):
     return _model(graph, path)
 
 
-@pytest.fixture(scope="module")
-def head_task(tmp_path_factory, target):
+def _one_task(tmp_path_factory, target, make_onnx, name: str):
+    """(the model's path, its one task) of a model written by ``make_onnx``."""
     from autosearch.frontend.importer import import_model
 
-    path = str(tmp_path_factory.mktemp("head") / "head.onnx")
-    head_like_onnx(path)
+    path = str(tmp_path_factory.mktemp(name) / f"{name}.onnx")
+    make_onnx(path)
     [task] = import_model(path, target).tasks
-    return task
+    return path, task
+
+
+@pytest.fixture(scope="module")
+def head_task(tmp_path_factory, target):
+    return _one_task(tmp_path_factory, target, head_like_onnx, "head")[1]
 
 
 def test_only_tasks_that_compute_nothing_get_the_sketch(head_task, conv_task, target):
@@ -97,12 +102,7 @@ def channel_concat_onnx(path: str | None = None):
 
 @pytest.fixture(scope="module")
 def concat_model(tmp_path_factory, target):
-    from autosearch.frontend.importer import import_model
-
-    path = str(tmp_path_factory.mktemp("concat") / "concat.onnx")
-    channel_concat_onnx(path)
-    [task] = import_model(path, target).tasks
-    return path, task
+    return _one_task(tmp_path_factory, target, channel_concat_onnx, "concat")
 
 
 def test_a_channel_concatenation_gets_its_loop_partitioned_at_the_inputs_and_measured_first(concat_model, head_task,
