@@ -386,7 +386,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
 
     ``on_event`` gets a :class:`TunePlanned`, a :class:`TuneStarted`, then a :class:`~autosearch.search.tuner.TuneEvent`
     after each batch, untuned timing and re-timing (what the CLI's progress bar shows). Ctrl-C stops the search:
-    the log keeps every finished batch and the result says ``interrupted``.
+    the log keeps every finished batch and the result says ``interrupted``; no plot is drawn then (seconds of
+    matplotlib on a slow machine between the Ctrl-C and the prompt), the resumed run draws it from the log's start.
     """
     from autosearch import __version__
 
@@ -466,7 +467,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
 def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summary: TuneSummary, *,
                  plot: bool) -> TuneResult:
     png = None
-    if plot and summary.trials:
+    if plot and summary.trials and not summary.interrupted:
         from autosearch.plots import plot_run
         from autosearch.records import read_log
         from autosearch.search.estimates import estimate_curve, task_shares

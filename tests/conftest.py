@@ -103,6 +103,19 @@ def _model(graph, path: str | None) -> onnx.ModelProto:
     return model
 
 
+def channel_concat_onnx(path: str | None = None) -> onnx.ModelProto:
+    """Three NHWC maps concatenated on their last axis (channels), then a Relu: one fused task whose concatenation
+    is an intermediate block."""
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["a", "b", "c"], ["cat"], axis=3), helper.make_node("Relu", ["cat"], ["y"])],
+        "channel_concat",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 12, 12, channels])
+         for name, channels in (("a", 8), ("b", 16), ("c", 8))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 12, 32])],
+    )
+    return _model(graph, path)
+
+
 def wide_conv_onnx(path: str | None = None, *, channels: int = 128, hw: int = 16) -> onnx.ModelProto:
     """Conv 3x3 (128 -> 128 at 16 x 16, 75 MFLOP) + Relu: wide enough that ``--winograd auto`` converts it."""
     rng = np.random.default_rng(1)

@@ -1,5 +1,6 @@
-"""The blocked-copy sketch of data-movement tasks: added only where nothing is computed, correct for every
-tile size, and replayable by TVM from its trace (as a database record is)."""
+"""The sketches of data-movement tasks: the blocked copy, added only where nothing is computed, correct for every
+tile size, and replayable by TVM from its trace (as a database record is); and the partitioned concatenation along
+the channels, measured first."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from tests.conftest import _model
+from tests.conftest import _model, channel_concat_onnx
 
 
 def head_like_onnx(path: str | None = None):
@@ -87,19 +88,6 @@ def test_every_tile_size_is_correct_and_replays_from_its_trace(head_task, target
     assert [r.status.value for r in results] == ["ok"] * len(results)  # outputs checked against the reference
 
 
-def channel_concat_onnx(path: str | None = None):
-    """Three NHWC maps concatenated on their last axis (channels), then a Relu: one fused task whose concatenation
-    is an intermediate block."""
-    graph = helper.make_graph(
-        [helper.make_node("Concat", ["a", "b", "c"], ["cat"], axis=3), helper.make_node("Relu", ["cat"], ["y"])],
-        "channel_concat",
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 12, 12, channels])
-         for name, channels in (("a", 8), ("b", 16), ("c", 8))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 12, 32])],
-    )
-    return _model(graph, path)
-
-
 @pytest.fixture(scope="module")
 def concat_model(tmp_path_factory, target):
     return _one_task(tmp_path_factory, target, channel_concat_onnx, "concat")
@@ -139,6 +127,7 @@ def test_a_channel_concatenation_gets_its_loop_partitioned_at_the_inputs_and_mea
     assert result.status.value == "ok", result.error  # the output checked against the unscheduled kernel's
 
 
+@pytest.mark.slow  # a run through the CLI: the slow tier (tests/conftest.py)
 def test_a_run_measures_the_partitioned_concatenation_first(concat_model, tmp_path, capfd):
     from autosearch.records import read_log
     from autosearch.search.space import DecisionSpace

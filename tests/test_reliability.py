@@ -59,6 +59,8 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, s
         assert proc.returncode in (130, 0), err[-2000:]
         assert "Traceback" not in err
         assert not list(scratch.glob("autosearch-*")), "an interrupted run left its temporary files"
+        if "continue with --resume" in err:  # the search itself was stopped (not the run's last seconds)
+            assert not os.path.exists(log.replace(".jsonl", ".png"))  # no plot between the signal and the prompt
     contents = read_log(log)
     assert not contents.corrupt
     before = [r.config for r in contents.trials()]
@@ -72,6 +74,7 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, s
     assert len(set(after)) == BUDGET, "no config measured twice"
     assert after[: len(before)] == before, "nothing measured before the interruption was lost"
     assert not contents.corrupt
+    assert os.path.exists(log.replace(".jsonl", ".png"))  # the resumed run draws the whole log
 
 
 def test_sigint_with_the_ray_runner_then_resume(tmp_path, model_path):

@@ -14,7 +14,7 @@ A concatenation along the last axis (NHWC's channels: YOLOv8n's C2f and SPPF blo
 besides: TOPI computes each output element as a chain of ``if_then_else`` over the inputs, so along the channels,
 the innermost loop, every element chooses its input, and LLVM vectorises none of it. The sketch partitions that loop
 at the inputs' boundaries (``loop_partition``): each input's slice becomes a loop of its own whose condition the
-simplifier folds, a plain copy LLVM vectorises. It has no decisions; the tuner measures it first, with the known
+simplifier folds, a plain copy LLVM vectorises. It has no decisions; the tuner measures it first, before the known
 schedules (:attr:`autosearch.search.space.DecisionSpace.measure_first`), since a short run gives such a task
 too few trials to draw it (``docs/results.md``, "Concatenations along the channels").
 """

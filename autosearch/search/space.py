@@ -183,8 +183,8 @@ class DecisionSpace:
         concat = partitioned_concat_sketch(mod, target, seed=_SCHEDULE_SEED)  # last: the indices before it stay
         schedules += [concat] if concat is not None else []
         self.sketches: tuple[Sketch, ...] = tuple(self._make_sketch(i, sch) for i, sch in enumerate(schedules))
-        # configs to measure before any search, with the known schedules: a sketch of ours too good to leave to a
-        # short run's chance of drawing it
+        # configs to measure before any search and before the known schedules: a sketch of ours too good to leave
+        # to a short run's chance of drawing it
         self.measure_first: tuple[Config, ...] = (self.default(len(schedules) - 1),) if concat is not None else ()
 
     # ----------------------------------------------------------------- construction

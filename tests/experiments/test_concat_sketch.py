@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli_here
-from tests.test_data_movement import channel_concat_onnx
+from tests.conftest import channel_concat_onnx, run_cli_here
 
 
 def test_a_runs_concatenation_is_timed_three_ways(tmp_path, capfd, monkeypatch) -> None:
