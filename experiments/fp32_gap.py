@@ -109,8 +109,14 @@ def layer_name(header: dict) -> tuple[str, str, str] | None:
 def tuned_layers(contents, layout: str | None = None) -> tuple[dict, dict[str, dict]]:
     """How ``export`` lowers the log (:func:`autosearch.deploy.database.lowering_of`: the layout it keeps, the fast
     math) and, per conv layer of that layout (or of ``layout``, the other one of a ``--layout auto`` run), its
-    faster algorithm's ms, trials and GFLOP (the direct convolution's FLOPs, so that GFLOPS compare like for like
-    when Winograd is faster)."""
+    faster algorithm's ms per pass, trials and GFLOP (the direct convolution's FLOPs, so that GFLOPS compare like
+    for like when Winograd is faster).
+
+    A layer the model runs in several places can be several tasks (fused with different epilogues, e.g. a residual
+    add or none), each with its calls per pass (its weight): the layer's time is the sum over them, as ONNX Runtime's
+    is the sum over its nodes. An algorithm whose tasks are not all tuned counts its tuned ones' time per call for
+    the layer's calls. ``searched_calls`` is the weight of the task a longer search of each algorithm tunes
+    (:func:`experiments.lib.tasks.pick_task`'s, the heaviest), which its time is scaled from."""
     from autosearch.deploy.database import lowering_of
 
     lowering = lowering_of(contents)
@@ -118,22 +124,48 @@ def tuned_layers(contents, layout: str | None = None) -> tuple[dict, dict[str, d
         raise SystemExit(f"{contents.path}: its tasks were lowered in more than one way; give the log of one run")
     if layout:
         lowering = {**lowering, "layout": layout}
-    by_layer: dict[str, list[dict]] = collections.defaultdict(list)
+    by_layer: dict[str, dict[str, list[dict]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for key, header in contents.tasks.items():
         named = layer_name(header)
-        best = contents.best(key)
-        if named is None or best is None or named[2] != lowering["layout"]:
+        if named is None or named[2] != lowering["layout"]:
             continue
-        weight = int(header.get("weight", 1))
-        by_layer[named[0]].append({"ms": best.latency * weight * 1e3, "trials": len(contents.trials(key)),
-                                   "algorithm": named[1], "gflop": header["flops"] * weight / 1e9,
-                                   "name": header["name"]})
+        best = contents.best(key)
+        by_layer[named[0]][named[1]].append({
+            "calls": int(header.get("weight", 1)), "flops": float(header["flops"]), "name": header["name"],
+            "ms": best.latency * 1e3 if best is not None else None, "trials": len(contents.trials(key))})
     layers = {}
-    for layer, entries in by_layer.items():
-        fastest = dict(min(entries, key=lambda e: e["ms"]))
-        fastest["gflop"] = next((e["gflop"] for e in entries if e["algorithm"] == "direct"), fastest["gflop"])
+    for layer, forms in by_layer.items():
+        calls = max(sum(t["calls"] for t in tasks) for tasks in forms.values())
+        summed = {}
+        for algorithm, tasks in forms.items():
+            tuned = [t for t in tasks if t["ms"] is not None]
+            if not tuned:
+                continue
+            per_call = sum(t["ms"] * t["calls"] for t in tuned) / sum(t["calls"] for t in tuned)
+            summed[algorithm] = {"ms": per_call * calls, "trials": sum(t["trials"] for t in tasks),
+                                 "algorithm": algorithm, "tasks": len(tasks),
+                                 "name": max(tuned, key=lambda t: t["ms"] * t["calls"])["name"]}
+        if not summed:
+            continue
+        fastest = dict(min(summed.values(), key=lambda e: e["ms"]))
+        direct = forms.get("direct") or next(iter(forms.values()))
+        fastest.update(calls=calls, gflop=sum(t["flops"] * t["calls"] for t in direct) / sum(
+            t["calls"] for t in direct) * calls / 1e9, searched_calls={
+            algorithm: max(tasks, key=lambda t: (t["flops"] * t["calls"], t["name"]))["calls"]
+            for algorithm, tasks in forms.items()})
         layers[layer] = fastest
     return lowering, layers
+
+
+def searched_ms(state: dict, kind: str, layer: str) -> float:
+    """A longer search's (``kind``: long, metaschedule) ms per pass for all of ``layer``'s calls: it tuned one of
+    the layer's tasks, and the others (the same convolution, another epilogue) are counted at its time per call."""
+    result = state[kind].get(layer)
+    if not result:
+        return math.nan
+    tuned = state["tuned"][layer]
+    searched = tuned.get("searched_calls", {}).get(state.get("algorithm", "direct"), tuned.get("calls", 1))
+    return result["ms"] / searched * tuned.get("calls", searched)
 
 
 def _task(model: str, layout: str, layer: str, fast_math: str, threads: int):
@@ -190,16 +222,18 @@ def table(state: dict) -> str:
         ort = ort_time(state["ort"], layer)
         long_ = state["long"].get(layer, {})
         ms_ = state["metaschedule"].get(layer, {})
+        long_ms, ms_ms = searched_ms(state, "long", layer), searched_ms(state, "metaschedule", layer)
         gflop = tuned["gflop"]
-        best = min(tuned["ms"], long_.get("ms", math.inf))
-        for name, value in (("ort", ort), ("tuned", tuned["ms"]), ("long", long_.get("ms", math.nan)),
-                            ("metaschedule", ms_.get("ms", math.nan)), ("best", best)):
+        best = min(tuned["ms"], long_ms if long_ else math.inf)
+        for name, value in (("ort", ort), ("tuned", tuned["ms"]), ("long", long_ms), ("metaschedule", ms_ms),
+                            ("best", best)):
             totals[name] += value
-        winograd = ", winograd" if tuned["algorithm"] == "winograd" else ""
+        notes = [str(tuned["trials"])] + (["winograd"] if tuned["algorithm"] == "winograd" else []) + (
+            [f"{tuned['calls']} calls"] if tuned.get("calls", 1) > 1 else [])
         rows.append([layer.replace("->", " -> "), fmt(gflop, 3), fmt(ort, 3),
-                     f"{fmt(tuned['ms'], 3)} ({tuned['trials']}{winograd})",
-                     f"{fmt(long_['ms'], 3)} ({long_['trials']})" if long_ else "-",
-                     f"{fmt(ms_['ms'], 3)} ({ms_['trials']})" if ms_ else "-",
+                     f"{fmt(tuned['ms'], 3)} ({', '.join(notes)})",
+                     f"{fmt(long_ms, 3)} ({long_['trials']})" if long_ else "-",
+                     f"{fmt(ms_ms, 3)} ({ms_['trials']})" if ms_ else "-",
                      f"{100 * gflop / ort * 1e3 / peak:.0f}%" if math.isfinite(ort) else "-",
                      f"{100 * gflop / tuned['ms'] * 1e3 / peak:.0f}%",
                      f"{100 * gflop / best * 1e3 / peak:.0f}%",
@@ -224,8 +258,8 @@ def plot(state: dict, path: str, title: str) -> None:
     layers = sorted(state["tuned"], key=lambda k: -state["tuned"][k]["ms"])
     series = {"ONNX Runtime": [ort_time(state["ort"], k) for k in layers],
               "tuned (the run)": [state["tuned"][k]["ms"] for k in layers],
-              "longer search": [state["long"].get(k, {}).get("ms", math.nan) for k in layers],
-              "MetaSchedule": [state["metaschedule"].get(k, {}).get("ms", math.nan) for k in layers]}
+              "longer search": [searched_ms(state, "long", k) for k in layers],
+              "MetaSchedule": [searched_ms(state, "metaschedule", k) for k in layers]}
     series = {k: v for k, v in series.items() if any(math.isfinite(x) for x in v)}
     fig, axes = figure(size=(10, 0.5 * len(layers) + 2), grid="x")
     ax = axes[0][0]
@@ -280,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         print("ONNX Runtime's profile ...", file=sys.stderr, flush=True)
         state["ort"] = ort_conv_layers(load_onnx(args.model)[1], args.threads, args.runs)
         write_json(state_path, state)
+    if state.get("long") and state.get("algorithm", "direct") != args.algorithm:
+        p.error(f"{state_path} holds searches of the {state.get('algorithm', 'direct')} form: choose another --out")
+    state["algorithm"] = args.algorithm
     lowering, state["tuned"] = tuned_layers(read_log(args.log), args.layout)
     state["layout"], fast_math = lowering["layout"], lowering["fast_math"]
     write_json(state_path, state)
@@ -312,8 +349,10 @@ def main(argv: list[str] | None = None) -> int:
             write_json(state_path, state)
     title = (f"{args.model}, fp32, {state['layout']}: conv layers against ONNX Runtime, {args.threads} threads "
              f"({state['cpu']}; sgemm peak {state['sgemm_gflops']:.0f} GFLOPS)")
-    text = "\n".join([f"**{title}**; log `{args.log}`. ms per pass; trials in brackets; % of peak: the layer's "
-                      "GFLOPS over the sgemm's; best: the faster of tuned and longer search.", "", table(state), ""])
+    text = "\n".join([f"**{title}**; log `{args.log}`. ms per pass (a layer the model runs several times: all its "
+                      "calls; a longer search tuned its heaviest task, counted at that task's time per call); trials "
+                      "in brackets; % of peak: the layer's GFLOPS over the sgemm's; best: the faster of tuned and "
+                      "longer search.", "", table(state), ""])
     write_text(results_path(f"{args.out}.md"), text)
     plot(state, results_path(f"{args.out}.png"), title.replace(" (", "\n(", 1))
     sys.stdout.write(text + "\n" + json.dumps({"written": results_path(f"{args.out}.md")}) + "\n")
