@@ -217,7 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       warm_start=args.warm_start, known_schedules=args.known_schedules, options=_run_options(args),
                       batch=args.batch, seed=args.seed,
                       early_stop=args.early_stop, finalist_rounds=args.finalist_rounds, runner=args.runner,
-                      measure=measure, on_event=on_event)
+                      measure=measure, plot=args.plot, on_event=on_event)
     print_run_summary(console, result)
     if result.interrupted:
         console.print(f"[yellow]interrupted[/yellow]: resume with --resume --log {result.log}")
@@ -449,6 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--early-stop", type=int, help="stop a task after this many trials without improvement")
     p.add_argument("--finalist-rounds", type=int, default=3, help="fresh processes re-timing the finalists (0: none)")
+    p.add_argument("--no-plot", dest="plot", action="store_false",
+                   help="draw no PNG of the run (default: the model's estimated latency against minutes and "
+                        "trials, and the tasks' shares, beside the log; a script of many runs draws what it needs "
+                        "from the logs)")
     p.add_argument("--sampler", help="Optuna sampler: tpe (default), random, cmaes, gp, nsga2, qmc")
     p.add_argument("--optuna-storage", help="Optuna storage URL, e.g. sqlite:///study.db (one study per task)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="strategy option (repeatable)")

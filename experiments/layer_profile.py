@@ -100,12 +100,12 @@ def in_turns(passes: dict[str, Callable[[], dict]], runs: int, rounds: int) -> d
     ``rounds`` rounds (the order reversed every other round). On a shared machine a slow spell then hits every
     runtime alike, where profiled one after the other the same OpenVINO configuration read far apart
     (``docs/results.md``)."""
+    from autosearch.deploy.timing import runs_per_round
+    from experiments.lib.retime import turn_order
+
     per_run: dict[str, dict] = {label: defaultdict(list) for label in passes}
-    rounds = max(1, min(rounds, runs))
-    labels = list(passes)
-    for r in range(rounds):
-        n = runs // rounds + (1 if r < runs % rounds else 0)
-        for label in (labels if r % 2 == 0 else labels[::-1]):
+    for r, n in enumerate(runs_per_round(runs, rounds)):
+        for label in turn_order(list(passes), r):
             for _ in range(n):
                 for key, ms in passes[label]().items():
                     per_run[label][key].append(ms)

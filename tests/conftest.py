@@ -239,6 +239,7 @@ def tune_and_export(work, make_onnx, *, trials: int, batch: int, options: tuple[
         pinned += ("--precision", "fp32")
     if "--finalist-rounds" not in options:  # one re-timing round: the rounds are test_finalists' subject
         pinned += ("--finalist-rounds", "1")
+    pinned += ("--no-plot",)  # the run's PNG is tests/test_run.py's subject
     for attempt in range(3):
         resume = ("--resume",) if attempt else ()
         proc = run_cli("run", "--strategy", "random", "--model", model, "--trials", str(trials * (attempt + 1)),

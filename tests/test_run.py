@@ -33,9 +33,10 @@ STARTS = {"random": (), "annealing": ("--option", "init_random=4"), "optuna": ("
 @pytest.mark.parametrize("strategy", ["random", "annealing", "optuna"])
 def test_each_strategy_tunes_real_kernels(tmp_path, model_path, strategy, capfd):
     log = str(tmp_path / "run.jsonl")
+    plot = strategy == "random"  # the others draw none (--no-plot), as a script of many runs asks
     proc = run_cli_here(capfd, "run", "--strategy", strategy, "--model", model_path, "--tasks", "conv", "--layout",
                     "NCHW", "--finalist-rounds", "1", *FAST_TIMING, *STARTS[strategy],
-                    "--trials", "8", "--batch", "4", "--log", log, "--seed", "1")
+                    *(() if plot else ("--no-plot",)), "--trials", "8", "--batch", "4", "--log", log, "--seed", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     contents = read_log(log)
     trials = contents.trials()
@@ -47,7 +48,7 @@ def test_each_strategy_tunes_real_kernels(tmp_path, model_path, strategy, capfd)
     assert baseline.ok and best is not None and best.ok
     assert best.latency < baseline.latency  # a schedule beats the naive loop nest
     assert all(r.trace for r in trials if r.ok)
-    assert os.path.exists(log.replace(".jsonl", ".png"))
+    assert os.path.exists(log.replace(".jsonl", ".png")) == plot and ("plot: " in proc.stdout) == plot
     assert "speedup" in proc.stdout and "GFLOPS" in proc.stdout
     summary = " ".join(proc.stdout.split())  # rich wraps long lines
     assert re.search(r"task set-up \d+ s \(design spaces \d+ s, untuned kernels \d+ s, strategies and cost models "
@@ -57,7 +58,7 @@ def test_each_strategy_tunes_real_kernels(tmp_path, model_path, strategy, capfd)
 def test_resume_finishes_the_budget_without_repeating_a_measurement(tmp_path, model_path, capfd):
     log = str(tmp_path / "run.jsonl")
     args = ("run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout", "NCHW",
-            "--finalist-rounds", "1", *FAST_TIMING, "--log", log)
+            "--finalist-rounds", "1", *FAST_TIMING, "--no-plot", "--log", log)
     first = run_cli_here(capfd, *args, "--trials", "4", "--batch", "2")
     assert first.returncode == 0, first.stderr[-2000:]
     before = _trial_configs(read_log(log))
@@ -86,7 +87,7 @@ def test_a_time_limit_stops_the_search_goes_past_the_planned_trials_and_re_times
     start = time.perf_counter()
     proc = run_cli_here(capfd, "run", "--strategy", "random", "--model", model_path, "--tasks", "conv", "--layout",
                         "NCHW", "--finalist-rounds", "1", *FAST_TIMING, "--minutes", str(minutes), "--batch", "2",
-                        "--build-workers", "1", "--log", log)
+                        "--build-workers", "1", "--no-plot", "--log", log)
     wall = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr[-2000:]
     contents = read_log(log)

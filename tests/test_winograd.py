@@ -234,13 +234,13 @@ def test_small_stem_conv_stays_direct(target, tmp_path):
 
 @pytest.fixture(scope="module")
 def tuned_wide_nhwc(tmp_path_factory):
-    """The two wide convs tuned NHWC: each layer direct and as NHWC winograd, four trials a task at first."""
+    """The two wide convs tuned NHWC: each layer direct and as NHWC winograd, a trial or two a task at first."""
     from tests.conftest import exported_tasks, tune_and_export, two_wide_convs_onnx
 
     def winograd_tuned(contents) -> bool:  # the test compiles the model with both layers as Winograd
         return {h["name"] for h in contents.tasks.values() if "winograd" in h["name"]} <= exported_tasks(contents)
 
-    return tune_and_export(tmp_path_factory.mktemp("winograd-nhwc"), two_wide_convs_onnx, trials=16, batch=4,
+    return tune_and_export(tmp_path_factory.mktemp("winograd-nhwc"), two_wide_convs_onnx, trials=8, batch=4,
                            options=("--layout", "NHWC", "--finalist-rounds", "0"), until=winograd_tuned)
 
 

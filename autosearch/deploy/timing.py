@@ -119,15 +119,21 @@ def add_baselines(timings: list[Timing], runtimes: list[Runtime], *, inputs_path
         timing.baseline_bytes = peaks[library]
 
 
+def runs_per_round(runs: int, rounds: int) -> list[int]:
+    """``runs`` split over ``rounds`` (at most one a round, the first rounds one more where it does not divide):
+    how every comparison that takes turns spreads its runs."""
+    rounds = max(1, min(rounds, runs))
+    return [runs // rounds + (1 if i < runs % rounds else 0) for i in range(rounds)]
+
+
 def time_taking_turns(runtimes: list[Runtime], *, rounds: int, runs: int, inputs_path: str, threads: int,
                       out_dir: str) -> list[Timing]:
     """Time several runtimes in ``rounds`` fresh processes apiece, taking turns (A B C A B C ...),
     ``runs`` forward passes in all per runtime. On a shared machine a slow spell then hits every
     runtime alike instead of the one that happened to be running (seen here: ONNX Runtime at 55 ms in
     one window and 82 ms in another)."""
-    rounds = max(1, min(rounds, runs))
     out = [Timing(r.name, []) for r in runtimes]
-    for n in (runs // rounds + (1 if i < runs % rounds else 0) for i in range(rounds)):
+    for n in runs_per_round(runs, rounds):
         for timing, runtime in zip(out, runtimes):
             if timing.error:
                 continue

@@ -95,6 +95,12 @@ def retime_secs(task, target, traces: Sequence, *, evaluator=None, rounds: int =
     return [score([r[i] for r in per_round]) for i in range(len(traces))]
 
 
+def turn_order(items: Sequence[T], round_index: int) -> list[T]:
+    """``items`` in their order in even rounds, reversed in odd ones: each is first as often as last, so a drift of
+    the machine over a round favours none of them."""
+    return list(items) if round_index % 2 == 0 else list(reversed(items))
+
+
 def in_turns(runner, key: str, args, artifacts: Mapping[K, bytes], rounds: int) -> dict[K, float]:
     """Median latency (ms) of each built artifact of one task, timed in turns in one measuring process (``runner``: a
     :class:`autosearch.measure.kernels.KernelRunner` holding the task's reference), the order reversed every other
@@ -103,7 +109,7 @@ def in_turns(runner, key: str, args, artifacts: Mapping[K, bytes], rounds: int) 
 
     times: dict[K, list[float]] = {name: [] for name in artifacts}
     for r in range(rounds):
-        for name in (list(artifacts) if r % 2 == 0 else list(reversed(list(artifacts)))):
+        for name in turn_order(list(artifacts), r):
             result = runner.run(key, artifacts[name], args, 0, {"repeat": 20})
             if "wrong_result" in result:
                 raise RuntimeError(f"{name}: {result['wrong_result']}")
