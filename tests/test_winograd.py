@@ -238,7 +238,9 @@ def tuned_wide_nhwc(tmp_path_factory):
     from tests.conftest import exported_tasks, tune_and_export, two_wide_convs_onnx
 
     def winograd_tuned(contents) -> bool:  # the test compiles the model with both layers as Winograd
-        return {h["name"] for h in contents.tasks.values() if "winograd" in h["name"]} <= exported_tasks(contents)
+        winograd = {h["name"] for h in contents.tasks.values() if "winograd" in h["name"]}
+        both_ways = all(contents.best(key) is not None for key, h in contents.tasks.items() if "conv2d" in h["name"])
+        return winograd <= exported_tasks(contents) and both_ways  # and every form of each layer measured
 
     return tune_and_export(tmp_path_factory.mktemp("winograd-nhwc"), two_wide_convs_onnx, trials=8, batch=4,
                            options=("--layout", "NHWC", "--finalist-rounds", "0"), until=winograd_tuned)

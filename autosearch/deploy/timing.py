@@ -120,8 +120,8 @@ def add_baselines(timings: list[Timing], runtimes: list[Runtime], *, inputs_path
 
 
 def runs_per_round(runs: int, rounds: int) -> list[int]:
-    """``runs`` split over ``rounds`` (at most one a round, the first rounds one more where it does not divide):
-    how every comparison that takes turns spreads its runs."""
+    """``runs`` split over ``rounds`` (no more rounds than runs; where it does not divide, the first rounds take one
+    more): how every comparison that takes turns spreads its runs."""
     rounds = max(1, min(rounds, runs))
     return [runs // rounds + (1 if i < runs % rounds else 0) for i in range(rounds)]
 
