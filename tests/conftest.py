@@ -283,3 +283,21 @@ def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict 
     """Run ``python -m autosearch ...`` as a user would; returns CompletedProcess (text)."""
     return subprocess.run([sys.executable, "-m", "autosearch", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})
+
+
+def run_conv_in(worker, conv_task, conv_space) -> dict:
+    """Build the conv task's untuned and default-config kernels in ``worker``, install the first as the reference
+    and check and time the second there (one run); the run's reply value."""
+    import tvm
+
+    from autosearch.frontend.target import target_to_json
+
+    key, target = conv_task.workload_key, target_to_json(conv_task.target)
+    naive, tuned = (worker.call("build", tvm.ir.save_json(mod), target, timeout=120)
+                    for mod in (conv_task.mod, conv_space.apply(conv_space.default(0)).mod))
+    assert naive.kind == tuned.kind == "ok", (naive.error, tuned.error)
+    reference = worker.call("reference", key, naive.value[0], conv_task.args, 0, {"repeat": 1}, timeout=60)
+    ran = worker.call("run", key, tuned.value[0], conv_task.args, 0, {"repeat": 1}, timeout=60)
+    assert reference.kind == ran.kind == "ok", (reference.error, ran.error)
+    assert "wrong_result" not in ran.value
+    return ran.value

@@ -1,6 +1,7 @@
 """Warm worker processes with timeouts: a crashing or hanging kernel kills only its worker.
 
-Each worker is a spawned Python process that imports TVM once and then serves calls over a pipe.
+Each worker is a Python process with TVM imported that serves calls over a pipe: a fork of this process's fork
+server (:mod:`autosearch.measure.forkserver`, which imports TVM once), or a fresh process where there is none.
 The parent waits for an answer with a timeout; on a timeout it kills the worker, on a dead pipe it
 reports the crash, and in both cases the next call starts a fresh worker. A call's timeout is its own:
 a fresh worker first answers a ping (after its TVM import) within :data:`STARTUP_TIMEOUT`.
@@ -23,6 +24,8 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
+
+from autosearch.measure import forkserver
 
 log = logging.getLogger(__name__)
 
@@ -80,23 +83,33 @@ def _serve(conn) -> None:
             return
 
 
-def main(fd: int) -> None:
-    """Entry point of a worker process: serve calls on the inherited pipe ``fd``."""
-    import signal
-
-    # Ctrl-C reaches the whole process group: the parent decides when workers stop (pipe closed).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def prepare_import() -> None:
+    """What a process does before it imports TVM to serve calls (a worker, or the fork server for workers)."""
     # tvm_ffi imports PyTorch when it is installed (the [learned] extra), only to exchange tensors with it;
-    # kernels never do. Blocked, a worker starts seconds sooner and without libtorch's memory, on every start:
-    # each run's workers, each finalist round's fresh measuring process, each restart after a crash.
+    # kernels never do. Blocked, a worker starts seconds sooner and without libtorch's memory, on every start.
     sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
     from autosearch.tvm_compat import lighten_tvm_import
 
     lighten_tvm_import()  # TVM's functions listed once in its import: a worker starts sooner, on every start
+
+
+def serve_forked(fd: int) -> None:
+    """Serve calls on pipe ``fd`` in a process whose environment is this worker's (set before TVM's thread
+    pool exists: TVM creates it at the first parallel kernel)."""
     cpus = os.environ.get("AUTOSEARCH_AFFINITY")
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     _serve(Connection(fd))
+
+
+def main(fd: int) -> None:
+    """Entry point of a worker process started afresh (where no fork server can be used): serve on ``fd``."""
+    import signal
+
+    # Ctrl-C reaches the whole process group: the parent decides when workers stop (pipe closed).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    prepare_import()
+    serve_forked(fd)
 
 
 class Worker:
@@ -118,16 +131,22 @@ class Worker:
     def start(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             return
-        # A plain subprocess (not multiprocessing's spawn): it never re-imports the caller's __main__,
-        # so scripts without an ``if __name__ == "__main__"`` guard work too. Environment is set
-        # before the child imports TVM (its thread pool size is read once).
+        # Forked from the fork server (TVM imported once per process), or where there is none a plain
+        # subprocess (not multiprocessing's spawn): neither imports the caller's __main__ again, so scripts
+        # without an ``if __name__ == "__main__"`` guard work too. The environment is set before the child's
+        # TVM starts its thread pool (its size is read once).
         parent, child = Pipe()
         env = {**os.environ, **self.env}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", f"from autosearch.measure.worker import main; main({child.fileno()})"],
-            pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL, close_fds=True,
-        )
-        child.close()
+        try:
+            if forkserver.AVAILABLE:
+                self._proc = forkserver.spawn(child.fileno(), env)
+            else:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-c", f"from autosearch.measure.worker import main; main({child.fileno()})"],
+                    pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL, close_fds=True,
+                )
+        finally:
+            child.close()
         self._conn = parent
         self._ready = False
 
@@ -176,7 +195,7 @@ class Worker:
                 proc.kill()
         self._reset()
         self.restarts += 1
-        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        how = "status unknown" if code is None else f"signal {-code}" if code < 0 else f"exit code {code}"
         return Reply("crashed", error=f"worker process died ({how})", seconds=time.perf_counter() - start)
 
     def rss_bytes(self) -> int:

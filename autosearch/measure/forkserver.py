@@ -1,0 +1,271 @@
+"""A fork server for worker processes: TVM is imported once, each worker is a fork of that warm process.
+
+A fresh Python process spends seconds of CPU importing TVM before it can build or time anything, and a
+tuning run starts many: its build and measuring workers, each finalist round's fresh measuring process,
+each restart after a crash, a timeout or the memory limit. The server is started like a worker (a plain
+subprocess, so the caller's ``__main__`` is never imported again), imports TVM and the kernel module, and
+then only forks: a new worker costs milliseconds and shares TVM's pages with its siblings.
+
+The shape is multiprocessing's ``forkserver`` (file descriptors passed over a Unix socket, the child's exit
+status written to a pipe of its own when the server reaps it), not that module itself: its children import
+the caller's ``__main__`` again and inherit the server's environment, where each worker needs its own
+(``TVM_NUM_THREADS``, its cores, its temporary directory), set in the child before TVM's thread pool exists
+(TVM reads the variable when it creates the pool, at the first parallel kernel, not at import).
+
+One server per process and environment, started on first use, like multiprocessing's: it holds no results,
+only a warm import, and it exits when the process that started it closes its socket (or dies), after its
+last child has ended. A server that cannot be started or has died is started again on the next request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+# Whether workers can be forked from a server here: a Unix with fd passing (Linux, macOS); elsewhere each
+# worker is a fresh process (worker.Worker falls back).
+AVAILABLE = hasattr(os, "fork") and hasattr(socket, "send_fds")
+
+_STATUS = struct.Struct("i")
+
+
+class ForkedProcess:
+    """A worker forked by the server: the parts of ``subprocess.Popen`` the worker uses.
+
+    It is the server's child, not ours: its exit status comes over ``status_fd`` (written when the server
+    reaps it); it is killed by pid, which is safe while that status has not arrived (the pid is not reaped,
+    so not reused).
+    """
+
+    def __init__(self, pid: int, status_fd: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._status_fd = status_fd
+        self._ended = False  # status read (or the server died and it never will be)
+
+    def _read_status(self, timeout: float | None) -> bool:
+        """Whether the process has ended (reading its status if it has come), waiting up to ``timeout``."""
+        if self._ended:
+            return True
+        if self._status_fd < 0:  # an orphan (see below): asked by pid
+            self._ended = not _running(self.pid)
+            return self._ended
+        ready, _, _ = select.select([self._status_fd], [], [], timeout)
+        if not ready:
+            return False
+        data = os.read(self._status_fd, _STATUS.size)
+        os.close(self._status_fd)
+        self._status_fd = -1
+        if len(data) < _STATUS.size:  # the server died first: init reaps its orphans, their status is lost
+            self._ended = not _running(self.pid)
+            return self._ended
+        self.returncode = _STATUS.unpack(data)[0]
+        self._ended = True
+        return True
+
+    def poll(self) -> int | None:
+        """The exit code once ended, else None (also for an orphan that ended with its status lost: the
+        worker then finds its pipe dead on the next call and reports the crash)."""
+        return self.returncode if self._read_status(0) else None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._read_status(None if deadline is None else max(0.0, deadline - time.monotonic())):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
+            time.sleep(0.05)  # an orphan: its status pipe is at EOF for good, so select() no longer waits
+        return self.returncode
+
+    def kill(self) -> None:
+        if not self._read_status(0):  # not reaped yet, so the pid is still this process's
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def __del__(self) -> None:
+        if self._status_fd >= 0:
+            try:
+                os.close(self._status_fd)
+            except OSError:
+                pass
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # the pid was reused by another user's process: ours has ended
+        return False
+    return True
+
+
+class ForkServer:
+    """One server process; :meth:`spawn` forks a worker serving calls on a given pipe end."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", f"from autosearch.measure.forkserver import main; main({theirs.fileno()})"],
+            pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL, close_fds=True,
+        )
+        theirs.close()
+        self._sock = ours
+        self._lock = threading.Lock()
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def spawn(self, conn_fd: int, env: dict[str, str]) -> ForkedProcess:
+        """Fork a worker that serves calls on ``conn_fd`` (a copy is passed; the caller closes its own) with
+        ``env`` as its whole environment. Raises OSError when the server is gone."""
+        status_r, status_w = os.pipe()
+        try:
+            payload = json.dumps(env).encode()
+            with self._lock:
+                socket.send_fds(self._sock, [struct.pack("Q", len(payload)) + payload], [conn_fd, status_w])
+                pid = _recv_exact(self._sock, 8)
+        except BaseException:
+            os.close(status_r)
+            raise
+        finally:
+            os.close(status_w)
+        return ForkedProcess(struct.unpack("q", pid)[0], status_r)
+
+    def close(self) -> None:
+        """Let the server go: it exits once its children have ended (not waited for here)."""
+        self._sock.close()
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise OSError("the fork server closed its socket")
+        data += chunk
+    return data
+
+
+_servers: dict[tuple, ForkServer] = {}
+_servers_lock = threading.Lock()
+
+
+def spawn(conn_fd: int, env: dict[str, str]) -> ForkedProcess:
+    """Fork a worker from this process's server for the current environment (started or replaced as needed).
+
+    The server imports TVM under the environment current when it starts; a changed environment (another
+    ``PATH``, ``TVM_*`` or ``PYTHONPATH``) gets a new server, so no worker runs under an import it did not ask for.
+    """
+    key = tuple(sorted(os.environ.items()))
+    with _servers_lock:
+        server = _servers.get(key)
+        if server is None or not server.alive():
+            for old in list(_servers.values()):  # one server at a time: the old one ends with its children
+                old.close()
+            _servers.clear()
+            server = _servers[key] = ForkServer(dict(os.environ))
+    try:
+        return server.spawn(conn_fd, env)
+    except OSError:  # it died between the check and the request (or failed to start): once more, afresh
+        with _servers_lock:
+            if _servers.get(key) is server:
+                server.close()
+                server = _servers[key] = ForkServer(dict(os.environ))
+        return server.spawn(conn_fd, env)
+
+
+# ---------------------------------------------------------------------------------------------- the server
+def main(fd: int) -> None:
+    """Entry point of the server process: import TVM, then fork a worker per request on socket ``fd``."""
+    from autosearch.measure import worker
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it closes our socket)
+    worker.prepare_import()
+    import tvm  # noqa: F401  - the point of the server: every child starts with TVM imported
+
+    from autosearch.measure import kernels  # noqa: F401
+
+    sock = socket.socket(fileno=fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake select() through the wakeup fd
+    children: dict[int, int] = {}  # pid -> its status pipe
+    listening = True
+    while listening or children:
+        ready, _, _ = select.select([sock, wake_r] if listening else [wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        _reap(children)
+        if sock in ready:
+            listening = _serve_request(sock, children, (fd, wake_r, wake_w))
+
+
+def _serve_request(sock: socket.socket, children: dict[int, int], own_fds: tuple[int, ...]) -> bool:
+    try:
+        head, fds, _, _ = socket.recv_fds(sock, 8, 2)
+    except OSError:
+        return False
+    if len(head) < 8 or len(fds) != 2:  # the parent closed the socket (or sent nothing whole)
+        for extra in fds:
+            os.close(extra)
+        return False
+    (size,) = struct.unpack("Q", head)
+    env: dict[str, str] = json.loads(_recv_exact(sock, size))
+    conn_fd, status_w = fds
+    pid = os.fork()
+    if pid == 0:  # the worker
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for other in (*own_fds, *children.values(), status_w):
+                os.close(other)
+            _become_worker(conn_fd, env)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(conn_fd)
+    children[pid] = status_w
+    sock.sendall(struct.pack("q", pid))
+    return True
+
+
+def _become_worker(conn_fd: int, env: dict[str, str]) -> None:
+    import tempfile
+
+    from autosearch.measure import worker
+
+    os.environ.clear()
+    os.environ.update(env)
+    tempfile.tempdir = None  # read TMPDIR again: a build worker's is its pool's scratch directory
+    worker.serve_forked(conn_fd)
+
+
+def _reap(children: dict[int, int]) -> None:
+    for pid in list(children):
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done, status = pid, 0
+        if done == 0:
+            continue
+        code = os.waitstatus_to_exitcode(status)  # -N for signal N, as Popen.returncode
+        status_w = children.pop(pid)
+        try:
+            os.write(status_w, _STATUS.pack(code))
+        except OSError:  # nobody reads it any more
+            pass
+        os.close(status_w)
+
+

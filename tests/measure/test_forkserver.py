@@ -1,0 +1,83 @@
+"""Workers forked from one warm server: each with its own environment, surviving the server's death."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from autosearch.measure import forkserver
+from autosearch.measure.worker import STARTUP_TIMEOUT, Worker
+from tests.conftest import run_conv_in
+
+pytestmark = pytest.mark.skipif(not forkserver.AVAILABLE, reason="no fork server on this platform")
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def test_workers_are_forks_of_one_server_each_with_its_own_thread_count(conv_task, conv_space):
+    """TVM_NUM_THREADS is each worker's, though the server imported TVM before either existed: TVM reads it
+    when its thread pool starts, at the first parallel kernel."""
+    workers = [Worker(name=f"threads{n}", env={"TVM_NUM_THREADS": str(n)}) for n in (1, 2)]
+    try:
+        for w in workers:
+            assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
+        one, two = (w._proc.pid for w in workers)
+        assert _ppid(one) == _ppid(two) != os.getpid()
+        for w in workers:
+            run_conv_in(w, conv_task, conv_space)
+        assert (_threads(one), _threads(two)) == (1, 2)
+    finally:
+        for w in workers:
+            w.close()
+
+
+def test_a_killed_server_is_replaced_and_its_orphaned_worker_still_serves_then_reports_its_death():
+    first = Worker(name="orphan")
+    try:
+        assert first.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
+        server = _ppid(first._proc.pid)
+        os.kill(server, signal.SIGKILL)
+        deadline = time.time() + 10
+        while _ppid(first._proc.pid) == server and time.time() < deadline:  # reparented once the server is gone
+            time.sleep(0.05)
+        assert first.call("ping", timeout=10).kind == "ok"  # its pipe is ours, not the server's
+        second = Worker(name="after")
+        try:
+            assert second.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
+            assert _ppid(second._proc.pid) not in (server, os.getpid())
+        finally:
+            second.close()
+        os.kill(first._proc.pid, signal.SIGKILL)
+        reply = first.call("ping", timeout=10)
+        assert reply.kind == "crashed" and "status unknown" in reply.error, reply
+        assert first.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"  # and the next call starts a fresh one
+    finally:
+        first.close()
+
+
+def test_a_killed_worker_reports_its_signal_and_a_changed_environment_gets_a_new_server(monkeypatch):
+    w = Worker(name="signals")
+    try:
+        assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
+        server = _ppid(w._proc.pid)
+        os.kill(w._proc.pid, signal.SIGSEGV)
+        reply = w.call("ping", timeout=10)
+        assert reply.kind == "crashed" and "signal 11" in reply.error, reply
+        assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
+        assert _ppid(w._proc.pid) == server
+        monkeypatch.setenv("AUTOSEARCH_FORKSERVER_TEST", "1")  # what TVM's import sees may differ now
+        w.kill()
+        assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
+        assert _ppid(w._proc.pid) != server
+    finally:
+        w.close()
