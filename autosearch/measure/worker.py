@@ -118,7 +118,7 @@ class Worker:
     def __init__(self, *, name: str, env: dict[str, str] | None = None) -> None:
         self.name = name
         self.env = dict(env or {})
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen | forkserver.ForkedProcess | None = None
         self._conn = None
         self._ready = False  # the running process has answered a ping (TVM is imported)
         self.restarts = 0
@@ -138,9 +138,13 @@ class Worker:
         parent, child = Pipe()
         env = {**os.environ, **self.env}
         try:
+            self._proc = None
             if forkserver.AVAILABLE:
-                self._proc = forkserver.spawn(child.fileno(), env)
-            else:
+                try:
+                    self._proc = forkserver.spawn(child.fileno(), env)
+                except OSError as exc:  # the server cannot start or died twice: this worker starts afresh
+                    log.debug("no fork server (%s): starting worker %s afresh", exc, self.name)
+            if self._proc is None:
                 self._proc = subprocess.Popen(
                     [sys.executable, "-c", f"from autosearch.measure.worker import main; main({child.fileno()})"],
                     pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL, close_fds=True,

@@ -193,6 +193,7 @@ class DecisionSpace:
         decisions: list[Decision] = []
         defaults: list[Any] = []
         counts: dict[str, int] = {}
+        locations: dict[int, tuple[int, ...]] | None = None  # of every compute-location decision, at the first
         for pos, inst in enumerate(trace.insts):
             kind = inst.kind.name
             if not kind.startswith("Sample"):
@@ -209,42 +210,51 @@ class DecisionSpace:
                 choices = tuple(range(len(candidates)))
                 name = f"{name}[{','.join(map(str, candidates))}]"
             elif kind == "SampleComputeLocation":
-                choices = self._legal_locations(trace, pos)
+                if locations is None:
+                    locations = self._legal_locations(trace)
+                choices = locations[pos]
             else:
                 raise NotImplementedError(f"sampling instruction {kind} is not supported")
             decisions.append(Decision(name=name, kind=kind, choices=choices, position=pos))
             defaults.append(value)
         return Sketch(index=index, trace=trace, decisions=tuple(decisions), default=tuple(defaults))
 
-    def _legal_locations(self, trace, position: int) -> tuple[int, ...]:
-        """Compute locations TVM accepts for the block at ``position`` (with the sketch's own tiles).
+    def _legal_locations(self, trace) -> dict[int, tuple[int, ...]]:
+        """Compute locations TVM accepts for each ``SampleComputeLocation`` of ``trace`` (by its position), with
+        the sketch's own tiles and its own decisions before it.
 
         TVM has no API that lists them; ``sample_compute_location(decision=k)`` snaps an illegal k down to
         the largest legal location below it (``-1``, the root, when there is none), so probing enumerates
         them. Walking down from the top, each probe lands on the next legal location: as many probes as there
-        are locations, where probing every k took :data:`_MAX_LOCATION_PROBE` (most of a model's set-up).
+        are locations, where probing every k took :data:`_MAX_LOCATION_PROBE` (most of a model's set-up). A
+        probe only reads the schedule (sampling with a decision changes neither its IR nor its random state), so
+        all of a sketch's are taken in one replay of its trace, on the schedule being replayed, where a copy per
+        probe and a replay per decision took most of a model's design-space time.
         """
-        found: set[int] = set()
+        found: dict[int, set[int]] = {}
+        positions = [pos for pos, inst in enumerate(trace.insts) if inst.kind.name == "SampleComputeLocation"]
         sch = self._fresh_schedule()
 
-        def snapped(inputs, k: int) -> int:
-            trial = sch.copy()
-            trial.sample_compute_location(inputs[0], decision=k)
-            return _to_python(trial.trace.decisions[trial.trace.insts[-1]])
+        def snapped(block, k: int) -> int:
+            sch.sample_compute_location(block, decision=k)
+            return _to_python(sch.trace.decisions[sch.trace.insts[-1]])
 
         def probe(inst, inputs, attrs, decision):
-            if inst.same_as(trace.insts[position]):
-                k = _MAX_LOCATION_PROBE - 1
-                while k >= -2:
-                    legal = snapped(inputs, k)
-                    found.add(legal)
-                    if legal > k:  # -2 asked where the block cannot be inlined: the root
-                        break
-                    k = legal - 1
+            if inst.kind.name != "SampleComputeLocation":
+                return decision
+            pos = next(p for p in positions if inst.same_as(trace.insts[p]))
+            locations = found.setdefault(pos, set())
+            k = _MAX_LOCATION_PROBE - 1
+            while k >= -2:
+                legal = snapped(inputs[0], k)
+                locations.add(legal)
+                if legal > k:  # -2 asked where the block cannot be inlined: the root
+                    break
+                k = legal - 1
             return decision
 
         trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=probe)
-        return tuple(sorted(found))
+        return {pos: tuple(sorted(locations)) for pos, locations in found.items()}
 
     # ----------------------------------------------------------------- queries
     def size(self) -> float:

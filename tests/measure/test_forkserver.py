@@ -81,3 +81,16 @@ def test_a_killed_worker_reports_its_signal_and_a_changed_environment_gets_a_new
         assert _ppid(w._proc.pid) != server
     finally:
         w.close()
+
+
+def test_a_worker_starts_afresh_where_no_fork_server_can_be_had(monkeypatch):
+    def refused(*_):
+        raise OSError("no server (injected)")
+
+    monkeypatch.setattr(forkserver, "spawn", refused)
+    w = Worker(name="afresh")
+    try:
+        assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
+        assert _ppid(w._proc.pid) == os.getpid()
+    finally:
+        w.close()
