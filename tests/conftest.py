@@ -21,13 +21,15 @@ lighten_tvm_import()  # TVM imported as the CLI imports it; torch still loads wh
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The fast tier, ``pytest -m "not slow"`` (the inner loop, a few minutes on 2 cores): the modules whose tests tune,
-# build and time whole models, run the CLI in fresh processes, start Ray clusters or train models are "slow".
+# build and time whole models, run the CLI in fresh processes, start Ray clusters or fork servers or train models
+# are "slow".
 # README's test command (and CI) runs every test.
 SLOW_MODULES = frozenset({
     "tests/cost_models/test_asm_features.py", "tests/cost_models/test_cost_model_contract.py",
     "tests/cost_models/test_evaluate.py", "tests/cost_models/test_guidance.py", "tests/cost_models/test_pretrained.py",
     "tests/experiments/test_concat_sketch.py",
-    "tests/measure/test_ray_pool.py", "tests/test_api_end_to_end.py", "tests/test_export.py",
+    "tests/measure/test_forkserver.py", "tests/measure/test_ray_pool.py", "tests/test_api_end_to_end.py",
+    "tests/test_export.py",
     "tests/test_dpbf16.py", "tests/test_fast_math.py", "tests/test_faults_in_a_run.py", "tests/test_finalists.py",
     "tests/test_layout.py", "tests/test_measure.py", "tests/test_memory.py", "tests/test_memory_budget.py",
     "tests/test_reliability.py", "tests/test_report.py", "tests/test_run.py", "tests/test_tasks.py",
