@@ -123,7 +123,7 @@ class ForkServer:
         self._lock = threading.Lock()
 
     def alive(self) -> bool:
-        return self._proc.poll() is None
+        return self._sock.fileno() >= 0 and self._proc.poll() is None
 
     def spawn(self, conn_fd: int, env: dict[str, str]) -> ForkedProcess:
         """Fork a worker that serves calls on ``conn_fd`` (a copy is passed; the caller closes its own) with
@@ -132,8 +132,12 @@ class ForkServer:
         try:
             payload = json.dumps(env).encode()
             with self._lock:
-                socket.send_fds(self._sock, [struct.pack("Q", len(payload)) + payload], [conn_fd, status_w])
-                pid = _recv_exact(self._sock, 8)
+                try:
+                    socket.send_fds(self._sock, [struct.pack("Q", len(payload)) + payload], [conn_fd, status_w])
+                    pid = _recv_exact(self._sock, 8)
+                except BaseException:  # an exchange cut short (even by Ctrl-C) leaves the socket out of step
+                    self.close()
+                    raise
         except BaseException:
             os.close(status_r)
             raise
@@ -256,16 +260,16 @@ def _reap(children: dict[int, int]) -> None:
     for pid in list(children):
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            done, status = pid, 0
+        except ChildProcessError:  # not ours to wait for after all: its end is reported with no status
+            done, status = pid, None
         if done == 0:
             continue
-        code = os.waitstatus_to_exitcode(status)  # -N for signal N, as Popen.returncode
         status_w = children.pop(pid)
-        try:
-            os.write(status_w, _STATUS.pack(code))
-        except OSError:  # nobody reads it any more
-            pass
+        if status is not None:
+            try:
+                os.write(status_w, _STATUS.pack(os.waitstatus_to_exitcode(status)))  # -N for signal N, as Popen's
+            except OSError:  # nobody reads it any more
+                pass
         os.close(status_w)
 
 

@@ -228,8 +228,9 @@ class DecisionSpace:
         them. Walking down from the top, each probe lands on the next legal location: as many probes as there
         are locations, where probing every k took :data:`_MAX_LOCATION_PROBE` (most of a model's set-up). A
         probe only reads the schedule (sampling with a decision changes neither its IR nor its random state), so
-        all of a sketch's are taken in one replay of its trace, on the schedule being replayed, where a copy per
-        probe and a replay per decision took most of a model's design-space time.
+        all of a sketch's are taken in one replay of its trace, on the schedule being replayed: no copy per probe,
+        no replay per decision. What is left is mostly the probes themselves (TVM checks every candidate loop in
+        each).
         """
         found: dict[int, set[int]] = {}
         positions = [pos for pos, inst in enumerate(trace.insts) if inst.kind.name == "SampleComputeLocation"]
