@@ -50,26 +50,37 @@ class ForkedProcess:
         self.returncode: int | None = None
         self._status_fd = status_fd
         self._ended = False  # status read (or the server died and it never will be)
+        self._lock = threading.Lock()
 
     def _read_status(self, timeout: float | None) -> bool:
-        """Whether the process has ended (reading its status if it has come), waiting up to ``timeout``."""
+        """Whether the process has ended (reading its status if it has come), waiting up to ``timeout``.
+
+        Thread-safe, as ``Popen.wait`` is: a pool's ``close`` kills and waits for a worker while the thread that
+        called it may be waiting for it too."""
         if self._ended:
             return True
-        if self._status_fd < 0:  # an orphan (see below): asked by pid
+        fd = self._status_fd
+        if fd >= 0:
+            try:
+                ready, _, _ = select.select([fd], [], [], timeout)
+            except (OSError, ValueError):  # closed meanwhile by a thread that read it: see below
+                ready = [fd]
+            if not ready:
+                return False
+        with self._lock:
+            if self._ended:
+                return True
+            if self._status_fd >= 0:
+                data = os.read(self._status_fd, _STATUS.size)
+                os.close(self._status_fd)
+                self._status_fd = -1
+                if len(data) == _STATUS.size:
+                    self.returncode = _STATUS.unpack(data)[0]
+                    self._ended = True
+                    return True
+            # the server died first (EOF, no status): init reaps its orphans, their status is lost; asked by pid
             self._ended = not _running(self.pid)
             return self._ended
-        ready, _, _ = select.select([self._status_fd], [], [], timeout)
-        if not ready:
-            return False
-        data = os.read(self._status_fd, _STATUS.size)
-        os.close(self._status_fd)
-        self._status_fd = -1
-        if len(data) < _STATUS.size:  # the server died first: init reaps its orphans, their status is lost
-            self._ended = not _running(self.pid)
-            return self._ended
-        self.returncode = _STATUS.unpack(data)[0]
-        self._ended = True
-        return True
 
     def poll(self) -> int | None:
         """The exit code once ended, else None (also for an orphan that ended with its status lost: the

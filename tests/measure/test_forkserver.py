@@ -94,3 +94,21 @@ def test_a_worker_starts_afresh_where_no_fork_server_can_be_had(monkeypatch):
         assert _ppid(w._proc.pid) == os.getpid()
     finally:
         w.close()
+
+
+def test_a_killed_worker_is_waited_for_by_two_threads_at_once():
+    """As a pool's close() kills and waits for a worker while a build thread waits for it too (Popen allows it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    w = Worker(name="waited")
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for _ in range(10):
+                assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
+                proc = w._proc
+                os.kill(proc.pid, signal.SIGKILL)
+                codes = list(pool.map(lambda p: p.wait(timeout=10), [proc, proc]))
+                assert codes == [-signal.SIGKILL] * 2
+                w.kill()
+    finally:
+        w.close()
