@@ -171,8 +171,22 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return data
 
 
-_servers: dict[tuple, ForkServer] = {}
-_servers_lock = threading.Lock()
+_current: list[tuple[tuple, ForkServer]] = []  # this process's one server, with the environment it imported under
+_current_lock = threading.Lock()
+
+
+def _server(key: tuple, *, replacing: ForkServer | None = None) -> ForkServer:
+    """The server for environment ``key``: the current one while it serves that environment and is alive and not
+    ``replacing``, else a new one (the old one is let go: it ends with its children)."""
+    with _current_lock:
+        if _current:
+            old_key, old = _current[0]
+            if old_key == key and old.alive() and old is not replacing:
+                return old
+            old.close()
+            _current.clear()
+        _current.append((key, ForkServer(dict(os.environ))))
+        return _current[0][1]
 
 
 def spawn(conn_fd: int, env: dict[str, str]) -> ForkedProcess:
@@ -182,21 +196,11 @@ def spawn(conn_fd: int, env: dict[str, str]) -> ForkedProcess:
     ``PATH``, ``TVM_*`` or ``PYTHONPATH``) gets a new server, so no worker runs under an import it did not ask for.
     """
     key = tuple(sorted(os.environ.items()))
-    with _servers_lock:
-        server = _servers.get(key)
-        if server is None or not server.alive():
-            for old in list(_servers.values()):  # one server at a time: the old one ends with its children
-                old.close()
-            _servers.clear()
-            server = _servers[key] = ForkServer(dict(os.environ))
+    server = _server(key)
     try:
         return server.spawn(conn_fd, env)
     except OSError:  # it died between the check and the request (or failed to start): once more, afresh
-        with _servers_lock:
-            if _servers.get(key) is server:
-                server.close()
-                server = _servers[key] = ForkServer(dict(os.environ))
-        return server.spawn(conn_fd, env)
+        return _server(key, replacing=server).spawn(conn_fd, env)
 
 
 # ---------------------------------------------------------------------------------------------- the server
