@@ -404,6 +404,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     _prepare()
     from autosearch.frontend.importer import import_model
     from autosearch.records import TuningLog, read_log
+    from autosearch.search.sketch_store import SketchStore
     from autosearch.search.tuner import Tuner, guides_unit
     from autosearch.tensor_units.cpu import bf16_unit
 
@@ -455,7 +456,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
                             seconds=minutes * 60 if minutes is not None else None, batch=batch, seed=seed,
                             strategy_options=options, cost_model=model_cost, warm_start=warm, known=known,
                             early_stop=early_stop,
-                            resume=logged, on_event=notify, finalist_rounds=finalist_rounds).run()
+                            resume=logged, on_event=notify, finalist_rounds=finalist_rounds,
+                            sketch_store=SketchStore()).run()
         finally:
             if own:
                 measuring.close()
@@ -732,6 +734,7 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
     """``train-model --measure``: measure (or go on measuring) OUT/dataset.jsonl for ``minutes``; its path."""
     from autosearch.frontend.target import parse_target
     from autosearch.search.dataset import DATASET_FILE, dataset_lowerings, dataset_tasks, measure_dataset
+    from autosearch.search.sketch_store import SketchStore
 
     if minutes is None or not (math.isfinite(minutes) and minutes > 0):
         raise UserError("train-model --measure needs --minutes, a positive number (the measuring budget)")
@@ -751,7 +754,8 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
 
     with LocalRunner(target=target, seed=seed) as runner:
         measure_dataset(tasks, path, runner=runner, seconds=60 * minutes, per_task=per_task, seed=seed, more=more,
-                        on_progress=lambda done, total: progress("measuring configs", done, total))
+                        on_progress=lambda done, total: progress("measuring configs", done, total),
+                        sketch_store=SketchStore())
     return path
 
 

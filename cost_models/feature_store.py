@@ -34,20 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from autosearch.cache import CACHE_ENV, default_cache_dir
 from autosearch.cost_models._io import UNREADABLE, load_npz, write_npz
 
 log = logging.getLogger(__name__)
-
-CACHE_ENV = "AUTOSEARCH_CACHE"
-
-
-def default_cache_dir() -> str:
-    """autosearch's cache directory: ``$AUTOSEARCH_CACHE``, else the XDG user cache dir + ``/autosearch``."""
-    if override := os.environ.get(CACHE_ENV):
-        return override
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "autosearch")
-
 
 def _digest(obj: Any) -> str:
     return hashlib.blake2b(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode(), digest_size=16).hexdigest()

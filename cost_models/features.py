@@ -461,11 +461,13 @@ class _DatasetBuilder:
         return self.featurizers[key]
 
     def space(self, key: str, header: dict[str, Any]):
+        from autosearch.search.sketch_store import SketchStore
         from autosearch.search.space import DecisionSpace
 
         if key not in self.spaces:
             task = self.task(key, header)
-            self.spaces[key] = DecisionSpace(task.mod, task.target)
+            sketches = SketchStore(self.store.directory) if self.store is not None else None  # the same cache root
+            self.spaces[key] = DecisionSpace(task.mod, task.target, store=sketches)
         return self.spaces[key]
 
     def add_task(self, key: str, header: dict[str, Any], records: list[Record], latencies: list[float]) -> None:

@@ -11,7 +11,7 @@ features, e.g. AVX512-BF16 without AMX as on AMD Zen 4, and ``--onednn-max-isa``
 alike (``ONEDNN_MAX_CPU_ISA``, e.g. ``AVX512_CORE_BF16``) for the report, so both sides run the same units.
 
 Each step is the CLI in a fresh process, as a user would type it (``--log`` and ``--out`` point into the
-results; the feature cache starts empty unless ``--keep-cache``: a new user has none). Writes
+results; the cache of features and sketches starts empty unless ``--keep-cache``: a new user has none). Writes
 ``experiments/results/user-MODEL-TAG/``: ``run.txt`` (run's output), ``log.jsonl``, ``db/``, ``report.md`` and
 ``report.png``, ``summary.json`` (the run's wall time and the report's medians). Resumable by step: a finished
 step is not repeated; a run killed midway is started again from an empty log (its minutes would not add up).
@@ -68,7 +68,8 @@ def main() -> int:
     p.add_argument("--tag", help="names the results directory (default: from the options)")
     p.add_argument("--rounds", type=int, default=10, help="report --rounds")
     p.add_argument("--runs", type=int, default=100, help="report --runs")
-    p.add_argument("--keep-cache", action="store_true", help="use the user's feature cache instead of an empty one")
+    p.add_argument("--keep-cache", action="store_true",
+                   help="use the user's cache (features, sketches) instead of an empty one")
     p.add_argument("--target", help="run and report --target (a JSON dict: fewer features than the host's)")
     p.add_argument("--onednn-max-isa", help="report with ONEDNN_MAX_CPU_ISA set: OpenVINO's oneDNN kernels capped "
                    "at that ISA (e.g. AVX512_CORE_BF16: no AMX)")

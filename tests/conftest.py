@@ -148,8 +148,8 @@ def two_wide_convs_onnx(path: str | None = None) -> onnx.ModelProto:
 
 @pytest.fixture(scope="session", autouse=True)
 def _own_feature_cache(tmp_path_factory):
-    """The suite's own feature cache (every ``run`` a test starts inherits it): tests must neither read the
-    user's cache (a stale entry would hide a bug) nor fill it."""
+    """The suite's own cache of features and sketches (every ``run`` a test starts inherits it): tests must neither
+    read the user's cache (a stale entry would hide a bug) nor fill it."""
     from autosearch.cost_models.feature_store import CACHE_ENV
 
     before = os.environ.get(CACHE_ENV)

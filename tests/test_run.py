@@ -235,3 +235,26 @@ def test_tasks_are_set_up_in_chunks_each_once_before_its_first_trial(tmp_path, s
     baselines = [r for r in read_log(log_path).records if r.kind == "baseline"]
     assert sorted(r.task_name for r in baselines) == sorted(t.name for t in tasks) and all(r.ok for r in baselines)
     assert summary.setup_timing["space"] > 0 and summary.setup_timing["baseline"] > 0
+
+
+def test_a_run_keeps_its_tasks_sketches_and_the_next_run_reads_them(tmp_path, monkeypatch) -> None:
+    """The sketch cache (autosearch/search/sketch_store.py) as a run uses it: one entry per task, read by the next."""
+    import autosearch
+    from autosearch.cache import CACHE_ENV
+    from autosearch.search.space import DecisionSpace
+
+    model = str(tmp_path / "conv.onnx")
+    small_conv_onnx(model)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    options = dict(strategy="random", trials=2, batch=2, layout="NCHW", finalist_rounds=0, plot=False,
+                   cost_model="none", known_schedules="none")
+    first = autosearch.tune(model, log=str(tmp_path / "first.jsonl"), **options)
+    kept = os.listdir(tmp_path / "cache" / "sketches")
+    assert len(kept) == len(first.tasks) > 0
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a space was built, not read")
+
+    monkeypatch.setattr(DecisionSpace, "_make_sketch", refuse)
+    second = autosearch.tune(model, log=str(tmp_path / "second.jsonl"), **options)
+    assert len(second.tasks) == len(first.tasks) and sorted(os.listdir(tmp_path / "cache" / "sketches")) == sorted(kept)

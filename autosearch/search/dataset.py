@@ -54,7 +54,8 @@ class TaskSampler:
     interrupted call) counted and never proposed again."""
 
     def __init__(self, task, runner, tuning_log: TuningLog, *, per_task: int, random_fraction: float = RANDOM_FRACTION,
-                 rng: np.random.Generator, logged: Sequence[Record] = (), models: Sequence[str] = ()) -> None:
+                 rng: np.random.Generator, logged: Sequence[Record] = (), models: Sequence[str] = (),
+                 sketch_store=None) -> None:
         from autosearch.frontend.target import target_to_json
         from autosearch.search.space import DecisionSpace
 
@@ -68,7 +69,7 @@ class TaskSampler:
         if not any(r.kind == "baseline" for r in logged):
             tuning_log.append([Record(kind="baseline", task_key=task.workload_key, task_name=task.name,
                                       target=self.target, config=None, result=self.baseline, flops=task.flops)])
-        self.space = DecisionSpace(task.mod, task.target)
+        self.space = DecisionSpace(task.mod, task.target, store=sketch_store)
         self.measured: dict[Config, float] = {r.config: r.result.median for r in trials if r.result.ok}
         self.seen: set[Config] = {r.config for r in trials} | {r.requested for r in trials if r.requested is not None}
         self.random_left = round(per_task * random_fraction) - sum(r.strategy == "random" for r in trials)
@@ -181,13 +182,15 @@ def dataset_tasks(model: str, target, *, count: int, precision: str = "auto") ->
 
 
 def measure_dataset(tasks: Sequence, out_path: str, *, runner, seconds: float, per_task: int, batch: int = 8,
-                    seed: int = 0, more: Sequence = (), on_progress: Callable[[int, int], None] | None = None) -> int:
+                    seed: int = 0, more: Sequence = (), on_progress: Callable[[int, int], None] | None = None,
+                    sketch_store=None) -> int:
     """Measure ``tasks`` round-robin, a batch each in turn, for ``seconds`` or until each has ``per_task`` trials,
     into the log ``out_path`` (continued when it exists); returns the trials logged now. When every task is done
     and time is left, the tasks of ``more`` join in order, one each time the ones measuring are all done.
     ``runner``: a runner of :mod:`autosearch.measure` for the tasks' target (the caller opens and closes it, as
     for the tuner). ``on_progress(trials in the log, trials of every task of ``tasks`` and ``more``)`` after each
-    batch."""
+    batch. ``sketch_store``: a :class:`~autosearch.search.sketch_store.SketchStore` the tasks' sketches are kept in
+    (None: built afresh)."""
     import os
 
     from autosearch.records import read_log
@@ -209,7 +212,8 @@ def measure_dataset(tasks: Sequence, out_path: str, *, runner, seconds: float, p
         def join(task) -> None:
             previous = logged.get(task.workload_key, [])
             samplers.append(TaskSampler(task, runner, tuning_log, per_task=per_task, logged=previous,
-                                        rng=np.random.default_rng([seed, len(samplers), len(previous)])))
+                                        rng=np.random.default_rng([seed, len(samplers), len(previous)]),
+                                        sketch_store=sketch_store))
 
         for task in tasks:
             if time.monotonic() >= deadline:

@@ -16,17 +16,23 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autosearch.types import Config, Decision
+
+if TYPE_CHECKING:
+    from autosearch.search.sketch_store import SketchStore
+
+log = logging.getLogger(__name__)
 
 # A fixed, large seed: every sampling decision is set explicitly, and small seeds are degenerate.
 _SCHEDULE_SEED = 1_234_567_891
@@ -148,7 +154,7 @@ class DecisionSpace:
     (:attr:`measure_first`).
     """
 
-    def __init__(self, mod, target, *, seed: int = 0) -> None:
+    def __init__(self, mod, target, *, seed: int = 0, store: SketchStore | None = None) -> None:
         from tvm.s_tir import meta_schedule as ms
 
         from autosearch.search.data_movement import blocked_copy_sketch, partitioned_concat_sketch
@@ -175,6 +181,11 @@ class DecisionSpace:
         # RewriteLayout confined to the weights (apply_for_features)
         self._blanks: dict[str, Any] = {}
         self._blank_lock = threading.Lock()
+        key = store.key(mod, target, seed) if store is not None else ""
+        kept = self._load(store.get(key)) if store is not None else None
+        if kept is not None:
+            self.sketches, self.measure_first = kept
+            return
         # a bf16 task on a bf16 unit has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
         schedules = list(bf16_sketches(mod, target, seed=_SCHEDULE_SEED) or self._ctx.generate_design_space())
         extra = (blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)  # after TVM's: their indices stay
@@ -186,6 +197,8 @@ class DecisionSpace:
         # configs to measure before any search and before the known schedules: a sketch of ours too good to leave
         # to a short run's chance of drawing it
         self.measure_first: tuple[Config, ...] = (self.default(len(schedules) - 1),) if concat is not None else ()
+        if store is not None:
+            store.put(key, self._dump())
 
     # ----------------------------------------------------------------- construction
     def _make_sketch(self, index: int, sch) -> Sketch:
@@ -256,6 +269,53 @@ class DecisionSpace:
 
         trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=probe)
         return {pos: tuple(sorted(locations)) for pos, locations in found.items()}
+
+    def _dump(self) -> dict[str, Any]:
+        """The sketches and :attr:`measure_first` as JSON values (:class:`~.sketch_store.SketchStore`)."""
+        from autosearch.tvm_compat import to_plain_json
+
+        def plain(value: Any) -> Any:
+            return [plain(v) for v in value] if isinstance(value, tuple) else value
+
+        return {
+            "sketches": [{"trace": to_plain_json(s.trace.as_json(remove_postproc=True)),
+                          "decisions": [[d.name, d.kind, plain(d.choices), d.position] for d in s.decisions],
+                          "default": plain(s.default)} for s in self.sketches],
+            "measure_first": [c.to_json() for c in self.measure_first],
+        }
+
+    def _load(self, value: Any) -> tuple[tuple[Sketch, ...], tuple[Config, ...]] | None:
+        """Sketches and :attr:`measure_first` from :meth:`_dump`'s values, each trace replayed once on this module
+        (a TVM trace has no constructor from JSON); None (build them afresh) when there are none or any trace does
+        not replay to sampling instructions where its decisions say (with a warning: a cache file written by hand or
+        damaged; the key holds everything else a space depends on)."""
+        if value is None:
+            return None
+        from tvm.s_tir.schedule import Trace
+
+        from autosearch.tensor_units.intrinsics import register_for
+
+        def kept(value: Any) -> Any:
+            return tuple(kept(v) for v in value) if isinstance(value, list) else value
+
+        try:
+            sketches = []
+            for index, entry in enumerate(value["sketches"]):
+                register_for(json.dumps(entry["trace"]))
+                sch = self._fresh_schedule()
+                Trace.apply_json_to_schedule(entry["trace"], sch)
+                trace = sch.trace
+                decisions = tuple(Decision(name=name, kind=kind, choices=kept(choices), position=int(position))
+                                  for name, kind, choices, position in entry["decisions"])
+                if any(trace.insts[d.position].kind.name != d.kind for d in decisions):
+                    raise ValueError("a decision is not at a sampling instruction of its kind in the trace")
+                sketches.append(Sketch(index=index, trace=trace, decisions=decisions, default=kept(entry["default"])))
+            return tuple(sketches), tuple(Config.from_json(c) for c in value["measure_first"])
+        except Exception as exc:  # a trace this TVM cannot replay, a malformed entry: build afresh
+            lines = str(exc).strip().splitlines()
+            log.warning("cached sketches do not replay (%s: %s): building the design space afresh",
+                        type(exc).__name__, lines[-1] if lines else "")
+            return None
 
     # ----------------------------------------------------------------- queries
     def size(self) -> float:

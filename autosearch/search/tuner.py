@@ -24,6 +24,7 @@ from autosearch.search.finalists import Retiming
 from autosearch.search.known import SOURCE as KNOWN_SOURCE
 from autosearch.search.known import KnownSchedules
 from autosearch.search.scheduler import TaskScheduler, TaskState
+from autosearch.search.sketch_store import SketchStore
 from autosearch.search.space import Applied, DecisionSpace
 from autosearch.search.strategy import make_strategy
 from autosearch.types import Config, MeasureResult, Record, Status
@@ -126,6 +127,7 @@ class Tuner:
         finalist_rounds: int = 3,
         resume: LogContents | None = None,
         on_event: Callable[[TuneEvent], None] | None = None,
+        sketch_store: SketchStore | None = None,  # tasks' sketches from earlier set-ups (None: built afresh)
     ) -> None:
         if finalist_rounds < 0:
             raise ValueError("finalist_rounds must be 0 (no re-timing) or more")
@@ -143,6 +145,7 @@ class Tuner:
         self.finalists = finalists
         self.finalist_rounds = finalist_rounds  # fresh measuring processes that re-time every task's finalists
         self.on_event = on_event or (lambda event: None)
+        self.sketch_store = sketch_store
         self.states = [TaskState(task=t) for t in tasks]
         cores = getattr(runner, "build_workers", None) or host_cores()
         self.scheduler = TaskScheduler(self.states, budget=budget, seconds=seconds, batch=batch, cores=cores)
@@ -303,7 +306,7 @@ class Tuner:
             clock = time.perf_counter()
             for s in chunk:
                 if s.space is None:
-                    s.space = DecisionSpace(s.task.mod, s.task.target, seed=self.seed)
+                    s.space = DecisionSpace(s.task.mod, s.task.target, seed=self.seed, store=self.sketch_store)
             space_secs = time.perf_counter() - clock
 
         clock = time.perf_counter()
