@@ -152,6 +152,9 @@ class DecisionSpace:
     row_softmax_sketch`, whose reductions TVM's sketches leave scalar; and a concatenation along its last axis one
     more, :func:`autosearch.search.data_movement.partitioned_concat_sketch`, measured first
     (:attr:`measure_first`).
+
+    ``store``: a :class:`~autosearch.search.sketch_store.SketchStore` the sketches are read from when an earlier
+    set-up of the same module, target and seed kept them there, and kept in otherwise (None: built, not kept).
     """
 
     def __init__(self, mod, target, *, seed: int = 0, store: SketchStore | None = None) -> None:
