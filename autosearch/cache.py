@@ -5,7 +5,11 @@ is never read, only left behind; deleting the directory costs only the time to c
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+from collections.abc import Callable
+from typing import BinaryIO
 
 CACHE_ENV = "AUTOSEARCH_CACHE"
 
@@ -18,4 +22,20 @@ def default_cache_dir() -> str:
     return os.path.join(base, "autosearch")
 
 
-__all__ = ["CACHE_ENV", "default_cache_dir"]
+def replace_atomically(path: str, write: Callable[[BinaryIO], None]) -> None:
+    """``write(fh)`` into a file beside ``path``, then renamed over it: a reader (another process sharing the
+    directory) sees the whole file or the one before it, never half of one; a failed write leaves nothing behind."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+__all__ = ["CACHE_ENV", "default_cache_dir", "replace_atomically"]

@@ -8,16 +8,14 @@ reader, or a crash mid-write, never sees half a file.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
-import os
-import tempfile
 import zipfile
 from typing import Any, BinaryIO
 
 import numpy as np
 
+from autosearch.cache import replace_atomically
 from autosearch.errors import UserError
 
 FORMAT_VERSION = 1
@@ -41,17 +39,8 @@ def write_npz(path: str, header: dict[str, Any], arrays: dict[str, np.ndarray]) 
     payload = {f"a_{k}": np.asarray(v) for k, v in arrays.items()}
     header = {"format": FORMAT_VERSION, **header}
     payload["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:  # an open file: np.savez would otherwise append ".npz" to the name
-            np.savez_compressed(fh, **payload)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    # to an open file: np.savez would otherwise append ".npz" to the name
+    replace_atomically(path, lambda fh: np.savez_compressed(fh, **payload))
 
 
 def load_npz(path: str | BinaryIO) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -60,6 +60,7 @@ from autosearch.cost_models.trace_tokens import sequence_input, trace_tokens
 from autosearch.errors import UserError
 from autosearch.ranking import current_retimes, scores
 from autosearch.records import LogContents
+from autosearch.search.sketch_store import SketchStore
 from autosearch.types import Config, Record
 
 log = logging.getLogger(__name__)
@@ -441,6 +442,7 @@ class _DatasetBuilder:
         self.tasks: dict[str, Any] = {}  # key -> TuningTask
         self.featurizers: dict[str, TaskFeaturizer] = {}
         self.spaces: dict[str, Any] = {}  # key -> DecisionSpace, for the encodings
+        self.sketches = SketchStore(store.directory) if store is not None else None  # kept in the same cache root
         self.dataset = FeatureDataset(task_keys=[], task_names={}, groups=np.zeros(0, dtype=np.int64),
                                       latency=np.zeros(0), flops=np.zeros(0), configs=[], per_store=[],
                                       encoding=[], computed=dict.fromkeys(extractors, 0))
@@ -461,13 +463,11 @@ class _DatasetBuilder:
         return self.featurizers[key]
 
     def space(self, key: str, header: dict[str, Any]):
-        from autosearch.search.sketch_store import SketchStore
         from autosearch.search.space import DecisionSpace
 
         if key not in self.spaces:
             task = self.task(key, header)
-            sketches = SketchStore(self.store.directory) if self.store is not None else None  # the same cache root
-            self.spaces[key] = DecisionSpace(task.mod, task.target, store=sketches)
+            self.spaces[key] = DecisionSpace(task.mod, task.target, store=self.sketches)
         return self.spaces[key]
 
     def add_task(self, key: str, header: dict[str, Any], records: list[Record], latencies: list[float]) -> None:

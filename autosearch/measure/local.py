@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from autosearch.cache import replace_atomically
 from autosearch.frontend.target import host_cores, target_num_cores, target_to_json
 from autosearch.frontend.task import TuningTask
 from autosearch.measure.base import RunnerBase
@@ -133,12 +134,7 @@ class BuildPool:
         share one directory)."""
         if not self.cache_dir:
             return
-        path = self._disk_path(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(artifact)
-        os.replace(tmp, path)
+        replace_atomically(self._disk_path(key), lambda fh: fh.write(artifact))
 
     def _keep(self, key: str, artifact: bytes) -> None:
         with self._lock:

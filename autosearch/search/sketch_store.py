@@ -23,10 +23,9 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from typing import Any
 
-from autosearch.cache import default_cache_dir
+from autosearch.cache import default_cache_dir, replace_atomically
 
 log = logging.getLogger(__name__)
 
@@ -86,18 +85,12 @@ class SketchStore:
             return None
 
     def put(self, key: str, value: Any) -> None:
+        """Keep ``value`` (JSON values; tuples are written as arrays) under ``key``."""
         if not self._writable:
             return
+        text = json.dumps({"key": key, "value": value}, separators=(",", ":")).encode()
         try:
-            os.makedirs(self.directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as fh:
-                    json.dump({"key": key, "value": value}, fh, separators=(",", ":"))
-                os.replace(tmp, self.path(key))
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            replace_atomically(self.path(key), lambda fh: fh.write(text))
         except OSError as exc:
             self._writable = False
             log.warning("sketch cache %s is not writable (%s): design spaces are built afresh in every run",

@@ -277,13 +277,10 @@ class DecisionSpace:
         """The sketches and :attr:`measure_first` as JSON values (:class:`~.sketch_store.SketchStore`)."""
         from autosearch.tvm_compat import to_plain_json
 
-        def plain(value: Any) -> Any:
-            return [plain(v) for v in value] if isinstance(value, tuple) else value
-
-        return {
+        return {  # tuples (tiles, choices) as they are: JSON writes them as arrays, _load reads them back as tuples
             "sketches": [{"trace": to_plain_json(s.trace.as_json(remove_postproc=True)),
-                          "decisions": [[d.name, d.kind, plain(d.choices), d.position] for d in s.decisions],
-                          "default": plain(s.default)} for s in self.sketches],
+                          "decisions": [[d.name, d.kind, d.choices, d.position] for d in s.decisions],
+                          "default": s.default} for s in self.sketches],
             "measure_first": [c.to_json() for c in self.measure_first],
         }
 
