@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autosearch.errors import UserError, make_writable_dir
-from autosearch.frontend.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, DEFAULT_PRECISION, OLD_LOWERING
+from autosearch.frontend.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, DEFAULT_PRECISION, LAYOUTS, OLD_LOWERING
 
 if TYPE_CHECKING:
     from autosearch.cost_models.evaluate import EvaluationReport
@@ -193,6 +193,13 @@ def _resume_lowering(resume: LogContents, option: str, asked: str | None, defaul
                             "resume it with the same lowering")
         return mode
     return asked or default
+
+
+def _resume_layouts(resume: LogContents) -> tuple[str, ...] | None:
+    """The models a resumed ``--layout auto`` run tuned (its tasks' layouts; None: not such a run): it goes on
+    with them, whatever a new run would choose (:func:`autosearch.frontend.importer.extract_tasks`)."""
+    logged = {layout for h in resume.tasks.values() for layout in (h.get("lowering") or {}).get("layouts", ())}
+    return tuple(layout for layout in LAYOUTS if layout in logged) or None
 
 
 def default_log(model: str, strategy: str) -> str:
@@ -429,7 +436,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
         for option, asked in (("winograd", winograd), ("layout", layout), ("fast_math", fast_math),
                               ("precision", precision)):
             lowering[option] = _resume_lowering(logged, option, asked, lowering[option])
-    imported = import_model(model, target, input_shape=input_shape, **lowering)
+    imported = import_model(model, target, input_shape=input_shape, **lowering,
+                            layouts=_resume_layouts(logged) if logged is not None else None)
     chosen = select_tasks(imported.tasks, tasks)
     tuning_log = TuningLog(log_path, resume=resume)
     try:

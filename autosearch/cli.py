@@ -104,7 +104,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     total = model.flops
     table = Table(title=f"{model.name}: {len(model.tasks)} tuning tasks for {target.kind.name} "
                         f"({_target_summary(target)}, conv2d {model.layout}, fast math {model.fast_math})")
-    auto = model.layout == "auto"  # two models listed: each task says whose it is; shares are of one model
+    # two models listed: each task says whose it is; shares are of one model
+    auto = model.layout == "auto" and not model.layout_note
     for col in ("#", "task", "weight", "GFLOP", "input", "weight/2nd arg", "share") + (("layouts",) if auto else ()):
         table.add_column(col, justify="right" if col in ("#", "weight", "GFLOP", "share") else "left")
     for t in model.tasks:
@@ -122,6 +123,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     if model.bf16_winograd_alternatives:
         alternatives += f", {model.bf16_winograd_alternatives} the bf16 Winograd alternative of a wide 3x3 layer"
     console.print(f"precision: {model.precision} ({model.precision_note})")
+    if model.layout_note:
+        console.print(f"layout: auto ({model.layout_note})")
     console.print(f"total: {total / 1e9:.3f} GFLOP per forward pass (as TVM counts them, direct convolutions), "
                   f"{len(model.tasks)} tasks ({sum(1 for t in model.tasks if 'conv' in t.name)} conv{alternatives}) "
                   f"— extracted in {elapsed:.1f} s")
@@ -237,7 +240,8 @@ def _print_run_header(console, started) -> None:
                   f"{_budget_text(started.trials, started.minutes)}, runner {started.runner}, target "
                   f"{target.get('mcpu', started.target.kind.name)} x{target.get('num-cores', '?')} — log "
                   f"{started.log}\ncost model: {started.guidance}\nknown schedules: {started.known}\n"
-                  f"precision: {model.precision} "
+                  + (f"layout: auto ({model.layout_note})\n" if model.layout_note else "")
+                  + f"precision: {model.precision} "
                   f"({model.precision_note})"
                   + (f"; the bf16 tasks run unguided: the pre-trained model has no records of "
                        f"{bf16_unit(started.target)} schedules"
@@ -259,7 +263,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         console.print(f"no valid record, not exported: {', '.join(summary.skipped_tasks)}")
     if summary.slower_than_untuned:
         console.print(f"not faster than untuned, left to TVM's default code: {', '.join(summary.slower_than_untuned)}")
-    if summary.layout_totals and budget is None:
+    if len(summary.layout_totals) == 1 and budget is None:  # --layout auto tuned one model (its run header said why)
+        [(layout, secs)] = summary.layout_totals.items()
+        console.print(f"layout: {layout}, the one model the run tuned ({secs * 1e3:.1f} ms as the sum of the tasks' "
+                      "best latencies, re-timed where the run re-timed them)")
+    elif summary.layout_totals and budget is None:
         totals = ", ".join(f"{layout} {secs * 1e3:.1f} ms" for layout, secs in sorted(summary.layout_totals.items()))
         console.print(f"layout: {summary.layout}, the faster model as tuned ({totals}; sums of the tasks' best "
                       f"latencies, re-timed where the run re-timed them); {summary.other_layout} task(s) of the other "

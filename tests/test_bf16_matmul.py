@@ -168,11 +168,12 @@ def test_under_layout_auto_the_fp32_side_of_an_attention_keeps_its_layer(tmp_pat
     attention's fp32 alternative (or the NHWC model would count them beside its fused task), and the matmul after it
     stays a layer of its own."""
     from autosearch.frontend.importer import import_model
+    from autosearch.frontend.lowering import LAYOUTS
 
     _needs_amx(target)
     path = str(tmp_path / "attention.onnx")
     gram_onnx(path, softmax=True)
-    tasks = import_model(path, target, layout="auto", precision="auto").tasks
+    tasks = import_model(path, target, layout="auto", precision="auto", layouts=LAYOUTS).tasks  # both models
     scores = f"attention:1x{HEADS}x{TOKENS}x{TOKENS}"
     fp32 = [t for t in tasks if t.lowering.get("layer") == scores and t.lowering["algorithm"] == "fp32"]
     assert sorted(t.lowering["layouts"] for t in fp32) == [["NCHW", "NHWC"]] * 3

@@ -22,6 +22,13 @@ from autosearch.frontend.lowering import LAYOUTS, OLD_LOWERING
 from autosearch.frontend.winograd import layer_totals
 
 AUTO = "auto"
+# --layout auto where --precision auto found a bf16 unit: bf16 is lowered in NHWC only, so the NCHW model would run
+# all in fp32. Where that unit multiplies at least twice as fast as fp32 (tensor_units.cpu.bf16_doubles_fp32) and the
+# layers with a bf16 alternative hold at least this share of the model's FLOPs, the NCHW model is not tuned at all:
+# with this share in bf16 the NHWC model needs at most 1 - share / 2 of its fp32 time, so NCHW would have to lead
+# NHWC by 1 / (1 - share / 2) in fp32, more than it ever did in the logs (docs/findings.md). Every YOLO model has
+# nearly all its FLOPs in such layers; a model that has not (depthwise convolutions) keeps both.
+NHWC_ONLY_BF16_SHARE = 0.9
 
 
 def task_layouts(lowering: dict) -> tuple[str, ...]:
@@ -65,6 +72,15 @@ def layout_totals(entries: Iterable[tuple[dict, int, float | None]]) -> dict[str
     return {layout: model_total(e for e in auto if layout in e[0]["layouts"]) for layout in layouts}
 
 
+def bf16_share(tasks) -> float:
+    """The share of an NHWC model's fp32 FLOPs (weight x FLOPs) in layers that have a bf16 alternative: the tasks
+    ``--precision auto`` labels ``algorithm`` ``fp32``, over every task but the other algorithms (0 without tasks)."""
+    fp32 = [t for t in tasks if t.lowering.get("algorithm") in (None, "fp32")]
+    total = sum(t.flops * t.weight for t in fp32)
+    either = sum(t.flops * t.weight for t in fp32 if t.lowering.get("algorithm") == "fp32")
+    return either / total if total > 0 else 0.0
+
+
 def choose_layout(totals: dict[str, float]) -> str | None:
     """The layout with the lower finite total (ties: the first in ``LAYOUTS``); None while none is known."""
     finite = {layout: t for layout, t in totals.items() if math.isfinite(t)}
@@ -73,5 +89,5 @@ def choose_layout(totals: dict[str, float]) -> str | None:
     return min(finite, key=lambda layout: (finite[layout], LAYOUTS.index(layout) if layout in LAYOUTS else 99))
 
 
-__all__ = ["AUTO", "choose_layout", "in_model", "layout_totals", "model_latency", "model_total",
-           "task_layouts"]
+__all__ = ["AUTO", "NHWC_ONLY_BF16_SHARE", "bf16_share", "choose_layout", "in_model", "layout_totals",
+           "model_latency", "model_total", "task_layouts"]

@@ -38,6 +38,7 @@ class ImportedModel:
     fast_math: str = DEFAULT_FAST_MATH  # "on": vectorisable sigmoid / exp / softmax (autosearch.frontend.lowering)
     precision: str = OLD_LOWERING["precision"]  # fp32 / bf16 / auto: bf16 convolutions (autosearch.tensor_units)
     precision_note: str = ""  # why the precision is what it is on this target (run headers say it)
+    layout_note: str = ""  # with layout "auto": why it tunes one layout's model, if it does (run headers say it)
 
     @property
     def target(self):
@@ -251,7 +252,8 @@ def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = "N
 
 
 def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW",
-                  fast_math: str = DEFAULT_FAST_MATH, precision: str = "fp32", folder=None) -> list[TuningTask]:
+                  fast_math: str = DEFAULT_FAST_MATH, precision: str = "fp32", folder=None,
+                  layouts: tuple[str, ...] | None = None) -> list[TuningTask]:
     """One TuningTask per distinct fused TIR function, heaviest (FLOPs x weight) first.
 
     ``winograd="auto"`` (CPU targets): the model is lowered twice, all direct and with every candidate
@@ -261,15 +263,19 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
     (none beside a bf16 one: ``precision`` ``auto`` or ``bf16``).
     ``layout="auto"`` (CPU targets): the tasks of both layouts, merged; each carries ``lowering["layout"] ==
     "auto"`` and ``lowering["layouts"]``, the layouts whose model runs it (:mod:`autosearch.frontend.alternatives`).
+    With ``precision="auto"`` on a CPU whose bf16 unit doubles its fp32 rate, the NHWC model alone where the layers
+    bf16 can run carry nearly all its FLOPs (:data:`~autosearch.frontend.alternatives.NHWC_ONLY_BF16_SHARE`);
+    ``layouts``: the concrete layouts to tune instead of that choice (a resumed run's, from its log).
     ``fast_math``: ``lowering["fast_math"]``. ``precision`` (as :func:`autosearch.frontend.lowering.resolve_precision`
     resolved it): ``bf16`` lowers the eligible NHWC convolutions to bf16; ``auto`` offers them both ways, like
     winograd (algorithms ``fp32`` and ``bf16``); NCHW convolutions stay fp32. ``lowering["precision"]``.
     ``folder``: the :class:`~autosearch.frontend.fold.ConstantFolder` all these lowerings share (None: a new one).
     """
+    from autosearch.frontend.alternatives import NHWC_ONLY_BF16_SHARE, bf16_share
     from autosearch.frontend.fold import ConstantFolder
     from autosearch.frontend.lowering import LAYOUTS, converts_layout
     from autosearch.frontend.winograd import task_layer
-    from autosearch.tensor_units.cpu import bf16_unit
+    from autosearch.tensor_units.cpu import bf16_doubles_fp32, bf16_unit
 
     folder = folder if folder is not None else ConstantFolder()
 
@@ -277,10 +283,20 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
         if target.kind.name != "llvm":  # NHWC is a CPU lowering: other targets keep the model's NCHW
             return extract_tasks(relax_mod, target, winograd=winograd, layout="NCHW", fast_math=fast_math,
                                  precision=precision, folder=folder)
+
+        def concrete_tasks(concrete: str) -> list[TuningTask]:
+            return extract_tasks(relax_mod, target, winograd=winograd, layout=concrete, fast_math=fast_math,
+                                 precision=precision, folder=folder)
+
+        extracted: dict[str, list[TuningTask]] = {}
+        chosen = LAYOUTS if layouts is None else tuple(layouts)
+        if layouts is None and precision == "auto" and bf16_doubles_fp32(target):  # (NHWC_ONLY_BF16_SHARE)
+            extracted["NHWC"] = concrete_tasks("NHWC")
+            if bf16_share(extracted["NHWC"]) >= NHWC_ONLY_BF16_SHARE:
+                chosen = ("NHWC",)
         merged: dict[str, tuple[TuningTask, list[str]]] = {}
-        for concrete in LAYOUTS:
-            for t in extract_tasks(relax_mod, target, winograd=winograd, layout=concrete, fast_math=fast_math,
-                                   precision=precision, folder=folder):
+        for concrete in (layout for layout in LAYOUTS if layout in chosen):
+            for t in extracted.get(concrete) or concrete_tasks(concrete):
                 first, layouts = merged.setdefault(t.workload_key, (t, []))
                 layouts.append(concrete)
                 if "layer" in t.lowering and "layer" not in first.lowering:
@@ -430,10 +446,12 @@ def _dynamic_shape_message(name: str, proto: onnx.ModelProto, shapes: dict[str, 
 
 def import_model(model: str, target, *, input_shape: str | None = None, seed: int = 0,
                  winograd: str = "auto", layout: str = "NCHW",
-                 fast_math: str = DEFAULT_FAST_MATH, precision: str = OLD_LOWERING["precision"]) -> ImportedModel:
+                 fast_math: str = DEFAULT_FAST_MATH, precision: str = OLD_LOWERING["precision"],
+                 layouts: tuple[str, ...] | None = None) -> ImportedModel:
     """The whole path: name or file -> ONNX -> Relax -> tasks for ``target`` (``winograd``: see
     :mod:`autosearch.frontend.winograd`; ``layout``, ``fast_math``, ``precision``: :mod:`autosearch.frontend.lowering`;
-    ``precision`` is resolved for the target first: ``auto`` is fp32 where the CPU has no bf16 unit)."""
+    ``precision`` is resolved for the target first: ``auto`` is fp32 where the CPU has no bf16 unit). ``layouts``:
+    with ``layout="auto"``, the concrete layouts to tune (None: as :func:`extract_tasks` chooses)."""
     from autosearch.frontend.lowering import (
         LAYOUT_MODES,
         check_fast_math,
@@ -452,7 +470,7 @@ def import_model(model: str, target, *, input_shape: str | None = None, seed: in
     relax_mod = to_relax(proto, shapes)
     try:
         tasks = extract_tasks(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math,
-                              precision=precision)
+                              precision=precision, layouts=layouts)
     except UserError:
         raise
     except Exception as exc:  # TVM on data-dependent shapes: AssertionError, TypeError, ...
@@ -467,4 +485,15 @@ def import_model(model: str, target, *, input_shape: str | None = None, seed: in
         layout = "NCHW"
     return ImportedModel(name=name, onnx_model=proto, input_shapes=shapes, relax_mod=relax_mod, tasks=tasks,
                          winograd=winograd, layout=layout, fast_math=fast_math, precision=precision,
-                         precision_note=precision_note)
+                         precision_note=precision_note,
+                         layout_note=_layout_note(tasks) if layout == "auto" and layouts is None else "")
+
+
+def _layout_note(tasks: list[TuningTask]) -> str:
+    """Why ``--layout auto`` tunes the NHWC model alone, when it does (else "")."""
+    from autosearch.frontend.alternatives import bf16_share, task_layouts
+
+    if any("NCHW" in task_layouts(t.lowering) for t in tasks):
+        return ""
+    return (f"the NHWC model alone: layers that can run in bf16 carry {100 * bf16_share(tasks):.1f}% of its FLOPs, "
+            "and bf16 convolutions are NHWC (an NCHW model would run all in fp32)")

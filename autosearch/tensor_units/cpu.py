@@ -78,6 +78,16 @@ def bf16_unit(target) -> str | None:
     return "AVX512-BF16" if has_avx512_bf16(target) else None
 
 
+def bf16_doubles_fp32(target) -> bool:
+    """Whether ``target``'s bf16 unit multiplies at least twice as fast as its fp32 FMAs: AMX's tiles do many
+    times over; the AVX512-BF16 dot product (two products per fp32 lane) does on AMD's Zen cores, where it issues at
+    the FMA's rate, and not on Intel's, where it issues at half of it (docs/results.md: a microbenchmark of
+    ``vdpbf16ps``), so that there a bf16 layer is at best as fast as in fp32."""
+    if has_amx_bf16(target):
+        return True
+    return has_avx512_bf16(target) and str(dict(target.export()).get("mcpu", "") or "").startswith("znver")
+
+
 def units(target) -> list[str]:
     """Human-readable names of the bf16 units a target may use (for messages and run headers)."""
     features = target_features(target) if target.kind.name == "llvm" else frozenset()
@@ -89,5 +99,5 @@ def units(target) -> list[str]:
     return out
 
 
-__all__ = ["AMX_BF16", "AVX512_BF16", "FLAG_FEATURES", "bf16_unit", "features_for", "has_amx_bf16", "hidden_features",
-           "has_avx512_bf16", "host_flags", "target_features", "units"]
+__all__ = ["AMX_BF16", "AVX512_BF16", "FLAG_FEATURES", "bf16_doubles_fp32", "bf16_unit", "features_for",
+           "has_amx_bf16", "hidden_features", "has_avx512_bf16", "host_flags", "target_features", "units"]
