@@ -750,9 +750,11 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
         raise UserError("--tasks-per-layout and --per-task must be positive")
     where = f"for {target}" if target else "on this machine"
     target = parse_target(target)  # default: this machine's CPU, all its cores
-    lowerings = ", ".join(f"{lw['precision']} {lw['layout']}" for lw in dataset_lowerings(target, precision))
+    dataset_lowerings(target, precision)  # --precision bf16 on a CPU without a unit: the error before any write
     make_writable_dir(out)
     tasks, more = dataset_tasks(model, target, count=tasks_per_layout, precision=precision)
+    lowerings = ", ".join(dict.fromkeys(f"{t.lowering.get('precision', OLD_LOWERING['precision'])} "
+                                        f"{t.lowering.get('layout', OLD_LOWERING['layout'])}" for t in (*tasks, *more)))
     path = os.path.join(out, DATASET_FILE)
     say(f"measuring a dataset {where}: {len(tasks)} tasks of {model} ({lowerings}: its convolutions, in "
         f"bf16 its matmuls and attentions too), up to {per_task} configs each, then its {len(more)} other such "

@@ -534,8 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--measure", action="store_true",
                    help="measure a dataset on this machine first (DIR/dataset.jsonl; the same command again goes "
                         "on from it): random configs and mutations of the best, of conv tasks spread over --model's "
-                        "FLOPs in both layouts (and in bf16 where this CPU has a bf16 unit: the model then guides "
-                        "those tasks too), round-robin for --minutes; then train on it (and on any --log)")
+                        "FLOPs in the layouts a run tunes (and in bf16 where this CPU has a bf16 unit: the model then "
+                        "guides those tasks too), round-robin for --minutes; then train on it (and on any --log)")
     p.add_argument("--minutes", type=float, help="--measure: the measuring budget (required)")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"--measure: whose tasks (default {DEFAULT_MODEL})")
     p.add_argument("--tasks-per-layout", type=int, default=6,
@@ -548,7 +548,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "product's schedules on a CPU that also has AMX")
     p.add_argument("--precision", default="auto",
                    help="--measure: the lowerings whose tasks it measures: auto (default: those a default run tunes, "
-                        "fp32 in both layouts and bf16 on this CPU's unit), fp32, or bf16 (the unit's tasks alone)")
+                        "fp32 in both layouts, NHWC alone where the unit doubles the fp32 rate, and bf16 on this CPU's "
+                        "unit), fp32 (both layouts), or bf16 (the unit's tasks alone)")
     p.add_argument("--out", required=True, help="directory to write (model.ubj + manifest.json)")
     p.add_argument("--family", choices=PRETRAINED_FAMILIES, default="xgb-rank",
                    help="xgb-rank (default): XGBoost ranking; blend: it plus the mlp-rank network (needs PyTorch: "

@@ -30,9 +30,15 @@ def test_measure_train_continue_and_guide_a_run(tmp_path, capfd) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     dataset = os.path.join(out, "dataset.jsonl")
     first = _trials(dataset)
-    # one conv task per fp32 layout, and the bf16 one where this CPU has a bf16 unit; 3 configs each
-    unit = _host_bf16_unit()
-    assert len(first) == 2 + bool(unit) and all(len(t) == 3 for t in first.values())
+    # one conv task per fp32 layout a run tunes here (NHWC alone where the bf16 unit doubles the fp32 rate), and the
+    # bf16 one where this CPU has a bf16 unit; 3 configs each; the first line says which lowerings
+    from autosearch.frontend.target import parse_target
+    from autosearch.search.dataset import run_layouts
+
+    unit, layouts = _host_bf16_unit(), run_layouts(model, parse_target(None))
+    assert len(first) == len(layouts) + bool(unit) and all(len(t) == 3 for t in first.values())
+    lowerings = ", ".join([f"fp32 {layout}" for layout in layouts] + (["bf16 NHWC"] if unit else []))
+    assert f"({lowerings}: its convolutions" in " ".join(proc.stdout.split())
     assert os.path.exists(os.path.join(out, "manifest.json")) and "use it: python -m autosearch run" in proc.stdout
 
     proc = run_cli_here(capfd, *args, "--per-task", "6", "--minutes", "5", "--force")  # more configs: goes on
@@ -95,10 +101,14 @@ def test_the_dataset_measures_the_bf16_tasks_where_the_cpu_has_a_unit(tmp_path) 
     model = str(tmp_path / "conv.onnx")
     small_conv_onnx(model)
     plain = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
-    for target, bf16 in ((amx_target(), 1), (plain, 0)):
+    intel_dot = tvm.target.Target({"kind": "llvm", "mcpu": "cooperlake", "mattr": ["+avx512bf16"], "num-cores": 2})
+    # AMX doubles fp32's rate and runs the whole conv: a run tunes the NHWC model alone (tests/test_layout_choice.py)
+    for target, bf16, layouts in ((amx_target(), 1, ["NHWC"]), (plain, 0, ["NCHW", "NHWC"]),
+                                  (intel_dot, 1, ["NCHW", "NHWC"])):
         first, more = dataset_tasks(model, target, count=1)
         dtypes = [{dtype for _, dtype in t.args} for t in first + more]
-        assert sum("bfloat16" in d for d in dtypes) == bf16 and len(first) == 2 + bf16
+        assert sum("bfloat16" in d for d in dtypes) == bf16 and len(first) == len(layouts) + bf16
+        assert sorted(t.lowering["layout"] for t in first if t.lowering["precision"] == "fp32") == layouts
 
 
 def test_precision_keeps_one_side_of_the_dataset(tmp_path) -> None:
@@ -114,7 +124,7 @@ def test_precision_keeps_one_side_of_the_dataset(tmp_path) -> None:
     small_conv_onnx(model)
     dtypes = {precision: [{dtype for _, dtype in t.args} for t in sum(dataset_tasks(
         model, amx_target(), count=1, precision=precision), [])] for precision in ("auto", "fp32", "bf16")}
-    assert len(dtypes["auto"]) == 3 and len(dtypes["fp32"]) == 2 and len(dtypes["bf16"]) == 1
+    assert len(dtypes["auto"]) == 2 and len(dtypes["fp32"]) == 2 and len(dtypes["bf16"]) == 1  # auto: NHWC alone
     assert all("bfloat16" not in d for d in dtypes["fp32"]) and all("bfloat16" in d for d in dtypes["bf16"])
     plain = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
     with pytest.raises(UserError, match="--precision bf16: this CPU has no bf16 unit"):
@@ -166,9 +176,15 @@ def test_the_other_tasks_join_once_the_first_are_done_and_resume_in_order(tmp_pa
     dataset = os.path.join(out, "dataset.jsonl")
     first, order = _trials(dataset), _task_order(dataset)
     header = json.loads(open(dataset).readline())["run"]
-    # one task per fp32 layout (and the bf16 one where this CPU has a bf16 unit) from the start, then the other conv
-    # tasks of both layers (direct NHWC, direct and Winograd NCHW, bf16) joined; each measured to the cap
-    assert header["tasks"] == 2 + bool(_host_bf16_unit()) and header["more_tasks"] >= 3
+    # one task per fp32 layout a run tunes (NHWC alone where this CPU's bf16 unit doubles the fp32 rate) and the bf16
+    # one where it has a unit, from the start; then the other conv tasks of both layers (direct NHWC, direct and
+    # Winograd NCHW, bf16) joined; each measured to the cap
+    from autosearch.frontend.target import parse_target
+    from autosearch.search.dataset import run_layouts
+
+    layouts = run_layouts(model, parse_target(None))
+    assert header["tasks"] == len(layouts) + bool(_host_bf16_unit())
+    assert header["more_tasks"] >= (3 if "NCHW" in layouts else 2)
     assert len(first) == header["tasks"] + header["more_tasks"] and all(len(t) == 1 for t in first.values())
     said = " ".join((proc.stdout + proc.stderr).split())  # the console wraps its lines at its width
     assert f"then its {header['more_tasks']} other such tasks one by one" in said

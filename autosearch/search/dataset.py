@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from autosearch.frontend.lowering import LAYOUTS
 from autosearch.records import TuningLog
 from autosearch.types import Config, Record
 
@@ -139,15 +140,16 @@ def spread_order(tasks: Sequence) -> list:
     return out
 
 
-def dataset_lowerings(target, precision: str = "auto") -> list[dict[str, str]]:
+def dataset_lowerings(target, precision: str = "auto", *, layouts: Sequence[str] = LAYOUTS) -> list[dict[str, str]]:
     """The lowerings whose conv tasks a run on ``target`` tunes under the defaults (``--layout auto --precision
-    auto``): fp32 in both layouts (NCHW direct and Winograd, NHWC) and, where the CPU has a bf16 unit, the bf16
-    convolutions tensorised onto it. A pre-trained model guides a bf16 unit's tasks only if its records hold them.
-    ``precision`` ``fp32`` or ``bf16`` keeps one side (a model for the unit alone spends no minutes on fp32 tasks;
-    ``bf16`` where the target has no unit is a one-line error, as for ``run``)."""
+    auto``): fp32 in both layouts (NCHW direct and Winograd, NHWC; ``layouts``: the ones such a run tunes, see
+    :func:`run_layouts`) and, where the CPU has a bf16 unit, the bf16 convolutions tensorised onto it. A
+    pre-trained model guides a bf16 unit's tasks only if its records hold them. ``precision`` ``fp32`` or ``bf16``
+    keeps one side (a model for the unit alone spends no minutes on fp32 tasks; ``bf16`` where the target has no
+    unit is a one-line error, as for ``run``)."""
     from autosearch.frontend.lowering import resolve_precision
 
-    fp32 = [{"layout": "NCHW", "precision": "fp32"}, {"layout": "NHWC", "precision": "fp32"}]
+    fp32 = [{"layout": layout, "precision": "fp32"} for layout in LAYOUTS if layout in layouts]
     if resolve_precision(precision, target, "NHWC")[0] == "fp32":
         return fp32
     bf16 = [{"layout": "NHWC", "precision": "bf16"}]
@@ -161,17 +163,32 @@ def tensorised(name: str) -> bool:
     return any(kind in name for kind in (conv.TASK_NAME, matmul.TASK_NAME, attention.TASK_NAME))
 
 
+def run_layouts(model: str, target) -> tuple[str, ...]:
+    """The layouts whose models a default run of ``model`` on ``target`` tunes: both, but where the target's bf16
+    unit doubles its fp32 rate, as :func:`autosearch.frontend.importer.extract_tasks` decides (the model imported
+    once more to ask it)."""
+    from autosearch.frontend.alternatives import task_layouts
+    from autosearch.frontend.importer import import_model
+    from autosearch.tensor_units.cpu import bf16_doubles_fp32
+
+    if not bf16_doubles_fp32(target):
+        return LAYOUTS
+    tasks = import_model(model, target, layout="auto", precision="auto").tasks
+    return tuple(layout for layout in LAYOUTS if any(layout in task_layouts(t.lowering) for t in tasks))
+
+
 def dataset_tasks(model: str, target, *, count: int, precision: str = "auto") -> tuple[list, list]:
     """The tasks a dataset for ``model`` measures, from each lowering a tuning run of it on ``target`` guides
-    (:func:`dataset_lowerings` of ``precision``): the fp32 convolutions, and in bf16 every task on the unit
-    (convolutions, matmuls, attentions: a ranker of convolutions alone ranks a fused attention's schedules at
-    chance); one task per workload: (``count`` per lowering spread over FLOPs, measured from the start; the rest,
-    in :func:`spread_order`, to join while the budget lasts)."""
+    (:func:`dataset_lowerings` of ``precision``, in the layouts of :func:`run_layouts`): the fp32 convolutions, and
+    in bf16 every task on the unit (convolutions, matmuls, attentions: a ranker of convolutions alone ranks a fused
+    attention's schedules at chance); one task per workload: (``count`` per lowering spread over FLOPs, measured
+    from the start; the rest, in :func:`spread_order`, to join while the budget lasts)."""
     from autosearch.frontend.importer import import_model
 
     first: dict[str, object] = {}
     rest: dict[str, object] = {}
-    for lowering in dataset_lowerings(target, precision):
+    layouts = run_layouts(model, target) if precision == "auto" else LAYOUTS
+    for lowering in dataset_lowerings(target, precision, layouts=layouts):
         wanted = (lambda name: "conv2d" in name) if lowering["precision"] == "fp32" else tensorised
         chosen = [t for t in import_model(model, target, **lowering).tasks if wanted(t.name)]
         for task in spread(chosen, count):
@@ -239,4 +256,4 @@ def measure_dataset(tasks: Sequence, out_path: str, *, runner, seconds: float, p
 
 
 __all__ = ["DATASET_FILE", "RANDOM_FRACTION", "TaskSampler", "dataset_lowerings", "dataset_tasks", "measure_dataset",
-           "propose", "spread", "spread_order", "tensorised"]
+           "propose", "run_layouts", "spread", "spread_order", "tensorised"]
