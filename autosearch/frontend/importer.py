@@ -297,16 +297,16 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
         merged: dict[str, tuple[TuningTask, list[str]]] = {}
         for concrete in (layout for layout in LAYOUTS if layout in chosen):
             for t in extracted.get(concrete) or concrete_tasks(concrete):
-                first, layouts = merged.setdefault(t.workload_key, (t, []))
-                layouts.append(concrete)
+                first, runs_in = merged.setdefault(t.workload_key, (t, []))
+                runs_in.append(concrete)
                 if "layer" in t.lowering and "layer" not in first.lowering:
                     # a task both layouts run (a matmul, a softmax) that the NHWC model's bf16 lowering made part of
                     # a layer's fp32 alternative: it keeps that label, or the layer would have its bf16 side alone
                     label = {"layer": t.lowering["layer"], "algorithm": t.lowering["algorithm"]}
                     merged[t.workload_key] = (TuningTask(**{**first.__dict__,
-                                                            "lowering": {**first.lowering, **label}}), layouts)
-        tasks = [TuningTask(**{**t.__dict__, "lowering": {**t.lowering, "layout": "auto", "layouts": layouts}})
-                 for t, layouts in merged.values()]
+                                                            "lowering": {**first.lowering, **label}}), runs_in)
+        tasks = [TuningTask(**{**t.__dict__, "lowering": {**t.lowering, "layout": "auto", "layouts": runs_in}})
+                 for t, runs_in in merged.values()]
     elif converts_layout(target, layout):
         if precision == "auto":
             # every layer fp32, lowered as under auto (the activations between convolutions the tile unit can run in

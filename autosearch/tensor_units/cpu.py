@@ -83,9 +83,11 @@ def bf16_doubles_fp32(target) -> bool:
     times over; the AVX512-BF16 dot product (two products per fp32 lane) does on AMD's Zen cores, where it issues at
     the FMA's rate, and not on Intel's, where it issues at half of it (docs/results.md: a microbenchmark of
     ``vdpbf16ps``), so that there a bf16 layer is at best as fast as in fp32."""
+    from autosearch.frontend.target import family_of_mcpu, target_mcpu
+
     if has_amx_bf16(target):
         return True
-    return has_avx512_bf16(target) and str(dict(target.export()).get("mcpu", "") or "").startswith("znver")
+    return has_avx512_bf16(target) and family_of_mcpu(target_mcpu(target)) == "AMD"
 
 
 def units(target) -> list[str]:
