@@ -14,6 +14,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 from typing import Any
 
 LOG_FORMAT_VERSION = 1  # the "v" of every line of the tuning log
@@ -29,8 +30,10 @@ class Decision:
     choices: tuple[Any, ...]
     position: int  # index of the instruction in the sketch's trace
 
-    @property
+    @cached_property
     def choice_set(self) -> frozenset:
+        """The legal values as a set, built once per decision: a space's ``contains`` asks it for every value of
+        every config a strategy proposes (:meth:`autosearch.search.space.DecisionSpace.contains`)."""
         return frozenset(self.choices)
 
 
