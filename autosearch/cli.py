@@ -104,8 +104,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     total = model.flops
     table = Table(title=f"{model.name}: {len(model.tasks)} tuning tasks for {target.kind.name} "
                         f"({_target_summary(target)}, conv2d {model.layout}, fast math {model.fast_math})")
-    # two models listed: each task says whose it is; shares are of one model
-    auto = model.layout == "auto" and not model.layout_note
+    auto = len(model.layouts) > 1  # two models listed: each task says whose it is; shares are of one model
     for col in ("#", "task", "weight", "GFLOP", "input", "weight/2nd arg", "share") + (("layouts",) if auto else ()):
         table.add_column(col, justify="right" if col in ("#", "weight", "GFLOP", "share") else "left")
     for t in model.tasks:

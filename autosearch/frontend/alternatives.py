@@ -37,6 +37,12 @@ def task_layouts(lowering: dict) -> tuple[str, ...]:
     return tuple(lowering.get("layouts") or (str(lowering.get("layout", OLD_LOWERING["layout"])),))
 
 
+def concrete_layouts(lowerings: Iterable[dict]) -> tuple[str, ...]:
+    """The concrete layouts whose models run any of these tasks (their lowering records), in ``LAYOUTS``' order."""
+    found = {layout for lowering in lowerings for layout in task_layouts(lowering)}
+    return tuple(layout for layout in LAYOUTS if layout in found)
+
+
 def in_model(lowering: dict, leader: str | None) -> bool:
     """Whether the ``leader`` layout's model runs a task of this lowering record: every task when the run tunes
     one model (``leader`` None) or the task has a fixed layout, else the tasks ``--layout auto`` made for it."""
@@ -89,5 +95,5 @@ def choose_layout(totals: dict[str, float]) -> str | None:
     return min(finite, key=lambda layout: (finite[layout], LAYOUTS.index(layout) if layout in LAYOUTS else 99))
 
 
-__all__ = ["AUTO", "NHWC_ONLY_BF16_SHARE", "bf16_share", "choose_layout", "in_model", "layout_totals",
-           "model_latency", "model_total", "task_layouts"]
+__all__ = ["AUTO", "NHWC_ONLY_BF16_SHARE", "bf16_share", "choose_layout", "concrete_layouts", "in_model",
+           "layout_totals", "model_latency", "model_total", "task_layouts"]

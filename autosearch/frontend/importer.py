@@ -51,11 +51,17 @@ class ImportedModel:
         ``--winograd auto`` offers two; the NCHW model when ``--layout auto`` offers two)."""
         from autosearch.frontend.alternatives import task_layouts
 
-        layouts = {layout for t in self.tasks for layout in task_layouts(t.lowering)}
-        first = min(layouts, key=lambda layout: (layout != "NCHW", layout)) if layouts else ""
+        first = self.layouts[0] if self.layouts else ""
         return sum(t.flops * t.weight for t in self.tasks
                    if t.lowering.get("algorithm") not in ("winograd", "bf16", "bf16-winograd")
                    and first in task_layouts(t.lowering))
+
+    @property
+    def layouts(self) -> tuple[str, ...]:
+        """The concrete layouts whose models the tasks make up: two where ``--layout auto`` tunes both."""
+        from autosearch.frontend.alternatives import concrete_layouts
+
+        return concrete_layouts(t.lowering for t in self.tasks)
 
     @property
     def alternatives(self) -> int:
@@ -491,9 +497,9 @@ def import_model(model: str, target, *, input_shape: str | None = None, seed: in
 
 def _layout_note(tasks: list[TuningTask]) -> str:
     """Why ``--layout auto`` tunes the NHWC model alone, when it does (else "")."""
-    from autosearch.frontend.alternatives import bf16_share, task_layouts
+    from autosearch.frontend.alternatives import bf16_share, concrete_layouts
 
-    if any("NCHW" in task_layouts(t.lowering) for t in tasks):
+    if concrete_layouts(t.lowering for t in tasks) != ("NHWC",):
         return ""
     return (f"the NHWC model alone: layers that can run in bf16 carry {100 * bf16_share(tasks):.1f}% of its FLOPs, "
             "and bf16 convolutions are NHWC (an NCHW model would run all in fp32)")

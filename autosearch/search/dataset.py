@@ -167,14 +167,12 @@ def run_layouts(model: str, target) -> tuple[str, ...]:
     """The layouts whose models a default run of ``model`` on ``target`` tunes: both, but where the target's bf16
     unit doubles its fp32 rate, as :func:`autosearch.frontend.importer.extract_tasks` decides (the model imported
     once more to ask it)."""
-    from autosearch.frontend.alternatives import task_layouts
     from autosearch.frontend.importer import import_model
     from autosearch.tensor_units.cpu import bf16_doubles_fp32
 
     if not bf16_doubles_fp32(target):
         return LAYOUTS
-    tasks = import_model(model, target, layout="auto", precision="auto").tasks
-    return tuple(layout for layout in LAYOUTS if any(layout in task_layouts(t.lowering) for t in tasks))
+    return import_model(model, target, layout="auto", precision="auto").layouts
 
 
 def dataset_tasks(model: str, target, *, count: int, precision: str = "auto") -> tuple[list, list]:
