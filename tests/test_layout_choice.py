@@ -1,7 +1,7 @@
 """``--layout auto`` on a CPU whose bf16 unit doubles its fp32 rate: the NCHW model (all fp32: bf16 convolutions
 are NHWC) is not tuned where the layers bf16 can run carry nearly all the FLOPs
 (:data:`autosearch.frontend.alternatives.NHWC_ONLY_BF16_SHARE`); elsewhere, and on a resumed run that tuned both,
-both models are tuned."""
+both models are tuned. ``--precision bf16`` (bf16 asked for) tunes the NHWC model alone on any bf16 CPU."""
 
 from __future__ import annotations
 
@@ -111,3 +111,19 @@ def test_which_bf16_units_double_the_fp32_rate():
     assert bf16_doubles_fp32(amx_target()) and bf16_doubles_fp32(_dot_product_target())
     assert not bf16_doubles_fp32(_target("cooperlake", ["avx512f", "avx512_bf16"]))  # Intel: half the FMA's rate
     assert not bf16_doubles_fp32(_target("znver3", ["avx2", "fma"]))  # no unit
+
+
+@pytest.mark.parametrize("mcpu", ["znver4", "cooperlake"])
+def test_forced_bf16_tunes_the_nhwc_model_alone_on_any_bf16_cpu_and_says_why(tmp_path, mcpu):
+    """``--precision bf16`` asks for bf16 convolutions; the NCHW model would have none (``--layout NCHW`` with it is
+    an error), whether or not the unit doubles the fp32 rate (Intel's dot product does not)."""
+    from autosearch.frontend.importer import import_model
+
+    path = str(tmp_path / "model.onnx")
+    small_conv_onnx(path)
+    model = import_model(path, _target(mcpu, ["avx512f", "avx512_bf16"]), layout="auto", precision="bf16")
+    assert model.precision == "bf16" and _layouts(model.tasks) == {"NHWC"}
+    assert "--precision bf16" in model.layout_note and "NHWC model alone" in model.layout_note
+    both = import_model(path, _target(mcpu, ["avx512f", "avx512_bf16"]), layout="auto", precision="bf16",
+                        layouts=LAYOUTS)  # a log that tuned both (an older version) goes on with both
+    assert _layouts(both.tasks) == {"NCHW", "NHWC"} and both.layout_note == ""

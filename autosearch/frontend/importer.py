@@ -270,7 +270,8 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
     ``layout="auto"`` (CPU targets): the tasks of both layouts, merged; each carries ``lowering["layout"] ==
     "auto"`` and ``lowering["layouts"]``, the layouts whose model runs it (:mod:`autosearch.frontend.alternatives`).
     With ``precision="auto"`` on a CPU whose bf16 unit doubles its fp32 rate, the NHWC model alone where the layers
-    bf16 can run carry nearly all its FLOPs (:data:`~autosearch.frontend.alternatives.NHWC_ONLY_BF16_SHARE`);
+    bf16 can run carry nearly all its FLOPs (:data:`~autosearch.frontend.alternatives.NHWC_ONLY_BF16_SHARE`); with
+    ``precision="bf16"`` the NHWC model alone on any CPU (bf16 asked for, and the NCHW model would run none);
     ``layouts``: the concrete layouts to tune instead of that choice (a resumed run's, from its log).
     ``fast_math``: ``lowering["fast_math"]``. ``precision`` (as :func:`autosearch.frontend.lowering.resolve_precision`
     resolved it): ``bf16`` lowers the eligible NHWC convolutions to bf16; ``auto`` offers them both ways, like
@@ -296,7 +297,9 @@ def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "N
 
         extracted: dict[str, list[TuningTask]] = {}
         chosen = LAYOUTS if layouts is None else tuple(layouts)
-        if layouts is None and precision == "auto" and bf16_doubles_fp32(target):  # (NHWC_ONLY_BF16_SHARE)
+        if layouts is None and precision == "bf16":  # asked for bf16 convolutions: NCHW would run none
+            chosen = ("NHWC",)
+        elif layouts is None and precision == "auto" and bf16_doubles_fp32(target):  # (NHWC_ONLY_BF16_SHARE)
             extracted["NHWC"] = concrete_tasks("NHWC")
             if bf16_share(extracted["NHWC"]) >= NHWC_ONLY_BF16_SHARE:
                 chosen = ("NHWC",)
@@ -492,14 +495,16 @@ def import_model(model: str, target, *, input_shape: str | None = None, seed: in
     return ImportedModel(name=name, onnx_model=proto, input_shapes=shapes, relax_mod=relax_mod, tasks=tasks,
                          winograd=winograd, layout=layout, fast_math=fast_math, precision=precision,
                          precision_note=precision_note,
-                         layout_note=_layout_note(tasks) if layout == "auto" and layouts is None else "")
+                         layout_note=_layout_note(tasks, precision) if layout == "auto" and layouts is None else "")
 
 
-def _layout_note(tasks: list[TuningTask]) -> str:
+def _layout_note(tasks: list[TuningTask], precision: str) -> str:
     """Why ``--layout auto`` tunes the NHWC model alone, when it does (else "")."""
     from autosearch.frontend.alternatives import bf16_share, concrete_layouts
 
     if concrete_layouts(t.lowering for t in tasks) != ("NHWC",):
         return ""
+    if precision == "bf16":
+        return "the NHWC model alone: --precision bf16 asks for bf16 convolutions, and they are NHWC"
     return (f"the NHWC model alone: layers that can run in bf16 carry {100 * bf16_share(tasks):.1f}% of its FLOPs, "
             "and bf16 convolutions are NHWC (an NCHW model would run all in fp32)")
