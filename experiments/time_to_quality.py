@@ -48,7 +48,7 @@ from experiments.lib.machine import cpu_model
 from experiments.lib.metaschedule import RECORD_FILE, RecordClock
 
 METHODS = {"default": [], "none": ["--cost-model", "none"]}  # autosearch run's extra arguments
-PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO fp32"}  # autosearch.deploy.bench kinds -> names
+PEERS = {"ort": "ONNX Runtime", "ov": "OpenVINO fp32"}  # autosearch.deploy.bench kinds -> names (and :func:`peers`)
 MS_LOWERING = {"winograd": "off", "layout": "NCHW", "fast_math": "off"}  # TVM's own lowering of the model
 POLL_SECS = 2.0
 
@@ -286,6 +286,18 @@ def build_checkpoints(state: State, args, work: str) -> None:
             state.save()
 
 
+def peers(default_precision: str | None) -> dict[str, str]:
+    """The peers' bench kinds and names: ONNX Runtime, and OpenVINO (when installed) in fp32 and, where its default
+    precision is another (bf16 on a CPU with AMX or AVX512-BF16), in that too: the runtime a user gets without
+    asking, the one the tensor units have to beat."""
+    out = {"ort": PEERS["ort"]}
+    if default_precision is not None:
+        out["ov"] = PEERS["ov"]
+        if default_precision != "f32":
+            out["ov-default"] = f"OpenVINO {default_precision} (its default)"
+    return out
+
+
 def time_everything(state: State, args, work: str) -> None:
     """Every build and the peers, taking turns in fresh processes, ``--rounds`` rounds (resumable by round)."""
     from autosearch.deploy.timing import Runtime, openvino_default_precision, save_inputs, time_in_subprocess
@@ -300,8 +312,8 @@ def time_everything(state: State, args, work: str) -> None:
         save_inputs(resolve_input_shapes(proto, {}), inputs)
     runtimes = [Runtime(f"{m}@{k}", "tvm", lib) for m in args.methods
                 for k, lib in state.method(m).get("builds", {}).items() if lib]
-    peers = {k: v for k, v in PEERS.items() if k != "ov" or openvino_default_precision() is not None}
-    runtimes += [Runtime(kind, kind, onnx_path) for kind in peers]
+    state.data["openvino_precision"] = openvino_default_precision()
+    runtimes += [Runtime(kind, kind, onnx_path) for kind in peers(state.data["openvino_precision"])]
     timing = state.data.setdefault("timing", {})
     runs_per_round = max(1, args.runs // args.rounds)
     out_dir = os.path.join(work, "outputs")
@@ -333,10 +345,11 @@ def write_results(state: State, args) -> None:
     minutes = sorted({float(k) for m in args.methods for k in state.method(m).get("builds", {})})
     stem = results_path(f"time_to_quality-{_name(args)}")
     curves = {m: [(t, median.get(f"{m}@{t:g}")) for t in minutes] for m in args.methods}
-    peers = {name: median[kind] for kind, name in PEERS.items() if kind in median}
+    names = peers(state.data.get("openvino_precision", "f32"))
+    peer_ms = {name: median[kind] for kind, name in names.items() if kind in median}
     header = ["method"] + [f"{t:g} min" for t in minutes]
     rows = [[m] + [fmt(v) for _, v in curves[m]] for m in args.methods]
-    rows += [[p] + [fmt(v)] * len(minutes) for p, v in peers.items()]
+    rows += [[p] + [fmt(v)] * len(minutes) for p, v in peer_ms.items()]
     lines = [markdown_table(header, rows)]
     pace = trials_per_minute(state, args)
     if pace:
@@ -355,7 +368,7 @@ def write_results(state: State, args) -> None:
     write_text(stem + ".md", "\n".join(lines) + "\n" + caption)
     write_json(stem + ".json", {"model": args.model, "cpu": cpu, "threads": args.threads, "medians_ms": median,
                                 "pace": pace, "minutes": minutes, "state": state.data})
-    plot_curves({m: [(t, v) for t, v in c if v] for m, c in curves.items()}, peers, stem + ".png",
+    plot_curves({m: [(t, v) for t, v in c if v] for m, c in curves.items()}, peer_ms, stem + ".png",
                 title=f"{args.model}: time to a fast model ({cpu})")
     print("\n".join(lines) + caption + f"plot: {stem}.png")
 
@@ -379,7 +392,7 @@ def trials_per_minute(state: State, args) -> dict[str, tuple[int, float]]:
     return out
 
 
-def plot_curves(curves: dict[str, list[tuple[float, float]]], peers: dict[str, float], path: str, *,
+def plot_curves(curves: dict[str, list[tuple[float, float]]], peer_ms: dict[str, float], path: str, *,
                 title: str) -> str:
     """End-to-end latency against tuning minutes, one line per method; the peers as horizontal lines."""
     from autosearch.plots import figure, save
@@ -389,7 +402,7 @@ def plot_curves(curves: dict[str, list[tuple[float, float]]], peers: dict[str, f
     for label, points in curves.items():
         if points:
             ax.plot(*zip(*points), marker="o", label=label)
-    for i, (name, ms) in enumerate(peers.items()):
+    for i, (name, ms) in enumerate(peer_ms.items()):
         ax.axhline(ms, linestyle="--", color=f"C{len(curves) + i}", label=name)
     ax.set_xlabel("tuning wall time (min)")
     ax.set_ylabel("end-to-end latency (ms, median)")

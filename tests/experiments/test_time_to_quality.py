@@ -114,3 +114,10 @@ def test_redo_drops_one_methods_tuning_and_builds_and_every_timing_round(tmp_pat
     assert json.loads((work / "state.json").read_text()) == state.data
     left = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file() and p.name != "state.json")
     assert left == ["db/none-9/x.json", "lib/none-9.so", "none.jsonl", "none.out"]
+
+
+def test_openvino_is_a_peer_in_fp32_and_in_its_default_precision_where_that_is_another():
+    assert ttq.peers(None) == {"ort": "ONNX Runtime"}  # OpenVINO not installed
+    assert ttq.peers("f32") == {"ort": "ONNX Runtime", "ov": "OpenVINO fp32"}
+    bf16 = ttq.peers("bf16")
+    assert list(bf16) == ["ort", "ov", "ov-default"] and bf16["ov-default"] == "OpenVINO bf16 (its default)"
