@@ -38,7 +38,7 @@ import numpy as np
 
 from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import results_path, write_text
-from experiments.lib.machine import cpu_model
+from experiments.lib.machine import host_label
 
 CATEGORIES = ("convolution", "pooling", "layout and casts", "other")
 
@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         for _, category, ms in rows:
             by[category] += ms
         columns[label] = dict(by)
-    title = f"{name}: per-kernel profile, {args.threads} threads ({cpu_model()})"
+    title = f"{name}: per-kernel profile, {args.threads} threads ({host_label()})"
     parts = [f"**{title}**; database `{args.db}`, {args.runs} profiled passes each, taking turns in {args.rounds} "
              "rounds, medians" + ("" if len(variants) > 1 else "; OpenVINO's default precision is fp32 on this CPU")
              + ".", "",

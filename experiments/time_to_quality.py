@@ -2,8 +2,9 @@
 
 Each method tunes a whole model once, for ``--minutes`` of wall time, uninterrupted; afterwards the script
 rebuilds what the method had found at every checkpoint (``--every`` minutes) and times all those builds, ONNX
-Runtime and OpenVINO side by side, taking turns in fresh processes, so a slow spell of the shared machine hits
-every line of the plot alike and the ratios come from one timing session:
+Runtime and OpenVINO (in fp32, and in its default precision where that is bf16) side by side, taking turns in fresh
+processes, so a slow spell of the shared machine hits every line of the plot alike and the ratios come from one
+timing session:
 
 - autosearch methods run ``python -m autosearch run`` (``default``: run's defaults; ``none``: ``--cost-model
   none``; more with ``--method NAME=ARGS``), each in a process of its own that is stopped at the minute. A
@@ -44,7 +45,7 @@ from collections.abc import Callable
 import autosearch
 from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import ROOT, read_json, results_path, write_json, write_text
-from experiments.lib.machine import cpu_model
+from experiments.lib.machine import host_label
 from experiments.lib.metaschedule import RECORD_FILE, RecordClock
 
 METHODS = {"default": [], "none": ["--cost-model", "none"]}  # autosearch run's extra arguments
@@ -219,7 +220,7 @@ def metaschedule_child(model: str, work_dir: str, trials: int, seed: int) -> Non
 
 def tune_metaschedule(state: State, args, work: str) -> None:
     st = state.method("metaschedule")
-    if st.get("timeline") and st.get("complete"):
+    if st.get("complete"):  # done, even when its timeline is empty (no record within the minutes)
         return
     ms_dir = os.path.join(work, "metaschedule")
     shutil.rmtree(ms_dir, ignore_errors=True)  # MetaSchedule cannot resume: a killed tuning starts again
@@ -446,7 +447,7 @@ def main() -> int:
     work = results_path(f"ttq-{_name(args)}")
     os.makedirs(work, exist_ok=True)
     state = State(os.path.join(work, "state.json"))
-    state.data.setdefault("cpu", f"{cpu_model()}, {os.cpu_count()} vCPU")
+    state.data.setdefault("cpu", host_label())
     for name in args.redo:
         if name not in args.methods:
             p.error(f"--redo {name}: not among --methods")

@@ -28,7 +28,7 @@ import sys
 import time
 
 from experiments.lib.io import ROOT, read_json, results_path, write_json
-from experiments.lib.machine import cpu_model
+from experiments.lib.machine import host_label
 
 
 def _cli(args: list[str], out_path: str, env: dict[str, str]) -> tuple[int, float]:
@@ -85,7 +85,7 @@ def main() -> int:
     os.makedirs(work, exist_ok=True)
     summary_path = os.path.join(work, "summary.json")
     summary = read_json(summary_path) if os.path.exists(summary_path) else {}
-    summary.setdefault("cpu", f"{cpu_model()}, {os.cpu_count()} vCPU")
+    summary.setdefault("cpu", host_label())
     if args.target or args.onednn_max_isa:
         summary.setdefault("stand_in", {"target": args.target, "onednn_max_cpu_isa": args.onednn_max_isa})
     env = dict(os.environ)

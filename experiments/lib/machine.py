@@ -24,6 +24,23 @@ def fingerprint(target) -> dict[str, Any]:
             "tvm": tvm.__version__, "autosearch": __version__}
 
 
+UNIT_FLAGS = ("avx512f", "avx512_bf16", "avx512_vnni", "amx_tile")  # the flags a figure is named with
+
+
+def host_label() -> str:
+    """``AMD EPYC (LLVM znver4; avx512f, avx512_bf16, avx512_vnni; no amx_tile), 2 vCPU``: the CPU's model name
+    says too little on a VM (an AMD EPYC may be a Zen 3 or a Zen 4), so the LLVM name and the flags that decide
+    the lowering (AVX-512, the bf16 dot product, VNNI, AMX) go with every caption."""
+    from autosearch.frontend.target import host_target, target_mcpu
+    from autosearch.tensor_units.cpu import host_flags
+
+    flags = host_flags()
+    have = [f for f in UNIT_FLAGS if f in flags]
+    lacks = [f for f in UNIT_FLAGS if f not in flags]
+    units = "; ".join(part for part in (", ".join(have), "no " + ", ".join(lacks) if lacks else "") if part)
+    return f"{cpu_model()} (LLVM {target_mcpu(host_target()) or '?'}; {units}), {os.cpu_count()} vCPU"
+
+
 def identity(info: dict[str, Any]) -> tuple:
     return tuple(info.get(k) for k in IDENTITY)
 

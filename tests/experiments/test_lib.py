@@ -136,3 +136,15 @@ def test_metaschedule_runner_worker_times_with_the_targets_threads(monkeypatch) 
         assert runner.pool.submit(worker_threads).result() == ("2", 2)
     finally:
         runner.pool.shutdown()
+
+
+def test_the_host_label_names_the_llvm_cpu_and_each_unit_flag_present_or_absent(monkeypatch) -> None:
+    from autosearch.frontend.target import cpu_model, host_target, target_mcpu
+    from autosearch.tensor_units import cpu
+    from experiments.lib import machine
+
+    label = machine.host_label()
+    assert label.startswith(cpu_model()) and f"LLVM {target_mcpu(host_target())}" in label
+    monkeypatch.setattr(cpu, "host_flags", lambda: frozenset({"avx512f", "avx512_bf16", "sse2"}))
+    label = machine.host_label()
+    assert "avx512f, avx512_bf16; no avx512_vnni, amx_tile)" in label

@@ -121,3 +121,17 @@ def test_openvino_is_a_peer_in_fp32_and_in_its_default_precision_where_that_is_a
     assert ttq.peers("f32") == {"ort": "ONNX Runtime", "ov": "OpenVINO fp32"}
     bf16 = ttq.peers("bf16")
     assert list(bf16) == ["ort", "ov", "ov-default"] and bf16["ov-default"] == "OpenVINO bf16 (its default)"
+
+
+def test_a_finished_metaschedule_tuning_is_not_run_again_even_without_a_record(tmp_path, monkeypatch):
+    """MetaSchedule can have no record within the minutes (its first come after every task's first search): a
+    resumed experiment keeps that result, it does not tune again."""
+    def popen(*args, **kwargs):
+        raise AssertionError("MetaSchedule tuned again")
+
+    monkeypatch.setattr(ttq.subprocess, "Popen", popen)
+    state = ttq.State(str(tmp_path / "state.json"))
+    state.method("metaschedule").update(timeline=[], complete=True, returncode=-9)
+    ttq.tune_metaschedule(state, argparse.Namespace(minutes=1.0, trials_per_minute=40.0, model="m", seed=0),
+                          str(tmp_path))
+    assert state.method("metaschedule")["timeline"] == []
