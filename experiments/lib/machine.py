@@ -37,8 +37,10 @@ def host_label() -> str:
     flags = host_flags()
     have = [f for f in UNIT_FLAGS if f in flags]
     lacks = [f for f in UNIT_FLAGS if f not in flags]
-    units = "; ".join(part for part in (", ".join(have), "no " + ", ".join(lacks) if lacks else "") if part)
-    return f"{cpu_model()} (LLVM {target_mcpu(host_target()) or '?'}; {units}), {os.cpu_count()} vCPU"
+    units = [", ".join(have)] if have else []
+    if lacks:
+        units.append("no " + ", ".join(lacks))
+    return f"{cpu_model()} (LLVM {target_mcpu(host_target()) or '?'}; {'; '.join(units)}), {os.cpu_count()} vCPU"
 
 
 def identity(info: dict[str, Any]) -> tuple:
