@@ -296,14 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     from autosearch.frontend.importer import load_onnx
-    from autosearch.frontend.target import cpu_model
     from autosearch.records import read_log
+    from experiments.lib.machine import host_label
 
     state_path = results_path(f"{args.out}.json")
     state = read_json(state_path) if os.path.exists(state_path) else {}
     if state.get("log") not in (None, args.log) or state.get("model") not in (None, args.model):
         p.error(f"{state_path} holds another model or log: choose another --out")
-    state.update(model=args.model, log=args.log, cpu=cpu_model(), threads=args.threads)
+    state.update(model=args.model, log=args.log, cpu=host_label(), threads=args.threads)
     state.setdefault("long", {})
     state.setdefault("metaschedule", {})
     if "sgemm_gflops" not in state:

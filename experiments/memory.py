@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from autosearch.tables import markdown_table
 from experiments.lib.io import RESULTS
-from experiments.lib.machine import cpu_model as cpu_name
+from experiments.lib.machine import host_label
 from experiments.time_to_quality import State
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     state = State(os.path.join(work, "state.json"))
     if state.data.get("log") not in (None, os.path.abspath(args.log)):
         raise SystemExit(f"{work} holds results of another log ({state.data['log']}): move it away first")
-    state.data.update(log=os.path.abspath(args.log), cpu=state.data.get("cpu") or cpu_name())
+    state.data.update(log=os.path.abspath(args.log), cpu=state.data.get("cpu") or host_label())
     state.save()
     setup = Setup(args)
     measurer = Measurer(setup, state, work, args)

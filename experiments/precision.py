@@ -121,14 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--summary", action="append", default=[], help="user_path.py summary.json (repeatable)")
     p.add_argument("--out", required=True, help="results name: experiments/results/OUT.md and OUT.png")
     args = p.parse_args(argv)
-    from experiments.lib.machine import cpu_model
+    from experiments.lib.machine import host_label
 
     rows = layer_rows(args.log)
     if not rows:
         raise SystemExit(f"{args.log} has no layer tuned in both precisions (run --precision auto on a CPU with a "
                          "bf16 unit)")
     title = f"fp32 vs bf16 per layer: {os.path.relpath(args.log)}"
-    text = [f"**{title}** (CPU: {cpu_model()})", "", layer_table(rows), ""]
+    text = [f"**{title}** (CPU: {host_label()})", "", layer_table(rows), ""]
     if args.summary:
         text += ["**End to end** (report, runtimes taking turns)", "", end_to_end_table(args.summary), ""]
     out = results_path(args.out)

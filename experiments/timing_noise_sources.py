@@ -40,6 +40,7 @@ from autosearch.tables import markdown_table
 from autosearch.types import Record
 from experiments.lib.io import write_json, write_text
 from experiments.lib.labels import LABEL_EVALUATOR, logged_settings, retime
+from experiments.lib.machine import host_label
 
 log = logging.getLogger("timing_noise_sources")
 CONDITIONS = ("same process", "fresh process")
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"not found: {args.log}")
     build_cache = f"{args.log}.builds" if os.path.isdir(f"{args.log}.builds") else None
 
-    from autosearch.frontend.target import cpu_model, parse_target
+    from autosearch.frontend.target import parse_target
     from autosearch.frontend.task import TuningTask
     from autosearch.measure.local import LocalRunner
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                            "mean_spread": float(np.mean(spreads))}
     rows["repeats within a call"] = {"kernels": len(cvs), "median_spread": float(np.median(cvs)),
                                      "mean_spread": float(np.mean(cvs))}
-    machine = f"{cpu_model()}, {os.cpu_count()} cores"
+    machine = host_label()
     table = markdown_table(["timings of one kernel", "kernels", "spread (median)", "spread (mean)"],
                            [[name, r["kernels"], f"{r['median_spread']:.3f}", f"{r['mean_spread']:.3f}"]
                             for name, r in rows.items()], align="-rrr")
