@@ -56,10 +56,11 @@ class CompiledModel:
 
 def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto",
                   layout="NCHW", fast_math=DEFAULT_FAST_MATH, plan_memory: bool = True,
-                  prepack: bool = True) -> CompiledModel:
+                  prepack: bool = True, layer_layouts: dict[str, str] | None = None) -> CompiledModel:
     """Build the whole model with the database applied (MetaSchedule's apply-database pass, weights
     prepacked as the schedules want them, lowered with ``layout`` and ``fast_math``); tasks missing from
     the database keep TVM's default code. Without a database: TVM's default build (the untuned baseline).
+    ``layer_layouts``: one layout per convolution instead of ``layout`` (:mod:`autosearch.frontend.layer_layouts`).
     ``plan_memory=False`` builds without Relax's static memory planning, ``prepack=False`` leaves the weight
     layout rewrites inside the kernels (:mod:`autosearch.frontend.lowering`). The library at ``out_path`` holds the
     code; the weights, transformed as the kernels read them, go to a file beside it
@@ -81,7 +82,8 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
             mod = untuned_module(relax_mod, target)  # what tvm.compile's default pipeline builds
         else:
             folder = ConstantFolder()  # the lowering's weight transforms and the prepacking, compiled together
-            lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math, folder=folder)
+            lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math, folder=folder,
+                            layer_layouts=layer_layouts)
             out.kernels = model_kernels(lowered)
             mod = apply_database(lowered, target, db, prepack=prepack, folder=folder)
         if target.kind.name == "llvm":

@@ -204,7 +204,7 @@ def _bf16_matmul(policy, target):
     return matmul
 
 
-def _mutate_relax_functions(mutator, mod):
+def mutate_relax_functions(mutator, mod):
     """``mod`` with each Relax function visited by ``mutator`` (a ``PyExprMutator`` built on ``mod``)."""
     from tvm import relax
 
@@ -214,27 +214,49 @@ def _mutate_relax_functions(mutator, mod):
     return mutator.builder_.get()
 
 
-def leaky_relu_as_maximum():
+def leaky_relu_as_maximum(after=None):
     """A pass writing ``leakyrelu(x, a)`` as ``maximum(x, a * x)`` (the same for 0 <= a <= 1): Relax's
     ``ConvertLayout`` has no layout rule for leakyrelu and wraps each one in two transposes back to NCHW and
-    forth, where maximum and multiply follow the convolution's layout and fuse into its epilogue."""
+    forth, where maximum and multiply follow the convolution's layout and fuse into its epilogue. ``after``: only
+    where ``x`` comes from a convolution this predicate accepts, through element-wise operations (each one's first
+    argument, as a batch norm and a bias follow it); None: everywhere."""
     import tvm
     from tvm import relax
 
+    from autosearch.tensor_units.pooling import ELEMENTWISE
+
     @relax.expr_functor.mutator
     class Rewrite(relax.PyExprMutator):
+        def __init__(self, mod):
+            super().__init__(mod)
+            self.bound: dict[Any, Any] = {}
+
+        def visit_var_binding_(self, binding):
+            self.bound[binding.var] = binding.value  # the value as written: args name the original variables
+            super().visit_var_binding_(binding)
+
+        def producing_conv(self, x):
+            while isinstance(x, relax.Var) and isinstance(self.bound.get(x), relax.Call):
+                value = self.bound[x]
+                name = getattr(value.op, "name", "")
+                if name == "relax.nn.conv2d":
+                    return value
+                x = value.args[0] if name in ELEMENTWISE and value.args else None
+            return None
+
         def visit_call_(self, call):
+            leaky = isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.leakyrelu"
+            wanted = leaky and (after is None or after(self.producing_conv(call.args[0])))
             call = super().visit_call_(call)
-            if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.leakyrelu":
-                alpha = float(call.attrs.alpha)
-                if 0.0 <= alpha <= 1.0:
-                    x = call.args[0]
-                    return relax.op.maximum(x, relax.op.multiply(x, relax.const(alpha, str(x.ty.dtype))))
+            alpha = float(call.attrs.alpha) if wanted else -1.0
+            if 0.0 <= alpha <= 1.0:
+                x = call.args[0]
+                return relax.op.maximum(x, relax.op.multiply(x, relax.const(alpha, str(x.ty.dtype))))
             return call
 
     @tvm.transform.module_pass(opt_level=0, name="LeakyReluAsMaximum")
     def rewrite(mod, _ctx):
-        return _mutate_relax_functions(Rewrite(mod), mod)
+        return mutate_relax_functions(Rewrite(mod), mod)
 
     return rewrite
 
@@ -283,7 +305,7 @@ def matmul_of_a_transpose_transposes_the_smaller():
 
     @tvm.transform.module_pass(opt_level=0, name="MatmulOfATransposeTransposesTheSmaller")
     def rewrite(mod, _ctx):  # then the large transposes, left unused, are dropped
-        return relax.transform.DeadCodeElimination()(_mutate_relax_functions(Rewrite(mod), mod))
+        return relax.transform.DeadCodeElimination()(mutate_relax_functions(Rewrite(mod), mod))
 
     return rewrite
 
@@ -303,10 +325,13 @@ def with_folder(passes: list[Any], folder=None) -> list[Any]:
 
 
 def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH,
-                    precision: str | None = None, folder=None) -> list[Any]:
+                    precision: str | None = None, folder=None,
+                    layer_layouts: dict[str, str] | None = None) -> list[Any]:
     """``winograd``: a mode name or an :class:`autosearch.frontend.winograd.WinogradPolicy` (measured choices);
     ``layout``: the conv2d data layout, ``NCHW`` (as ONNX gives it) or ``NHWC``. Winograd applies to both (to
-    NHWC ones in fp32 only). ``fast_math="on"``: sigmoid, exp and softmax use TVM's vectorisable approximations.
+    NHWC ones in fp32 only). ``layer_layouts`` (fp32, CPU targets): one layout per convolution instead, by its
+    geometry (:mod:`autosearch.frontend.layer_layouts`; ``layout`` is then ignored). ``fast_math="on"``: sigmoid,
+    exp and softmax use TVM's vectorisable approximations.
     ``precision``: the policy's precision mode (``WinogradPolicy.precision``), replacing the policy's own.
     ``folder``: the :class:`autosearch.frontend.fold.ConstantFolder` of the model's lowerings (None: a new one)."""
     from tvm import relax
@@ -329,6 +354,14 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
                     if p.info.name == "LegalizeOps" else p for p in legalize]
     convert = [leaky_relu_as_maximum(), relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]})] if (
         converts_layout(target, layout)) else []
+    if layer_layouts is not None and target.kind.name == "llvm":
+        if bf16:
+            from autosearch.errors import UserError
+
+            raise UserError("one layout per convolution is an fp32 lowering: bf16 convolutions are NHWC")
+        from autosearch.frontend.layer_layouts import convert_passes
+
+        convert = convert_passes(layer_layouts)
     fast_ops = [relax.transform.FastMathTransform()] if fast else []
     if bf16 and convert:  # bf16 convolutions are NHWC
         from autosearch.tensor_units.activations import keep_bf16_activations
@@ -352,13 +385,13 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
 
 
 def lower(relax_mod, target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH,
-          precision: str | None = None, folder=None):
+          precision: str | None = None, folder=None, layer_layouts: dict[str, str] | None = None):
     """The model as fused TIR functions: what task extraction and the tuned build both start from."""
     import tvm
 
     with target, tvm.transform.PassContext(opt_level=3):
         passes = lowering_passes(target, winograd=winograd, layout=layout, fast_math=fast_math, precision=precision,
-                                 folder=folder)
+                                 folder=folder, layer_layouts=layer_layouts)
         return tvm.transform.Sequential(passes)(relax_mod)
 
 
@@ -472,5 +505,5 @@ __all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "DEFAULT_PRECISION", "DEFAULT_
            "LAYOUT_MODES", "OLD_LOWERING", "PLAN_MEMORY", "PRECISION_MODES", "apply_database", "build_module",
            "build_tuned", "check_fast_math", "check_layout", "check_precision", "default_schedules", "fast_sigmoid",
            "leaky_relu_as_maximum", "lower", "lowering_passes", "matmul_of_a_transpose_transposes_the_smaller",
-           "planning_passes", "resolve_precision", "tuned_module",
+           "mutate_relax_functions", "planning_passes", "resolve_precision", "tuned_module",
            "untuned_module", "with_folder"]

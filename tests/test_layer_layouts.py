@@ -1,0 +1,135 @@
+"""One layout per convolution (autosearch.frontend.layer_layouts): its kernels are the tasks either layout tuned,
+and the model it builds computes what ONNX Runtime computes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+
+def leaky_convs_onnx(path: str) -> onnx.ModelProto:
+    """Conv 3x3 16 -> 32 at 16x16, then 32 -> 48, each with a batch norm's scale and shift and a leaky ReLU (as
+    tiny-YOLOv2 has them): two layers of different geometry, the second a Winograd candidate."""
+    rng = np.random.default_rng(5)
+    inits = []
+    nodes = []
+    x = "x"
+    for i, (cin, cout) in enumerate(((16, 32), (32, 48))):
+        inits += [numpy_helper.from_array((rng.standard_normal((cout, cin, 3, 3)) * 0.1).astype("float32"), f"W{i}"),
+                  numpy_helper.from_array(rng.uniform(0.5, 1.5, (1, cout, 1, 1)).astype("float32"), f"S{i}"),
+                  numpy_helper.from_array(rng.standard_normal((1, cout, 1, 1)).astype("float32"), f"B{i}")]
+        nodes += [helper.make_node("Conv", [x, f"W{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Mul", [f"c{i}", f"S{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", f"B{i}"], [f"a{i}"]),
+                  helper.make_node("LeakyRelu", [f"a{i}"], [f"y{i}"], alpha=0.1)]
+        x = f"y{i}"
+    graph = helper.make_graph(nodes, "leaky_convs",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+                              [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1, 48, 16, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return model
+
+
+FIRST, SECOND = "16x16x16->32x16x16/3x3", "32x16x16->48x16x16/3x3"
+
+
+@pytest.fixture(scope="module")
+def leaky_model(tmp_path_factory, target):
+    from autosearch.frontend.importer import import_model
+
+    path = str(tmp_path_factory.mktemp("layer-layouts") / "leaky.onnx")
+    proto = leaky_convs_onnx(path)
+    return proto, import_model(path, target, layout="auto", precision="fp32")
+
+
+def _conv_functions(lowered):
+    import tvm
+
+    return {gv.name_hint: f for gv, f in lowered.functions_items()
+            if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in gv.name_hint}
+
+
+def test_every_convolution_task_is_named_by_its_geometry_in_both_layouts(leaky_model):
+    from autosearch.frontend.alternatives import task_layouts
+    from autosearch.frontend.layer_layouts import task_key
+
+    _, model = leaky_model
+    named = {}
+    for task in model.tasks:
+        layouts = task_layouts(task.lowering)
+        key = task_key(task.name, task.args, layouts[0])
+        if "conv2d" in task.name:
+            named.setdefault(key, set()).update((layouts[0], task.lowering.get("algorithm", "direct")))
+        else:
+            assert key is None
+    # each layer in both layouts; the wider one direct and as Winograd (its transformed kernel read as 3x3)
+    assert named == {FIRST: {"NCHW", "NHWC", "direct"}, SECOND: {"NCHW", "NHWC", "direct", "winograd"}}
+
+
+@pytest.mark.parametrize("first", ["NHWC", "NCHW"])
+def test_one_layout_per_layer_runs_only_tuned_convolutions_and_matches_onnxruntime(leaky_model, target, tmp_path,
+                                                                                     first):
+    """The first layer in one layout and the second in the other: every convolution kernel of that model is a task
+    the two layouts tuned (a leaky ReLU after an NHWC convolution written as NHWC writes it, after an NCHW one as
+    NCHW keeps it), and the built model (untuned code) computes what ONNX Runtime computes."""
+    import onnxruntime as ort
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule.database import MemoryDatabase
+
+    from autosearch.deploy.artifact import load_model
+    from autosearch.deploy.build import compile_model
+    from autosearch.frontend.alternatives import task_layouts
+    from autosearch.frontend.layer_layouts import NCHW, NHWC
+    from autosearch.frontend.lowering import lower
+    from autosearch.frontend.winograd import WinogradPolicy
+
+    proto, model = leaky_model
+    layouts = {FIRST: first, SECOND: NCHW if first == NHWC else NHWC}
+    dbs = {layout: MemoryDatabase() for layout in (NCHW, NHWC)}
+    for task in model.tasks:
+        for layout in task_layouts(task.lowering):
+            dbs[layout].commit_workload(task.mod)
+    policy = WinogradPolicy.of("off")
+    lowered = lower(model.relax_mod, target, winograd=policy, layer_layouts=layouts)
+    convs = _conv_functions(lowered)
+    tuned_in = sorted(tuple(layout for layout, db in dbs.items()
+                            if db.has_workload(tvm.IRModule({"main": f.with_attr("global_symbol", "main")})))
+                      for f in convs.values())
+    assert tuned_in == [(NCHW,), (NHWC,)]  # one convolution of each layout, each a task that layout tuned
+    assert not tvm_ffi.structural_equal(lowered, lower(model.relax_mod, target, winograd=policy, layout="NCHW"))
+
+    compiled = compile_model(model.relax_mod, target, model.tasks, dbs[NCHW], str(tmp_path / "mixed.so"),
+                             winograd=policy, layer_layouts=layouts)
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 16, 16, 16)).astype("float32")
+    got = load_model(compiled.path, threads=1)(tvm.runtime.tensor(x)).numpy()
+    [expected] = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
+
+
+def test_each_layer_takes_its_faster_layout_by_its_faster_algorithm():
+    from autosearch.frontend.layer_layouts import choose
+
+    chosen, costs = choose([
+        ("a", "NCHW", 3.0), ("a", "NCHW", 1.0), ("a", "NHWC", 2.0),  # NCHW's Winograd beats NHWC
+        ("b", "NCHW", 2.0), ("b", "NHWC", 1.5),
+        ("c", "NCHW", 1.0), ("c", "NHWC", 1.0),  # a tie stays as imported
+        ("d", "NCHW", None), ("d", "NHWC", 1.0),  # not measured in NCHW: no choice
+        ("e", "NHWC", 1.0),
+    ])
+    assert chosen == {"a": "NCHW", "b": "NHWC", "c": "NCHW"}
+    assert costs["a"] == {"NCHW": 1.0, "NHWC": 2.0} and math.isinf(costs["d"]["NCHW"])
+
+
+def test_bf16_with_one_layout_per_layer_is_refused(leaky_model, target):
+    from autosearch.errors import UserError
+    from autosearch.frontend.lowering import lowering_passes
+
+    with pytest.raises(UserError, match="fp32 lowering"):
+        lowering_passes(target, winograd="auto", precision="bf16", layer_layouts={FIRST: "NHWC"})
