@@ -7,7 +7,7 @@ layout transforms between layers of different layouts are the only untuned kerne
 each round a fresh load of each, on the same threads; their outputs are compared::
 
     python -m experiments.layer_layouts --model tiny-yolov2 \\
-        --log experiments/results/user-tiny-yolov2-quickstart-xeon-amx-fp32-v6/log.jsonl \\
+        --log experiments/results/user-tiny-yolov2-quickstart-xeon-amx-fp32-v6/log.jsonl.gz \\
         --out layer-layouts-tiny-yolov2-xeon-amx-fp32
 
 Writes ``experiments/results/OUT.md`` (each layer's tuned cost in both layouts and its choice; both models' medians,
