@@ -542,11 +542,12 @@ def export(log: str, out: str, *, top_k: int = 1, force: bool = False, memory_bu
 
 # ---------------------------------------------------------------------------------------------- compile, report
 def _database_lowering(db: str, target: Any, *, winograd: str | None, layout: str | None, fast_math: str | None,
-                       precision: str | None) -> tuple[WinogradPolicy, str, str]:
-    """(the Winograd and precision policy, the layout, the fast-math mode) to build with: each as given, else as
-    the database was tuned (export records it), else the option's value before it existed (databases from before
-    it, or from ``ms.tune_tir`` on the model as imported). With ``auto``, the per-layer algorithms the database
-    measured faster."""
+                       precision: str | None) -> tuple[WinogradPolicy, str, str, dict[str, str]]:
+    """(the Winograd and precision policy, the layout, the fast-math mode, one layout per convolution or {}) to
+    build with: each as given, else as the database was tuned (export records it), else the option's value before
+    it existed (databases from before it, or from ``ms.tune_tir`` on the model as imported). With ``auto``, the
+    per-layer algorithms the database measured faster; one layout per convolution where export chose it and no
+    ``layout`` is given."""
     from autosearch.deploy.database import database_lowering
     from autosearch.frontend.winograd import WinogradPolicy
 
@@ -563,7 +564,7 @@ def _database_lowering(db: str, target: Any, *, winograd: str | None, layout: st
         raise UserError(f"{db} was tuned with --precision {tuned}, not {precision}: leave --precision out "
                         "to compile as it was tuned")
     precision = option("precision", precision)
-    layout = option("layout", layout)
+    asked_layout, layout = layout, option("layout", layout)
     if precision == "bf16" and layout == "NCHW" and lowering.get("layout") == "NCHW":
         # run --precision bf16 --layout auto, and the NCHW model (in fp32: bf16 convolutions are NHWC) was the faster
         precision = "fp32"
@@ -571,7 +572,8 @@ def _database_lowering(db: str, target: Any, *, winograd: str | None, layout: st
     if precision == "bf16" or "bf16" in (measured or {}).values():
         _check_bf16_units(db, target)
     policy = WinogradPolicy.of(mode, measured, precision=precision)
-    return policy, layout, option("fast_math", fast_math)
+    layer_layouts = dict(lowering.get("layer_layouts") or {}) if asked_layout in (None, "auto") else {}
+    return policy, layout, option("fast_math", fast_math), layer_layouts
 
 
 def _check_bf16_units(db: str, target: Any) -> None:
@@ -612,13 +614,13 @@ def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: s
 
     _check_outputs(out)  # before the model's import and build
     target = _target(target)
-    policy, layout, fast_math = _database_lowering(db, target, winograd=winograd, layout=layout, fast_math=fast_math,
-                                                   precision=precision)  # before loading: a wrong target fails fast
-    database = load_database(db)
+    policy, layout, fast_math, layer_layouts = _database_lowering(
+        db, target, winograd=winograd, layout=layout, fast_math=fast_math, precision=precision)  # a wrong target fails
+    database = load_database(db)                                                                # before loading
     imported = import_model(model, target, input_shape=input_shape, winograd=policy.mode, layout=layout,
                             fast_math=fast_math, precision=policy.precision)
     compiled = compile_model(imported.relax_mod, target, imported.tasks, database, out, winograd=policy,
-                             layout=imported.layout, fast_math=imported.fast_math)
+                             layout=imported.layout, fast_math=imported.fast_math, layer_layouts=layer_layouts or None)
     compiled.model = imported.name
     return compiled
 
@@ -645,9 +647,10 @@ def report(model: str, db: str, *, log: str | None = None, target: Any = None, i
     from autosearch.deploy.report import end_to_end_report
 
     target = _target(target)
-    policy, layout, fast_math = _database_lowering(db, target, winograd=winograd, layout=layout, fast_math=fast_math,
-                                                   precision=precision)
+    policy, layout, fast_math, layer_layouts = _database_lowering(db, target, winograd=winograd, layout=layout,
+                                                                  fast_math=fast_math, precision=precision)
     return end_to_end_report(model, db, target=target, policy=policy, layout=layout, fast_math=fast_math,
+                             layer_layouts=layer_layouts,
                              input_shape=input_shape, log=log, runs=runs, rounds=rounds, untuned_runs=untuned_runs,
                              threads=threads, plot=plot, markdown=markdown, on_message=on_message)
 

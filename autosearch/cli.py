@@ -266,6 +266,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         [(layout, secs)] = summary.layout_totals.items()
         console.print(f"layout: {layout}, the one model the run tuned ({secs * 1e3:.1f} ms as the sum of the tasks' "
                       "best latencies, re-timed where the run re-timed them)")
+    elif summary.layer_layouts and budget is None:
+        totals = ", ".join(f"{layout} {secs * 1e3:.1f} ms" for layout, secs in sorted(summary.layout_totals.items()))
+        counts = ", ".join(f"{sum(v == layout for v in summary.layer_layouts.values())} {layout}"
+                           for layout in sorted(set(summary.layer_layouts.values())))
+        console.print(f"layout: one per convolution, each layer's faster as tuned ({counts}; the whole models "
+                      f"{totals}); other convolutions {summary.layout}. compile builds it where the database holds "
+                      f"every convolution of it, else the {summary.layout} model")
     elif summary.layout_totals and budget is None:
         totals = ", ".join(f"{layout} {secs * 1e3:.1f} ms" for layout, secs in sorted(summary.layout_totals.items()))
         console.print(f"layout: {summary.layout}, the faster model as tuned ({totals}; sums of the tasks' best "
@@ -303,6 +310,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     console = _console()
     console.print(f"compiled {compiled.model} with {len(compiled.tuned_tasks)}/{compiled.task_count} tuned tasks -> "
                   f"{compiled.path} (weights: {compiled.weights_path})")
+    if compiled.layer_layouts:
+        counts = ", ".join(f"{sum(v == layout for v in compiled.layer_layouts.values())} {layout}"
+                           for layout in sorted(set(compiled.layer_layouts.values())))
+        console.print(f"layout: one per convolution, as export chose ({counts})")
     if compiled.missing_tasks:
         console.print(f"not in the database (TVM default code): {', '.join(compiled.missing_tasks)}")
     if compiled.mismatch:

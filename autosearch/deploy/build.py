@@ -38,6 +38,7 @@ class CompiledModel:
     memory: MemoryEstimate | None = None  # computed from the module before the build (CPU targets)
     model: str = ""  # the model's name (set by autosearch.api.compile)
     kernels: list[Kernel] = field(default_factory=list)  # every PrimFunc of the lowered model (tuned builds)
+    layer_layouts: dict[str, str] = field(default_factory=dict)  # one layout per convolution, where it was built so
 
     @property
     def task_count(self) -> int:
@@ -60,7 +61,8 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
     """Build the whole model with the database applied (MetaSchedule's apply-database pass, weights
     prepacked as the schedules want them, lowered with ``layout`` and ``fast_math``); tasks missing from
     the database keep TVM's default code. Without a database: TVM's default build (the untuned baseline).
-    ``layer_layouts``: one layout per convolution instead of ``layout`` (:mod:`autosearch.frontend.layer_layouts`).
+    ``layer_layouts``: one layout per convolution (:mod:`autosearch.frontend.layer_layouts`), built so only where the
+    database holds every convolution of that model (else in ``layout``: the result's ``layer_layouts`` says which).
     ``plan_memory=False`` builds without Relax's static memory planning, ``prepack=False`` leaves the weight
     layout rewrites inside the kernels (:mod:`autosearch.frontend.lowering`). The library at ``out_path`` holds the
     code; the weights, transformed as the kernels read them, go to a file beside it
@@ -84,6 +86,11 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
             folder = ConstantFolder()  # the lowering's weight transforms and the prepacking, compiled together
             lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math, folder=folder,
                             layer_layouts=layer_layouts)
+            if layer_layouts and untuned_convolutions(lowered, db):  # a model these tasks do not make: one layout
+                lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math,
+                                folder=folder)
+            else:
+                out.layer_layouts = dict(layer_layouts or {})
             out.kernels = model_kernels(lowered)
             mod = apply_database(lowered, target, db, prepack=prepack, folder=folder)
         if target.kind.name == "llvm":
@@ -101,6 +108,15 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
     except OSError as exc:
         raise UserError(f"cannot write {out_path}: {exc.strerror}") from exc
     return out
+
+
+def untuned_convolutions(lowered, db) -> list[str]:
+    """The convolution kernels of a lowered model the database has no workload for."""
+    import tvm
+
+    return [gv.name_hint for gv, func in lowered.functions_items()
+            if "conv2d" in gv.name_hint and isinstance(func, tvm.tirx.PrimFunc)
+            and not db.has_workload(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))]
 
 
 def model_kernels(lowered) -> list[Kernel]:

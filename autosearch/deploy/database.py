@@ -42,6 +42,7 @@ class ExportSummary:
     layout: str = ""  # the conv2d layout compile will use
     layout_totals: dict[str, float] = field(default_factory=dict)  # --layout auto: model seconds per layout
     other_layout: int = 0  # --layout auto: tasks only the slower layout's model runs, not exported
+    layer_layouts: dict[str, str] = field(default_factory=dict)  # one layout per convolution (geometry -> layout)
     log: str = ""  # the tuning log exported (autosearch.export)
     corrupt: list[str] = field(default_factory=list)  # its lines skipped as corrupt (file:line ...)
     memory_budget: Any = None  # autosearch.deploy.budget.BudgetChoice: what --memory-budget chose (None: no budget)
@@ -171,15 +172,18 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
     summary.choices = dict(lowering.get("choices", {}))
     summary.layout = str(lowering.get("layout", ""))
     summary.layout_totals = dict(lowering.get("layout_totals", {}))
+    summary.layer_layouts = dict(lowering.get("layer_layouts", {}))
     return summary
 
 
 def _in_model(header: dict, lowering: dict) -> bool:
-    """Whether the model ``lowering`` compiles runs this task (a --layout auto log holds two models)."""
+    """Whether the model ``lowering`` compiles runs this task (a --layout auto log holds two models; one layout per
+    convolution runs tasks of both)."""
     from autosearch.frontend.alternatives import task_layouts
 
     task_lowering = header.get("lowering") or {}
-    return "layouts" not in task_lowering or lowering.get("layout") in task_layouts(task_lowering)
+    return ("layouts" not in task_lowering or "layer_layouts" in lowering
+            or lowering.get("layout") in task_layouts(task_lowering))
 
 
 def lowering_of(contents: LogContents) -> dict:
@@ -219,12 +223,29 @@ def lowering_of(contents: LogContents) -> dict:
             raise UserError(f"{contents.path}: no layout's model is measured yet (every --layout auto task needs an "
                             "untuned or tuned latency): continue the run with --resume")
         out.update(layout=chosen, layout_totals=layout_totals_)
-        headers = {k: h for k, h in headers.items() if chosen in task_layouts(h.get("lowering") or {})}
+        mixed = _layer_layouts(headers, bests, chosen, layout_totals_[chosen])
+        if mixed:  # one layout per convolution: both layouts' tasks are compiled
+            out["layer_layouts"] = mixed
+        else:
+            headers = {k: h for k, h in headers.items() if chosen in task_layouts(h.get("lowering") or {})}
     totals = layer_totals((h.get("lowering") or {}, int(h.get("weight", 1)), bests[key])
                           for key, h in headers.items())
     if totals:
         out["choices"] = choose_algorithms(totals)
     return out
+
+
+def _layer_layouts(headers: dict[str, dict], bests: dict[str, float | None], layout: str,
+                   model_seconds: float) -> dict[str, str]:
+    """Each convolution's faster layout (:mod:`autosearch.frontend.layer_layouts`) when that beats the whole model
+    in ``layout``, else {}. fp32 models only: a layer with bf16 alternatives is NHWC."""
+    from autosearch.frontend.layer_layouts import choose, header_entries, worth_mixing
+    from autosearch.frontend.winograd import PRECISIONS
+
+    if any((h.get("lowering") or {}).get("algorithm") in PRECISIONS for h in headers.values()):
+        return {}
+    chosen, costs = choose(header_entries(headers, bests))
+    return dict(sorted(chosen.items())) if worth_mixing(chosen, costs, layout, model_seconds) else {}
 
 
 def database_lowering(path: str) -> dict:

@@ -116,9 +116,11 @@ class _Timed:
 
 
 def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str | None, runs: int, rounds: int,
-                   untuned_runs: int, say: Callable[[str], None]) -> _Timed:
-    """Compile untuned and tuned TVM into a temporary directory, time every runtime in fresh processes
-    and check their outputs against ONNX Runtime's; the directory is removed before returning."""
+                   untuned_runs: int, say: Callable[[str], None],
+                   layer_layouts: dict[str, str] | None = None) -> _Timed:
+    """Compile untuned and tuned TVM (with ``layer_layouts``: one layout per convolution) into a temporary
+    directory, time every runtime in fresh processes and check their outputs against ONNX Runtime's; the directory
+    is removed before returning."""
     import os
     import tempfile
 
@@ -142,7 +144,8 @@ def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str
         say(f"compiling {model.name} untuned and tuned ...")
         untuned = compile_model(model.relax_mod, target, model.tasks, None, os.path.join(work, "untuned.so"))
         tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
-                              winograd=policy, layout=model.layout, fast_math=model.fast_math)
+                              winograd=policy, layout=model.layout, fast_math=model.fast_math,
+                              layer_layouts=layer_layouts or None)
         if tuned.mismatch:
             say(f"warning: {tuned.mismatch}")
         bf16 = sum(1 for t in model.tasks
@@ -214,14 +217,15 @@ class Report:
 
 
 def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_math: str,
-                      input_shape: str | None = None, log: str | None = None, runs: int = 20, rounds: int = 3,
+                      layer_layouts: dict[str, str] | None = None, input_shape: str | None = None,
+                      log: str | None = None, runs: int = 20, rounds: int = 3,
                       untuned_runs: int = 3, threads: int | None = None, plot: str = "report.png",
                       markdown: str | None = None, on_message: Callable[[str], None] | None = None) -> Report:
     """Untuned TVM, tuned TVM, ONNX Runtime and OpenVINO (when installed) on the same threads, each timed
     in its own process; outputs checked against ONNX Runtime; per-task latencies; the PNG at ``plot`` and the
-    tables as Markdown at ``markdown``. ``policy``, ``layout``, ``fast_math``: the lowering the database was tuned
-    with (:func:`autosearch.api.report` reads it from the database). ``on_message``: a line at each step (minutes
-    of compiling and timing), and when OpenVINO is missing."""
+    tables as Markdown at ``markdown``. ``policy``, ``layout``, ``fast_math``, ``layer_layouts``: the lowering the
+    database was tuned with (:func:`autosearch.api.report` reads it from the database). ``on_message``: a line at
+    each step (minutes of compiling and timing), and when OpenVINO is missing."""
     from autosearch.deploy.database import database_lowering, load_database, read_database
     from autosearch.deploy.timing import openvino_default_precision
     from autosearch.errors import UserError
@@ -241,7 +245,7 @@ def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_
     if ov_precision is None:
         say(OPENVINO_MISSING)
     timed = _time_runtimes(imported, target, database, policy, threads=threads, ov_precision=ov_precision, runs=runs,
-                           rounds=rounds, untuned_runs=untuned_runs, say=say)
+                           rounds=rounds, untuned_runs=untuned_runs, say=say, layer_layouts=layer_layouts)
     timings, checks, tuned = timed.timings, timed.checks, timed.tuned
     t_untuned, t_tuned = timings[0], timings[1]
     base = t_untuned.stats()["median"] if t_untuned.ok else None

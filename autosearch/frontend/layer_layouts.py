@@ -82,9 +82,41 @@ def choose(entries: Iterable[tuple[str, str, float | None]]) -> tuple[dict[str, 
     return chosen, costs
 
 
-def convert_passes(layouts: dict[str, str]) -> list[Any]:
+# one layout per convolution is kept when its layers' tuned costs beat the whole model's by this share of it: the
+# layout transforms it adds between layers are measured by no task (experiments/layer_layouts.py times them)
+MIN_GAIN = 0.02
+
+
+def header_entries(headers: dict[str, dict], bests: dict[str, float | None]) -> list[tuple[str, str, float | None]]:
+    """:func:`choose`'s entries from a ``--layout auto`` log: (geometry, layout, weight x best seconds) of every
+    convolution task one layout's model runs alone. ``headers``: task headers by workload key (the log's);
+    ``bests``: each task's best seconds (re-timed where its finalists were), None when not measured."""
+    from autosearch.frontend.alternatives import task_layouts
+
+    entries = []
+    for key, header in headers.items():
+        layouts = task_layouts(header.get("lowering") or {})
+        geometry = task_key(str(header.get("name", "")), header.get("args") or (), layouts[0]) if (
+            len(layouts) == 1) else None
+        if geometry is not None:
+            best = bests.get(key)
+            entries.append((geometry, layouts[0], best * int(header.get("weight", 1)) if best is not None else None))
+    return entries
+
+
+def worth_mixing(chosen: dict[str, str], costs: dict[str, dict[str, float]], layout: str, model_seconds: float) -> bool:
+    """Whether one layout per convolution (``chosen``, from :func:`choose`) is kept over the whole model in
+    ``layout`` (estimated at ``model_seconds``): its layers take both layouts and their tuned costs gain at least
+    ``MIN_GAIN`` of the model."""
+    if len(set(chosen.values())) < 2 or not math.isfinite(model_seconds) or model_seconds <= 0:
+        return False
+    gain = sum(costs[key][layout] - costs[key][chosen[key]] for key in chosen)
+    return gain >= MIN_GAIN * model_seconds
+
+
+def convert_passes(layouts: dict[str, str], default: str = NCHW) -> list[Any]:
     """The lowering's layout step for one layout per convolution: ``layouts`` maps geometries (:func:`call_key`) to
-    NCHW or NHWC, and a convolution not in it stays NCHW. A leaky ReLU after an NHWC convolution is written as
+    NCHW or NHWC, and a convolution not in it takes ``default``. A leaky ReLU after an NHWC convolution is written as
     ``maximum(x, a * x)``, as the NHWC lowering writes it (:func:`autosearch.frontend.lowering.leaky_relu_as_maximum`),
     so its layer fuses into the NHWC task tuned for it; after an NCHW one it stays as the NCHW task has it."""
     from tvm import relax
@@ -92,7 +124,7 @@ def convert_passes(layouts: dict[str, str]) -> list[Any]:
     from autosearch.frontend.lowering import leaky_relu_as_maximum
 
     def layout_of(call) -> str:
-        return layouts.get(call_key(call) or "", NCHW)
+        return layouts.get(call_key(call) or "", default)
 
     def desired(call) -> dict[str, list[str]]:
         if getattr(call.op, "name", "") == "relax.nn.conv2d":
@@ -103,4 +135,5 @@ def convert_passes(layouts: dict[str, str]) -> list[Any]:
             relax.transform.ConvertLayout({}, layout_cb=desired)]
 
 
-__all__ = ["NCHW", "NHWC", "call_key", "choose", "conv_key", "convert_passes", "task_key"]
+__all__ = ["MIN_GAIN", "NCHW", "NHWC", "call_key", "choose", "conv_key", "convert_passes", "header_entries", "task_key",
+           "worth_mixing"]

@@ -330,8 +330,8 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
     """``winograd``: a mode name or an :class:`autosearch.frontend.winograd.WinogradPolicy` (measured choices);
     ``layout``: the conv2d data layout, ``NCHW`` (as ONNX gives it) or ``NHWC``. Winograd applies to both (to
     NHWC ones in fp32 only). ``layer_layouts`` (fp32, CPU targets): one layout per convolution instead, by its
-    geometry (:mod:`autosearch.frontend.layer_layouts`; ``layout`` is then ignored). ``fast_math="on"``: sigmoid,
-    exp and softmax use TVM's vectorisable approximations.
+    geometry (:mod:`autosearch.frontend.layer_layouts`; ``layout`` for the convolutions it does not name).
+    ``fast_math="on"``: sigmoid, exp and softmax use TVM's vectorisable approximations.
     ``precision``: the policy's precision mode (``WinogradPolicy.precision``), replacing the policy's own.
     ``folder``: the :class:`autosearch.frontend.fold.ConstantFolder` of the model's lowerings (None: a new one)."""
     from tvm import relax
@@ -361,7 +361,7 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
             raise UserError("one layout per convolution is an fp32 lowering: bf16 convolutions are NHWC")
         from autosearch.frontend.layer_layouts import convert_passes
 
-        convert = convert_passes(layer_layouts)
+        convert = convert_passes(layer_layouts, default=layout if layout in LAYOUTS else LAYOUTS[0])
     fast_ops = [relax.transform.FastMathTransform()] if fast else []
     if bf16 and convert:  # bf16 convolutions are NHWC
         from autosearch.tensor_units.activations import keep_bf16_activations
