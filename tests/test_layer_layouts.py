@@ -105,12 +105,19 @@ def test_one_layout_per_layer_runs_only_tuned_convolutions_and_matches_onnxrunti
     assert tuned_in == [(NCHW,), (NHWC,)]  # one convolution of each layout, each a task that layout tuned
     assert not tvm_ffi.structural_equal(lowered, lower(model.relax_mod, target, winograd=policy, layout="NCHW"))
 
-    compiled = compile_model(model.relax_mod, target, model.tasks, dbs[NCHW], str(tmp_path / "mixed.so"),
-                             winograd=policy, layer_layouts=layouts)
+    both = MemoryDatabase()
+    for task in model.tasks:
+        both.commit_workload(task.mod)
     x = np.random.default_rng(2).uniform(-1, 1, (1, 16, 16, 16)).astype("float32")
-    got = load_model(compiled.path, threads=1)(tvm.runtime.tensor(x)).numpy()
     [expected] = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
+    # built so where the database holds both layouts' tasks; in NCHW where it holds NCHW's only (a model whose
+    # convolutions no task tuned would be slower than either layout's)
+    for db, built in ((both, layouts), (dbs[NCHW], {})):
+        compiled = compile_model(model.relax_mod, target, model.tasks, db, str(tmp_path / f"mixed{len(built)}.so"),
+                                 winograd=policy, layer_layouts=layouts)
+        assert compiled.layer_layouts == built
+        got = load_model(compiled.path, threads=1)(tvm.runtime.tensor(x)).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
 
 
 def test_each_layer_takes_its_faster_layout_by_its_faster_algorithm():
@@ -133,3 +140,37 @@ def test_bf16_with_one_layout_per_layer_is_refused(leaky_model, target):
 
     with pytest.raises(UserError, match="fp32 lowering"):
         lowering_passes(target, winograd="auto", precision="bf16", layer_layouts={FIRST: "NHWC"})
+
+
+def test_mixing_is_kept_only_when_the_layers_gain_enough_of_the_model():
+    from autosearch.frontend.layer_layouts import MIN_GAIN, choose, worth_mixing
+
+    chosen, costs = choose([("a", "NCHW", 0.010), ("a", "NHWC", 0.012), ("b", "NCHW", 0.004), ("b", "NHWC", 0.002)])
+    assert chosen == {"a": "NCHW", "b": "NHWC"}
+    model = 0.020  # NCHW's model; b gains 2 ms of it in NHWC
+    assert worth_mixing(chosen, costs, "NCHW", model)
+    assert not worth_mixing(chosen, costs, "NCHW", 0.002 / MIN_GAIN * 1.01)  # a gain just under the share
+    assert not worth_mixing({"a": "NCHW", "b": "NCHW"}, costs, "NCHW", model)  # one layout: nothing to mix
+    assert not worth_mixing(chosen, costs, "NCHW", float("inf"))  # the model not measured yet
+
+
+def test_a_logs_convolution_tasks_are_named_by_geometry_in_their_own_layout():
+    from autosearch.frontend.layer_layouts import header_entries
+
+    f32 = "float32"
+    headers = {
+        "k1": {"name": "fused_conv2d_add_relu", "weight": 2, "lowering": {"layouts": ["NCHW"]},
+               "args": [[[1, 16, 8, 8], f32], [[32, 16, 3, 3], f32], [[1, 32, 1, 1], f32], [[1, 32, 8, 8], f32]]},
+        "k2": {"name": "fused_conv2d_add_relu", "weight": 2, "lowering": {"layouts": ["NHWC"]},
+               "args": [[[1, 8, 8, 16], f32], [[32, 3, 3, 16], f32], [[1, 1, 1, 32], f32], [[1, 8, 8, 32], f32]]},
+        "k3": {"name": "fused_conv2d_winograd_add", "weight": 1, "lowering": {"layouts": ["NHWC"]},
+               "args": [[[1, 8, 8, 16], f32], [[6, 6, 32, 16], f32], [[1, 8, 8, 32], f32]]},
+        "k4": {"name": "max_pool2d", "weight": 1, "lowering": {"layouts": ["NCHW"]},
+               "args": [[[1, 32, 8, 8], f32], [[1, 32, 4, 4], f32]]},
+        "k5": {"name": "fused_conv2d1", "weight": 1, "lowering": {"layouts": ["NCHW", "NHWC"]},  # shared: not a layer
+               "args": [[[1, 3, 8, 8], f32], [[16, 3, 1, 1], f32], [[1, 16, 8, 8], f32]]},
+    }
+    entries = header_entries(headers, {"k1": 0.001, "k2": 0.002, "k3": None, "k4": 0.001, "k5": 0.001})
+    geometry = "16x8x8->32x8x8/3x3"
+    assert sorted(entries, key=str) == sorted([(geometry, "NCHW", 0.002), (geometry, "NHWC", 0.004),
+                                               (geometry, "NHWC", None)], key=str)

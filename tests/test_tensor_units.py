@@ -322,9 +322,9 @@ def test_a_bf16_run_that_kept_the_nchw_model_compiles_it_in_fp32(tmp_path) -> No
 
     db = _database_with_lowering(tmp_path, precision="bf16", layout="NCHW")
     no_unit = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
-    policy, layout, _ = _database_lowering(db, no_unit, winograd=None, layout=None, fast_math=None, precision=None)
+    policy, layout, _, _ = _database_lowering(db, no_unit, winograd=None, layout=None, fast_math=None, precision=None)
     assert (policy.precision, layout) == ("fp32", "NCHW")
-    policy, layout, _ = _database_lowering(db, no_unit, winograd=None, layout="auto", fast_math=None,
+    policy, layout, _, _ = _database_lowering(db, no_unit, winograd=None, layout="auto", fast_math=None,
                                            precision="bf16")  # report passes what the run was given
     assert (policy.precision, layout) == ("fp32", "NCHW")
 

@@ -75,7 +75,9 @@ class BudgetChoice:
 
     def lowering(self, base: dict) -> dict:
         """The lowering record ``export`` writes (``base``: the log's,
-        :func:`autosearch.deploy.database.lowering_of`)."""
+        :func:`autosearch.deploy.database.lowering_of`): one layout's model, whose memory the budget computed (never
+        one layout per convolution)."""
+        base = {k: v for k, v in base.items() if k != "layer_layouts"}
         return {**base, "layout": self.layout, "choices": dict(self.choices),
                 "memory_budget": {"budget_bytes": self.budget_bytes, "predicted_bytes": self.predicted.peak_bytes(),
                                   "predicted_secs": self.predicted_secs, "estimate": self.predicted.to_json()}}

@@ -3,9 +3,9 @@ alternatives) and NHWC, tuned side by side, and the faster kept.
 
 The model runs one layout, so the two are compared as models: per layout, weight x latency summed over the
 tasks its model runs, each layer tuned both direct and as Winograd counted by its faster algorithm
-(:func:`autosearch.frontend.winograd.layer_totals`). A per-layer layout choice would be a third model, with layout
-transforms between layers that no task measures; per layer is how Winograd is chosen, because an NCHW layer
-and its Winograd form read and write the same tensors.
+(:func:`autosearch.frontend.winograd.layer_totals`). One layout per convolution is a third model, with layout
+transforms between layers that no task measures: ``export`` keeps it in fp32 where its layers gain enough
+(:mod:`autosearch.frontend.layer_layouts`).
 
 The scheduler spends less on the layout behind (:meth:`autosearch.search.scheduler.TaskScheduler.rivalry`);
 ``export`` keeps the faster layout and records it for ``compile`` and ``report``. A task's latency here is what
