@@ -620,7 +620,7 @@ def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: s
     imported = import_model(model, target, input_shape=input_shape, winograd=policy.mode, layout=layout,
                             fast_math=fast_math, precision=policy.precision)
     compiled = compile_model(imported.relax_mod, target, imported.tasks, database, out, winograd=policy,
-                             layout=imported.layout, fast_math=imported.fast_math, layer_layouts=layer_layouts or None)
+                             layout=imported.layout, fast_math=imported.fast_math, layer_layouts=layer_layouts)
     compiled.model = imported.name
     return compiled
 

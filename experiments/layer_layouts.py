@@ -29,33 +29,13 @@ from experiments.lib.io import results_path, write_text
 from experiments.lib.machine import host_label
 
 
-def layer_costs(contents) -> list[tuple[str, str, float | None]]:
-    """(geometry, layout, weight x re-timed best seconds) of every convolution task of a ``--layout auto`` log
-    that one layout's model runs alone."""
-    from autosearch.frontend.alternatives import task_layouts
-    from autosearch.frontend.layer_layouts import task_key
-    from autosearch.frontend.task import TuningTask
-
-    entries = []
-    for key, header in contents.tasks.items():
-        layouts = task_layouts(header.get("lowering") or {})
-        if len(layouts) != 1:
-            continue
-        task = TuningTask.from_json(header)
-        geometry = task_key(task.name, task.args, layouts[0])
-        if geometry is not None:
-            best = contents.best_seconds(key)
-            entries.append((geometry, layouts[0], best * int(header.get("weight", 1)) if best is not None else None))
-    return entries
-
-
 def main() -> int:
     from autosearch.deploy.bench import measure
     from autosearch.deploy.build import compile_model
     from autosearch.deploy.database import lowering_of, memory_database
     from autosearch.errors import UserError
     from autosearch.frontend.importer import import_model
-    from autosearch.frontend.layer_layouts import choose
+    from autosearch.frontend.layer_layouts import choose, header_entries
     from autosearch.frontend.target import parse_target
     from autosearch.frontend.winograd import WinogradPolicy, choose_algorithms, layer_totals
     from autosearch.records import read_log
@@ -79,7 +59,7 @@ def main() -> int:
     bests = {key: contents.best_seconds(key) for key in contents.tasks}
     every_choice = choose_algorithms(layer_totals(((h.get("lowering") or {}), int(h.get("weight", 1)), bests[key])
                                                   for key, h in contents.tasks.items()))
-    chosen, costs = choose(layer_costs(contents))
+    chosen, costs = choose(header_entries(contents.tasks, bests))
     db = memory_database(contents)
     work = tempfile.mkdtemp(prefix="layer-layouts-")
     kept = lowering["layout"]

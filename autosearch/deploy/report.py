@@ -145,7 +145,7 @@ def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str
         untuned = compile_model(model.relax_mod, target, model.tasks, None, os.path.join(work, "untuned.so"))
         tuned = compile_model(model.relax_mod, target, model.tasks, db, os.path.join(work, "tuned.so"),
                               winograd=policy, layout=model.layout, fast_math=model.fast_math,
-                              layer_layouts=layer_layouts or None)
+                              layer_layouts=layer_layouts)
         if tuned.mismatch:
             say(f"warning: {tuned.mismatch}")
         bf16 = sum(1 for t in model.tasks

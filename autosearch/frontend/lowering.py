@@ -354,7 +354,7 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
                     if p.info.name == "LegalizeOps" else p for p in legalize]
     convert = [leaky_relu_as_maximum(), relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]})] if (
         converts_layout(target, layout)) else []
-    if layer_layouts is not None and target.kind.name == "llvm":
+    if layer_layouts and target.kind.name == "llvm":
         if bf16:
             from autosearch.errors import UserError
 
