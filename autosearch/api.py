@@ -288,6 +288,10 @@ class TuneResult:
     # minimum of many noisy trials, so it reads low (the winner's curse); the re-timed figure does not
     model_secs: float | None = None
     retimed_model_secs: float | None = None
+    # layout "auto" in fp32: one layout per convolution where export keeps it (geometry -> layout; {}: a whole model)
+    # and its estimate, seconds (its tasks as re-timed, the transposes between layouts not counted)
+    layer_layouts: dict[str, str] = field(default_factory=dict)
+    layer_layouts_secs: float | None = None
     summary: TuneSummary | None = None  # the tuning loop's own account (per-task state, time per step)
 
     @property
@@ -493,10 +497,25 @@ def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summar
                         best_secs=s.best.median if s.best is not None else None, trials=s.trials,
                         failures=s.failures, note=s.done) for s in summary.states]
     model_secs, retimed_model_secs = _model_estimates(summary, leader)
+    layer_layouts, layer_layouts_secs = _layer_layouts(log_path) if len(layouts) > 1 else ({}, None)
     return TuneResult(model=model, strategy=strategy, log=log_path, plot=png, guidance=guidance, tasks=tasks,
                       trials=summary.trials, elapsed_secs=summary.elapsed, interrupted=summary.interrupted,
                       untuned_secs=untuned, tuned_secs=tuned, layout=leader, layout_estimates=layouts,
-                      model_secs=model_secs, retimed_model_secs=retimed_model_secs, summary=summary)
+                      model_secs=model_secs, retimed_model_secs=retimed_model_secs, layer_layouts=layer_layouts,
+                      layer_layouts_secs=layer_layouts_secs, summary=summary)
+
+
+def _layer_layouts(log_path: str) -> tuple[dict[str, str], float | None]:
+    """What export would keep of a ``--layout auto`` log: one layout per convolution and its estimate, or ({},
+    None) for a whole model (:func:`autosearch.deploy.database.lowering_of`, on the whole log as export reads it)."""
+    from autosearch.deploy.database import lowering_of
+    from autosearch.records import read_log
+
+    try:
+        lowering = lowering_of(read_log(log_path))
+    except UserError:  # no layout's model measured yet
+        return {}, None
+    return dict(lowering.get("layer_layouts") or {}), lowering.get("layer_layouts_secs")
 
 
 # ---------------------------------------------------------------------------------------------- export

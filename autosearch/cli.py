@@ -19,6 +19,7 @@ import traceback
 from autosearch import __version__
 from autosearch.api import DEFAULT_BATCH, DEFAULT_MINUTES, DEFAULT_MODEL, DEFAULT_TRIALS
 from autosearch.errors import UserError
+from autosearch.frontend.layer_layouts import layout_counts
 from autosearch.frontend.lowering import (
     DEFAULT_FAST_MATH,
     DEFAULT_LAYOUT,
@@ -248,13 +249,6 @@ def _print_run_header(console, started) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- export
-def _layout_counts(layer_layouts: dict[str, str]) -> str:
-    """How many convolutions take each layout: "4 NCHW, 5 NHWC"."""
-    from collections import Counter
-
-    return ", ".join(f"{n} {layout}" for layout, n in sorted(Counter(layer_layouts.values()).items()))
-
-
 def cmd_export(args: argparse.Namespace) -> int:
     from autosearch.api import export
 
@@ -275,8 +269,10 @@ def cmd_export(args: argparse.Namespace) -> int:
                       "best latencies, re-timed where the run re-timed them)")
     elif summary.layer_layouts and budget is None:
         totals = ", ".join(f"{layout} {secs * 1e3:.1f} ms" for layout, secs in sorted(summary.layout_totals.items()))
+        mixed = (f"{summary.layer_layouts_secs * 1e3:.1f} ms without the transposes between layouts; "
+                 if summary.layer_layouts_secs is not None else "")
         console.print(f"layout: one per convolution, each layer's faster as tuned "
-                      f"({_layout_counts(summary.layer_layouts)}; the whole models "
+                      f"({layout_counts(summary.layer_layouts)}; {mixed}the whole models "
                       f"{totals}); other convolutions {summary.layout}. compile builds it where the database holds "
                       f"every convolution of it, else the {summary.layout} model")
     elif summary.layout_totals and budget is None:
@@ -317,7 +313,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     console.print(f"compiled {compiled.model} with {len(compiled.tuned_tasks)}/{compiled.task_count} tuned tasks -> "
                   f"{compiled.path} (weights: {compiled.weights_path})")
     if compiled.layer_layouts:
-        console.print(f"layout: one per convolution, as export chose ({_layout_counts(compiled.layer_layouts)})")
+        console.print(f"layout: one per convolution, as export chose ({layout_counts(compiled.layer_layouts)})")
     if compiled.missing_tasks:
         console.print(f"not in the database (TVM default code): {', '.join(compiled.missing_tasks)}")
     if compiled.mismatch:

@@ -143,7 +143,7 @@ def test_bf16_with_one_layout_per_layer_is_refused(leaky_model, target):
 
 
 def test_mixing_is_kept_only_when_the_layers_gain_enough_of_the_model():
-    from autosearch.frontend.layer_layouts import MIN_GAIN, choose, worth_mixing
+    from autosearch.frontend.layer_layouts import MIN_GAIN, choose, mixed_seconds, worth_mixing
 
     chosen, costs = choose([("a", "NCHW", 0.010), ("a", "NHWC", 0.012), ("b", "NCHW", 0.004), ("b", "NHWC", 0.002)])
     assert chosen == {"a": "NCHW", "b": "NHWC"}
@@ -152,6 +152,8 @@ def test_mixing_is_kept_only_when_the_layers_gain_enough_of_the_model():
     assert not worth_mixing(chosen, costs, "NCHW", 0.002 / MIN_GAIN * 1.01)  # a gain just under the share
     assert not worth_mixing({"a": "NCHW", "b": "NCHW"}, costs, "NCHW", model)  # one layout: nothing to mix
     assert not worth_mixing(chosen, costs, "NCHW", float("inf"))  # the model not measured yet
+    assert mixed_seconds(chosen, costs, "NCHW", model) == pytest.approx(0.018)  # NCHW's model with b in NHWC
+    assert mixed_seconds(chosen, costs, "NHWC", 0.014) == pytest.approx(0.012)  # NHWC's with a in NCHW
 
 
 def test_a_logs_convolution_tasks_are_named_by_geometry_in_their_own_layout():
@@ -174,3 +176,41 @@ def test_a_logs_convolution_tasks_are_named_by_geometry_in_their_own_layout():
     geometry = "16x8x8->32x8x8/3x3"
     assert sorted(entries, key=str) == sorted([(geometry, "NCHW", 0.002), (geometry, "NHWC", 0.004),
                                                (geometry, "NHWC", None)], key=str)
+
+
+def test_export_records_one_layout_per_convolution_and_its_estimate_from_a_log(tmp_path):
+    """Two layers tuned in both layouts, each faster in another: export's lowering keeps one layout per convolution
+    with its estimate (the NCHW model with the second layer at its NHWC cost), which the run's summary also prints."""
+    import json
+
+    from autosearch.deploy.database import lowering_of
+    from autosearch.records import read_log
+    from autosearch.types import Config, MeasureResult, Record, Status
+
+    f32 = "float32"
+    shapes = {"NCHW": lambda c, o: [[[1, c, 8, 8], f32], [[o, c, 3, 3], f32], [[1, o, 8, 8], f32]],
+              "NHWC": lambda c, o: [[[1, 8, 8, c], f32], [[o, 3, 3, c], f32], [[1, 8, 8, o], f32]]}
+    ms = {("a", "NCHW"): 1.0, ("a", "NHWC"): 1.5, ("b", "NCHW"): 3.0, ("b", "NHWC"): 2.0}
+    lines = []
+    for (layer, layout), latency in ms.items():
+        key = f"{layer}-{layout}"
+        lowering = {"winograd": "auto", "layout": "auto", "fast_math": "on", "precision": "fp32", "layouts": [layout]}
+        cin, cout = (16, 32) if layer == "a" else (32, 48)
+        lines.append(json.dumps({"v": 1, "kind": "task", "task": {
+            "name": f"fused_conv2d_{layer}", "weight": 1, "workload_key": key, "lowering": lowering,
+            "args": shapes[layout](cin, cout)}}))
+        for kind, extra, secs in (("baseline", {}, 10.0), ("trial", {"trial": 1}, latency)):
+            rec = Record(kind=kind, task_key=key, task_name="conv", target={"kind": "llvm"},
+                         config=Config(0, (1,)) if kind == "trial" else None,
+                         result=MeasureResult(Status.OK, (secs * 1e-3,)), flops=1e6, **extra)
+            lines.append(json.dumps(rec.to_json()))
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    lowering = lowering_of(read_log(str(path)))
+    assert lowering["layout_totals"] == pytest.approx({"NCHW": 4.0e-3, "NHWC": 3.5e-3}) and lowering["layout"] == "NHWC"
+    assert lowering["layer_layouts"] == {"16x8x8->32x8x8/3x3": "NCHW", "32x8x8->48x8x8/3x3": "NHWC"}
+    assert lowering["layer_layouts_secs"] == pytest.approx(3.0e-3)  # 1.0 NCHW + 2.0 NHWC
+
+    from autosearch.api import _layer_layouts
+
+    assert _layer_layouts(str(path)) == (lowering["layer_layouts"], pytest.approx(3.0e-3))

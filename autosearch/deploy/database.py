@@ -43,6 +43,7 @@ class ExportSummary:
     layout_totals: dict[str, float] = field(default_factory=dict)  # --layout auto: model seconds per layout
     other_layout: int = 0  # --layout auto: tasks only the slower layout's model runs, not exported
     layer_layouts: dict[str, str] = field(default_factory=dict)  # one layout per convolution (geometry -> layout)
+    layer_layouts_secs: float | None = None  # its estimate (its tasks; the transposes between layouts not counted)
     log: str = ""  # the tuning log exported (autosearch.export)
     corrupt: list[str] = field(default_factory=list)  # its lines skipped as corrupt (file:line ...)
     memory_budget: Any = None  # autosearch.deploy.budget.BudgetChoice: what --memory-budget chose (None: no budget)
@@ -173,6 +174,7 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
     summary.layout = str(lowering.get("layout", ""))
     summary.layout_totals = dict(lowering.get("layout_totals", {}))
     summary.layer_layouts = dict(lowering.get("layer_layouts", {}))
+    summary.layer_layouts_secs = lowering.get("layer_layouts_secs")
     return summary
 
 
@@ -223,9 +225,9 @@ def lowering_of(contents: LogContents) -> dict:
             raise UserError(f"{contents.path}: no layout's model is measured yet (every --layout auto task needs an "
                             "untuned or tuned latency): continue the run with --resume")
         out.update(layout=chosen, layout_totals=layout_totals_)
-        mixed = _layer_layouts(headers, bests, chosen, layout_totals_[chosen])
+        mixed, mixed_secs = _layer_layouts(headers, bests, chosen, layout_totals_[chosen])
         if mixed:  # one layout per convolution: both layouts' tasks are compiled
-            out["layer_layouts"] = mixed
+            out.update(layer_layouts=mixed, layer_layouts_secs=mixed_secs)
         else:
             headers = {k: h for k, h in headers.items() if chosen in task_layouts(h.get("lowering") or {})}
     totals = layer_totals((h.get("lowering") or {}, int(h.get("weight", 1)), bests[key])
@@ -236,16 +238,19 @@ def lowering_of(contents: LogContents) -> dict:
 
 
 def _layer_layouts(headers: dict[str, dict], bests: dict[str, float | None], layout: str,
-                   model_seconds: float) -> dict[str, str]:
+                   model_seconds: float) -> tuple[dict[str, str], float]:
     """Each convolution's faster layout (:mod:`autosearch.frontend.layer_layouts`) when that beats the whole model
-    in ``layout``, else {}. fp32 models only: a layer with bf16 alternatives is NHWC."""
-    from autosearch.frontend.layer_layouts import choose, header_entries, worth_mixing
+    in ``layout``, and that model's estimate (seconds; its tasks' costs, the transposes between layouts not
+    counted); else ({}, ``model_seconds``). fp32 models only: a layer with bf16 alternatives is NHWC."""
+    from autosearch.frontend.layer_layouts import choose, header_entries, mixed_seconds, worth_mixing
     from autosearch.frontend.winograd import PRECISIONS
 
     if any((h.get("lowering") or {}).get("algorithm") in PRECISIONS for h in headers.values()):
-        return {}
+        return {}, model_seconds
     chosen, costs = choose(header_entries(headers, bests))
-    return dict(sorted(chosen.items())) if worth_mixing(chosen, costs, layout, model_seconds) else {}
+    if not worth_mixing(chosen, costs, layout, model_seconds):
+        return {}, model_seconds
+    return dict(sorted(chosen.items())), mixed_seconds(chosen, costs, layout, model_seconds)
 
 
 def database_lowering(path: str) -> dict:

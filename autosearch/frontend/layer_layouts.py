@@ -104,14 +104,28 @@ def header_entries(headers: dict[str, dict], bests: dict[str, float | None]) -> 
     return entries
 
 
+def mixed_seconds(chosen: dict[str, str], costs: dict[str, dict[str, float]], layout: str,
+                  model_seconds: float) -> float:
+    """The estimate of one layout per convolution (``chosen``, from :func:`choose`): the whole model in ``layout``
+    (``model_seconds``) with each chosen layer at its cost in its chosen layout. The layout transforms between
+    layers are measured by no task and not counted."""
+    return model_seconds - sum(costs[key][layout] - costs[key][chosen[key]] for key in chosen)
+
+
 def worth_mixing(chosen: dict[str, str], costs: dict[str, dict[str, float]], layout: str, model_seconds: float) -> bool:
     """Whether one layout per convolution (``chosen``, from :func:`choose`) is kept over the whole model in
     ``layout`` (estimated at ``model_seconds``): its layers take both layouts and their tuned costs gain at least
     ``MIN_GAIN`` of the model."""
     if len(set(chosen.values())) < 2 or not math.isfinite(model_seconds) or model_seconds <= 0:
         return False
-    gain = sum(costs[key][layout] - costs[key][chosen[key]] for key in chosen)
-    return gain >= MIN_GAIN * model_seconds
+    return model_seconds - mixed_seconds(chosen, costs, layout, model_seconds) >= MIN_GAIN * model_seconds
+
+
+def layout_counts(layer_layouts: dict[str, str]) -> str:
+    """How many convolutions take each layout: "4 NCHW, 5 NHWC"."""
+    from collections import Counter
+
+    return ", ".join(f"{n} {layout}" for layout, n in sorted(Counter(layer_layouts.values()).items()))
 
 
 def convert_passes(layouts: dict[str, str], default: str = NCHW) -> list[Any]:
@@ -135,5 +149,5 @@ def convert_passes(layouts: dict[str, str], default: str = NCHW) -> list[Any]:
             relax.transform.ConvertLayout({}, layout_cb=desired)]
 
 
-__all__ = ["MIN_GAIN", "NCHW", "NHWC", "call_key", "choose", "conv_key", "convert_passes", "header_entries", "task_key",
-           "worth_mixing"]
+__all__ = ["MIN_GAIN", "NCHW", "NHWC", "call_key", "choose", "conv_key", "convert_passes", "header_entries",
+           "layout_counts", "mixed_seconds", "task_key", "worth_mixing"]

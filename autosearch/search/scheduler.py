@@ -7,7 +7,8 @@ relative improvement per trial + (1 - ALPHA) / trials so far)``. The backward te
 improving; the forward term is Ansor's optimistic guess that the task's latency could still be halved in as many
 trials again, so it fades as a task's trials grow and a heavy task whose best stays flat stops taking every batch.
 Alternatives the model runs only one of (a layer direct or Winograd, fp32 or bf16, the model in two layouts)
-compete: :meth:`TaskScheduler.rivalry`. Their warm-up comes in two rounds: every task is probed first
+compete: :meth:`TaskScheduler.rivalry` (in fp32 a convolution tuned in both layouts races its own layer, since
+export can keep one layout per convolution). Their warm-up comes in two rounds: every task is probed first
 (``MIN_FIRST_PASS`` trials for an alternative, its whole warm-up otherwise), then an alternative gets the rest of
 its warm-up while it is less than ``BEHIND_LIMIT`` times behind its rival; one further behind is dropped (no
 trial while it stays that far behind). Scaled down by the rivalry alone, such an alternative (a model in NCHW
@@ -372,9 +373,10 @@ class TaskScheduler:
 
     def dropped_layouts(self) -> dict[str, float]:
         """With ``--layout auto``: the layouts taking no trials now (more than :meth:`layout_limit` times behind the
-        other), each with how many times behind it is."""
+        other), each with how many times behind it is; {} where the convolutions race layer by layer
+        (:meth:`layer_layout_costs`): a layout's model then stops, its faster layers do not."""
         layouts = self.layout_totals()
-        if len(layouts) < 2:
+        if len(layouts) < 2 or self.layer_layout_costs():
             return {}
         leader, limit = min(layouts.values()), self.layout_limit()
         return {layout: total / leader for layout, total in layouts.items() if gain_factor(total, leader, limit) == 0}
@@ -385,19 +387,49 @@ class TaskScheduler:
 
         return layout_totals((s.task.lowering, s.task.weight, s.model_seconds) for s in self.states)
 
+    def layer_layout_costs(self) -> dict[int, tuple[float, float]]:
+        """With ``--layout auto`` in fp32: for each convolution task of one layout's model whose layer (its
+        geometry) both layouts tune, (its layer's cost in its own layout, the faster layout's), each weight x best
+        latency of the layer's faster algorithm there (:func:`autosearch.frontend.layer_layouts.choose`); {}
+        otherwise. ``export`` keeps one layout per convolution where that gains (:mod:`~autosearch.frontend.
+        layer_layouts`), so a layout's convolutions race the other layout's same layer, not its whole model: raced
+        as models, the slower model's faster layers stopped taking trials late in the run and export then kept
+        them. Keys are ``id(state)``."""
+        from autosearch.frontend.alternatives import task_layouts
+        from autosearch.frontend.layer_layouts import choose, task_key
+        from autosearch.frontend.winograd import PRECISIONS
+
+        if any(s.task.lowering.get("algorithm") in PRECISIONS for s in self.states):
+            return {}  # bf16 layers are NHWC: no layout per convolution
+        keyed = []
+        for s in self.states:
+            layouts = task_layouts(s.task.lowering) if "layouts" in s.task.lowering else ()
+            geometry = task_key(s.task.name, s.task.args, layouts[0]) if len(layouts) == 1 else None
+            if geometry is not None:
+                keyed.append((s, geometry, layouts[0]))
+        _, costs = choose((geometry, layout, s.task.weight * s.best_latency) for s, geometry, layout in keyed)
+        out = {}
+        for s, geometry, layout in keyed:
+            if len(costs[geometry]) > 1:
+                out[id(s)] = (costs[geometry][layout], min(costs[geometry].values()))
+        return out
+
     def rivalry(self) -> dict[int, float]:
         """Gain factors for alternatives the model runs only one of: a layer tuned both ways (direct and
         winograd), and with ``--layout auto`` the whole model in two layouts (:mod:`autosearch.frontend.alternatives`).
         The slower alternative's gain is scaled by ``(faster total / own total) ** 2`` (totals: weight x latency
         of the alternative's tasks): its own latency counts only once it overtakes, and that gets less likely
         the further behind it is; more than ``BEHIND_LIMIT`` times behind (a layout: :meth:`layout_limit`), by 0:
-        dropped. The leader keeps its gain; a task both layouts run is no layout's rival. Keys are ``id(state)``."""
+        dropped. The leader keeps its gain; a task both layouts run is no layout's rival. In fp32 a convolution
+        both layouts tune races its own layer in the other layout instead (:meth:`layer_layout_costs`), under the
+        same narrowing limit. Keys are ``id(state)``."""
         from autosearch.frontend.alternatives import task_layouts
         from autosearch.frontend.winograd import layer_totals
 
         totals = layer_totals((s.task.lowering, s.task.weight, s.best_latency) for s in self.states)
         layouts = self.layout_totals()
         narrowed = self.layout_limit() if len(layouts) > 1 else BEHIND_LIMIT
+        by_layer = self.layer_layout_costs() if len(layouts) > 1 else {}
         out = {}
         for s in self.states:
             factor = 1.0
@@ -405,8 +437,12 @@ class TaskScheduler:
                 by_algorithm = totals[s.task.lowering["layer"]]
                 factor *= gain_factor(by_algorithm[s.task.lowering["algorithm"]], min(by_algorithm.values()))
             if len(layouts) > 1 and "layouts" in s.task.lowering:
-                own = min(layouts[layout] for layout in task_layouts(s.task.lowering))
-                factor *= gain_factor(own, min(layouts.values()), narrowed)
+                if id(s) in by_layer:  # a convolution export can take in either layout: its layer's race
+                    own, leader = by_layer[id(s)]
+                else:
+                    own, leader = min(layouts[layout] for layout in task_layouts(s.task.lowering)), min(
+                        layouts.values())
+                factor *= gain_factor(own, leader, narrowed)
             if factor != 1.0:
                 out[id(s)] = factor
         return out

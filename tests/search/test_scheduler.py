@@ -340,3 +340,51 @@ def test_the_run_records_when_a_layout_stopped_taking_trials(tmp_path):
     tuner.states[0].record(Config(0, (70,)), _ok(9.5e-3))  # then ahead: late in the run the other layout stops
     tuner._note_dropped_layouts()
     assert set(tuner.layouts_dropped) == {"NHWC"}
+
+
+def _conv(i: int, layout: str, cin: int, cout: int, **lowering) -> TuningTask:
+    """A 3x3 convolution task of one layout's model (``--layout auto``), its arguments in that layout."""
+    shapes = (((1, cin, 8, 8), (cout, cin, 3, 3), (1, cout, 8, 8)) if layout == "NCHW" else
+              ((1, 8, 8, cin), (cout, 3, 3, cin), (1, 8, 8, cout)))
+    return TuningTask(index=i, name=f"fused_conv2d{i}", weight=1, flops=4e9, mod=None, target=None,
+                      args=tuple((s, "float32") for s in shapes), workload_key=str(i),
+                      lowering={"layout": "auto", "layouts": [layout], **lowering})
+
+
+def _layers_split(budget: int = 150, **lowering) -> TaskScheduler:
+    """NCHW's model 1.17x behind NHWC's (14 ms against 12), yet its second layer faster than NHWC's (4 ms against 6);
+    a pool per layout; 64 trials each, late in the run (past the narrowing)."""
+    tasks = [_conv(0, "NCHW", 16, 32, **lowering), _conv(1, "NCHW", 32, 64, **lowering),
+             _conv(2, "NHWC", 16, 32, **lowering), _conv(3, "NHWC", 32, 64, **lowering),
+             _task(4, 1e6, layout="auto", layouts=["NCHW"]), _task(5, 1e6, layout="auto", layouts=["NHWC"])]
+    scheduler = _scheduler(tasks, budget=budget, batch=16)
+    for state, secs in zip(scheduler.states, (8e-3, 4e-3, 4e-3, 6e-3, 2e-3, 2e-3)):
+        for n in range(64):
+            state.record(Config(0, (n,)), _ok(secs))
+        state.warm_up = 2
+    return scheduler
+
+
+def test_in_fp32_a_layouts_convolutions_race_their_own_layer_not_the_whole_model():
+    """``export`` can keep one layout per convolution, so late in the run the model behind keeps tuning the layer
+    it leads, and the model ahead stops tuning the layer it trails; the tasks no layer pairs (the pools) race as
+    models. No layout's model counts as dropped: its faster layers still take trials."""
+    scheduler = _layers_split()
+    assert scheduler.progress() > NARROWING[1]
+    nchw_a, nchw_b, nhwc_a, nhwc_b, nchw_pool, nhwc_pool = (id(s) for s in scheduler.states)
+    assert scheduler.layer_layout_costs()[nchw_b] == (pytest.approx(4e-3), pytest.approx(4e-3))
+    factors = scheduler.rivalry()
+    assert nchw_b not in factors and factors[nhwc_b] == 0  # the layer's leader keeps its gain; the other stops
+    assert factors[nchw_a] == 0 and nhwc_a not in factors
+    assert factors[nchw_pool] == 0 and nhwc_pool not in factors  # the model behind: its pool is dropped
+    assert scheduler.dropped_layouts() == {}
+    early = _layers_split(budget=1000)  # early, the layer behind keeps a scaled-down gain
+    assert early.rivalry()[id(early.states[3])] == pytest.approx((4 / 6) ** 2)
+
+
+def test_with_bf16_alternatives_the_layouts_race_as_models():
+    """A layer tuned in fp32 and bf16 is NHWC: no layout per convolution, the models race whole."""
+    scheduler = _layers_split(layer="L", algorithm="fp32")
+    assert scheduler.layer_layout_costs() == {}
+    assert scheduler.rivalry()[id(scheduler.states[1])] == 0  # NCHW's faster layer goes with its model
+    assert scheduler.dropped_layouts() == {"NCHW": pytest.approx(14 / 12)}
