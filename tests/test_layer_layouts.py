@@ -116,6 +116,10 @@ def test_one_layout_per_layer_runs_only_tuned_convolutions_and_matches_onnxrunti
         compiled = compile_model(model.relax_mod, target, model.tasks, db, str(tmp_path / f"mixed{len(built)}.so"),
                                  winograd=policy, layer_layouts=layouts)
         assert compiled.layer_layouts == built
+        if built:  # its tuned and untuned kernels are those of the model built, not of the NCHW model's tasks
+            assert sorted(n for n in compiled.tuned_tasks if "conv2d" in n) == sorted(convs)
+            assert not any("conv2d" in n for n in compiled.missing_tasks)
+            assert compiled.task_count == len(compiled.kernels)
         got = load_model(compiled.path, threads=1)(tvm.runtime.tensor(x)).numpy()
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
 

@@ -98,3 +98,34 @@ def test_report_without_openvino_says_so_in_one_line_and_completes(model, tmp_pa
     assert "TVM tuned output vs ONNX Runtime" in proc.stdout and "DIFFERS" not in proc.stdout
     table = open(md).read()
     assert "| ONNX Runtime |" in table and "| OpenVINO" not in table and report.OPENVINO_MISSING in table
+
+
+def test_a_report_of_one_layout_per_convolution_lists_the_kernels_it_built(tmp_path):
+    """A database holding both layouts' tasks, export's choice of one layout per convolution beside it: the report
+    builds that model and counts its kernels (the transposes between layouts untuned), not the NCHW model's tasks."""
+    import json
+
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    from autosearch.api import _target
+    from autosearch.deploy.database import LOWERING_FILE, RECORD_FILE, WORKLOAD_FILE
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.lowering import DEFAULT_FAST_MATH
+    from tests.test_layer_layouts import FIRST, SECOND, leaky_convs_onnx
+
+    path, db = str(tmp_path / "leaky.onnx"), tmp_path / "db"
+    leaky_convs_onnx(path)
+    db.mkdir()
+    database = JSONDatabase(path_workload=str(db / WORKLOAD_FILE), path_tuning_record=str(db / RECORD_FILE),
+                            allow_missing=True)
+    for task in import_model(path, _target(None), layout="auto", precision="fp32", winograd="off").tasks:
+        database.commit_workload(task.mod)
+    (db / LOWERING_FILE).write_text(json.dumps({"winograd": "off", "layout": "NCHW", "fast_math": DEFAULT_FAST_MATH,
+                                                "precision": "fp32", "layer_layouts": {FIRST: "NHWC", SECOND: "NCHW"}}))
+    result = autosearch.report(path, str(db), runs=2, rounds=1, untuned_runs=1, plot=str(tmp_path / "r.png"))
+    convs = [t.name for t in result.per_task if "conv2d" in t.name]
+    assert len(convs) == 2 and sum("maximum" in name for name in convs) == 1  # NHWC's leaky ReLU, NCHW's
+    assert result.missing_tasks and all("conv2d" not in name for name in result.missing_tasks)
+    assert any("transpose" in name for name in result.missing_tasks)
+    assert result.task_count == len(result.per_task) == result.tuned_tasks + len(result.missing_tasks)
+    assert "DIFFERS" not in " ".join(check.line(name, markup=False) for name, check in result.checks.items())

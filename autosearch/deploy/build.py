@@ -89,8 +89,9 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
             if layer_layouts and untuned_convolutions(lowered, db):  # a model these tasks do not make: one layout
                 lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math,
                                 folder=folder)
-            else:
-                out.layer_layouts = dict(layer_layouts or {})
+            elif layer_layouts:  # the tasks of the model built, not of the whole layout's the tasks describe
+                out.layer_layouts = dict(layer_layouts)
+                out.tuned_tasks, out.missing_tasks = tuned_kernels(lowered, db)
             out.kernels = model_kernels(lowered)
             mod = apply_database(lowered, target, db, prepack=prepack, folder=folder)
         if target.kind.name == "llvm":
@@ -110,13 +111,21 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
     return out
 
 
-def untuned_convolutions(lowered, db) -> list[str]:
-    """The convolution kernels of a lowered model the database has no workload for."""
+def tuned_kernels(lowered, db) -> tuple[list[str], list[str]]:
+    """The kernels of a lowered model the database has a workload for, and the others (TVM's default code)."""
     import tvm
 
-    return [gv.name_hint for gv, func in lowered.functions_items()
-            if "conv2d" in gv.name_hint and isinstance(func, tvm.tirx.PrimFunc)
-            and not db.has_workload(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))]
+    tuned, missing = [], []
+    for gv, func in lowered.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            has = db.has_workload(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
+            (tuned if has else missing).append(gv.name_hint)
+    return tuned, missing
+
+
+def untuned_convolutions(lowered, db) -> list[str]:
+    """The convolution kernels of a lowered model the database has no workload for."""
+    return [name for name in tuned_kernels(lowered, db)[1] if "conv2d" in name]
 
 
 def model_kernels(lowered) -> list[Kernel]:
