@@ -361,3 +361,35 @@ def test_finalists_come_from_each_model_re_timed_each_task_once():
     assert [s.task.workload_key for s, _ in chosen] == ["c", "h", "shared"]
     assert all(len(top) == 2 for _, top in chosen)
     assert [s.task.workload_key for s, _ in retiming.finalists(states, ["NHWC"])] == ["h", "shared"]
+
+
+def test_a_convolution_leading_its_layer_is_re_timed_though_its_model_is_far_behind():
+    """fp32 ``--layout auto``: export may keep one layout per convolution, comparing each layer's re-timed costs, so a
+    layer the slower model leads is re-timed with the faster model's tasks (a task below ``min_share`` of the faster
+    model still is not); in the tuning loop the leaders come from the scheduler's per-layer race."""
+    from autosearch.frontend.task import TuningTask
+    from autosearch.search.finalists import Retiming
+    from autosearch.search.scheduler import TaskScheduler, TaskState
+
+    def conv(key: str, layout: str, ms: float, cin: int = 16) -> TaskState:
+        shapes = (((1, cin, 8, 8), (32, cin, 3, 3), (1, 32, 8, 8)) if layout == "NCHW" else
+                  ((1, 8, 8, cin), (32, 3, 3, cin), (1, 8, 8, 32)))
+        task = TuningTask(index=0, name=f"fused_conv2d_{key}", weight=1, flops=1e9, mod=None, target=None,
+                          args=tuple((s, "float32") for s in shapes), workload_key=key,
+                          lowering={"layout": "auto", "layouts": [layout]})
+        s = TaskState(task=task, space=object())
+        for i, factor in enumerate((1.0, 1.1, 1.2)):
+            s.record(Config(0, (i,)), MeasureResult(Status.OK, (ms * factor * 1e-3,)))
+        return s
+
+    # NCHW 2x behind as a model (8 ms against 4), yet its first layer 1 ms against NHWC's 2
+    states = [conv("a-nchw", "NCHW", 1.0), conv("b-nchw", "NCHW", 7.0, cin=8), conv("a-nhwc", "NHWC", 2.0),
+              conv("b-nhwc", "NHWC", 2.0, cin=8), conv("tiny-nchw", "NCHW", 0.001, cin=4),
+              conv("tiny-nhwc", "NHWC", 0.002, cin=4)]
+    by_layer = TaskScheduler(states, budget=100).layer_layout_costs()
+    leaders = [s for s in states if by_layer[id(s)][0] <= by_layer[id(s)][1]]
+    assert [s.task.workload_key for s in leaders] == ["a-nchw", "b-nhwc", "tiny-nchw"]
+    retiming = Retiming(top=2, rounds=1, min_share=0.01, measure=None, append=None)
+    assert [s.task.workload_key for s, _ in retiming.finalists(states, ["NHWC"])] == ["a-nhwc", "b-nhwc"]
+    chosen = retiming.finalists(states, ["NHWC"], leaders)
+    assert [s.task.workload_key for s, _ in chosen] == ["a-nchw", "a-nhwc", "b-nhwc"]

@@ -121,11 +121,12 @@ class Retiming:
     on_round: Callable[[TaskState, list[MeasureResult]], None] | None = None
     strategy: str = ""  # the run's, logged with each re-time
 
-    def run(self, states: Sequence[TaskState], models: Sequence[str | None]) -> None:
+    def run(self, states: Sequence[TaskState], models: Sequence[str | None],
+            layers: Sequence[TaskState] = ()) -> None:
         """Re-time the finalists of ``states`` (of the ``models``: layouts whose model can still be the faster,
         :func:`contending_layouts`; ``[None]``: the run tunes one model) and choose each task's best, also of a
         task whose earlier run's re-times still stand."""
-        finalists = self.finalists(states, models)
+        finalists = self.finalists(states, models, layers)
         for round_no in range(1, self.rounds + 1):
             todo = []
             for state, top in finalists:
@@ -142,21 +143,30 @@ class Retiming:
             if state.finalist_results:  # this run's rounds, or an earlier run's re-times that still stand
                 choose(state)
 
-    def finalists(self, states: Sequence[TaskState], models: Sequence[str | None]) -> list[tuple[TaskState,
-                                                                                                 list[Config]]]:
+    def finalists(self, states: Sequence[TaskState], models: Sequence[str | None],
+                  layers: Sequence[TaskState] = ()) -> list[tuple[TaskState, list[Config]]]:
         """The tasks worth re-timing with their finalists, best in-run median first: of each of ``models``, those
-        with at least ``min_share`` of its estimate. A task tuned further since its earlier re-times keeps only their
-        failures (:func:`~autosearch.ranking.failures`); a kernel that failed one is no finalist."""
+        with at least ``min_share`` of its estimate, and of ``layers`` (convolutions export may take from another
+        layout's model, one layout per convolution) those with that share of the faster model's. A task tuned
+        further since its earlier re-times keeps only their failures (:func:`~autosearch.ranking.failures`); a
+        kernel that failed one is no finalist."""
         from autosearch.frontend.alternatives import in_model, model_total
 
         worth: dict[int, TaskState] = {}  # id -> state, in the order of ``states``; a task two models run, once
+        totals = []
         for model in models:
             of_model = [s for s in states if in_model(s.task.lowering, model)]
             total = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in of_model)
+            totals.append(total)
             for state in of_model:  # too small a part of the model for a misjudged finalist to matter: skipped
                 share = state.task.weight * (state.model_seconds or 0.0)
                 if not math.isfinite(total) or share >= self.min_share * total:
                     worth[id(state)] = state
+        fastest = min(totals, default=math.inf)
+        for state in layers:
+            share = state.task.weight * (state.model_seconds or 0.0)
+            if not math.isfinite(fastest) or share >= self.min_share * fastest:
+                worth[id(state)] = state
         out: list[tuple[TaskState, list[Config]]] = []
         for state in (s for s in states if id(s) in worth):
             if state.trials > state.resumed:  # tuned further: timings from before --resume were of other finalists

@@ -368,7 +368,8 @@ class Tuner:
     def _retime_finalists(self) -> None:
         """The noise-aware best (:class:`autosearch.search.finalists.Retiming`), measured, logged and reported as
         the search's batches are; of the models that can be exported (--layout auto: the faster layout's, and the
-        other's when it is close enough for the re-times to reverse the order)."""
+        other's when it is close enough for the re-times to reverse the order; in fp32, each convolution that leads
+        its layer, which export may keep one layout per convolution)."""
         from autosearch.search.finalists import contending_layouts
 
         def on_round(state: TaskState, results: list[MeasureResult]) -> None:
@@ -378,7 +379,9 @@ class Tuner:
                             measure=self._measure, append=self.log.append,
                             refresh=getattr(self.runner, "refresh", None), on_round=on_round,
                             strategy=self.strategy_name)
-        retiming.run(self.states, contending_layouts(self.scheduler.layout_totals()))
+        by_layer = self.scheduler.layer_layout_costs()  # fp32 --layout auto: each layer's faster layout may be kept
+        leaders = [s for s in self.states if id(s) in by_layer and by_layer[id(s)][0] <= by_layer[id(s)][1]]
+        retiming.run(self.states, contending_layouts(self.scheduler.layout_totals()), leaders)
 
     def _round(self, state: TaskState, n: int) -> None:
         """One batch of one task: ask, apply, de-duplicate, measure, log, tell. While the task has known schedules
