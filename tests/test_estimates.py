@@ -63,3 +63,28 @@ def test_no_curve_before_a_task_has_a_latency() -> None:
     del contents.records[0]  # the plain task's untuned kernel: unknown until its trial
     curve = estimate_curve(contents)
     assert len(curve) == 1 and math.isfinite(curve[0].latency)
+
+
+def test_in_fp32_the_estimate_takes_each_convolution_in_its_faster_layout_where_export_would() -> None:
+    """Two layers tuned in both layouts, each faster in another: the estimate and the shares are of one layout per
+    convolution (NHWC's model, 3.5 ms, with the first layer at its NCHW 1.0 ms), as export keeps it."""
+    f32 = "float32"
+    shapes = {"NCHW": lambda c, o: [[[1, c, 8, 8], f32], [[o, c, 3, 3], f32], [[1, o, 8, 8], f32]],
+              "NHWC": lambda c, o: [[[1, 8, 8, c], f32], [[o, 3, 3, c], f32], [[1, 8, 8, o], f32]]}
+    tasks, records = {}, []
+    for i, ((layer, layout), ms) in enumerate({("a", "NCHW"): 1.0, ("a", "NHWC"): 1.5, ("b", "NCHW"): 3.0,
+                                               ("b", "NHWC"): 2.0}.items()):
+        key = f"{layer}-{layout}"
+        tasks[key] = {"name": f"fused_conv2d_{key}", "weight": 1, "lowering": {"layouts": [layout]},
+                      "args": shapes[layout](16, 32) if layer == "a" else shapes[layout](32, 48)}
+        for kind, secs, at in (("baseline", 10.0, 0.0), ("trial", ms, 101.0 + i)):
+            records.append(Record(kind=kind, task_key=key, task_name=key, target={}, config=Config(0, ()),
+                                  result=MeasureResult(Status.OK, (secs * MS,)), flops=1e9, started=at - 0.5,
+                                  finished=at))
+    contents = LogContents(path="-", tasks=tasks, records=records, runs=[{"started": 100.0}])
+    assert round(estimate_curve(contents)[-1].latency / MS, 6) == 1.0 + 2.0
+    shares = task_shares(contents)
+    assert [s.name for s in shares] == ["fused_conv2d_b-NHWC", "fused_conv2d_a-NCHW"]
+    assert sum(s.seconds for s in shares) == pytest.approx(3.0 * MS)
+    tasks["b-NHWC"]["lowering"].update(layer="L", algorithm="fp32")  # a bf16 alternative: NHWC whole, no mixing
+    assert round(estimate_curve(contents)[-1].latency / MS, 6) == 1.5 + 2.0

@@ -242,10 +242,9 @@ def _layer_layouts(headers: dict[str, dict], bests: dict[str, float | None], lay
     """Each convolution's faster layout (:mod:`autosearch.frontend.layer_layouts`) when that beats the whole model
     in ``layout``, and that model's estimate (seconds; its tasks' costs, the transposes between layouts not
     counted); else ({}, ``model_seconds``). fp32 models only: a layer with bf16 alternatives is NHWC."""
-    from autosearch.frontend.layer_layouts import choose, header_entries, mixed_seconds, worth_mixing
-    from autosearch.frontend.winograd import PRECISIONS
+    from autosearch.frontend.layer_layouts import applies, choose, header_entries, mixed_seconds, worth_mixing
 
-    if any((h.get("lowering") or {}).get("algorithm") in PRECISIONS for h in headers.values()):
+    if not applies(h.get("lowering") or {} for h in headers.values()):
         return {}, model_seconds
     chosen, costs = choose(header_entries(headers, bests))
     if not worth_mixing(chosen, costs, layout, model_seconds):

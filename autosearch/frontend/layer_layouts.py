@@ -87,6 +87,14 @@ def choose(entries: Iterable[tuple[str, str, float | None]]) -> tuple[dict[str, 
 MIN_GAIN = 0.02
 
 
+def applies(lowerings: Iterable[dict[str, Any]]) -> bool:
+    """Whether one layout per convolution can be kept for tasks of these lowering records: not where a layer has
+    a bf16 alternative (bf16 convolutions are NHWC)."""
+    from autosearch.frontend.winograd import PRECISIONS
+
+    return not any(lowering.get("algorithm") in PRECISIONS for lowering in lowerings)
+
+
 def header_entries(headers: dict[str, dict], bests: dict[str, float | None]) -> list[tuple[str, str, float | None]]:
     """:func:`choose`'s entries from a ``--layout auto`` log: (geometry, layout, weight x best seconds) of every
     convolution task one layout's model runs alone. ``headers``: task headers by workload key (the log's);
@@ -149,5 +157,5 @@ def convert_passes(layouts: dict[str, str], default: str = NCHW) -> list[Any]:
             relax.transform.ConvertLayout({}, layout_cb=desired)]
 
 
-__all__ = ["MIN_GAIN", "NCHW", "NHWC", "call_key", "choose", "conv_key", "convert_passes", "header_entries",
+__all__ = ["MIN_GAIN", "NCHW", "NHWC", "applies", "call_key", "choose", "conv_key", "convert_passes", "header_entries",
            "layout_counts", "mixed_seconds", "task_key", "worth_mixing"]

@@ -3,8 +3,10 @@
 A user tunes a model, not 40 kernels: the question a run answers is how fast the model got, and how soon. The
 estimate after each trial is the one the tuner steers by and ``export`` keeps: per task the faster of its best
 valid trial so far and its untuned kernel, weight x latency summed over the tasks of the faster layout, a layer
-tuned in two forms (direct / Winograd, fp32 / bf16) counted by its faster (:mod:`autosearch.frontend.alternatives`). It
-is read from the log rather than kept during the run, so a resumed run, or any log, is drawn the same way.
+tuned in two forms (direct / Winograd, fp32 / bf16) counted by its faster (:mod:`autosearch.frontend.alternatives`),
+and in fp32 each convolution in its faster layout where ``export`` would keep one layout per convolution
+(:mod:`autosearch.frontend.layer_layouts`). It is read from the log rather than kept during the run, so a resumed
+run, or any log, is drawn the same way.
 """
 
 from __future__ import annotations
@@ -44,11 +46,42 @@ def untuned_latencies(contents: LogContents) -> dict[str, float]:
     return {key: r.latency for key, r in last.items() if r.ok}
 
 
-def _estimate(entries) -> float:
+def _geometries(contents: LogContents) -> dict[str, tuple[str, str]]:
+    """(geometry, layout) of each convolution task one layout's model runs alone, by task key, where export may
+    keep one layout per convolution (:func:`autosearch.frontend.layer_layouts.header_entries`); {} otherwise."""
+    from autosearch.frontend.layer_layouts import applies, header_entries
+
+    if not applies(h.get("lowering") or {} for h in contents.tasks.values()):
+        return {}
+    out = {}
+    for key, header in contents.tasks.items():
+        entries = header_entries({key: header}, {key: 1.0})
+        if entries:
+            out[key] = entries[0][:2]
+    return out
+
+
+def _layers(contents: LogContents, geometries: dict[str, tuple[str, str]], best: dict[str, float | None]):
+    """The per-layer choice (:func:`autosearch.frontend.layer_layouts.choose`) on these bests."""
+    from autosearch.frontend.layer_layouts import choose
+
+    return choose((geometry, layout, best[key] * int(contents.tasks[key].get("weight", 1))
+                   if best.get(key) is not None else None) for key, (geometry, layout) in geometries.items())
+
+
+def _estimate(entries, layers=None) -> float:
+    """The faster layout's model, or one layout per convolution where export would keep it (``layers``: the
+    per-layer choice and costs, None without it)."""
+    from autosearch.frontend.layer_layouts import mixed_seconds, worth_mixing
+
     totals = layout_totals(entries)
     if totals:
         leader = choose_layout(totals)
-        return totals[leader] if leader is not None else math.inf
+        if leader is None:
+            return math.inf
+        if layers is not None and worth_mixing(*layers, leader, totals[leader]):
+            return mixed_seconds(*layers, leader, totals[leader])
+        return totals[leader]
     return model_total(entries)
 
 
@@ -56,6 +89,7 @@ def estimate_curve(contents: LogContents) -> list[EstimatePoint]:
     """The estimate after each trial that changed it (and after the last trial), in the order trials finished;
     [] until every task has a latency (its untuned kernel is measured first)."""
     untuned = untuned_latencies(contents)
+    geometries = _geometries(contents)
     trials = sorted(contents.trials(), key=lambda r: r.finished)
     starts = [float(run["started"]) for run in contents.runs if "started" in run]
     start = min(starts + [r.started for r in trials]) if trials else 0.0
@@ -64,7 +98,8 @@ def estimate_curve(contents: LogContents) -> list[EstimatePoint]:
     for done, record in enumerate(trials, 1):
         if record.ok and record.latency < best.get(record.task_key, math.inf):
             best[record.task_key] = record.latency
-        latency = _estimate(_entries(contents, best, untuned))
+        latency = _estimate(_entries(contents, best, untuned),
+                            _layers(contents, geometries, best) if geometries else None)
         if math.isfinite(latency) and (not points or latency != points[-1].latency or done == len(trials)):
             points.append(EstimatePoint(trials=done, seconds=record.finished - start, latency=latency))
     return points
@@ -79,12 +114,22 @@ def task_shares(contents: LogContents) -> list[TaskShare]:
             best[record.task_key] = min(best.get(record.task_key, math.inf), record.latency)
     untuned = untuned_latencies(contents)
     retimed = {key: contents.best_seconds(key) for key in contents.tasks}  # the layout export keeps: re-timed
-    leader = choose_layout(layout_totals(_entries(contents, retimed, untuned)))
+    totals = layout_totals(_entries(contents, retimed, untuned))
+    leader = choose_layout(totals)
+    geometries, chosen = _geometries(contents), {}
+    if geometries and leader is not None:
+        from autosearch.frontend.layer_layouts import worth_mixing
+
+        layers = _layers(contents, geometries, retimed)
+        chosen = layers[0] if worth_mixing(*layers, leader, totals[leader]) else {}
     forms: dict[str, dict[str, list[TaskShare]]] = {}  # a layer tuned in two forms -> form -> its tasks
     shares = []
     for key, header in contents.tasks.items():
         lowering = header.get("lowering") or {}
-        if leader is not None and "layouts" in lowering and leader not in task_layouts(lowering):
+        if key in geometries and geometries[key][0] in chosen:  # one layout per convolution: the layer's own
+            if chosen[geometries[key][0]] != geometries[key][1]:
+                continue
+        elif leader is not None and "layouts" in lowering and leader not in task_layouts(lowering):
             continue
         latency = model_latency(best.get(key), untuned.get(key))
         if latency is None:

@@ -396,11 +396,10 @@ class TaskScheduler:
         as models, the slower model's faster layers stopped taking trials late in the run and export then kept
         them. Keys are ``id(state)``."""
         from autosearch.frontend.alternatives import task_layouts
-        from autosearch.frontend.layer_layouts import choose, task_key
-        from autosearch.frontend.winograd import PRECISIONS
+        from autosearch.frontend.layer_layouts import applies, choose, task_key
 
-        if any(s.task.lowering.get("algorithm") in PRECISIONS for s in self.states):
-            return {}  # bf16 layers are NHWC: no layout per convolution
+        if not applies(s.task.lowering for s in self.states):
+            return {}
         keyed = []
         for s in self.states:
             layouts = task_layouts(s.task.lowering) if "layouts" in s.task.lowering else ()
