@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from autosearch.frontend.task import TuningTask
     from autosearch.frontend.winograd import WinogradPolicy
     from autosearch.records import LogContents
+    from autosearch.search.scheduler import TaskState
     from autosearch.search.tuner import TuneEvent, TuneSummary
 
 DEFAULT_MODEL = "tiny-yolov2"
@@ -279,7 +280,7 @@ class TuneResult:
     trials: int  # measured in the log, a resumed run's earlier ones included
     elapsed_secs: float
     interrupted: bool  # stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM: resume with resume=True
-    untuned_secs: float  # the tuned tasks' untuned kernels, weighted (a layer tuned both ways counts both)
+    untuned_secs: float  # the untuned kernels of the tuned tasks of the model export keeps, weighted
     tuned_secs: float  # their best kernels, weighted
     layout: str | None = None  # layout "auto": the faster model as tuned (what export keeps), else None
     layout_estimates: dict[str, float] = field(default_factory=dict)  # layout "auto": seconds per layout's model
@@ -288,10 +289,9 @@ class TuneResult:
     # minimum of many noisy trials, so it reads low (the winner's curse); the re-timed figure does not
     model_secs: float | None = None
     retimed_model_secs: float | None = None
-    # layout "auto" in fp32: one layout per convolution where export keeps it (geometry -> layout; {}: a whole model)
-    # and its estimate, seconds (its tasks as re-timed, the transposes between layouts not counted)
+    # layout "auto" in fp32: one layout per convolution where export keeps it (geometry -> layout; {}: a whole model,
+    # ``layout``'s); the estimates above are then of that model, the transposes between layouts not counted
     layer_layouts: dict[str, str] = field(default_factory=dict)
-    layer_layouts_secs: float | None = None
     summary: TuneSummary | None = None  # the tuning loop's own account (per-task state, time per step)
 
     @property
@@ -310,29 +310,31 @@ def _untuned(state) -> float:
     return state.baseline.median if state.baseline is not None and state.baseline.ok else math.nan
 
 
-def _estimates(summary: TuneSummary) -> tuple[str | None, dict[str, float], float, float]:
-    """(the faster layout's model when both were tuned, each layout's estimate, untuned and tuned seconds of the
-    tuned tasks of that model, weighted)."""
-    from autosearch.frontend.alternatives import choose_layout, in_model, layout_totals
+def _layouts(summary: TuneSummary) -> tuple[str | None, dict[str, float]]:
+    """(the faster layout's model when both were tuned, each layout's estimate), re-timed where the finalists were
+    (of each layout that could win), as export chooses."""
+    from autosearch.frontend.alternatives import choose_layout, layout_totals
 
-    # re-timed where the finalists were (of each layout that could win), as export chooses
     layouts = layout_totals((s.task.lowering, s.task.weight, s.retimed_model_seconds) for s in summary.states)
-    leader = choose_layout(layouts)  # --layout auto: the summed tasks are the faster model's (what export keeps)
+    return choose_layout(layouts), layouts
+
+
+def _tuned_totals(states: Sequence[TaskState]) -> tuple[float, float]:
+    """(untuned, tuned) seconds of the tuned tasks among ``states``, weighted."""
     untuned = tuned = 0.0
-    for s in summary.states:
+    for s in states:
         base, best = _untuned(s), s.best_latency
-        if math.isfinite(base) and math.isfinite(best) and in_model(s.task.lowering, leader):
+        if math.isfinite(base) and math.isfinite(best):
             untuned += base * s.task.weight
             tuned += best * s.task.weight
-    return leader, layouts, untuned, tuned
+    return untuned, tuned
 
 
-def _model_estimates(summary: TuneSummary, leader: str | None) -> tuple[float | None, float | None]:
-    """(in-run, re-timed) estimate of the model that is compiled (``leader``'s with --layout auto), seconds;
-    each None when not every task of it has a latency (re-timed: also when no task was re-timed)."""
-    from autosearch.frontend.alternatives import in_model, model_total
+def _model_estimates(states: Sequence[TaskState]) -> tuple[float | None, float | None]:
+    """(in-run, re-timed) estimate of the model compiled, of its tasks ``states``, seconds; each None when not
+    every task of it has a latency (re-timed: also when no task was re-timed)."""
+    from autosearch.frontend.alternatives import model_total
 
-    states = [s for s in summary.states if in_model(s.task.lowering, leader)]
     in_run = model_total((s.task.lowering, s.task.weight, s.model_seconds) for s in states)
     retimed = model_total((s.task.lowering, s.task.weight, s.retimed_model_seconds) for s in states)
     finite = [x if math.isfinite(x) else None for x in (in_run, retimed)]
@@ -480,42 +482,37 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
 
 def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summary: TuneSummary, *,
                  plot: bool) -> TuneResult:
+    from autosearch.deploy.database import compiled_tasks, lowering_of
+    from autosearch.records import read_log
+
+    contents = read_log(log_path)  # the whole log, as export reads it: a resumed run is drawn from its start
+    try:
+        lowering = lowering_of(contents)
+    except UserError:  # no layout's model measured yet
+        lowering = {}
+    kept = compiled_tasks(contents, lowering)
     png = None
     if plot and summary.trials and not summary.interrupted:
         from autosearch.plots import plot_run
-        from autosearch.records import read_log
         from autosearch.search.estimates import estimate_curve, task_shares
 
-        contents = read_log(log_path)  # the whole log: a resumed run is drawn from its start
         curve = estimate_curve(contents)
         if curve:
-            png = plot_run(curve, task_shares(contents), os.path.splitext(log_path)[0] + ".png",
+            png = plot_run(curve, task_shares(contents, kept), os.path.splitext(log_path)[0] + ".png",
                            title=f"{model} — {strategy}")
-    leader, layouts, untuned, tuned = _estimates(summary)
+    leader, layouts = _layouts(summary)
+    states = [s for s in summary.states if s.task.workload_key in set(kept)]
+    untuned, tuned = _tuned_totals(states)
     tasks = [TaskResult(index=s.task.index, name=s.task.name, workload_key=s.task.workload_key, weight=s.task.weight,
                         flops=s.task.flops, untuned_secs=None if math.isnan(_untuned(s)) else _untuned(s),
                         best_secs=s.best.median if s.best is not None else None, trials=s.trials,
                         failures=s.failures, note=s.done) for s in summary.states]
-    model_secs, retimed_model_secs = _model_estimates(summary, leader)
-    layer_layouts, layer_layouts_secs = _layer_layouts(log_path) if len(layouts) > 1 else ({}, None)
+    model_secs, retimed_model_secs = _model_estimates(states)
     return TuneResult(model=model, strategy=strategy, log=log_path, plot=png, guidance=guidance, tasks=tasks,
                       trials=summary.trials, elapsed_secs=summary.elapsed, interrupted=summary.interrupted,
                       untuned_secs=untuned, tuned_secs=tuned, layout=leader, layout_estimates=layouts,
-                      model_secs=model_secs, retimed_model_secs=retimed_model_secs, layer_layouts=layer_layouts,
-                      layer_layouts_secs=layer_layouts_secs, summary=summary)
-
-
-def _layer_layouts(log_path: str) -> tuple[dict[str, str], float | None]:
-    """What export would keep of a ``--layout auto`` log: one layout per convolution and its estimate, or ({},
-    None) for a whole model (:func:`autosearch.deploy.database.lowering_of`, on the whole log as export reads it)."""
-    from autosearch.deploy.database import lowering_of
-    from autosearch.records import read_log
-
-    try:
-        lowering = lowering_of(read_log(log_path))
-    except UserError:  # no layout's model measured yet
-        return {}, None
-    return dict(lowering.get("layer_layouts") or {}), lowering.get("layer_layouts_secs")
+                      model_secs=model_secs, retimed_model_secs=retimed_model_secs,
+                      layer_layouts=dict(lowering.get("layer_layouts") or {}), summary=summary)
 
 
 # ---------------------------------------------------------------------------------------------- export

@@ -41,15 +41,15 @@ def print_run_summary(console: Console, result: TuneResult) -> None:
                                   for layout, secs in sorted(result.layout_estimates.items()))
             scope = (f" of the {result.layout} model, the faster as tuned (estimated models, re-timed where the "
                      f"finalists were: {estimates})")
+        if result.layer_layouts:
+            from autosearch.frontend.layer_layouts import layout_counts
+
+            scope = (f" of the model export keeps, one layout per convolution ({layout_counts(result.layer_layouts)}, "
+                     f"each layer's faster as tuned; the whole models {estimates}), the transposes between layouts "
+                     "not counted")
         console.print(f"tuned tasks{scope}, weighted: {result.untuned_secs * 1e3:.1f} ms untuned -> "
                       f"{result.tuned_secs * 1e3:.2f} ms ({result.untuned_secs / result.tuned_secs:.1f}x; a layer "
-                      "tuned both direct and as winograd counts both)")
-    if result.layer_layouts and result.layer_layouts_secs is not None:
-        from autosearch.frontend.layer_layouts import layout_counts
-
-        console.print(f"export keeps one layout per convolution ({layout_counts(result.layer_layouts)}), each "
-                      f"layer's faster as tuned: estimated {result.layer_layouts_secs * 1e3:.2f} ms, re-timed where "
-                      "the finalists were, the transposes between layouts not counted")
+                      "tuned in two forms by the one export keeps)")
     for layout, (trials, progress, behind) in sorted(summary.layouts_dropped.items()):
         console.print(f"the {layout} model stopped taking trials after trial {trials} ({100 * progress:.0f}% of the "
                       f"run), {behind:.2f}x behind the other: past the limit the task scheduler narrows as a run goes")

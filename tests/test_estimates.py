@@ -19,11 +19,13 @@ MS = 1e-3
 def _log(trials: list[tuple[str, float | None]]) -> LogContents:
     """Four tasks: one NCHW task (20 ms untuned), and in NHWC a plain task and one layer tuned in fp32 and in bf16
     (10 ms untuned each); then ``trials`` in order, one per second: (task, latency in ms, or None for a crash)."""
+    run = {"winograd": "auto", "layout": "auto", "fast_math": "on", "precision": "auto"}  # as the run lowered them
     tasks = {
-        "nchw": {"name": "conv_nchw", "weight": 1, "lowering": {"layouts": ["NCHW"]}},
-        "plain": {"name": "pool_nhwc", "weight": 2, "lowering": {"layouts": ["NHWC"]}},
+        "nchw": {"name": "conv_nchw", "weight": 1, "lowering": {**run, "layouts": ["NCHW"]}},
+        "plain": {"name": "pool_nhwc", "weight": 2, "lowering": {**run, "layouts": ["NHWC"]}},
         **{form: {"name": f"conv_{form}", "weight": 1,
-                  "lowering": {"layouts": ["NHWC"], "layer": "L", "algorithm": form}} for form in ("fp32", "bf16")},
+                  "lowering": {**run, "layouts": ["NHWC"], "layer": "L", "algorithm": form}}
+           for form in ("fp32", "bf16")},
     }
     untuned = {"nchw": 20.0, "plain": 10.0, "fp32": 10.0, "bf16": 10.0}
 
@@ -38,6 +40,13 @@ def _log(trials: list[tuple[str, float | None]]) -> LogContents:
     return LogContents(path="-", tasks=tasks, records=records, runs=[{"started": 100.0}])
 
 
+def _shares(contents: LogContents):
+    """The shares of the model export keeps, as the run's plot draws them."""
+    from autosearch.deploy.database import compiled_tasks, lowering_of
+
+    return task_shares(contents, compiled_tasks(contents, lowering_of(contents)))
+
+
 def test_the_estimate_is_the_faster_layout_with_each_layer_by_its_faster_form() -> None:
     # NHWC starts at 2 x 10 + min(10, 10) = 30 ms against NCHW's 20: NCHW leads until NHWC's tasks improve
     curve = estimate_curve(_log([("plain", 4.0), ("bf16", 2.0), ("fp32", 5.0), ("nchw", 25.0), ("nchw", None)]))
@@ -50,7 +59,7 @@ def test_a_crashed_trial_never_lowers_the_estimate_and_the_shares_add_up_to_it()
     contents = _log([("plain", None), ("fp32", 3.0), ("bf16", 6.0), ("plain", 1.0)])
     curve = estimate_curve(contents)
     assert round(curve[-1].latency / MS, 6) == 2 * 1.0 + 3.0
-    shares = task_shares(contents)
+    shares = _shares(contents)
     assert [s.name for s in shares] == ["conv_fp32", "pool_nhwc"]  # bf16 lost to fp32; NCHW is the other model
     assert sum(s.seconds for s in shares) == pytest.approx(curve[-1].latency)
 
@@ -75,7 +84,9 @@ def test_in_fp32_the_estimate_takes_each_convolution_in_its_faster_layout_where_
     for i, ((layer, layout), ms) in enumerate({("a", "NCHW"): 1.0, ("a", "NHWC"): 1.5, ("b", "NCHW"): 3.0,
                                                ("b", "NHWC"): 2.0}.items()):
         key = f"{layer}-{layout}"
-        tasks[key] = {"name": f"fused_conv2d_{key}", "weight": 1, "lowering": {"layouts": [layout]},
+        tasks[key] = {"name": f"fused_conv2d_{key}", "weight": 1,
+                      "lowering": {"winograd": "auto", "layout": "auto", "fast_math": "on", "precision": "fp32",
+                                   "layouts": [layout]},
                       "args": shapes[layout](16, 32) if layer == "a" else shapes[layout](32, 48)}
         for kind, secs, at in (("baseline", 10.0, 0.0), ("trial", ms, 101.0 + i)):
             records.append(Record(kind=kind, task_key=key, task_name=key, target={}, config=Config(0, ()),
@@ -83,7 +94,7 @@ def test_in_fp32_the_estimate_takes_each_convolution_in_its_faster_layout_where_
                                   finished=at))
     contents = LogContents(path="-", tasks=tasks, records=records, runs=[{"started": 100.0}])
     assert round(estimate_curve(contents)[-1].latency / MS, 6) == 1.0 + 2.0
-    shares = task_shares(contents)
+    shares = _shares(contents)
     assert [s.name for s in shares] == ["fused_conv2d_b-NHWC", "fused_conv2d_a-NCHW"]
     assert sum(s.seconds for s in shares) == pytest.approx(3.0 * MS)
     tasks["b-NHWC"]["lowering"].update(layer="L", algorithm="fp32")  # a bf16 alternative: NHWC whole, no mixing

@@ -184,7 +184,7 @@ def test_a_logs_convolution_tasks_are_named_by_geometry_in_their_own_layout():
 
 def test_export_records_one_layout_per_convolution_and_its_estimate_from_a_log(tmp_path):
     """Two layers tuned in both layouts, each faster in another: export's lowering keeps one layout per convolution
-    with its estimate (the NCHW model with the second layer at its NHWC cost), which the run's summary also prints."""
+    with its estimate (the NHWC model with the first layer at its NCHW cost), and the tasks that model runs."""
     import json
 
     from autosearch.deploy.database import lowering_of
@@ -215,6 +215,29 @@ def test_export_records_one_layout_per_convolution_and_its_estimate_from_a_log(t
     assert lowering["layer_layouts"] == {"16x8x8->32x8x8/3x3": "NCHW", "32x8x8->48x8x8/3x3": "NHWC"}
     assert lowering["layer_layouts_secs"] == pytest.approx(3.0e-3)  # 1.0 NCHW + 2.0 NHWC
 
-    from autosearch.api import _layer_layouts
+    from autosearch.deploy.database import compiled_tasks
 
-    assert _layer_layouts(str(path)) == (lowering["layer_layouts"], pytest.approx(3.0e-3))
+    assert compiled_tasks(read_log(str(path)), lowering) == ["a-NCHW", "b-NHWC"]  # what the run's summary sums
+
+
+def test_the_runs_summary_gives_the_model_export_keeps_one_layout_per_convolution():
+    """The run's closing lines name the model export keeps: one layout per convolution with the whole models beside
+    it, and the estimate of that model (not of the faster whole one)."""
+    from rich.console import Console
+
+    from autosearch.api import TuneResult
+    from autosearch.console import print_run_summary
+    from autosearch.search.tuner import TuneSummary
+
+    result = TuneResult(model="m", strategy="optuna", log="m.jsonl", plot=None, guidance="none", tasks=[], trials=8,
+                        elapsed_secs=60.0, interrupted=False, untuned_secs=2.0, tuned_secs=0.0199, layout="NCHW",
+                        layout_estimates={"NCHW": 0.0219, "NHWC": 0.0227}, model_secs=0.0190,
+                        retimed_model_secs=0.0199, layer_layouts={FIRST: "NHWC", SECOND: "NCHW"},
+                        summary=TuneSummary(states=[], trials=8, elapsed=60.0))
+    console = Console(record=True, width=400)
+    print_run_summary(console, result)
+    text = console.export_text()
+    assert ("tuned tasks of the model export keeps, one layout per convolution (1 NCHW, 1 NHWC, each layer's faster "
+            "as tuned; the whole models NCHW 21.9 ms, NHWC 22.7 ms)") in text
+    assert "2000.0 ms untuned -> 19.90 ms" in text
+    assert "estimated model: 19.00 ms from the best trials, 19.90 ms with the finalists as re-timed" in text

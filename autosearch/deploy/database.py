@@ -237,6 +237,34 @@ def lowering_of(contents: LogContents) -> dict:
     return out
 
 
+def compiled_tasks(contents: LogContents, lowering: dict) -> list[str]:
+    """The keys of the tasks the model ``compile`` builds from this log runs (``lowering``: :func:`lowering_of`'s):
+    the faster layout's model, or with one layout per convolution each convolution in its layer's layout and the
+    other tasks in the faster model's (which pool or copy follows a convolution's layout is ``ConvertLayout``'s
+    choice in the build), and a layer tuned in two forms by the form chosen. Before any model is measured
+    (``lowering`` without a layout), every task."""
+    from autosearch.frontend.alternatives import task_layouts
+    from autosearch.frontend.layer_layouts import header_entries
+    from autosearch.frontend.lowering import LAYOUTS
+
+    leader, choices = lowering.get("layout"), lowering.get("choices") or {}
+    layer_layouts = lowering.get("layer_layouts") or {}
+    out = []
+    for key, header in contents.tasks.items():
+        task = header.get("lowering") or {}
+        if "layer" in task and choices.get(task["layer"], task.get("algorithm")) != task.get("algorithm"):
+            continue  # the layer's other form
+        if "layouts" in task and leader in LAYOUTS:
+            [(geometry, layout, _)] = header_entries({key: header}, {key: None}) or [(None, None, None)]
+            if geometry in layer_layouts:
+                if layer_layouts[geometry] != layout:
+                    continue
+            elif leader not in task_layouts(task):
+                continue
+        out.append(key)
+    return out
+
+
 def _layer_layouts(headers: dict[str, dict], bests: dict[str, float | None], layout: str,
                    model_seconds: float) -> tuple[dict[str, str], float]:
     """Each convolution's faster layout (:mod:`autosearch.frontend.layer_layouts`) when that beats the whole model

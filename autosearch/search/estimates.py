@@ -12,9 +12,10 @@ run, or any log, is drawn the same way.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from autosearch.frontend.alternatives import choose_layout, layout_totals, model_latency, model_total, task_layouts
+from autosearch.frontend.alternatives import choose_layout, layout_totals, model_latency, model_total
 from autosearch.records import LogContents
 
 
@@ -105,42 +106,20 @@ def estimate_curve(contents: LogContents) -> list[EstimatePoint]:
     return points
 
 
-def task_shares(contents: LogContents) -> list[TaskShare]:
-    """Each task's weight x latency in the final estimate, largest first: the tasks of the layout export keeps
-    (the faster model, its finalists re-timed), and of a layer tuned in two forms the faster form only."""
+def task_shares(contents: LogContents, keys: Iterable[str]) -> list[TaskShare]:
+    """Each task's weight x latency in the final estimate, largest first: of ``keys``, the tasks of the model export
+    keeps (:func:`autosearch.deploy.database.compiled_tasks`), each at its best trial or its untuned kernel."""
     best: dict[str, float] = {}
     for record in contents.trials():
         if record.ok:
             best[record.task_key] = min(best.get(record.task_key, math.inf), record.latency)
     untuned = untuned_latencies(contents)
-    retimed = {key: contents.best_seconds(key) for key in contents.tasks}  # the layout export keeps: re-timed
-    totals = layout_totals(_entries(contents, retimed, untuned))
-    leader = choose_layout(totals)
-    geometries, chosen = _geometries(contents), {}
-    if geometries and leader is not None:
-        from autosearch.frontend.layer_layouts import worth_mixing
-
-        layers = _layers(contents, geometries, retimed)
-        chosen = layers[0] if worth_mixing(*layers, leader, totals[leader]) else {}
-    forms: dict[str, dict[str, list[TaskShare]]] = {}  # a layer tuned in two forms -> form -> its tasks
     shares = []
-    for key, header in contents.tasks.items():
-        lowering = header.get("lowering") or {}
-        if key in geometries and geometries[key][0] in chosen:  # one layout per convolution: the layer's own
-            if chosen[geometries[key][0]] != geometries[key][1]:
-                continue
-        elif leader is not None and "layouts" in lowering and leader not in task_layouts(lowering):
-            continue
+    for key in keys:
         latency = model_latency(best.get(key), untuned.get(key))
-        if latency is None:
-            continue
-        share = TaskShare(name=str(header.get("name", key)), seconds=latency * int(header.get("weight", 1)))
-        if "layer" in lowering:
-            forms.setdefault(str(lowering["layer"]), {}).setdefault(str(lowering.get("algorithm")), []).append(share)
-        else:
-            shares.append(share)
-    for by_form in forms.values():
-        shares += min(by_form.values(), key=lambda tasks: sum(t.seconds for t in tasks))
+        if latency is not None:
+            header = contents.tasks[key]
+            shares.append(TaskShare(name=str(header.get("name", key)), seconds=latency * int(header.get("weight", 1))))
     return sorted(shares, key=lambda s: -s.seconds)
 
 
