@@ -310,15 +310,6 @@ def _untuned(state) -> float:
     return state.baseline.median if state.baseline is not None and state.baseline.ok else math.nan
 
 
-def _layouts(summary: TuneSummary) -> tuple[str | None, dict[str, float]]:
-    """(the faster layout's model when both were tuned, each layout's estimate), re-timed where the finalists were
-    (of each layout that could win), as export chooses."""
-    from autosearch.frontend.alternatives import choose_layout, layout_totals
-
-    layouts = layout_totals((s.task.lowering, s.task.weight, s.retimed_model_seconds) for s in summary.states)
-    return choose_layout(layouts), layouts
-
-
 def _tuned_totals(states: Sequence[TaskState]) -> tuple[float, float]:
     """(untuned, tuned) seconds of the tuned tasks among ``states``, weighted."""
     untuned = tuned = 0.0
@@ -500,8 +491,10 @@ def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summar
         if curve:
             png = plot_run(curve, task_shares(contents, kept), os.path.splitext(log_path)[0] + ".png",
                            title=f"{model} — {strategy}")
-    leader, layouts = _layouts(summary)
-    states = [s for s in summary.states if s.task.workload_key in set(kept)]
+    layouts = dict(lowering.get("layout_totals") or {})  # --layout auto: each layout's model, as export chose
+    leader = lowering.get("layout") if layouts else None
+    kept_keys = set(kept)
+    states = [s for s in summary.states if s.task.workload_key in kept_keys]
     untuned, tuned = _tuned_totals(states)
     tasks = [TaskResult(index=s.task.index, name=s.task.name, workload_key=s.task.workload_key, weight=s.task.weight,
                         flops=s.task.flops, untuned_secs=None if math.isnan(_untuned(s)) else _untuned(s),

@@ -35,18 +35,18 @@ def print_run_summary(console: Console, result: TuneResult) -> None:
         console.print("best = the finalist with the lowest median over its re-timings in fresh processes; "
                       "best ms and CV are from its tuning trial")
     if result.tuned_secs > 0:
+        estimates = ", ".join(f"{layout} {secs * 1e3:.1f} ms"
+                              for layout, secs in sorted(result.layout_estimates.items()))
         scope = ""
-        if result.layout is not None:
-            estimates = ", ".join(f"{layout} {secs * 1e3:.1f} ms"
-                                  for layout, secs in sorted(result.layout_estimates.items()))
-            scope = (f" of the {result.layout} model, the faster as tuned (estimated models, re-timed where the "
-                     f"finalists were: {estimates})")
         if result.layer_layouts:
             from autosearch.frontend.layer_layouts import layout_counts
 
             scope = (f" of the model export keeps, one layout per convolution ({layout_counts(result.layer_layouts)}, "
                      f"each layer's faster as tuned; the whole models {estimates}), the transposes between layouts "
                      "not counted")
+        elif result.layout is not None:
+            scope = (f" of the {result.layout} model, the faster as tuned (estimated models, re-timed where the "
+                     f"finalists were: {estimates})")
         console.print(f"tuned tasks{scope}, weighted: {result.untuned_secs * 1e3:.1f} ms untuned -> "
                       f"{result.tuned_secs * 1e3:.2f} ms ({result.untuned_secs / result.tuned_secs:.1f}x; a layer "
                       "tuned in two forms by the one export keeps)")

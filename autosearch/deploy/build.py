@@ -86,12 +86,14 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
             folder = ConstantFolder()  # the lowering's weight transforms and the prepacking, compiled together
             lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math, folder=folder,
                             layer_layouts=layer_layouts)
-            if layer_layouts and untuned_convolutions(lowered, db):  # a model these tasks do not make: one layout
-                lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math,
-                                folder=folder)
-            elif layer_layouts:  # the tasks of the model built, not of the whole layout's the tasks describe
-                out.layer_layouts = dict(layer_layouts)
-                out.tuned_tasks, out.missing_tasks = tuned_kernels(lowered, db)
+            if layer_layouts:
+                tuned, missing = tuned_kernels(lowered, db)
+                if any("conv2d" in name for name in missing):  # a model these tasks do not make: one layout
+                    lowered = lower(relax_mod, target, winograd=winograd, layout=layout, fast_math=fast_math,
+                                    folder=folder)
+                else:  # the kernels of the model built, not the whole layout's tasks
+                    out.layer_layouts = dict(layer_layouts)
+                    out.tuned_tasks, out.missing_tasks = tuned, missing
             out.kernels = model_kernels(lowered)
             mod = apply_database(lowered, target, db, prepack=prepack, folder=folder)
         if target.kind.name == "llvm":
@@ -121,11 +123,6 @@ def tuned_kernels(lowered, db) -> tuple[list[str], list[str]]:
             has = db.has_workload(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
             (tuned if has else missing).append(gv.name_hint)
     return tuned, missing
-
-
-def untuned_convolutions(lowered, db) -> list[str]:
-    """The convolution kernels of a lowered model the database has no workload for."""
-    return [name for name in tuned_kernels(lowered, db)[1] if "conv2d" in name]
 
 
 def model_kernels(lowered) -> list[Kernel]:

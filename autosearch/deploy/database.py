@@ -244,7 +244,7 @@ def compiled_tasks(contents: LogContents, lowering: dict) -> list[str]:
     choice in the build), and a layer tuned in two forms by the form chosen. Before any model is measured
     (``lowering`` without a layout), every task."""
     from autosearch.frontend.alternatives import task_layouts
-    from autosearch.frontend.layer_layouts import header_entries
+    from autosearch.frontend.layer_layouts import header_layer
     from autosearch.frontend.lowering import LAYOUTS
 
     leader, choices = lowering.get("layout"), lowering.get("choices") or {}
@@ -255,11 +255,9 @@ def compiled_tasks(contents: LogContents, lowering: dict) -> list[str]:
         if "layer" in task and choices.get(task["layer"], task.get("algorithm")) != task.get("algorithm"):
             continue  # the layer's other form
         if "layouts" in task and leader in LAYOUTS:
-            [(geometry, layout, _)] = header_entries({key: header}, {key: None}) or [(None, None, None)]
-            if geometry in layer_layouts:
-                if layer_layouts[geometry] != layout:
-                    continue
-            elif leader not in task_layouts(task):
+            geometry, layout = header_layer(header) or (None, None)
+            kept = layer_layouts[geometry] == layout if geometry in layer_layouts else leader in task_layouts(task)
+            if not kept:
                 continue
         out.append(key)
     return out

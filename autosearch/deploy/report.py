@@ -259,17 +259,16 @@ def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_
     if log:
         contents = read_log(log)
         baselines = {r.task_key: r.result.median for r in contents.records if r.kind == "baseline" and r.ok}
-    per_task = []
     if tuned.layer_layouts:  # one layout per convolution: its kernels, of both layouts' tasks and the transposes
         indices = {key: int(h.get("index", i)) for i, (key, h) in enumerate(contents.tasks.items())} if log else {}
-        for i, kernel in enumerate(tuned.kernels):
-            best = db_contents.best(kernel.workload_key)
-            per_task.append(TaskLatency(indices.get(kernel.workload_key, i), kernel.name, kernel.calls,
-                                        baselines.get(kernel.workload_key), best.latency if best else None))
-    for task in (t for t in imported.tasks if policy.uses(t.lowering) and not tuned.layer_layouts):
-        best = db_contents.best(task.workload_key)  # the compiled model's tasks
-        per_task.append(TaskLatency(task.index, task.name, task.weight, baselines.get(task.workload_key),
-                                    best.latency if best else None))
+        kernels = [(indices.get(k.workload_key, i), k.name, k.calls, k.workload_key)
+                   for i, k in enumerate(tuned.kernels)]
+    else:  # the compiled model's tasks
+        kernels = [(t.index, t.name, t.weight, t.workload_key) for t in imported.tasks if policy.uses(t.lowering)]
+    per_task = []
+    for index, name, weight, key in kernels:
+        best = db_contents.best(key)
+        per_task.append(TaskLatency(index, name, weight, baselines.get(key), best.latency if best else None))
 
     ok = [t for t in timings if t.ok]
     peaks = [t.model_peak_bytes / MIB if t.model_peak_bytes is not None else math.nan for t in ok]

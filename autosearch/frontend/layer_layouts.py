@@ -95,20 +95,33 @@ def applies(lowerings: Iterable[dict[str, Any]]) -> bool:
     return not any(lowering.get("algorithm") in PRECISIONS for lowering in lowerings)
 
 
+def layer_of(name: str, args, lowering: dict[str, Any]) -> tuple[str, str] | None:
+    """(geometry, layout) of a convolution task one layout's model of a ``--layout auto`` run runs alone (its
+    ``name``, ``args`` and lowering record, as a task or its log header has them); None for any other task."""
+    from autosearch.frontend.alternatives import task_layouts
+
+    if "layouts" not in lowering:
+        return None
+    layouts = task_layouts(lowering)
+    geometry = task_key(name, args, layouts[0]) if len(layouts) == 1 else None
+    return (geometry, layouts[0]) if geometry is not None else None
+
+
+def header_layer(header: dict) -> tuple[str, str] | None:
+    """:func:`layer_of` a task header of a tuning log."""
+    return layer_of(str(header.get("name", "")), header.get("args") or (), header.get("lowering") or {})
+
+
 def header_entries(headers: dict[str, dict], bests: dict[str, float | None]) -> list[tuple[str, str, float | None]]:
     """:func:`choose`'s entries from a ``--layout auto`` log: (geometry, layout, weight x best seconds) of every
     convolution task one layout's model runs alone. ``headers``: task headers by workload key (the log's);
     ``bests``: each task's best seconds (re-timed where its finalists were), None when not measured."""
-    from autosearch.frontend.alternatives import task_layouts
-
     entries = []
     for key, header in headers.items():
-        layouts = task_layouts(header.get("lowering") or {})
-        geometry = task_key(str(header.get("name", "")), header.get("args") or (), layouts[0]) if (
-            len(layouts) == 1) else None
-        if geometry is not None:
+        layer = header_layer(header)
+        if layer is not None:
             best = bests.get(key)
-            entries.append((geometry, layouts[0], best * int(header.get("weight", 1)) if best is not None else None))
+            entries.append((*layer, best * int(header.get("weight", 1)) if best is not None else None))
     return entries
 
 
@@ -158,4 +171,4 @@ def convert_passes(layouts: dict[str, str], default: str = NCHW) -> list[Any]:
 
 
 __all__ = ["MIN_GAIN", "NCHW", "NHWC", "applies", "call_key", "choose", "conv_key", "convert_passes", "header_entries",
-           "layout_counts", "mixed_seconds", "task_key", "worth_mixing"]
+           "header_layer", "layer_of", "layout_counts", "mixed_seconds", "task_key", "worth_mixing"]

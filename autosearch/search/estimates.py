@@ -49,17 +49,13 @@ def untuned_latencies(contents: LogContents) -> dict[str, float]:
 
 def _geometries(contents: LogContents) -> dict[str, tuple[str, str]]:
     """(geometry, layout) of each convolution task one layout's model runs alone, by task key, where export may
-    keep one layout per convolution (:func:`autosearch.frontend.layer_layouts.header_entries`); {} otherwise."""
-    from autosearch.frontend.layer_layouts import applies, header_entries
+    keep one layout per convolution (:func:`autosearch.frontend.layer_layouts.header_layer`); {} otherwise."""
+    from autosearch.frontend.layer_layouts import applies, header_layer
 
     if not applies(h.get("lowering") or {} for h in contents.tasks.values()):
         return {}
-    out = {}
-    for key, header in contents.tasks.items():
-        entries = header_entries({key: header}, {key: 1.0})
-        if entries:
-            out[key] = entries[0][:2]
-    return out
+    layers = {key: header_layer(header) for key, header in contents.tasks.items()}
+    return {key: layer for key, layer in layers.items() if layer is not None}
 
 
 def _layers(contents: LogContents, geometries: dict[str, tuple[str, str]], best: dict[str, float | None]):

@@ -36,6 +36,7 @@ The scheduler only reads the tasks' states; the loop (:mod:`autosearch.search.tu
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -395,23 +396,22 @@ class TaskScheduler:
         layer_layouts`), so a layout's convolutions race the other layout's same layer, not its whole model: raced
         as models, the slower model's faster layers stopped taking trials late in the run and export then kept
         them. Keys are ``id(state)``."""
-        from autosearch.frontend.alternatives import task_layouts
-        from autosearch.frontend.layer_layouts import applies, choose, task_key
+        from autosearch.frontend.layer_layouts import choose
+
+        _, costs = choose((geometry, layout, s.task.weight * s.best_latency) for s, geometry, layout in self._layers)
+        return {id(s): (costs[geometry][layout], min(costs[geometry].values()))
+                for s, geometry, layout in self._layers if len(costs[geometry]) > 1}
+
+    @functools.cached_property
+    def _layers(self) -> list[tuple[TaskState, str, str]]:
+        """(state, geometry, layout) of each convolution task one layout's model runs alone, where export may keep
+        one layout per convolution (:func:`autosearch.frontend.layer_layouts.layer_of`); fixed for the run."""
+        from autosearch.frontend.layer_layouts import applies, layer_of
 
         if not applies(s.task.lowering for s in self.states):
-            return {}
-        keyed = []
-        for s in self.states:
-            layouts = task_layouts(s.task.lowering) if "layouts" in s.task.lowering else ()
-            geometry = task_key(s.task.name, s.task.args, layouts[0]) if len(layouts) == 1 else None
-            if geometry is not None:
-                keyed.append((s, geometry, layouts[0]))
-        _, costs = choose((geometry, layout, s.task.weight * s.best_latency) for s, geometry, layout in keyed)
-        out = {}
-        for s, geometry, layout in keyed:
-            if len(costs[geometry]) > 1:
-                out[id(s)] = (costs[geometry][layout], min(costs[geometry].values()))
-        return out
+            return []
+        layers = [(s, layer_of(s.task.name, s.task.args, s.task.lowering)) for s in self.states]
+        return [(s, *layer) for s, layer in layers if layer is not None]
 
     def rivalry(self) -> dict[int, float]:
         """Gain factors for alternatives the model runs only one of: a layer tuned both ways (direct and
