@@ -290,8 +290,10 @@ class TuneResult:
     model_secs: float | None = None
     retimed_model_secs: float | None = None
     # layout "auto" in fp32: one layout per convolution where export keeps it (geometry -> layout; {}: a whole model,
-    # ``layout``'s); the estimates above are then of that model, the transposes between layouts not counted
+    # ``layout``'s); the estimates above are then of that model, with the layout transforms between its layers as the
+    # run timed them (``transitions_secs``; None: not timed, and not counted)
     layer_layouts: dict[str, str] = field(default_factory=dict)
+    transitions_secs: float | None = None
     summary: TuneSummary | None = None  # the tuning loop's own account (per-task state, time per step)
 
     @property
@@ -463,12 +465,39 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
                             early_stop=early_stop,
                             resume=logged, on_event=notify, finalist_rounds=finalist_rounds,
                             sketch_store=SketchStore()).run()
+            if not summary.interrupted and imported.layout == "auto":
+                _time_transitions(imported.relax_mod, target, log_path, tuning_log, measuring, summary)
         finally:
             if own:
                 measuring.close()
     finally:
         tuning_log.close()
     return _tune_result(imported.name, strategy, log_path, guidance, summary, plot=plot)
+
+
+def _time_transitions(relax_mod, target: Any, log_path: str, tuning_log, runner, summary: TuneSummary) -> None:
+    """Where export would keep one layout per convolution, time the layout transforms that model adds between its
+    layers (:mod:`autosearch.search.transitions`), once per choice, into the log: export counts them."""
+    import time
+
+    from autosearch.deploy.database import lowering_of
+    from autosearch.records import read_log
+    from autosearch.search.transitions import time_transitions, timed_for, transition_tasks
+
+    clock = time.perf_counter()
+    contents = read_log(log_path)
+    try:
+        lowering = lowering_of(contents)
+    except UserError:  # no layout's model measured yet
+        return
+    mixed = lowering.get("layer_layouts")
+    if not mixed or timed_for(contents.transitions, mixed) is not None:
+        return
+    tasks = transition_tasks(relax_mod, target, lowering, contents.tasks)
+    if tasks is None:  # a convolution of that model was not tuned (--tasks): compile builds one layout
+        return
+    tuning_log.write_transitions(time_transitions(tasks, runner, mixed))
+    summary.timing["transitions"] = time.perf_counter() - clock
 
 
 def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summary: TuneSummary, *,
@@ -501,11 +530,16 @@ def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summar
                         best_secs=s.best.median if s.best is not None else None, trials=s.trials,
                         failures=s.failures, note=s.done) for s in summary.states]
     model_secs, retimed_model_secs = _model_estimates(states)
+    transitions = lowering.get("transitions_secs") if lowering.get("layer_layouts") else None
+    if transitions is not None:  # kernels of the kept model that no task is: counted as the run timed them
+        model_secs = model_secs + transitions if model_secs is not None else None
+        retimed_model_secs = retimed_model_secs + transitions if retimed_model_secs is not None else None
     return TuneResult(model=model, strategy=strategy, log=log_path, plot=png, guidance=guidance, tasks=tasks,
                       trials=summary.trials, elapsed_secs=summary.elapsed, interrupted=summary.interrupted,
                       untuned_secs=untuned, tuned_secs=tuned, layout=leader, layout_estimates=layouts,
                       model_secs=model_secs, retimed_model_secs=retimed_model_secs,
-                      layer_layouts=dict(lowering.get("layer_layouts") or {}), summary=summary)
+                      layer_layouts=dict(lowering.get("layer_layouts") or {}), transitions_secs=transitions,
+                      summary=summary)
 
 
 # ---------------------------------------------------------------------------------------------- export

@@ -269,7 +269,10 @@ def cmd_export(args: argparse.Namespace) -> int:
                       "best latencies, re-timed where the run re-timed them)")
     elif summary.layer_layouts and budget is None:
         totals = ", ".join(f"{layout} {secs * 1e3:.1f} ms" for layout, secs in sorted(summary.layout_totals.items()))
-        mixed = (f"{summary.layer_layouts_secs * 1e3:.1f} ms without the transposes between layouts; "
+        between = (f"with the layout transforms between layers, timed by the run at "
+                   f"{summary.transitions_secs * 1e3:.2f} ms" if summary.transitions_secs is not None
+                   else "without the layout transforms between layers")
+        mixed = (f"{summary.layer_layouts_secs * 1e3:.1f} ms {between}; "
                  if summary.layer_layouts_secs is not None else "")
         console.print(f"layout: one per convolution, each layer's faster as tuned "
                       f"({layout_counts(summary.layer_layouts)}; {mixed}the whole models "

@@ -42,8 +42,9 @@ def print_run_summary(console: Console, result: TuneResult) -> None:
             from autosearch.frontend.layer_layouts import layout_counts
 
             scope = (f" of the model export keeps, one layout per convolution ({layout_counts(result.layer_layouts)}, "
-                     f"each layer's faster as tuned; the whole models {estimates}), the transposes between layouts "
-                     "not counted")
+                     f"each layer's faster as tuned; the whole models {estimates}), the layout transforms between "
+                     + (f"layers timed at {result.transitions_secs * 1e3:.2f} ms, in the estimated model below and "
+                        "not in this sum" if result.transitions_secs is not None else "layers not counted"))
         elif result.layout is not None:
             scope = (f" of the {result.layout} model, the faster as tuned (estimated models, re-timed where the "
                      f"finalists were: {estimates})")
@@ -66,7 +67,8 @@ def print_run_summary(console: Console, result: TuneResult) -> None:
         console.print(f"wall time {summary.elapsed:.0f} s: measuring {t.get('measure', 0):.0f} s, search "
                       f"{t.get('ask', 0) + t.get('tell', 0):.0f} s{guided}, applying schedules "
                       f"{t.get('apply', 0):.0f} s, task set-up {t.get('setup', 0):.0f} s{_setup_parts(summary)}, "
-                      f"finalists {t.get('finalists', 0):.0f} s")
+                      f"finalists {t.get('finalists', 0):.0f} s"
+                      + (f", layout transforms {t['transitions']:.0f} s" if "transitions" in t else ""))
     if result.plot:
         console.print(f"log: {result.log}\nplot: {result.plot}")
     else:

@@ -35,6 +35,8 @@ class LogContents:
     records: list[Record] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)  # "file:line: reason"
     runs: list[dict[str, Any]] = field(default_factory=list)  # one header per run or resume: what guided it
+    # the layout transforms one layout per convolution adds, timed at a run's end (autosearch.search.transitions)
+    transitions: list[dict[str, Any]] = field(default_factory=list)
     truncated_tail: bool = False
 
     def trials(self, task_key: str | None = None) -> list[Record]:
@@ -120,6 +122,8 @@ def read_log(path: str, *, strict_missing: bool = True) -> LogContents:
                 out.runs.append(obj["run"])
             elif obj["kind"] in ("trial", "baseline", "retime"):
                 out.records.append(Record.from_json(obj))
+            elif obj["kind"] == "transitions":
+                out.transitions.append(dict(obj["transitions"]))
             else:
                 raise ValueError(f"unknown record kind {obj['kind']!r}")
         except (ValueError, KeyError, TypeError) as exc:
@@ -168,6 +172,10 @@ class TuningLog:
 
     def write_task(self, task_json: dict[str, Any]) -> None:
         self._write([{"v": LOG_FORMAT_VERSION, "kind": "task", "task": task_json}])
+
+    def write_transitions(self, transitions_json: dict[str, Any]) -> None:
+        """The layout transforms one layout per convolution adds between layers, as timed (``search.transitions``)."""
+        self._write([{"v": LOG_FORMAT_VERSION, "kind": "transitions", "transitions": transitions_json}])
 
     def append(self, records: Iterable[Record]) -> None:
         self._write([r.to_json() for r in records])

@@ -76,12 +76,14 @@ def main() -> int:
     p.add_argument("run_args", nargs="*", help="more arguments for run (after --)")
     args = p.parse_args()
 
-    model = args.model or "tiny-yolov2"
+    # a user's .onnx: the CLI runs from the repository's root, and the results are named by the file's name
+    model_arg = os.path.abspath(args.model) if args.model and os.path.exists(args.model) else args.model
+    model = model_arg or "tiny-yolov2"
     tag = args.tag or "-".join(x for x in (
         "quickstart" if not (args.model or args.minutes or args.trials) else "",
         f"{args.minutes:g}min" if args.minutes else "", f"{args.trials}trials" if args.trials else "",
         f"seed{args.seed}" if args.seed is not None else "") if x)
-    work = results_path(f"user-{model}-{tag}")
+    work = results_path(f"user-{os.path.basename(model)}-{tag}")
     os.makedirs(work, exist_ok=True)
     summary_path = os.path.join(work, "summary.json")
     summary = read_json(summary_path) if os.path.exists(summary_path) else {}
@@ -98,7 +100,7 @@ def main() -> int:
             os.remove(log)
         shutil.rmtree(os.path.join(work, "cache"), ignore_errors=True)
         run = ["run", "--strategy", "optuna", "--log", _rel(log)]
-        for flag, value in (("--model", args.model), ("--minutes", args.minutes), ("--trials", args.trials),
+        for flag, value in (("--model", model_arg), ("--minutes", args.minutes), ("--trials", args.trials),
                             ("--seed", args.seed)):
             if value is not None:
                 run += [flag, str(value)]

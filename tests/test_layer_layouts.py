@@ -218,6 +218,59 @@ def test_export_records_one_layout_per_convolution_and_its_estimate_from_a_log(t
     from autosearch.deploy.database import compiled_tasks
 
     assert compiled_tasks(read_log(str(path)), lowering) == ["a-NCHW", "b-NHWC"]  # what the run's summary sums
+    assert "transitions_secs" not in lowering  # no transforms timed: the layers' costs alone decide
+
+    # the run timed the layout transforms between that model's layers: counted in the estimate and the comparison
+    # (the NHWC model is 3.5 ms; one layout per convolution 3.0 + the transforms, kept while it gains 2% of 3.5)
+    mixed = lowering["layer_layouts"]
+    other = {**mixed, "32x8x8->48x8x8/3x3": "NCHW"}
+    for timed, kept, estimate in (([(other, 1e-6)], True, 3.0e-3),  # timed for another choice: not this model's
+                                  ([(mixed, 0.2e-3)], True, 3.2e-3),
+                                  ([(mixed, 0.2e-3), (mixed, 0.6e-3)], False, None),  # the last record counts
+                                  ([(mixed, None)], False, None)):  # a transform failed: no estimate, one layout
+        text = "\n".join(lines + [json.dumps({"v": 1, "kind": "transitions", "transitions": {
+            "layer_layouts": layouts, "seconds": secs, "kernels": []}}) for layouts, secs in timed])
+        path.write_text(text + "\n")
+        again = lowering_of(read_log(str(path)))
+        assert bool(again.get("layer_layouts")) == kept, timed
+        if kept:
+            assert again["layer_layouts_secs"] == pytest.approx(estimate)
+            assert again.get("transitions_secs") == (pytest.approx(0.2e-3) if estimate > 3.0e-3 else None)
+        else:
+            assert again["layout"] == "NHWC" and "layer_layouts_secs" not in again
+            assert compiled_tasks(read_log(str(path)), again) == ["a-NHWC", "b-NHWC"]  # the whole NHWC model
+
+
+def test_the_kernels_between_layouts_are_found_and_timed_as_they_will_run(leaky_model, target, tmp_path):
+    """One layout per convolution adds kernels no task of either layout is (the transposes between the layers):
+    found by lowering that model, timed untuned on a real runner, logged and read back; with a convolution untuned
+    (a run of some tasks only) there is nothing to time, since compile builds one layout."""
+    from autosearch.measure.local import LocalRunner
+    from autosearch.records import TuningLog, read_log
+    from autosearch.search.transitions import time_transitions, timed_for, transition_tasks
+
+    _, model = leaky_model
+    mixed = {FIRST: "NCHW", SECOND: "NHWC"}
+    lowering = {"winograd": "auto", "layout": "NHWC", "fast_math": "on", "precision": "fp32", "layer_layouts": mixed}
+    keys = [t.workload_key for t in model.tasks]
+    tasks = transition_tasks(model.relax_mod, target, lowering, keys)
+    assert tasks and all("conv2d" not in t.name and "transpose" in t.name for t in tasks), [t.name for t in tasks]
+    assert not set(keys) & {t.workload_key for t in tasks}
+    assert transition_tasks(model.relax_mod, target, lowering,
+                            [t.workload_key for t in model.tasks if "NHWC" in t.lowering["layouts"]]) is None
+
+    with LocalRunner(target=target) as runner:
+        record = time_transitions(tasks, runner, mixed)
+    assert [k["name"] for k in record["kernels"]] == [t.name for t in tasks]
+    assert all(k["seconds"] > 0 for k in record["kernels"])
+    assert record["seconds"] == pytest.approx(sum(k["calls"] * k["seconds"] for k in record["kernels"]))
+    path = str(tmp_path / "run.jsonl")
+    with TuningLog(path) as log:
+        log.write_run({"strategy": "random"})
+        log.write_transitions(record)
+    contents = read_log(path)
+    assert not contents.corrupt and timed_for(contents.transitions, dict(reversed(mixed.items()))) == record
+    assert timed_for(contents.transitions, {FIRST: "NHWC", SECOND: "NHWC"}) is None
 
 
 def test_the_runs_summary_gives_the_model_export_keeps_one_layout_per_convolution():
@@ -241,3 +294,10 @@ def test_the_runs_summary_gives_the_model_export_keeps_one_layout_per_convolutio
             "as tuned; the whole models NCHW 21.9 ms, NHWC 22.7 ms)") in text
     assert "2000.0 ms untuned -> 19.90 ms" in text
     assert "estimated model: 19.00 ms from the best trials, 19.90 ms with the finalists as re-timed" in text
+    assert "the layout transforms between layers not counted" in text
+
+    result.transitions_secs = 0.00042  # timed by the run: said, and (in api) counted in the estimated model
+    console = Console(record=True, width=400)
+    print_run_summary(console, result)
+    text = console.export_text()
+    assert "the layout transforms between layers timed at 0.42 ms, in the estimated model below" in text

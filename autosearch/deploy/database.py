@@ -43,7 +43,8 @@ class ExportSummary:
     layout_totals: dict[str, float] = field(default_factory=dict)  # --layout auto: model seconds per layout
     other_layout: int = 0  # --layout auto: tasks only the slower layout's model runs, not exported
     layer_layouts: dict[str, str] = field(default_factory=dict)  # one layout per convolution (geometry -> layout)
-    layer_layouts_secs: float | None = None  # its estimate (its tasks; the transposes between layouts not counted)
+    layer_layouts_secs: float | None = None  # its estimate (its tasks, and the transforms between layouts if timed)
+    transitions_secs: float | None = None  # those transforms, as the run timed them (None: not timed)
     log: str = ""  # the tuning log exported (autosearch.export)
     corrupt: list[str] = field(default_factory=list)  # its lines skipped as corrupt (file:line ...)
     memory_budget: Any = None  # autosearch.deploy.budget.BudgetChoice: what --memory-budget chose (None: no budget)
@@ -175,6 +176,7 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
     summary.layout_totals = dict(lowering.get("layout_totals", {}))
     summary.layer_layouts = dict(lowering.get("layer_layouts", {}))
     summary.layer_layouts_secs = lowering.get("layer_layouts_secs")
+    summary.transitions_secs = lowering.get("transitions_secs")
     return summary
 
 
@@ -225,9 +227,12 @@ def lowering_of(contents: LogContents) -> dict:
             raise UserError(f"{contents.path}: no layout's model is measured yet (every --layout auto task needs an "
                             "untuned or tuned latency): continue the run with --resume")
         out.update(layout=chosen, layout_totals=layout_totals_)
-        mixed, mixed_secs = _layer_layouts(headers, bests, chosen, layout_totals_[chosen])
+        mixed, mixed_secs, transitions = _layer_layouts(headers, bests, chosen, layout_totals_[chosen],
+                                                        contents.transitions)
         if mixed:  # one layout per convolution: both layouts' tasks are compiled
             out.update(layer_layouts=mixed, layer_layouts_secs=mixed_secs)
+            if transitions is not None:
+                out["transitions_secs"] = transitions
         else:
             headers = {k: h for k, h in headers.items() if chosen in task_layouts(h.get("lowering") or {})}
     totals = layer_totals((h.get("lowering") or {}, int(h.get("weight", 1)), bests[key])
@@ -263,19 +268,30 @@ def compiled_tasks(contents: LogContents, lowering: dict) -> list[str]:
     return out
 
 
-def _layer_layouts(headers: dict[str, dict], bests: dict[str, float | None], layout: str,
-                   model_seconds: float) -> tuple[dict[str, str], float]:
+def _layer_layouts(headers: dict[str, dict], bests: dict[str, float | None], layout: str, model_seconds: float,
+                   transitions: list[dict] = ()) -> tuple[dict[str, str], float, float | None]:
     """Each convolution's faster layout (:mod:`autosearch.frontend.layer_layouts`) when that beats the whole model
-    in ``layout``, and that model's estimate (seconds; its tasks' costs, the transposes between layouts not
-    counted); else ({}, ``model_seconds``). fp32 models only: a layer with bf16 alternatives is NHWC."""
+    in ``layout``, that model's estimate (seconds) and the seconds of the layout transforms between its layers where
+    the run timed them for this choice (``transitions``: the log's records, :mod:`autosearch.search.transitions`;
+    counted in the estimate and the comparison); else ({}, ``model_seconds``, None). fp32 models only: a layer with
+    bf16 alternatives is NHWC."""
     from autosearch.frontend.layer_layouts import applies, choose, header_entries, mixed_seconds, worth_mixing
+    from autosearch.search.transitions import timed_for
 
     if not applies(h.get("lowering") or {} for h in headers.values()):
-        return {}, model_seconds
+        return {}, model_seconds, None
     chosen, costs = choose(header_entries(headers, bests))
     if not worth_mixing(chosen, costs, layout, model_seconds):
-        return {}, model_seconds
-    return dict(sorted(chosen.items())), mixed_seconds(chosen, costs, layout, model_seconds)
+        return {}, model_seconds, None
+    chosen = dict(sorted(chosen.items()))
+    mixed = mixed_seconds(chosen, costs, layout, model_seconds)
+    timed = timed_for(list(transitions), chosen)
+    if timed is None:  # not timed (a run from before, or stopped before its end): the layers' costs alone
+        return chosen, mixed, None
+    if timed.get("seconds") is None or not worth_mixing(chosen, costs, layout, model_seconds,
+                                                        extra=float(timed["seconds"])):
+        return {}, model_seconds, None
+    return chosen, mixed + float(timed["seconds"]), float(timed["seconds"])
 
 
 def database_lowering(path: str) -> dict:

@@ -82,8 +82,8 @@ def choose(entries: Iterable[tuple[str, str, float | None]]) -> tuple[dict[str, 
     return chosen, costs
 
 
-# one layout per convolution is kept when its layers' tuned costs beat the whole model's by this share of it: the
-# layout transforms it adds between layers are measured by no task (experiments/layer_layouts.py times them)
+# one layout per convolution is kept when its layers' tuned costs beat the whole model's by this share of it; the
+# layout transforms it adds between layers are counted where the run timed them (autosearch.search.transitions)
 MIN_GAIN = 0.02
 
 
@@ -133,13 +133,16 @@ def mixed_seconds(chosen: dict[str, str], costs: dict[str, dict[str, float]], la
     return model_seconds - sum(costs[key][layout] - costs[key][chosen[key]] for key in chosen)
 
 
-def worth_mixing(chosen: dict[str, str], costs: dict[str, dict[str, float]], layout: str, model_seconds: float) -> bool:
+def worth_mixing(chosen: dict[str, str], costs: dict[str, dict[str, float]], layout: str, model_seconds: float,
+                 *, extra: float = 0.0) -> bool:
     """Whether one layout per convolution (``chosen``, from :func:`choose`) is kept over the whole model in
-    ``layout`` (estimated at ``model_seconds``): its layers take both layouts and their tuned costs gain at least
+    ``layout`` (estimated at ``model_seconds``): its layers take both layouts and their tuned costs, plus ``extra``
+    seconds (the layout transforms between them, where timed: :mod:`autosearch.search.transitions`), gain at least
     ``MIN_GAIN`` of the model."""
     if len(set(chosen.values())) < 2 or not math.isfinite(model_seconds) or model_seconds <= 0:
         return False
-    return model_seconds - mixed_seconds(chosen, costs, layout, model_seconds) >= MIN_GAIN * model_seconds
+    mixed = mixed_seconds(chosen, costs, layout, model_seconds) + extra
+    return model_seconds - mixed >= MIN_GAIN * model_seconds
 
 
 def layout_counts(layer_layouts: dict[str, str]) -> str:
