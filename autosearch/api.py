@@ -466,7 +466,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
                             resume=logged, on_event=notify, finalist_rounds=finalist_rounds,
                             sketch_store=SketchStore()).run()
             if not summary.interrupted and imported.layout == "auto":
-                _time_transitions(imported.relax_mod, target, log_path, tuning_log, measuring, summary)
+                _tune_transitions(imported.relax_mod, target, log_path, tuning_log, measuring, summary,
+                                  strategy=strategy, batch=batch, seed=seed)
         finally:
             if own:
                 measuring.close()
@@ -475,14 +476,16 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     return _tune_result(imported.name, strategy, log_path, guidance, summary, plot=plot)
 
 
-def _time_transitions(relax_mod, target: Any, log_path: str, tuning_log, runner, summary: TuneSummary) -> None:
-    """Where export would keep one layout per convolution, time the layout transforms that model adds between its
-    layers (:mod:`autosearch.search.transitions`), once per choice, into the log: export counts them."""
+def _tune_transitions(relax_mod, target: Any, log_path: str, tuning_log, runner, summary: TuneSummary, *,
+                      strategy: str, batch: int, seed: int) -> None:
+    """Where export would keep one layout per convolution, tune the layout transforms that model adds between its
+    layers (:mod:`autosearch.search.transitions`), once per choice, into the log: export counts them and exports
+    their best."""
     import time
 
     from autosearch.deploy.database import lowering_of
     from autosearch.records import read_log
-    from autosearch.search.transitions import time_transitions, timed_for, transition_tasks
+    from autosearch.search.transitions import timed_for, transition_tasks, tune_transitions
 
     clock = time.perf_counter()
     contents = read_log(log_path)
@@ -496,7 +499,9 @@ def _time_transitions(relax_mod, target: Any, log_path: str, tuning_log, runner,
     tasks = transition_tasks(relax_mod, target, lowering, contents.tasks)
     if tasks is None:  # a convolution of that model was not tuned (--tasks): compile builds one layout
         return
-    tuning_log.write_transitions(time_transitions(tasks, runner, mixed))
+    record = tune_transitions(tasks, runner=runner, tuning_log=tuning_log, strategy=strategy, layer_layouts=mixed,
+                              resume=contents, batch=batch, seed=seed)
+    tuning_log.write_transitions(record)
     summary.timing["transitions"] = time.perf_counter() - clock
 
 

@@ -220,8 +220,13 @@ def test_export_records_one_layout_per_convolution_and_its_estimate_from_a_log(t
     assert compiled_tasks(read_log(str(path)), lowering) == ["a-NCHW", "b-NHWC"]  # what the run's summary sums
     assert "transitions_secs" not in lowering  # no transforms timed: the layers' costs alone decide
 
-    # the run timed the layout transforms between that model's layers: counted in the estimate and the comparison
-    # (the NHWC model is 3.5 ms; one layout per convolution 3.0 + the transforms, kept while it gains 2% of 3.5)
+    # the run tuned the layout transforms between that model's layers (a task of its own, "t", with the run's
+    # options): counted in the estimate and the comparison (the NHWC model is 3.5 ms; one layout per convolution
+    # 3.0 + the transforms, kept while it gains 2% of 3.5), and a task of that model only where it is kept
+    lines.append(json.dumps({"v": 1, "kind": "task", "task": {
+        "name": "transpose1", "weight": 1, "workload_key": "t", "args": [[[1, 8, 8, 32], f32], [[1, 32, 8, 8], f32]],
+        "lowering": {"winograd": "auto", "layout": "auto", "fast_math": "on", "precision": "fp32",
+                     "transition": True}}}))
     mixed = lowering["layer_layouts"]
     other = {**mixed, "32x8x8->48x8x8/3x3": "NCHW"}
     for timed, kept, estimate in (([(other, 1e-6)], True, 3.0e-3),  # timed for another choice: not this model's
@@ -229,48 +234,62 @@ def test_export_records_one_layout_per_convolution_and_its_estimate_from_a_log(t
                                   ([(mixed, 0.2e-3), (mixed, 0.6e-3)], False, None),  # the last record counts
                                   ([(mixed, None)], False, None)):  # a transform failed: no estimate, one layout
         text = "\n".join(lines + [json.dumps({"v": 1, "kind": "transitions", "transitions": {
-            "layer_layouts": layouts, "seconds": secs, "kernels": []}}) for layouts, secs in timed])
+            "layer_layouts": layouts, "seconds": secs,
+            "kernels": [{"workload_key": "t", "calls": 1, "seconds": secs}]}}) for layouts, secs in timed])
         path.write_text(text + "\n")
         again = lowering_of(read_log(str(path)))
         assert bool(again.get("layer_layouts")) == kept, timed
         if kept:
             assert again["layer_layouts_secs"] == pytest.approx(estimate)
-            assert again.get("transitions_secs") == (pytest.approx(0.2e-3) if estimate > 3.0e-3 else None)
+            counted = estimate > 3.0e-3
+            assert again.get("transitions_secs") == (pytest.approx(0.2e-3) if counted else None)
+            assert compiled_tasks(read_log(str(path)), again) == ["a-NCHW", "b-NHWC"] + (["t"] if counted else [])
         else:
             assert again["layout"] == "NHWC" and "layer_layouts_secs" not in again
             assert compiled_tasks(read_log(str(path)), again) == ["a-NHWC", "b-NHWC"]  # the whole NHWC model
 
 
-def test_the_kernels_between_layouts_are_found_and_timed_as_they_will_run(leaky_model, target, tmp_path):
+def test_the_kernels_between_layouts_are_found_tuned_and_logged(leaky_model, target, tmp_path):
     """One layout per convolution adds kernels no task of either layout is (the transposes between the layers):
-    found by lowering that model, timed untuned on a real runner, logged and read back; with a convolution untuned
-    (a run of some tasks only) there is nothing to time, since compile builds one layout."""
+    found by lowering that model, tuned briefly as tasks of their own on a real runner (untuned code first), logged
+    with the run's options and read back; with a convolution untuned (a run of some tasks only) there is nothing to
+    tune, since compile builds one layout."""
     from autosearch.measure.local import LocalRunner
     from autosearch.records import TuningLog, read_log
-    from autosearch.search.transitions import time_transitions, timed_for, transition_tasks
+    from autosearch.search.transitions import (
+        TRIALS_PER_KERNEL,
+        is_transition,
+        timed_for,
+        transition_tasks,
+        tune_transitions,
+    )
 
     _, model = leaky_model
     mixed = {FIRST: "NCHW", SECOND: "NHWC"}
     lowering = {"winograd": "auto", "layout": "NHWC", "fast_math": "on", "precision": "fp32", "layer_layouts": mixed}
-    keys = [t.workload_key for t in model.tasks]
-    tasks = transition_tasks(model.relax_mod, target, lowering, keys)
+    headers = {t.workload_key: t.to_json() for t in model.tasks}
+    tasks = transition_tasks(model.relax_mod, target, lowering, headers)
     assert tasks and all("conv2d" not in t.name and "transpose" in t.name for t in tasks), [t.name for t in tasks]
-    assert not set(keys) & {t.workload_key for t in tasks}
-    assert transition_tasks(model.relax_mod, target, lowering,
-                            [t.workload_key for t in model.tasks if "NHWC" in t.lowering["layouts"]]) is None
+    assert not set(headers) & {t.workload_key for t in tasks}
+    assert all(t.lowering == {"winograd": "auto", "layout": "auto", "fast_math": "on", "precision": "fp32",
+                              "transition": True} for t in tasks)
+    nhwc = {k: h for k, h in headers.items() if "NHWC" in h["lowering"]["layouts"]}
+    assert transition_tasks(model.relax_mod, target, lowering, nhwc) is None
 
-    with LocalRunner(target=target) as runner:
-        record = time_transitions(tasks, runner, mixed)
-    assert [k["name"] for k in record["kernels"]] == [t.name for t in tasks]
-    assert all(k["seconds"] > 0 for k in record["kernels"])
-    assert record["seconds"] == pytest.approx(sum(k["calls"] * k["seconds"] for k in record["kernels"]))
     path = str(tmp_path / "run.jsonl")
-    with TuningLog(path) as log:
+    with LocalRunner(target=target) as runner, TuningLog(path) as log:
         log.write_run({"strategy": "random"})
+        record = tune_transitions(tasks, runner=runner, tuning_log=log, strategy="random", layer_layouts=mixed)
         log.write_transitions(record)
     contents = read_log(path)
     assert not contents.corrupt and timed_for(contents.transitions, dict(reversed(mixed.items()))) == record
     assert timed_for(contents.transitions, {FIRST: "NHWC", SECOND: "NHWC"}) is None
+    assert sorted(k for k, h in contents.tasks.items() if is_transition(h)) == sorted(t.workload_key for t in tasks)
+    for kernel in record["kernels"]:
+        trials = [r for r in contents.trials(kernel["workload_key"]) if r.ok]
+        assert 0 < len(trials) <= TRIALS_PER_KERNEL and contents.baseline(kernel["workload_key"]).ok
+        assert kernel["seconds"] == min([r.latency for r in trials] + [kernel["untuned_seconds"]])
+    assert record["seconds"] == pytest.approx(sum(k["calls"] * k["seconds"] for k in record["kernels"]))
 
 
 def test_the_runs_summary_gives_the_model_export_keeps_one_layout_per_convolution():

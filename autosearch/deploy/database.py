@@ -251,12 +251,19 @@ def compiled_tasks(contents: LogContents, lowering: dict) -> list[str]:
     from autosearch.frontend.alternatives import task_layouts
     from autosearch.frontend.layer_layouts import header_layer
     from autosearch.frontend.lowering import LAYOUTS
+    from autosearch.search.transitions import is_transition, timed_for
 
     leader, choices = lowering.get("layout"), lowering.get("choices") or {}
     layer_layouts = lowering.get("layer_layouts") or {}
+    timed = timed_for(contents.transitions, layer_layouts) if layer_layouts else None
+    between = {k["workload_key"] for k in (timed or {}).get("kernels", ())}  # the kept model's layout transforms
     out = []
     for key, header in contents.tasks.items():
         task = header.get("lowering") or {}
+        if is_transition(header):
+            if key in between:
+                out.append(key)
+            continue
         if "layer" in task and choices.get(task["layer"], task.get("algorithm")) != task.get("algorithm"):
             continue  # the layer's other form
         if "layouts" in task and leader in LAYOUTS:

@@ -6,9 +6,10 @@ runs as TVM's default code, and an NHWC -> NCHW transpose of a large map can cos
 160 x 160 x 64 map read with a 256-byte stride misses the cache on every load). Export's choice of one layout per
 convolution compares the layers' tuned costs; without these kernels' own cost it would keep a model slower than the
 whole model in one layout. So the run, once the finalists are re-timed, lowers the model export would keep, takes
-the kernels no tuned task accounts for, and times each as it will run (its untuned code, on the run's runner), once
-per choice; the log keeps the figures (:meth:`autosearch.records.TuningLog.write_transitions`) and export counts
-them (:func:`autosearch.deploy.database.lowering_of`).
+the kernels no tuned task accounts for and tunes them as tasks of their own, briefly (their spaces are small), once
+per choice; the log keeps their trials (export puts their best in the database) and a record of what each costs
+the model (:meth:`autosearch.records.TuningLog.write_transitions`), which export counts
+(:func:`autosearch.deploy.database.lowering_of`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,20 @@ from autosearch.frontend.task import TuningTask
 
 log = logging.getLogger(__name__)
 
+# trials per transform kernel, as the scheduler spreads them (a transpose's space is small: a blocked copy sketch of
+# the tile size, TVM's parallel-vectorise-unroll)
+TRIALS_PER_KERNEL = 8
 
-def transition_tasks(relax_mod, target, lowering: dict[str, Any], tuned_keys) -> list[TuningTask] | None:
+
+# the lowering options a task header carries (a log's tasks agree on them: export reads them from any)
+RUN_OPTIONS = ("winograd", "layout", "fast_math", "precision")
+
+
+def transition_tasks(relax_mod, target, lowering: dict[str, Any], headers: dict[str, dict]) -> list[TuningTask] | None:
     """The kernels of the model ``lowering`` (export's :func:`~autosearch.deploy.database.lowering_of`, with
-    ``layer_layouts``) builds that none of ``tuned_keys`` (workload keys) is, as tasks weighted by their calls; None
-    when a convolution is among them (the tasks are not the whole model's: compile builds one layout then)."""
+    ``layer_layouts``) builds that none of the log's tasks (``headers``, by workload key) is, as tasks weighted by
+    their calls, their lowering records the run's options and ``"transition": True``; None when a convolution is
+    among them (the tasks are not the whole model's: compile builds one layout then)."""
     import tvm
 
     from autosearch.deploy.build import model_kernels
@@ -38,7 +48,9 @@ def transition_tasks(relax_mod, target, lowering: dict[str, Any], tuned_keys) ->
     lowered = lower(relax_mod, target, winograd=policy, layout=str(lowering["layout"]),
                     fast_math=str(lowering.get("fast_math", "on")), folder=ConstantFolder(),
                     layer_layouts=dict(lowering["layer_layouts"]))
-    known = set(tuned_keys)
+    known = set(headers)
+    options = next((h.get("lowering") or {} for h in headers.values()), {})
+    task_lowering = {**{k: options[k] for k in RUN_OPTIONS if k in options}, "transition": True}
     funcs = {gv.name_hint: func for gv, func in lowered.functions_items() if isinstance(func, tvm.tirx.PrimFunc)}
     out = []
     for kernel in model_kernels(lowered):
@@ -48,26 +60,42 @@ def transition_tasks(relax_mod, target, lowering: dict[str, Any], tuned_keys) ->
             return None
         mod = tvm.IRModule({"main": funcs[kernel.name].with_attr("global_symbol", "main")})
         out.append(task_from_module(mod, target, index=len(out), name=kernel.name, weight=kernel.calls,
-                                    lowering={"transition": True}))
+                                    lowering=task_lowering))
     return out
 
 
-def time_transitions(tasks: list[TuningTask], runner, layer_layouts: dict[str, str]) -> dict[str, Any]:
-    """Each task's untuned kernel timed by ``runner`` (as :meth:`prepare` times a task's baseline): the log's
-    ``transitions`` record. ``seconds``: calls x latency summed, None when a kernel failed (then no estimate of the
-    model can be made, and export keeps one layout)."""
-    results = runner.prepare_many(tasks) if tasks else []
+def tune_transitions(tasks: list[TuningTask], *, runner, tuning_log, strategy: str, layer_layouts: dict[str, str],
+                     resume=None, batch: int = 8, seed: int = 0) -> dict[str, Any]:
+    """Tune ``tasks`` (:func:`transition_tasks`) for :data:`TRIALS_PER_KERNEL` trials each (their untuned kernels
+    first, their headers and trials logged as any task's: export puts their best in the database, and compile builds
+    the model with them), and return the log's ``transitions`` record for ``layer_layouts``: each kernel at the
+    faster of its untuned code and its best trial, times its calls; ``seconds`` None when one has neither (then no
+    estimate of the model can be made, and export keeps one layout)."""
+    from autosearch.search.sketch_store import SketchStore
+    from autosearch.search.tuner import Tuner
+
+    summary = Tuner(tasks=tasks, runner=runner, log=tuning_log, strategy=strategy,
+                    budget=TRIALS_PER_KERNEL * len(tasks), batch=batch, seed=seed, finalists=0, finalist_rounds=0,
+                    resume=resume, sketch_store=SketchStore()).run() if tasks else None
     kernels = []
-    for task, result in zip(tasks, results, strict=True):
-        kernels.append({"name": task.name, "workload_key": task.workload_key, "calls": task.weight,
-                        "seconds": result.median if result.ok else None,
-                        **({} if result.ok else {"error": f"{result.status}: {result.error}"[:300]})})
+    for state in summary.states if summary is not None else []:
+        timed = [r.median for r in (state.baseline, state.best) if r is not None and r.ok]
+        untuned = state.baseline.median if state.baseline is not None and state.baseline.ok else None
+        kernels.append({"name": state.task.name, "workload_key": state.task.workload_key, "calls": state.task.weight,
+                        "seconds": min(timed) if timed else None, "untuned_seconds": untuned,
+                        "trials": state.trials})
     failed = [k["name"] for k in kernels if k["seconds"] is None]
     if failed:
-        log.warning("the layout transforms of one layout per convolution could not all be timed (%s): export keeps "
-                    "one layout", ", ".join(failed))
-    seconds = None if failed else sum(k["calls"] * k["seconds"] for k in kernels)
+        log.warning("the layout transforms of one layout per convolution could not all be timed (%s): export "
+                     "keeps one layout", ", ".join(failed))
+    seconds = None if failed or (summary is not None and summary.interrupted) else sum(
+        k["calls"] * k["seconds"] for k in kernels)
     return {"layer_layouts": dict(sorted(layer_layouts.items())), "seconds": seconds, "kernels": kernels}
+
+
+def is_transition(header: dict) -> bool:
+    """Whether a log's task header is such a kernel's (:func:`transition_tasks`)."""
+    return bool((header.get("lowering") or {}).get("transition"))
 
 
 def timed_for(transitions: list[dict[str, Any]], layer_layouts: dict[str, str]) -> dict[str, Any] | None:
@@ -79,4 +107,4 @@ def timed_for(transitions: list[dict[str, Any]], layer_layouts: dict[str, str]) 
     return None
 
 
-__all__ = ["time_transitions", "timed_for", "transition_tasks"]
+__all__ = ["RUN_OPTIONS", "TRIALS_PER_KERNEL", "is_transition", "timed_for", "transition_tasks", "tune_transitions"]
