@@ -501,8 +501,11 @@ def _tune_transitions(relax_mod, target: Any, log_path: str, tuning_log, runner,
         return
     record = tune_transitions(tasks, runner=runner, tuning_log=tuning_log, strategy=strategy, layer_layouts=mixed,
                               resume=contents, batch=batch, seed=seed)
-    tuning_log.write_transitions(record)
     summary.timing["transitions"] = time.perf_counter() - clock
+    if record is None:  # Ctrl-C: the run is interrupted, and a resume tunes them on from their logged trials
+        summary.interrupted = True
+        return
+    tuning_log.write_transitions(record)
 
 
 def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summary: TuneSummary, *,

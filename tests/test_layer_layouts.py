@@ -292,6 +292,29 @@ def test_the_kernels_between_layouts_are_found_tuned_and_logged(leaky_model, tar
     assert record["seconds"] == pytest.approx(sum(k["calls"] * k["seconds"] for k in record["kernels"]))
 
 
+def test_transforms_whose_tuning_is_interrupted_leave_no_record(leaky_model, target, tmp_path):
+    """Ctrl-C while the transforms are tuned: no record (a resume tunes them on), not a record without an estimate,
+    which would drop one layout per convolution for good."""
+    from autosearch.records import TuningLog, read_log
+    from autosearch.search.transitions import transition_tasks, tune_transitions
+
+    class Interrupted:  # the runner is not under test: the user's Ctrl-C arrives while it builds
+        name = "interrupted"
+
+        def prepare_many(self, tasks, meanwhile=None):
+            raise KeyboardInterrupt
+
+    _, model = leaky_model
+    mixed = {FIRST: "NCHW", SECOND: "NHWC"}
+    lowering = {"winograd": "auto", "layout": "NHWC", "fast_math": "on", "precision": "fp32", "layer_layouts": mixed}
+    tasks = transition_tasks(model.relax_mod, target, lowering, {t.workload_key: t.to_json() for t in model.tasks})
+    path = str(tmp_path / "run.jsonl")
+    with TuningLog(path) as log:
+        assert tune_transitions(tasks, runner=Interrupted(), tuning_log=log, strategy="random",
+                                layer_layouts=mixed) is None
+    assert not read_log(path).transitions
+
+
 def test_the_runs_summary_gives_the_model_export_keeps_one_layout_per_convolution():
     """The run's closing lines name the model export keeps: one layout per convolution with the whole models beside
     it, and the estimate of that model (not of the faster whole one)."""

@@ -65,18 +65,21 @@ def transition_tasks(relax_mod, target, lowering: dict[str, Any], headers: dict[
 
 
 def tune_transitions(tasks: list[TuningTask], *, runner, tuning_log, strategy: str, layer_layouts: dict[str, str],
-                     resume=None, batch: int = 8, seed: int = 0) -> dict[str, Any]:
+                     resume=None, batch: int = 8, seed: int = 0) -> dict[str, Any] | None:
     """Tune ``tasks`` (:func:`transition_tasks`) for :data:`TRIALS_PER_KERNEL` trials each (their untuned kernels
     first, their headers and trials logged as any task's: export puts their best in the database, and compile builds
     the model with them), and return the log's ``transitions`` record for ``layer_layouts``: each kernel at the
     faster of its untuned code and its best trial, times its calls; ``seconds`` None when one has neither (then no
-    estimate of the model can be made, and export keeps one layout)."""
+    estimate of the model can be made, and export keeps one layout). None when Ctrl-C stopped it: nothing to record,
+    a resumed run tunes them again from their logged trials."""
     from autosearch.search.sketch_store import SketchStore
     from autosearch.search.tuner import Tuner
 
     summary = Tuner(tasks=tasks, runner=runner, log=tuning_log, strategy=strategy,
                     budget=TRIALS_PER_KERNEL * len(tasks), batch=batch, seed=seed, finalists=0, finalist_rounds=0,
                     resume=resume, sketch_store=SketchStore()).run() if tasks else None
+    if summary is not None and summary.interrupted:
+        return None
     kernels = []
     for state in summary.states if summary is not None else []:
         timed = [r.median for r in (state.baseline, state.best) if r is not None and r.ok]
@@ -88,8 +91,7 @@ def tune_transitions(tasks: list[TuningTask], *, runner, tuning_log, strategy: s
     if failed:
         log.warning("the layout transforms of one layout per convolution could not all be timed (%s): export "
                      "keeps one layout", ", ".join(failed))
-    seconds = None if failed or (summary is not None and summary.interrupted) else sum(
-        k["calls"] * k["seconds"] for k in kernels)
+    seconds = None if failed else sum(k["calls"] * k["seconds"] for k in kernels)
     return {"layer_layouts": dict(sorted(layer_layouts.items())), "seconds": seconds, "kernels": kernels}
 
 
