@@ -19,7 +19,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from autosearch.errors import UserError, make_writable_dir
@@ -391,7 +391,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     ``ray``, or a runner object (the caller closes it); ``measure``: how each config is timed.
 
     ``on_event`` gets a :class:`TunePlanned`, a :class:`TuneStarted`, then a :class:`~autosearch.search.tuner.TuneEvent`
-    after each batch, untuned timing and re-timing (what the CLI's progress bar shows). Ctrl-C stops the search:
+    after each batch, untuned timing and re-timing (what the CLI's progress bar shows), and of the layout transforms
+    tuned at the end of a ``--layout auto`` run (phase ``"transitions"``). Ctrl-C stops the search:
     the log keeps every finished batch and the result says ``interrupted``; no plot is drawn then (seconds of
     matplotlib on a slow machine between the Ctrl-C and the prompt), the resumed run draws it from the log's start.
     """
@@ -467,7 +468,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
                             sketch_store=SketchStore()).run()
             if not summary.interrupted and imported.layout == "auto":
                 _tune_transitions(imported.relax_mod, target, log_path, tuning_log, measuring, summary,
-                                  strategy=strategy, batch=batch, seed=seed)
+                                  strategy=strategy, batch=batch, seed=seed,
+                                  on_event=lambda event: notify(replace(event, phase="transitions")))
         finally:
             if own:
                 measuring.close()
@@ -477,10 +479,10 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
 
 
 def _tune_transitions(relax_mod, target: Any, log_path: str, tuning_log, runner, summary: TuneSummary, *,
-                      strategy: str, batch: int, seed: int) -> None:
+                      strategy: str, batch: int, seed: int, on_event) -> None:
     """Where export would keep one layout per convolution, tune the layout transforms that model adds between its
     layers (:mod:`autosearch.search.transitions`), once per choice, into the log: export counts them and exports
-    their best."""
+    their best. ``on_event`` gets its progress (events of phase ``"transitions"``)."""
     import time
 
     from autosearch.deploy.database import lowering_of
@@ -500,7 +502,7 @@ def _tune_transitions(relax_mod, target: Any, log_path: str, tuning_log, runner,
     if tasks is None:  # a convolution of that model was not tuned (--tasks): compile builds one layout
         return
     record = tune_transitions(tasks, runner=runner, tuning_log=tuning_log, strategy=strategy, layer_layouts=mixed,
-                              resume=contents, batch=batch, seed=seed)
+                              resume=contents, batch=batch, seed=seed, on_event=on_event)
     summary.timing["transitions"] = time.perf_counter() - clock
     if record is None:  # Ctrl-C: the run is interrupted, and a resume tunes them on from their logged trials
         summary.interrupted = True

@@ -55,17 +55,24 @@ class TuningProgress:
         if event.phase == "baseline":
             base = event.batch_results[0]
             label += " (untuned " + (f"{base.median * 1e3:.1f} ms)" if base.ok else f"{base.status.value})")
+        if event.phase == "transitions":  # a sub-run after the search, its own trials and clock: the bar stays
+            label += " (layout transforms)"
+            position = {}
+        else:
+            position = {"completed": self._completed(event), "trials": event.trials_done}
         self._progress.update(
-            self._bar, completed=self._completed(event),
-            trials=event.trials_done, task_name=label,
+            self._bar, **position, task_name=label,
             best=f"{state.best_gflops:.1f}" if state.best is not None else "-",
             speedup=f"{state.speedup:.1f}" if state.speedup else "-",
             failures=sum(1 for r in state.measured.values() if not r.ok),
         )
-        if not self.console.is_terminal and event.phase == "batch":
+        if not self.console.is_terminal and event.phase in ("batch", "transitions"):
+            done = (f"layout transforms {event.trials_done}/{event.budget}" if event.phase == "transitions"
+                    else self._done(event))
             self.console.print(
-                f"[{self._done(event)}] task #{state.task.index} {state.task.name}: "
-                f"{state.trials} trials, best {state.best_gflops:.1f} GFLOPS (x{state.speedup:.1f} vs untuned)"
+                f"[{done}] task #{state.task.index} {state.task.name}: "
+                f"{state.trials} trials, best {state.best_gflops:.1f} GFLOPS (x{state.speedup:.1f} vs untuned)",
+                markup=False,  # "[layout transforms 3/16]" would read as a style tag
             )
 
     def _completed(self, event: TuneEvent) -> float:

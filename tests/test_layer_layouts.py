@@ -277,10 +277,14 @@ def test_the_kernels_between_layouts_are_found_tuned_and_logged(leaky_model, tar
     assert transition_tasks(model.relax_mod, target, lowering, nhwc) is None
 
     path = str(tmp_path / "run.jsonl")
+    events = []
     with LocalRunner(target=target) as runner, TuningLog(path) as log:
         log.write_run({"strategy": "random"})
-        record = tune_transitions(tasks, runner=runner, tuning_log=log, strategy="random", layer_layouts=mixed)
+        record = tune_transitions(tasks, runner=runner, tuning_log=log, strategy="random", layer_layouts=mixed,
+                                  on_event=events.append)
         log.write_transitions(record)
+    assert {e.task.task.workload_key for e in events} == {t.workload_key for t in tasks}  # progress of each
+    assert events[-1].trials_done == sum(k["trials"] for k in record["kernels"])
     contents = read_log(path)
     assert not contents.corrupt and timed_for(contents.transitions, dict(reversed(mixed.items()))) == record
     assert timed_for(contents.transitions, {FIRST: "NHWC", SECOND: "NHWC"}) is None

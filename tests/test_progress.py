@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 from rich.console import Console
@@ -46,3 +47,16 @@ def test_a_budget_alone_counts_trials_and_a_limit_alone_seconds():
     with timed:
         timed.update(_event(100, 300, None))
     assert "100 trials, 5.0/10 min" in out.getvalue()
+
+
+def test_the_layout_transforms_after_the_search_are_shown_without_moving_the_bar():
+    """The transforms tuned after the search count their own trials from 0: the bar stays where the search left it
+    (not back to the start), the label and a non-terminal log's line say what runs."""
+    progress, out = _progress(budget=400)
+    with progress:
+        progress.update(_event(400, 600, 400))
+        progress.update(dataclasses.replace(_event(3, 5, 16), phase="transitions"))
+        bar = progress._progress.tasks[0]
+        assert bar.completed == 400 and bar.fields["trials"] == 400
+        assert bar.fields["task_name"].endswith("(layout transforms)")
+    assert "[layout transforms 3/16] task #0 conv" in out.getvalue()

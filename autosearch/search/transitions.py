@@ -15,9 +15,13 @@ the model (:meth:`autosearch.records.TuningLog.write_transitions`), which export
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from autosearch.frontend.task import TuningTask
+
+if TYPE_CHECKING:
+    from autosearch.search.tuner import TuneEvent
 
 log = logging.getLogger(__name__)
 
@@ -65,19 +69,21 @@ def transition_tasks(relax_mod, target, lowering: dict[str, Any], headers: dict[
 
 
 def tune_transitions(tasks: list[TuningTask], *, runner, tuning_log, strategy: str, layer_layouts: dict[str, str],
-                     resume=None, batch: int = 8, seed: int = 0) -> dict[str, Any] | None:
+                     resume=None, batch: int = 8, seed: int = 0,
+                     on_event: Callable[[TuneEvent], None] | None = None) -> dict[str, Any] | None:
     """Tune ``tasks`` (:func:`transition_tasks`) for :data:`TRIALS_PER_KERNEL` trials each (their untuned kernels
     first, their headers and trials logged as any task's: export puts their best in the database, and compile builds
     the model with them), and return the log's ``transitions`` record for ``layer_layouts``: each kernel at the
     faster of its untuned code and its best trial, times its calls; ``seconds`` None when one has neither (then no
     estimate of the model can be made, and export keeps one layout). None when Ctrl-C stopped it: nothing to record,
-    a resumed run tunes them again from their logged trials."""
+    a resumed run tunes them again from their logged trials. ``on_event`` gets this sub-run's progress, as the run's
+    own (its trials counted from 0)."""
     from autosearch.search.sketch_store import SketchStore
     from autosearch.search.tuner import Tuner
 
     summary = Tuner(tasks=tasks, runner=runner, log=tuning_log, strategy=strategy,
                     budget=TRIALS_PER_KERNEL * len(tasks), batch=batch, seed=seed, finalists=0, finalist_rounds=0,
-                    resume=resume, sketch_store=SketchStore()).run() if tasks else None
+                    resume=resume, on_event=on_event, sketch_store=SketchStore()).run() if tasks else None
     if summary is not None and summary.interrupted:
         return None
     kernels = []

@@ -50,7 +50,9 @@ class TuneEvent:
     budget: int | None  # the trial budget; None when the run is bounded by its time limit alone
     batch_results: Sequence[MeasureResult]
     elapsed: float
-    phase: str = "batch"  # "baseline" | "batch" | "retime"
+    # "baseline" | "batch" | "retime"; "transitions": the layout transforms tuned after the run (api.tune), their own
+    # trials and clock counted from 0
+    phase: str = "batch"
 
 
 @dataclass
