@@ -521,15 +521,6 @@ def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summar
     except UserError:  # no layout's model measured yet
         lowering = {}
     kept = compiled_tasks(contents, lowering)
-    png = None
-    if plot and summary.trials and not summary.interrupted:
-        from autosearch.plots import plot_run
-        from autosearch.search.estimates import estimate_curve, task_shares
-
-        curve = estimate_curve(contents)
-        if curve:
-            png = plot_run(curve, task_shares(contents, kept), os.path.splitext(log_path)[0] + ".png",
-                           title=f"{model} — {strategy}")
     layouts = dict(lowering.get("layout_totals") or {})  # --layout auto: each layout's model, as export chose
     leader = lowering.get("layout") if layouts else None
     kept_keys = set(kept)
@@ -544,6 +535,18 @@ def _tune_result(model: str, strategy: str, log_path: str, guidance: str, summar
     if transitions is not None:  # kernels of the kept model that no task is: counted as the run timed them
         model_secs = model_secs + transitions if model_secs is not None else None
         retimed_model_secs = retimed_model_secs + transitions if retimed_model_secs is not None else None
+    png = None
+    if plot and summary.trials and not summary.interrupted:
+        from autosearch.plots import plot_run
+        from autosearch.search.estimates import estimate_curve, task_shares
+
+        curve = estimate_curve(contents)
+        if curve:
+            final = retimed_model_secs if retimed_model_secs is not None else model_secs
+            label = "export's model" + (", re-timed" if retimed_model_secs is not None else "") + (
+                ", with its layout transforms" if transitions is not None else "")
+            png = plot_run(curve, task_shares(contents, kept), os.path.splitext(log_path)[0] + ".png",
+                           title=f"{model} — {strategy}", final=final, final_label=label)
     return TuneResult(model=model, strategy=strategy, log=log_path, plot=png, guidance=guidance, tasks=tasks,
                       trials=summary.trials, elapsed_secs=summary.elapsed, interrupted=summary.interrupted,
                       untuned_secs=untuned, tuned_secs=tuned, layout=leader, layout_estimates=layouts,

@@ -44,21 +44,27 @@ def save(fig, path: str, *, rect: tuple[float, float, float, float] | None = Non
     return path
 
 
-def plot_run(curve: Sequence[Any], shares: Sequence[Any], path: str, *, title: str = "", top: int = 10) -> str:
+def plot_run(curve: Sequence[Any], shares: Sequence[Any], path: str, *, title: str = "", top: int = 10,
+             final: float | None = None, final_label: str = "export's model") -> str:
     """A run at a glance: the model's estimated latency against minutes and against trials
     (:func:`autosearch.search.estimates.estimate_curve`), and the tasks' shares of the final estimate
     (:func:`autosearch.search.estimates.task_shares`, the ``top`` largest, the rest as one bar); returns the path
-    written."""
+    written. ``final`` (seconds), drawn as a point at the curve's end: the estimate of the model export keeps, which
+    the curve cannot hold (the finalists re-timed, the layout transforms between layers timed after the search)."""
     fig, axes = figure(1, 3, size=(18.0, 5.0))
     ms = [p.latency * 1e3 for p in curve]
     for ax, xs, label in ((axes[0, 0], [p.seconds / 60 for p in curve], "minutes"),
                           (axes[0, 1], [p.trials for p in curve], "trials")):
-        ax.step(xs, ms, where="post", linewidth=1.8, color="#2a7ab9")
+        ax.step(xs, ms, where="post", linewidth=1.8, color="#2a7ab9", label="sum of the best trials")
         ax.set_yscale("log")
         ax.set_xlabel(label)
         ax.set_ylabel("estimated model latency (ms, log)")
         if ms:
             ax.annotate(f"{ms[-1]:.3g} ms", (xs[-1], ms[-1]), xytext=(-4, 6), textcoords="offset points", ha="right")
+        if ms and final is not None:
+            ax.plot([xs[-1]], [final * 1e3], marker="D", linestyle="none", color="#c0392b",
+                    label=f"{final_label}: {final * 1e3:.3g} ms")
+            ax.legend(loc="upper right", fontsize=8)
     axes[0, 0].set_title(title or "Tuning progress")
     axes[0, 1].set_title("the sum over tasks of weight x best latency")
     ax = axes[0, 2]

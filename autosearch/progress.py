@@ -62,16 +62,18 @@ class TuningProgress:
             position = {"completed": self._completed(event), "trials": event.trials_done}
         self._progress.update(
             self._bar, **position, task_name=label,
-            best=f"{state.best_gflops:.1f}" if state.best is not None else "-",
+            best=f"{state.best_gflops:.1f}" if state.best is not None and state.task.flops else "-",
             speedup=f"{state.speedup:.1f}" if state.speedup else "-",
             failures=sum(1 for r in state.measured.values() if not r.ok),
         )
         if not self.console.is_terminal and event.phase in ("batch", "transitions"):
             done = (f"layout transforms {event.trials_done}/{event.budget}" if event.phase == "transitions"
                     else self._done(event))
+            best = (f"{state.best_gflops:.1f} GFLOPS" if state.task.flops  # a layout transform computes nothing
+                    else f"{state.best.median * 1e3:.3g} ms" if state.best is not None else "-")
             self.console.print(
                 f"[{done}] task #{state.task.index} {state.task.name}: "
-                f"{state.trials} trials, best {state.best_gflops:.1f} GFLOPS (x{state.speedup:.1f} vs untuned)",
+                f"{state.trials} trials, best {best} (x{state.speedup:.1f} vs untuned)",
                 markup=False,  # "[layout transforms 3/16]" would read as a style tag
             )
 

@@ -11,7 +11,7 @@ from autosearch.frontend.task import TuningTask
 from autosearch.progress import TuningProgress
 from autosearch.search.scheduler import TaskState
 from autosearch.search.tuner import TuneEvent
-from autosearch.types import MeasureResult, Status
+from autosearch.types import Config, MeasureResult, Status
 
 
 def _event(trials: int, elapsed: float, budget: int | None) -> TuneEvent:
@@ -60,3 +60,18 @@ def test_the_layout_transforms_after_the_search_are_shown_without_moving_the_bar
         assert bar.completed == 400 and bar.fields["trials"] == 400
         assert bar.fields["task_name"].endswith("(layout transforms)")
     assert "[layout transforms 3/16] task #0 conv" in out.getvalue()
+
+
+def test_a_layout_transform_is_shown_by_its_time_not_by_gflops():
+    """A transform computes nothing (0 FLOPs): "0.0 GFLOPS" would read as a broken kernel, so its best is in ms."""
+    task = TuningTask(index=7, name="transpose", weight=1, flops=0, mod=None, target=None, args=(), workload_key="7")
+    state = TaskState(task=task, baseline=MeasureResult(Status.OK, (8e-3,)))
+    state.record(Config(0, (1,)), MeasureResult(Status.OK, (2e-3,)))
+    event = TuneEvent(task=state, trials_done=1, budget=4, batch_results=[MeasureResult(Status.OK, (2e-3,))],
+                      elapsed=1.0, phase="transitions")
+    progress, out = _progress(budget=400)
+    with progress:
+        progress.update(event)
+        assert progress._progress.tasks[0].fields["best"] == "-"
+    line = next(x for x in out.getvalue().splitlines() if x.startswith("[layout transforms"))
+    assert "best 2 ms (x4.0 vs untuned)" in line and "GFLOPS" not in line
