@@ -21,6 +21,11 @@ load beside the CPU torch. So the exports run in a separate virtualenv, never th
 torchvision registers fake kernels for its ``nms`` / ``qnms`` ops at import and fails when its C++ library
 did not define them; the export script defines their schemas first (an export never calls them).
 Exports are kept in ``--work`` (re-used on a second run). Writes experiments/results/real_exports.{md,json}.
+Untrained weights are PyTorch's default initialisation, which shrinks a signal about threefold per convolution:
+through a hundred of them a YOLO's features fall to 1e-9 of the head's biases, and the export computes the same
+output, to the last bit, whatever the image, so no comparison of outputs could see a wrong kernel. Before export
+each convolution's weights are scaled so its output has unit variance on a noise image (LSUV; the built-in
+models' weights are drawn to that end, ``workloads/builder.py``); shapes, and so every kernel, are unchanged.
 ``--export NAME`` only writes ``--work/NAME.onnx``, Ultralytics' default export of a model that is not built in
 (YOLO12n, whose area attention is what the results measure it for).
 """
@@ -55,10 +60,24 @@ import ultralytics
 from ultralytics import YOLO
 name, out, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 torch.manual_seed(0)
-path = YOLO(name + ".yaml").export(format="onnx", imgsz=640, **options)
+yolo = YOLO(name + ".yaml")
+net = yolo.model.eval()  # batch norms at their initial statistics: the identity, as export folds them
+x = torch.rand(1, 3, 320, 320, generator=torch.Generator().manual_seed(0))
+convs = [m for m in net.modules() if isinstance(m, torch.nn.Conv2d) and m.weight.requires_grad]  # not DFL's
+with torch.no_grad():
+    for _ in range(2):  # layer-sequential unit variance (Mishkin & Matas, 2016), twice: a layer's input moves
+        for conv in convs:
+            seen = []
+            hook = conv.register_forward_hook(lambda m, i, o: seen.append(o))
+            net(x)
+            hook.remove()
+            signal = seen[0] - (conv.bias.view(1, -1, 1, 1) if conv.bias is not None else 0)
+            conv.weight.mul_(1.0 / max(float(signal.std()), 1e-12))
+path = yolo.export(format="onnx", imgsz=640, **options)
 shutil.move(path, out)
-print(json.dumps({"ultralytics": ultralytics.__version__, "torch": torch.__version__}))
+print(json.dumps({"ultralytics": ultralytics.__version__, "torch": torch.__version__, "weights": WEIGHTS}))
 """
+WEIGHTS = "random, each convolution scaled to unit output variance"
 
 
 def export(python: str, name: str, kind: str, path: str) -> dict:
@@ -66,10 +85,13 @@ def export(python: str, name: str, kind: str, path: str) -> dict:
     versions_path = path + ".versions.json"
     if os.path.exists(path) and os.path.exists(versions_path):
         with open(versions_path) as f:
-            return json.load(f)
+            versions = json.load(f)
+        if versions.get("weights") == WEIGHTS:  # an export of before the scaling is made again
+            return versions
     env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_AUTOINSTALL": "0"}
     options = json.dumps(KINDS.get(kind, {}))  # DEFAULT: none
-    proc = subprocess.run([python, "-c", EXPORT_SCRIPT, name, path, options], capture_output=True, text=True,
+    script = f"WEIGHTS = {WEIGHTS!r}\n" + EXPORT_SCRIPT
+    proc = subprocess.run([python, "-c", script, name, path, options], capture_output=True, text=True,
                           cwd=os.path.dirname(path), env=env, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"export of {name} ({kind}) failed:\n{proc.stderr[-3000:]}")

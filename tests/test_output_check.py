@@ -59,3 +59,15 @@ def test_nan_inf_and_a_shape_change_never_match(tmp_path):
     np.savez(a, out0=y, out1=y[0, :4])
     np.savez(b, out0=y, out1=y[0, :4] + 100)  # the second output's boxes off by 100 pixels
     assert max_relative_error(a, b) > 0.1 and max_relative_error(a, a) == 0.0
+
+
+def test_a_bf16_row_is_shown_beside_openvinos_deviation_in_bf16():
+    """On a model whose outputs bf16 moves past the tolerance (a deep net of random weights), the TVM row says how far
+    OpenVINO's bf16 moved them too; the verdicts are not changed, and an fp32 row gets no such note."""
+    ov = "OpenVINO (default precision: bf16)"
+    checks = {"TVM tuned (bf16 on 3 layers)": report._check_from(0.25, "bf16"), ov: report._check_from(0.51, "bf16"),
+              "OpenVINO (fp32)": report._check_from(1e-4, "f32")}
+    report._beside_peer(checks, {"TVM tuned (bf16 on 3 layers)": "bf16", ov: "bf16", "OpenVINO (fp32)": "f32"})
+    tvm = checks["TVM tuned (bf16 on 3 layers)"]
+    assert not tvm.matches and tvm.line("TVM", markup=False).endswith(f"; {ov}: 5.10e-01)")
+    assert ov + ":" not in checks[ov].note and checks["OpenVINO (fp32)"].note == ""
