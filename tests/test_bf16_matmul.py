@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from tests.conftest import run_cli, tune_and_export
@@ -145,12 +146,13 @@ def test_a_bf16_matmul_is_checked_with_bf16s_tolerance() -> None:
 
 
 def test_an_attention_is_fused_where_nothing_else_reads_its_scores(tmp_path, target) -> None:
-    """On AMX, ``--precision bf16`` computes the attention as one task, no softmax or matmul of its own left; when
-    the scores are also the model's output, the matmuls stay apart (each a bf16 matmul) and the softmax fp32."""
+    """On AMX or the dot product, ``--precision bf16`` computes the attention as one task, no softmax or matmul of
+    its own left; when the scores are also the model's output, the matmuls stay apart (each a bf16 matmul) and the
+    softmax fp32."""
     from autosearch.frontend.importer import import_model
     from autosearch.tensor_units import attention, matmul
 
-    _needs_amx(target)
+    _needs_bf16_unit(target)
     names = {}
     for scores_out in (False, True):
         path = str(tmp_path / f"attention{int(scores_out)}.onnx")
@@ -170,7 +172,7 @@ def test_under_layout_auto_the_fp32_side_of_an_attention_keeps_its_layer(tmp_pat
     from autosearch.frontend.importer import import_model
     from autosearch.frontend.lowering import LAYOUTS
 
-    _needs_amx(target)
+    _needs_bf16_unit(target)
     path = str(tmp_path / "attention.onnx")
     gram_onnx(path, softmax=True)
     tasks = import_model(path, target, layout="auto", precision="auto", layouts=LAYOUTS).tasks  # both models
@@ -181,18 +183,38 @@ def test_under_layout_auto_the_fp32_side_of_an_attention_keeps_its_layer(tmp_pat
     assert not [t for t in tasks if ("softmax" in t.name or "matmul" in t.name) and "layer" not in t.lowering]
 
 
+def _needs_bf16_unit(target) -> None:
+    """Skip unless the host has a unit the fused attention runs on: AMX tiles or the AVX512-BF16 dot product."""
+    from autosearch.tensor_units import cpu
+
+    if cpu.bf16_unit(target) is None:
+        pytest.skip("this CPU has neither AMX-BF16 nor AVX512-BF16")
+
+
 def test_fused_attention_on_amx_matches_numpy(tmp_path, target) -> None:
     """Every sketch of the fused attention, at its default and a random config, against NumPy with bf16's
     numerics: q, k and v rounded, scores and softmax exact, the probabilities rounded before the second product."""
+    from autosearch.tensor_units.amx import request_permission
+
+    _needs_amx(target)
+    request_permission()
+    _fused_attention_matches_numpy(tmp_path, target, sketches=8)  # 40 rows to 64, 40 columns to 64, 24 to 32
+
+
+def test_fused_attention_on_the_dot_product_matches_numpy(tmp_path) -> None:
+    """The same on AVX512-BF16 without AMX (AMD Zen 4): blocks of 16 or 32 query rows, each product in
+    accumulator blocks of 8 rows x 32 columns or 16 x 16, every combination the extents allow."""
+    _needs_avx512_bf16()
+    _fused_attention_matches_numpy(tmp_path, _dot_target(), sketches=8)
+
+
+def _fused_attention_matches_numpy(tmp_path, target, *, sketches: int) -> None:
     import tvm
 
     from autosearch.frontend.importer import import_model
     from autosearch.search.space import DecisionSpace
     from autosearch.tensor_units import attention
-    from autosearch.tensor_units.amx import request_permission
 
-    _needs_amx(target)
-    request_permission()
     path = str(tmp_path / "attention.onnx")
     gram_onnx(path, softmax=True)
     model = import_model(path, target, layout="NHWC", precision="bf16")
@@ -207,8 +229,7 @@ def test_fused_attention_on_amx_matches_numpy(tmp_path, target) -> None:
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     want = rounded(probs / probs.sum(-1, keepdims=True)) @ rounded(v)
     space = DecisionSpace(task.mod, task.target)
-    # 40 rows padded to 64 (pairs of tiles), 40 score columns to 64 and 24 output columns to 32: every tile shape
-    assert len(space.sketches) == 8
+    assert len(space.sketches) == sketches
     dev = tvm.cpu()
     for sketch in space.sketches:
         for config in (space.default(sketch.index), space.sample(rng)):
@@ -221,9 +242,10 @@ def test_fused_attention_on_amx_matches_numpy(tmp_path, target) -> None:
 
 
 def test_an_attention_and_a_matmul_tuned_both_ways_then_exported_and_compiled(tmp_path, target) -> None:
-    """A real run with ``--precision auto`` on AMX: the attention is one layer, its fused bf16 task against its two
-    matmuls and softmax in fp32, and the matmul after it another, bf16 against fp32; every bf16 kernel passes the
-    check against its fp32 reference, export records each layer's faster precision, and the compiled model is
+    """A real run with ``--precision auto`` on AMX or the dot product: the attention is one layer, its fused bf16
+    task against its two matmuls and softmax in fp32, and the matmul after it another, bf16 against fp32; every bf16
+    kernel passes the check against its fp32 reference, export records each layer's faster precision, and the
+    compiled model is
     within bf16's tolerance of ONNX Runtime's output."""
     import onnxruntime as ort
     import tvm
@@ -232,7 +254,7 @@ def test_an_attention_and_a_matmul_tuned_both_ways_then_exported_and_compiled(tm
     from autosearch.deploy.database import database_lowering
     from autosearch.tensor_units import attention, matmul
 
-    _needs_amx(target)
+    _needs_bf16_unit(target)
     run = tune_and_export(tmp_path, lambda p: gram_onnx(p, softmax=True), trials=24, batch=4,
                           options=("--layout", "NHWC", "--precision", "auto", "--winograd", "off",
                                    "--finalist-rounds", "0"))

@@ -56,7 +56,8 @@ def test_auto_precision_on_a_cpu_with_the_dot_product_tunes_bf16_on_it(capfd) ->
     proc = run_cli_here(capfd, "tasks", "--model", "tiny-yolov2", "--layout", "NHWC", "--target", target)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout.replace("\n", " ")
-    assert "precision: auto (each eligible NHWC convolution and matmul tuned in fp32 and in bf16 on AVX512-BF16" in text
+    assert ("precision: auto (each eligible NHWC convolution, matmul and attention tuned in fp32 and in bf16 on "
+            "AVX512-BF16") in text
     assert "amx_bf16" in proc.stdout  # the bf16 tasks: the flattened convolution's, whichever unit computes it
 
 

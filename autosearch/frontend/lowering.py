@@ -122,7 +122,7 @@ def resolve_precision(mode: str, target, layout: str) -> tuple[str, str]:
         if mode == "bf16":
             raise UserError("--precision bf16 needs NHWC convolutions: use --layout NHWC or auto")
         return "fp32", "bf16 convolutions are NHWC and --layout is NCHW"
-    layers = "convolution, matmul and attention" if unit == "AMX-BF16" else "convolution and matmul"
+    layers = "convolution, matmul and attention"
     winograd = " (the wide 3x3 convolutions also as bf16 Winograd)" if unit == "AVX512-BF16" else ""
     return mode, (f"every eligible NHWC {layers} in bf16 on {unit}" if mode == "bf16"
                   else f"each eligible NHWC {layers} tuned in fp32 and in bf16 on {unit}{winograd}, the faster kept")
@@ -375,10 +375,7 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
     attention = []
     if bf16 and convert:  # an attention fused into one bf16 kernel on the tiles (tensor_units.attention)
         from autosearch.tensor_units.attention import fuse_attention
-        from autosearch.tensor_units.cpu import has_amx_bf16
-
-        if has_amx_bf16(target):
-            attention.append(fuse_attention(policy.bf16, fast_exp=fast))
+        attention.append(fuse_attention(policy.bf16, fast_exp=fast))
     return [matmul_of_a_transpose_transposes_the_smaller(), *attention, *convert, *fast_ops,
             *relax.pipeline.library_dispatch_passes(target), *with_folder(legalize, folder),
             relax.transform.AttachAttrLayoutFreeBuffers()]

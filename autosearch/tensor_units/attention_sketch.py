@@ -19,14 +19,18 @@ longer type-checks (the build fails).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from autosearch.search.softmax import LANES, partial_lanes
 from autosearch.tensor_units import attention as at
 from autosearch.tensor_units.amx import TILE_ROWS, ConvTile, register_conv
-from autosearch.tensor_units.block import Geometry, register_zero
+from autosearch.tensor_units.block import Block, Geometry, register_zero
 
-EXP_BLOCKS = ("T_fast_exp", "T_exp")  # TOPI's block of the exponential, inlined into the masked one
+EXP_BLOCKS = ("T_fast_exp", "T_exp")
+# the dot product's accumulator blocks of a product, (query rows, 16-column vectors): 16 accumulators each, the
+# shapes of a 1x1 convolution's rows of whole 16-pixel tiles (:data:`.dpbf16.SHAPES` with one row)
+DOT_SHAPES = ((8, 2), (16, 1))  # TOPI's block of the exponential, inlined into the masked one
 
 
 def is_attention_task(mod) -> bool:
@@ -43,20 +47,21 @@ def is_attention_task(mod) -> bool:
 
 
 def attention_sketches(mod, target, *, seed: int) -> list[Any]:
-    """Traced Schedules for ``mod``, one per tile shape its extents allow; [] for other tasks or targets without
-    AMX-BF16."""
-    from autosearch.tensor_units.cpu import has_amx_bf16
+    """Traced Schedules for ``mod``, one per tile shape its extents allow on AMX, else one per block of rows and
+    accumulator shapes of each product on the AVX512-BF16 dot product (:func:`_dot_sketch`); [] for other tasks or
+    targets with neither unit."""
+    from autosearch.tensor_units.cpu import has_amx_bf16, has_avx512_bf16
 
-    if not has_amx_bf16(target) or not is_attention_task(mod):
+    if not is_attention_task(mod):
         return []
-    out = []
-    for mt in (1, 2):
-        for nt1 in (1, 2):
-            for nt2 in (1, 2):
-                sch = _sketch(mod, seed, mt, nt1, nt2)
-                if sch is not None:
-                    out.append(sch)
-    return out
+    if has_amx_bf16(target):
+        candidates = [partial(_sketch, mod, seed, mt, nt1, nt2) for mt in (1, 2) for nt1 in (1, 2) for nt2 in (1, 2)]
+    elif has_avx512_bf16(target):
+        candidates = [partial(_dot_sketch, mod, seed, rows, first, second) for rows in (16, 32)
+                      for first in DOT_SHAPES for second in DOT_SHAPES]
+    else:
+        return []
+    return [sch for sch in (make() for make in candidates) if sch is not None]
 
 
 def _extent(sch, loop) -> int:
@@ -120,6 +125,83 @@ def _sketch(mod, seed: int, mt: int, nt1: int, nt2: int):
         _, vector = sch.split(last, sch.sample_perfect_tile(last, n=2, max_innermost_factor=LANES))
         sch.vectorize(vector)
     return sch
+
+
+def _dot_sketch(mod, seed: int, block_rows: int, first: tuple[int, int], second: tuple[int, int]):
+    """One sketch on the dot product: blocks of ``block_rows`` query rows, the scores computed in accumulator blocks
+    of ``first`` = (rows, 16-column vectors), the output in blocks of ``second``; None where the extents do not
+    divide. The structure is the tile sketch's (:func:`_sketch`): each block of rows computes its scores, their
+    softmax and its part of the output while its scores are in cache."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(mod, seed=seed, debug_mask=0)
+    gemm = sch.get_sblock(at.GEMM_BLOCK)
+    b, h, w, co, rh, rk = sch.get_loops(gemm)
+    rows, cols, depth = _extent(sch, w), _extent(sch, co), _extent(sch, rk)
+    scores_cols = _extent(sch, sch.get_loops(sch.get_sblock(at.SCORES_BLOCK))[3])
+    d_pad = _extent(sch, sch.get_loops(sch.get_sblock(at.SCORES_BLOCK))[-1])
+    (p1, nv1), (p2, nv2) = first, second
+    if (rows % block_rows or block_rows % p1 or block_rows % p2 or scores_cols % (LANES * nv1)
+            or cols % (LANES * nv2)):
+        return None
+    lanes = partial_lanes(_extent(sch, sch.get_loops(sch.get_sblock(at.MAX_BLOCK))[-1]))
+    for name in (at.DELTA_BLOCK, *[n for n in EXP_BLOCKS if _has(sch, n)]):
+        sch.compute_inline(sch.get_sblock(name))
+    partials = []
+    for name in (at.MAX_BLOCK, at.SUM_BLOCK):
+        j = sch.get_loops(sch.get_sblock(name))[-1]
+        _, inner = sch.split(j, [None, lanes])
+        partials.append(sch.rfactor(inner, factor_axis=0))
+
+    w_o, w_i = sch.split(w, [None, block_rows])
+    w_i_o, w_i_i = sch.split(w_i, [None, p2])
+    co_o, co_i = sch.split(co, [None, LANES * nv2])
+    sch.reorder(b, h, w_o, co_o, w_i_o, w_i_i, co_i, rh, rk)
+    sch.fuse(rh, rk)
+    block = sch.fuse(b, h, w_o)
+    sch.parallel(block)
+    for rv in (sch.get_sblock(at.PROBS_BLOCK), sch.get_sblock(at.SUM_BLOCK), partials[1],
+               sch.get_sblock(at.EXP_BLOCK), sch.get_sblock(at.MAX_BLOCK), partials[0],
+               sch.get_sblock(at.SCORES_BLOCK), sch.get_sblock(at.Q_BLOCK)):
+        sch.compute_at(rv, block)
+    _epilogue(sch, block)
+
+    scores = sch.get_sblock(at.SCORES_BLOCK)
+    s_w, s_co, s_k = sch.get_loops(scores)[-3:]
+    s_w_o, s_w_i = sch.split(s_w, [None, p1])
+    s_co_o, s_co_i = sch.split(s_co, [None, LANES * nv1])
+    sch.reorder(s_co_o, s_w_o, s_w_i, s_co_i, s_k)
+    _dot_tensorize(sch, scores, s_w_i, p1, LANES * nv1, rows, d_pad)
+    _dot_tensorize(sch, gemm, w_i_i, p2, LANES * nv2, rows, depth)
+    sch.set_scope(sch.get_sblock(at.PROBS_BLOCK), 0, "local")
+
+    for name in (at.K_BLOCK, at.V_BLOCK):
+        *outer, c, pair = sch.get_loops(sch.get_sblock(name))
+        sch.parallel(sch.fuse(*outer))
+        sch.vectorize(sch.fuse(c, pair))
+    sch.vectorize(sch.get_loops(sch.get_sblock(at.Q_BLOCK))[-1])
+    for rv in partials:
+        partial_, row, step = sch.get_loops(rv)[-3:]
+        sch.reorder(row, step, partial_)
+        sch.vectorize(partial_)
+    for name in (at.EXP_BLOCK, at.PROBS_BLOCK):
+        last = sch.get_loops(sch.get_sblock(name))[-1]
+        _, vector = sch.split(last, sch.sample_perfect_tile(last, n=2, max_innermost_factor=LANES))
+        sch.vectorize(vector)
+    return sch
+
+
+def _dot_tensorize(sch, gemm, pixels_loop, pixels: int, cols: int, row: int, depth: int) -> None:
+    """The product's init onto the dot product's init that stores nothing, its accumulator blocks (``pixels`` query
+    rows x ``cols`` columns) onto the dot-product intrinsic over the whole reduction (a 1x1 convolution's)."""
+    from autosearch.tensor_units.dpbf16 import register as register_dot
+
+    geo = Geometry(kh=1, kw=1, row=row, stride=1, group=1, channels=depth)
+    name = sch.get(gemm).name_hint
+    sch.decompose_reduction(gemm, pixels_loop)
+    init = sch.get_sblock(f"{name}_init")
+    sch.tensorize(sch.get_loops(init)[-2], register_zero("dpbf16", 1, pixels, cols))
+    sch.tensorize(pixels_loop, register_dot(Block(rows=1, pixels=pixels, cols=cols, **vars(geo))))
 
 
 def _has(sch, name: str) -> bool:

@@ -78,7 +78,7 @@ def dpbf16_sketches(mod, target, *, seed: int) -> list[Any]:
 
 def bf16_sketches(mod, target, *, seed: int) -> list[Any]:
     """The sketches of a bf16 convolution or matmul task on the target's bf16 unit (AMX tiles, else the AVX512-BF16
-    dot product), or of a fused attention on AMX (:mod:`.attention_sketch`); [] for other tasks or targets with
+    dot product), or of a fused attention on either (:mod:`.attention_sketch`); [] for other tasks or targets with
     neither unit."""
     from autosearch.tensor_units.attention_sketch import attention_sketches
 
