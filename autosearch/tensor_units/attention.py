@@ -1,4 +1,5 @@
-"""An attention, ``softmax(q @ k) @ v``, fused into one bf16 kernel on AMX tiles.
+"""An attention, ``softmax(q @ k) @ v``, fused into one bf16 kernel on the CPU's bf16 unit (AMX tiles, or the
+AVX512-BF16 dot product: :mod:`.attention_sketch`).
 
 Apart, an attention's three operations each cross memory with the score matrix: the first matmul writes it, the
 softmax reads it and writes the probabilities, the second matmul reads those. In an area attention (YOLO12's

@@ -1,13 +1,17 @@
-"""The design space of a fused attention task (:mod:`.attention`) on AMX: sketches of our own, one per tile shape.
+"""The design space of a fused attention task (:mod:`.attention`): sketches of our own, one per tile shape on AMX,
+one per block of rows and register blocks of the products on the AVX512-BF16 dot product.
 
 Each sketch makes the block of query rows the parallel loop, batches x row blocks of 16 or 32 rows, and computes
 everything a block needs under it: its rows of q flattened, its scores on the tiles, the softmax over them, its
 probabilities and its part of the output, so a block's scores stay in cache between the products. k and v are
-packed once, before the blocks. Both products are tensorised onto the convolution's whole-reduction tile
-intrinsic (:func:`.amx.register_conv`, a 1x1 filter), their inits onto the init that stores nothing.
+packed once, before the blocks. Both products are tensorised onto the convolution's whole-reduction intrinsic of
+the unit (:func:`.amx.register_conv`, :func:`.dpbf16.register`; a 1x1 filter), their inits onto the init that
+stores nothing.
 
 The sketch's structure is fixed by its tile shape: query tiles per block (1 or 2) and the column tiles of each
-product's accumulator (1 or 2: an accumulator of up to 2 x 2 tiles, as the convolution's); every strategy then
+product's accumulator (1 or 2: an accumulator of up to 2 x 2 tiles, as the convolution's); on the dot product the
+block's rows (16 or 32) and each product's register block (8 rows x 32 columns or 16 x 16: 16 accumulators, as the
+convolution's rows of whole tiles have them, :data:`.dpbf16.SHAPES`); every strategy then
 searches the vector widths of the exponentials and the probabilities (``SamplePerfectTile``). The maximum and the
 sum reduce each row into 16 partial results first (``rfactor``), as the row-softmax sketch does
 (:mod:`autosearch.search.softmax`), so they run as vector instructions.
@@ -69,17 +73,40 @@ def _extent(sch, loop) -> int:
 
 
 def _sketch(mod, seed: int, mt: int, nt1: int, nt2: int):
-    """One sketch: blocks of ``16 mt`` query rows, accumulators of ``mt x nt1`` tiles for the scores and ``mt x
-    nt2`` for the output; None where the extents do not divide."""
+    """One sketch on AMX: blocks of ``16 mt`` query rows, accumulators of ``mt x nt1`` tiles for the scores and
+    ``mt x nt2`` for the output; None where the extents do not divide."""
+    rows = TILE_ROWS * mt
+
+    def tensorize(sch, gemm, rows_loop, _rows, cols, row, depth):
+        _tensorize(sch, gemm, rows_loop, mt, cols // TILE_ROWS, row, depth)
+
+    return _schedule(mod, seed, rows, (rows, TILE_ROWS * nt1), (rows, TILE_ROWS * nt2), tensorize)
+
+
+def _dot_sketch(mod, seed: int, block_rows: int, first: tuple[int, int], second: tuple[int, int]):
+    """One sketch on the dot product: blocks of ``block_rows`` query rows, the scores computed in accumulator blocks
+    of ``first`` = (rows, 16-column vectors), the output in blocks of ``second``; None where the extents do not
+    divide."""
+    return _schedule(mod, seed, block_rows, (first[0], LANES * first[1]), (second[0], LANES * second[1]),
+                     _dot_tensorize)
+
+
+def _schedule(mod, seed: int, block_rows: int, first: tuple[int, int], second: tuple[int, int], tensorize):
+    """The sketch of either unit: blocks of ``block_rows`` query rows in parallel, each computing its scores, their
+    softmax and its part of the output; each product in accumulator blocks of (rows, columns) ``first`` (the scores)
+    and ``second`` (the output), each block computed by ``tensorize(sch, gemm, rows_loop, rows, cols, flat_row,
+    depth)``'s intrinsic; None where the extents do not divide. Where a product's block is all of the block's rows
+    (AMX's tiles) its rows are not split again, so an AMX sketch's trace is the one it always was."""
     from tvm.s_tir import Schedule
 
+    (rows1, cols1), (rows2, cols2) = first, second
     sch = Schedule(mod, seed=seed, debug_mask=0)
     gemm = sch.get_sblock(at.GEMM_BLOCK)
     b, h, w, co, rh, rk = sch.get_loops(gemm)
     rows, cols, depth = _extent(sch, w), _extent(sch, co), _extent(sch, rk)
     scores_cols = _extent(sch, sch.get_loops(sch.get_sblock(at.SCORES_BLOCK))[3])
     d_pad = _extent(sch, sch.get_loops(sch.get_sblock(at.SCORES_BLOCK))[-1])
-    if rows % (TILE_ROWS * mt) or cols % (TILE_ROWS * nt2) or scores_cols % (TILE_ROWS * nt1):
+    if rows % block_rows or block_rows % rows1 or block_rows % rows2 or cols % cols2 or scores_cols % cols1:
         return None
     lanes = partial_lanes(_extent(sch, sch.get_loops(sch.get_sblock(at.MAX_BLOCK))[-1]))
     for name in (at.DELTA_BLOCK, *[n for n in EXP_BLOCKS if _has(sch, n)]):
@@ -90,9 +117,10 @@ def _sketch(mod, seed: int, mt: int, nt1: int, nt2: int):
         _, inner = sch.split(j, [None, lanes])
         partials.append(sch.rfactor(inner, factor_axis=0))
 
-    w_o, w_i = sch.split(w, [None, TILE_ROWS * mt])
-    co_o, co_i = sch.split(co, [None, TILE_ROWS * nt2])
-    sch.reorder(b, h, w_o, co_o, w_i, co_i, rh, rk)
+    w_o, w_i = sch.split(w, [None, block_rows])
+    co_o, co_i = sch.split(co, [None, cols2])
+    w_blocks = sch.split(w_i, [None, rows2]) if rows2 < block_rows else [w_i]
+    sch.reorder(b, h, w_o, co_o, *w_blocks, co_i, rh, rk)
     sch.fuse(rh, rk)
     block = sch.fuse(b, h, w_o)
     sch.parallel(block)
@@ -102,13 +130,14 @@ def _sketch(mod, seed: int, mt: int, nt1: int, nt2: int):
         sch.compute_at(rv, block)
     _epilogue(sch, block)
 
-    # the scores: (rows, columns, reduction) under the block; accumulators of mt x nt1 tiles
+    # the scores: (rows, columns, reduction) under the block, in accumulator blocks of rows1 x cols1
     scores = sch.get_sblock(at.SCORES_BLOCK)
     s_w, s_co, s_k = sch.get_loops(scores)[-3:]
-    s_co_o, s_co_i = sch.split(s_co, [None, TILE_ROWS * nt1])
-    sch.reorder(s_co_o, s_w, s_co_i, s_k)
-    _tensorize(sch, scores, s_w, mt, nt1, rows, d_pad)
-    _tensorize(sch, gemm, w_i, mt, nt2, rows, depth)
+    s_co_o, s_co_i = sch.split(s_co, [None, cols1])
+    s_blocks = sch.split(s_w, [None, rows1]) if rows1 < block_rows else [s_w]
+    sch.reorder(s_co_o, *s_blocks, s_co_i, s_k)
+    tensorize(sch, scores, s_blocks[-1], rows1, cols1, rows, d_pad)
+    tensorize(sch, gemm, w_blocks[-1], rows2, cols2, rows, depth)
     sch.set_scope(sch.get_sblock(at.PROBS_BLOCK), 0, "local")  # after the match: the intrinsic's A is global
 
     for name in (at.K_BLOCK, at.V_BLOCK):  # once per call, up front: parallel rows, a row's 32 pairs one vector
@@ -117,70 +146,6 @@ def _sketch(mod, seed: int, mt: int, nt1: int, nt2: int):
         sch.vectorize(sch.fuse(c, pair))
     sch.vectorize(sch.get_loops(sch.get_sblock(at.Q_BLOCK))[-1])
     for rv in partials:  # loops (partial, row, step): the partials innermost, as the vector
-        partial, row, step = sch.get_loops(rv)[-3:]
-        sch.reorder(row, step, partial)
-        sch.vectorize(partial)
-    for name in (at.EXP_BLOCK, at.PROBS_BLOCK):
-        last = sch.get_loops(sch.get_sblock(name))[-1]
-        _, vector = sch.split(last, sch.sample_perfect_tile(last, n=2, max_innermost_factor=LANES))
-        sch.vectorize(vector)
-    return sch
-
-
-def _dot_sketch(mod, seed: int, block_rows: int, first: tuple[int, int], second: tuple[int, int]):
-    """One sketch on the dot product: blocks of ``block_rows`` query rows, the scores computed in accumulator blocks
-    of ``first`` = (rows, 16-column vectors), the output in blocks of ``second``; None where the extents do not
-    divide. The structure is the tile sketch's (:func:`_sketch`): each block of rows computes its scores, their
-    softmax and its part of the output while its scores are in cache."""
-    from tvm.s_tir import Schedule
-
-    sch = Schedule(mod, seed=seed, debug_mask=0)
-    gemm = sch.get_sblock(at.GEMM_BLOCK)
-    b, h, w, co, rh, rk = sch.get_loops(gemm)
-    rows, cols, depth = _extent(sch, w), _extent(sch, co), _extent(sch, rk)
-    scores_cols = _extent(sch, sch.get_loops(sch.get_sblock(at.SCORES_BLOCK))[3])
-    d_pad = _extent(sch, sch.get_loops(sch.get_sblock(at.SCORES_BLOCK))[-1])
-    (p1, nv1), (p2, nv2) = first, second
-    if (rows % block_rows or block_rows % p1 or block_rows % p2 or scores_cols % (LANES * nv1)
-            or cols % (LANES * nv2)):
-        return None
-    lanes = partial_lanes(_extent(sch, sch.get_loops(sch.get_sblock(at.MAX_BLOCK))[-1]))
-    for name in (at.DELTA_BLOCK, *[n for n in EXP_BLOCKS if _has(sch, n)]):
-        sch.compute_inline(sch.get_sblock(name))
-    partials = []
-    for name in (at.MAX_BLOCK, at.SUM_BLOCK):
-        j = sch.get_loops(sch.get_sblock(name))[-1]
-        _, inner = sch.split(j, [None, lanes])
-        partials.append(sch.rfactor(inner, factor_axis=0))
-
-    w_o, w_i = sch.split(w, [None, block_rows])
-    w_i_o, w_i_i = sch.split(w_i, [None, p2])
-    co_o, co_i = sch.split(co, [None, LANES * nv2])
-    sch.reorder(b, h, w_o, co_o, w_i_o, w_i_i, co_i, rh, rk)
-    sch.fuse(rh, rk)
-    block = sch.fuse(b, h, w_o)
-    sch.parallel(block)
-    for rv in (sch.get_sblock(at.PROBS_BLOCK), sch.get_sblock(at.SUM_BLOCK), partials[1],
-               sch.get_sblock(at.EXP_BLOCK), sch.get_sblock(at.MAX_BLOCK), partials[0],
-               sch.get_sblock(at.SCORES_BLOCK), sch.get_sblock(at.Q_BLOCK)):
-        sch.compute_at(rv, block)
-    _epilogue(sch, block)
-
-    scores = sch.get_sblock(at.SCORES_BLOCK)
-    s_w, s_co, s_k = sch.get_loops(scores)[-3:]
-    s_w_o, s_w_i = sch.split(s_w, [None, p1])
-    s_co_o, s_co_i = sch.split(s_co, [None, LANES * nv1])
-    sch.reorder(s_co_o, s_w_o, s_w_i, s_co_i, s_k)
-    _dot_tensorize(sch, scores, s_w_i, p1, LANES * nv1, rows, d_pad)
-    _dot_tensorize(sch, gemm, w_i_i, p2, LANES * nv2, rows, depth)
-    sch.set_scope(sch.get_sblock(at.PROBS_BLOCK), 0, "local")
-
-    for name in (at.K_BLOCK, at.V_BLOCK):
-        *outer, c, pair = sch.get_loops(sch.get_sblock(name))
-        sch.parallel(sch.fuse(*outer))
-        sch.vectorize(sch.fuse(c, pair))
-    sch.vectorize(sch.get_loops(sch.get_sblock(at.Q_BLOCK))[-1])
-    for rv in partials:
         partial_, row, step = sch.get_loops(rv)[-3:]
         sch.reorder(row, step, partial_)
         sch.vectorize(partial_)
