@@ -17,12 +17,27 @@ def _detector_output(seed: int = 0) -> np.ndarray:
 
 def test_a_wrong_class_score_is_seen_beside_boxes_of_640_pixels():
     """Against the output's largest value alone a doubled score row moved the error by 2.5e-7 (it passed fp32's
-    1e-3); each row against its own magnitude it fails bf16's tolerance too."""
+    1e-3); each row against its own magnitude it fails the fp32 check."""
     y = _detector_output()
     x = y.copy()
     x[0, 10] *= 2
     assert float(np.abs(x - y).max() / np.abs(y).max()) < 1e-6  # what the check used to see
-    assert relative_error(x, y) > report.LOW_PRECISION_TOLERANCE
+    assert relative_error(x, y) > report.TOLERANCE
+
+
+def test_a_low_precision_judges_a_nearly_dead_channel_against_its_tolerance_of_the_output():
+    """bf16 rounding where a channel is nearly dead (a ReLU's threshold: values of 1e-3 of the output's largest,
+    off by a fifth of themselves) is no wrong kernel at bf16's tolerance, which judges slices down to 5% of the
+    output's largest value; fp32's check, down to a millionth, sees it; a channel off by more than bf16's
+    tolerance of the output fails both."""
+    y = np.abs(np.random.default_rng(4).normal(size=(1, 96, 16, 16))).astype(np.float32)
+    y[0, 7] *= 1e-3
+    x = y.copy()
+    x[0, 7] *= 1.2
+    bf16 = report.LOW_PRECISION_TOLERANCE
+    assert relative_error(x, y, floor=bf16) < bf16 < relative_error(x, y)
+    x[0, 7] = y[0, 7] + 0.1 * np.abs(y).max()
+    assert relative_error(x, y, floor=bf16) > bf16
 
 
 def test_rounding_passes_and_a_near_zero_element_is_judged_by_its_row():

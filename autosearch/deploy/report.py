@@ -99,9 +99,12 @@ class Check:
 
 
 def _check(timing, ort, precision: str) -> Check:
-    from autosearch.deploy.timing import max_relative_error
+    """fp32's check judges each slice down to a millionth of the output's largest value; a lower precision's
+    down to its tolerance of it (:func:`~autosearch.deploy.timing.relative_error`)."""
+    from autosearch.deploy.timing import FLOOR, max_relative_error
 
-    return _check_from(max_relative_error(timing.output_path, ort.output_path), precision)
+    floor = FLOOR if precision == "f32" else LOW_PRECISION_TOLERANCE
+    return _check_from(max_relative_error(timing.output_path, ort.output_path, floor=floor), precision)
 
 
 def _check_from(error: float, precision: str) -> Check:

@@ -162,16 +162,19 @@ def save_inputs(shapes: dict[str, tuple[int, ...]], path: str, *, seed: int = 0)
 
 
 SLICE_MIN = 16  # elements a slice needs to be judged on its own magnitude (fewer: logits, one detection's fields)
-FLOOR = 1e-6  # no slice is held to less than this share of its output's largest value
+FLOOR = 1e-6  # by default no slice is held to less than this share of its output's largest value (fp32's rounding)
 
 
-def relative_error(x: np.ndarray, y: np.ndarray) -> float:
+def relative_error(x: np.ndarray, y: np.ndarray, *, floor: float = FLOOR) -> float:
     """How far ``x`` is from the reference ``y``: the largest |x-y| of a slice over that slice's largest |y|, the
     slices being the output whole and each index of every axis but the first (a channel, a row, a field of every
     detection) where a slice has at least :data:`SLICE_MIN` elements. Against the output's largest value alone a
     detector's scores go unseen: on a noise image a YOLO head's boxes reach 640 and its class scores 1e-4, so a
-    wrong score moved that error by less than 1e-6; each channel against its own scale sees it. NaN or inf where
-    the reference is finite: inf."""
+    wrong score moved that error by less than 1e-6; each channel against its own scale sees it. A slice whose
+    largest value is under ``floor`` x the output's largest is judged against that instead: a lower precision's
+    rounding is of the order of the values it adds up, and where they cancel, or a ReLU's threshold falls near a
+    nearly dead channel, its error relative to that channel alone says nothing. NaN or inf where the reference is
+    finite: inf."""
     if x.shape != y.shape:
         return float("inf")
     x, y = x.astype(np.float64), y.astype(np.float64)
@@ -179,7 +182,7 @@ def relative_error(x: np.ndarray, y: np.ndarray) -> float:
     if not np.isfinite(diff).all():
         return 0.0 if np.array_equal(x, y, equal_nan=True) else float("inf")
     magnitude = np.abs(y)
-    floor = max(float(magnitude.max(initial=0.0)) * FLOOR, 1e-12)
+    floor = max(float(magnitude.max(initial=0.0)) * floor, 1e-12)
     worst = float(diff.max(initial=0.0)) / max(float(magnitude.max(initial=0.0)), 1e-12)
     for axis in range(1, x.ndim):
         if x.size // x.shape[axis] < SLICE_MIN:
@@ -190,10 +193,10 @@ def relative_error(x: np.ndarray, y: np.ndarray) -> float:
     return worst
 
 
-def max_relative_error(a_path: str, b_path: str) -> float:
+def max_relative_error(a_path: str, b_path: str, *, floor: float = FLOOR) -> float:
     """:func:`relative_error` of two saved runs, the worst over their outputs (inf when they differ in names or
     shapes)."""
     with np.load(a_path) as a, np.load(b_path) as b:
         if sorted(a.files) != sorted(b.files):
             return float("inf")
-        return max((relative_error(a[name], b[name]) for name in a.files), default=0.0)
+        return max((relative_error(a[name], b[name], floor=floor) for name in a.files), default=0.0)
