@@ -245,8 +245,7 @@ def test_an_attention_and_a_matmul_tuned_both_ways_then_exported_and_compiled(tm
     """A real run with ``--precision auto`` on AMX or the dot product: the attention is one layer, its fused bf16
     task against its two matmuls and softmax in fp32, and the matmul after it another, bf16 against fp32; every bf16
     kernel passes the check against its fp32 reference, export records each layer's faster precision, and the
-    compiled model is
-    within bf16's tolerance of ONNX Runtime's output."""
+    compiled model is within bf16's tolerance of ONNX Runtime's output."""
     import onnxruntime as ort
     import tvm
 

@@ -82,7 +82,7 @@ def test_a_bf16_row_is_shown_beside_openvinos_deviation_in_bf16():
     ov = "OpenVINO (default precision: bf16)"
     checks = {"TVM tuned (bf16 on 3 layers)": report._check_from(0.25, "bf16"), ov: report._check_from(0.51, "bf16"),
               "OpenVINO (fp32)": report._check_from(1e-4, "f32")}
-    report._beside_peer(checks, {"TVM tuned (bf16 on 3 layers)": "bf16", ov: "bf16", "OpenVINO (fp32)": "f32"})
+    report._beside_peer(checks, {"TVM tuned (bf16 on 3 layers)": "bf16", ov: "bf16", "OpenVINO (fp32)": "f32"}, ov)
     tvm = checks["TVM tuned (bf16 on 3 layers)"]
     assert not tvm.matches and tvm.line("TVM", markup=False).endswith(f"; {ov}: 5.10e-01)")
     assert ov + ":" not in checks[ov].note and checks["OpenVINO (fp32)"].note == ""

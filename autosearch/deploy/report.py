@@ -113,16 +113,16 @@ def _check_from(error: float, precision: str) -> Check:
     return Check(error, LOW_PRECISION_TOLERANCE, f"{precision} inference: tolerance {LOW_PRECISION_TOLERANCE:.0e}")
 
 
-def _beside_peer(checks: dict[str, Check], precision: dict[str, str]) -> None:
-    """Each low-precision row's note also gives OpenVINO's deviation in the same precision: how far that precision
-    moves this model's outputs on these inputs (on a deep net with random weights it can exceed the tolerance for
-    OpenVINO itself), so a reader can tell a model's sensitivity from a wrong kernel. The verdicts stay as they are."""
-    peers = {precision[name]: (name, check) for name, check in checks.items()
-             if name.startswith("OpenVINO (default precision") and precision[name] != "f32"}
+def _beside_peer(checks: dict[str, Check], precision: dict[str, str], peer: str) -> None:
+    """Each other row in ``peer``'s precision (OpenVINO at its default, when that is not fp32) also gives ``peer``'s
+    deviation: how far that precision moves this model's outputs on these inputs (on a deep net with random weights
+    it can exceed the tolerance for OpenVINO itself), so a reader can tell a model's sensitivity from a wrong
+    kernel. The verdicts stay as they are."""
+    if peer not in checks or precision[peer] == "f32":
+        return
     for name, check in checks.items():
-        peer = peers.get(precision[name])
-        if peer is not None and peer[0] != name:
-            check.note += f"; {peer[0]}: {peer[1].error:.2e}"
+        if name != peer and precision[name] == precision[peer]:
+            check.note += f"; {peer}: {checks[peer].error:.2e}"
 
 
 @dataclass
@@ -189,7 +189,9 @@ def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str
         add_baselines(timings, [untuned_runtime, turns[1], turns[0], *turns[2:]], inputs_path=inputs, threads=threads)
         precision = {r.name: r.precision for r in (untuned_runtime, *turns)}
         checks = {t.name: _check(t, t_ort, precision[t.name]) for t in timings if t is not t_ort and t.ok and t_ort.ok}
-        _beside_peer(checks, precision)
+        peers = [r.name for r in turns if r.kind == "ov-default"]
+        if peers:
+            _beside_peer(checks, precision, peers[0])
     return _Timed(timings=timings, checks=checks, tuned=tuned, untuned=untuned)
 
 

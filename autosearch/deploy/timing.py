@@ -182,8 +182,9 @@ def relative_error(x: np.ndarray, y: np.ndarray, *, floor: float = FLOOR) -> flo
     if not np.isfinite(diff).all():
         return 0.0 if np.array_equal(x, y, equal_nan=True) else float("inf")
     magnitude = np.abs(y)
-    floor = max(float(magnitude.max(initial=0.0)) * floor, 1e-12)
-    worst = float(diff.max(initial=0.0)) / max(float(magnitude.max(initial=0.0)), 1e-12)
+    largest = max(float(magnitude.max(initial=0.0)), 1e-12)
+    floor = max(largest * floor, 1e-12)
+    worst = float(diff.max(initial=0.0)) / largest
     for axis in range(1, x.ndim):
         if x.size // x.shape[axis] < SLICE_MIN:
             continue

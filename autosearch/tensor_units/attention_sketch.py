@@ -77,8 +77,9 @@ def _sketch(mod, seed: int, mt: int, nt1: int, nt2: int):
     ``mt x nt2`` for the output; None where the extents do not divide."""
     rows = TILE_ROWS * mt
 
-    def tensorize(sch, gemm, rows_loop, _rows, cols, row, depth):
-        _tensorize(sch, gemm, rows_loop, mt, cols // TILE_ROWS, row, depth)
+    def tensorize(sch, gemm, rows_loop, rows, cols, row, depth):
+        intrin = register_conv(ConvTile(mh=1, mw=mt, nt=cols // TILE_ROWS, **vars(_geometry(row, depth))))
+        _tensorize(sch, gemm, rows_loop, register_zero("amx", 1, rows, cols), intrin)
 
     return _schedule(mod, seed, rows, (rows, TILE_ROWS * nt1), (rows, TILE_ROWS * nt2), tensorize)
 
@@ -161,12 +162,8 @@ def _dot_tensorize(sch, gemm, pixels_loop, pixels: int, cols: int, row: int, dep
     rows x ``cols`` columns) onto the dot-product intrinsic over the whole reduction (a 1x1 convolution's)."""
     from autosearch.tensor_units.dpbf16 import register as register_dot
 
-    geo = Geometry(kh=1, kw=1, row=row, stride=1, group=1, channels=depth)
-    name = sch.get(gemm).name_hint
-    sch.decompose_reduction(gemm, pixels_loop)
-    init = sch.get_sblock(f"{name}_init")
-    sch.tensorize(sch.get_loops(init)[-2], register_zero("dpbf16", 1, pixels, cols))
-    sch.tensorize(pixels_loop, register_dot(Block(rows=1, pixels=pixels, cols=cols, **vars(geo))))
+    intrin = register_dot(Block(rows=1, pixels=pixels, cols=cols, **vars(_geometry(row, depth))))
+    _tensorize(sch, gemm, pixels_loop, register_zero("dpbf16", 1, pixels, cols), intrin)
 
 
 def _has(sch, name: str) -> bool:
@@ -189,15 +186,19 @@ def _epilogue(sch, block) -> None:
     sch.vectorize(sch.get_loops(after[-1])[-1])
 
 
-def _tensorize(sch, gemm, rows_loop, mt: int, nt: int, row: int, depth: int) -> None:
-    """The product's init onto the init that stores nothing, its accumulator blocks onto the tile intrinsic over
-    the whole reduction."""
-    geo = Geometry(kh=1, kw=1, row=row, stride=1, group=1, channels=depth)
+def _geometry(row: int, depth: int) -> Geometry:
+    """A product as a 1x1 convolution: flat rows ``row`` apart, ``depth`` reduction values."""
+    return Geometry(kh=1, kw=1, row=row, stride=1, group=1, channels=depth)
+
+
+def _tensorize(sch, gemm, rows_loop, zero: str, intrin: str) -> None:
+    """The product's init onto ``zero`` (the unit's init that stores nothing), its accumulator blocks onto
+    ``intrin`` (the unit's intrinsic over the whole reduction)."""
     name = sch.get(gemm).name_hint
     sch.decompose_reduction(gemm, rows_loop)
     init = sch.get_sblock(f"{name}_init")
-    sch.tensorize(sch.get_loops(init)[-2], register_zero("amx", 1, TILE_ROWS * mt, TILE_ROWS * nt))
-    sch.tensorize(rows_loop, register_conv(ConvTile(mh=1, mw=mt, nt=nt, **vars(geo))))
+    sch.tensorize(sch.get_loops(init)[-2], zero)
+    sch.tensorize(rows_loop, intrin)
 
 
 __all__ = ["attention_sketches", "is_attention_task"]
