@@ -25,6 +25,22 @@ from autosearch.types import LOG_FORMAT_VERSION, Record
 log = logging.getLogger(__name__)
 
 
+# Task names of earlier logs, read as today's: the bf16 kernels of a convolution, a matmul and a fused attention were
+# named after AMX when AMX was the one unit that ran them; on AVX512-BF16's dot product the name said a unit the CPU
+# lacked. Logs are never rewritten: names are renamed as they are read, so an old log resumes, exports and feeds an
+# experiment as a new one does (tasks are matched by workload key; these names are what code and people read).
+LEGACY_TASK_NAMES = (("conv2d_amx_bf16", "conv2d_bf16"), ("matmul_amx_bf16", "matmul_bf16"),
+                     ("attention_amx_bf16", "attention_bf16"))
+
+
+def current_task_name(name: str) -> str:
+    """``name`` as this version names the task (:data:`LEGACY_TASK_NAMES`)."""
+    for old, new in LEGACY_TASK_NAMES:
+        if old in name:
+            return name.replace(old, new)
+    return name
+
+
 # ---------------------------------------------------------------------------------------------- the log
 @dataclass
 class LogContents:
@@ -116,6 +132,9 @@ def read_log(path: str, *, strict_missing: bool = True) -> LogContents:
             obj = json.loads(raw)
             if not isinstance(obj, dict) or "kind" not in obj:
                 raise ValueError("not a tuning-log object")
+            task = obj.get("task")
+            if isinstance(task, dict) and isinstance(task.get("name"), str):
+                task["name"] = current_task_name(task["name"])
             if obj["kind"] == "task":
                 out.tasks[obj["task"]["workload_key"]] = obj["task"]
             elif obj["kind"] == "run":
@@ -205,4 +224,4 @@ class TuningLog:
         self.close()
 
 
-__all__ = ["LogContents", "TuningLog", "read_log"]
+__all__ = ["LEGACY_TASK_NAMES", "LogContents", "TuningLog", "current_task_name", "read_log"]

@@ -54,7 +54,7 @@ def joined(parts: list[Records]) -> Records:
 
 
 def of_kind(records: Records, kind: str) -> np.ndarray:
-    """The groups of ``records`` whose task is of this kind (a task name's part: ``attention_amx_bf16``, ...)."""
+    """The groups of ``records`` whose task is of this kind (a task name's part: ``attention_bf16``, ...)."""
     return np.asarray([g for g, name in enumerate(records.names) if kind in name], dtype=np.int64)
 
 

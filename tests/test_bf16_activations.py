@@ -122,7 +122,7 @@ def test_a_model_mixing_bf16_and_fp32_layers_matches_onnxruntime(target) -> None
         policy = WinogradPolicy.of("off", choices, precision="auto")
         lowered = lower(relax_mod, target, winograd=policy, layout="NHWC")
         kinds = " ".join(_kernels(lowered))
-        assert "amx_bf16" in kinds and kinds.count("conv2d") > kinds.count("amx_bf16"), kinds
+        assert "conv2d_bf16" in kinds and kinds.count("conv2d") > kinds.count("conv2d_bf16"), kinds
         vm = tvm.relax.VirtualMachine(build_module(lowered, target), tvm.cpu())
         got = vm["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
         np.testing.assert_allclose(got, want, rtol=5e-2, atol=2e-2 * np.abs(want).max(), err_msg=str(bf16))
@@ -152,7 +152,7 @@ def test_a_task_with_its_pooling_fused_matches_numpy_in_every_sketch(tmp_path, t
     proto = chain_onnx()
     onnx.save(proto, path)
     task = next(t for t in import_model(path, target, layout="NHWC", precision="bf16").tasks
-                if "amx_bf16" in t.name and WINDOW_MAX in t.name)
+                if "conv2d_bf16" in t.name and WINDOW_MAX in t.name)
     assert list(task.args[0][0]) == [1, 16, 16, 16], task.args
     assert (list(task.args[-1][0]), task.args[-1][1]) == ([1, 8, 8, 32], "bfloat16"), task.args  # pooled
     w = _to_bf16(numpy_helper.to_array(proto.graph.initializer[0]).transpose(0, 2, 3, 1))  # OIHW -> OHWI

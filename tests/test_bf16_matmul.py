@@ -137,11 +137,11 @@ def test_a_bf16_matmul_is_checked_with_bf16s_tolerance() -> None:
     from autosearch.tensor_units.intrinsics import rounds_to_bf16
 
     args = [((1, 6, 40, 24), "float32"), ((1, 6, 24, 40), "float32"), ((1, 6, 40, 40), "float32")]
-    assert rounds_to_bf16("matmul_amx_bf162", args) == rounds_to_bf16("fused_conv2d_amx_bf16_add", args) == 1
+    assert rounds_to_bf16("matmul_bf162", args) == rounds_to_bf16("fused_conv2d_bf16_add", args) == 1
     assert rounds_to_bf16("matmul2", args) == 0
     assert check_tolerance(args, 1e-3, bf16=1) == (2.0**-7, 2.0**-8)
     assert check_tolerance(args, 1e-3) == (1e-3, 1e-4)
-    assert rounds_to_bf16("attention_amx_bf161", args) == 2  # two products, the first's result rounded again
+    assert rounds_to_bf16("attention_bf161", args) == 2  # two products, the first's result rounded again
     assert check_tolerance(args, 1e-3, bf16=2) == (2.0**-5, 2.0**-6)
 
 
@@ -269,7 +269,7 @@ def test_an_attention_and_a_matmul_tuned_both_ways_then_exported_and_compiled(tm
     assert sum("matmul" in n for n in layers[scores]["fp32"]) == 2
     assert sum("softmax" in n for n in layers[scores]["fp32"]) == 1
     assert all(matmul.TASK_NAME in n for n in layers[product]["bf16"])
-    bf16 = [r for r in records if r["kind"] == "trial" and "amx_bf16" in r["task"]["name"]]
+    bf16 = [r for r in records if r["kind"] == "trial" and "_bf16" in r["task"]["name"]]
     assert {attention.TASK_NAME in r["task"]["name"] for r in bf16} == {True, False}
     assert all(r["result"]["status"] == "ok" for r in bf16), [r["result"] for r in bf16]
     choices = database_lowering(run["db"])["choices"]

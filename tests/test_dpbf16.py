@@ -58,7 +58,7 @@ def test_auto_precision_on_a_cpu_with_the_dot_product_tunes_bf16_on_it(capfd) ->
     text = proc.stdout.replace("\n", " ")
     assert ("precision: auto (each eligible NHWC convolution, matmul and attention tuned in fp32 and in bf16 on "
             "AVX512-BF16") in text
-    assert "amx_bf16" in proc.stdout  # the bf16 tasks: the flattened convolution's, whichever unit computes it
+    assert "conv2d_bf16" in proc.stdout and "amx" not in proc.stdout  # the bf16 tasks, named for no unit
 
 
 def test_bf16_tasks_tuned_on_avx512_bf16_then_exported_and_compiled(tmp_path) -> None:
@@ -72,7 +72,7 @@ def test_bf16_tasks_tuned_on_avx512_bf16_then_exported_and_compiled(tmp_path) ->
     run = tune_and_export(tmp_path, lambda p: small_conv_onnx(p, cin=32, cout=64, hw=16), trials=6, batch=3,
                           options=("--layout", "NHWC", "--precision", "auto", "--target", target))
     trials = [json.loads(line) for line in open(run["log"]) if '"kind":"trial"' in line]
-    bf16 = [t for t in trials if "amx_bf16" in t["task"]["name"]]
+    bf16 = [t for t in trials if "conv2d_bf16" in t["task"]["name"]]
     assert bf16 and all(t["result"]["status"] == "ok" for t in bf16), [t["result"] for t in bf16]
     with open(f"{run['db']}/{RECORD_FILE}") as fh:
         records = fh.read()

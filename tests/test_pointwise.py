@@ -44,7 +44,7 @@ def _bf16_task_inputs(hw: int, target) -> list[tuple[int, ...]]:
 
     tasks = extract_tasks(relax_of(pointwise_onnx(hw)), target, winograd="off", layout="NHWC", precision="bf16")
     # (input shape, filter height: the packed weights' second axis) of each bf16 convolution, the 3x3 one first
-    return sorted(((tuple(t.args[0][0]), t.args[1][0][1]) for t in tasks if "amx_bf16" in t.name),
+    return sorted(((tuple(t.args[0][0]), t.args[1][0][1]) for t in tasks if "conv2d_bf16" in t.name),
                   key=lambda shapes: (-shapes[1], shapes[0][-1]))
 
 
@@ -65,7 +65,7 @@ def test_the_epilogue_moves_with_the_convolution_and_other_readers_get_the_image
     lowered = lower(relax_of(pointwise_onnx(20)), amx_target(), winograd="off", layout="NHWC", precision="bf16")
     text = lowered["main"].script()
     first = re.search(r"R\.call_tir\((?:cls\.)?(\w+), \(\w+, metadata.*?out_ty=R\.Tensor\(\((.*?)\)", text)
-    assert "amx_bf16" in first.group(1) and first.group(2) == "1, 25, 16, 64", text
+    assert "conv2d_bf16" in first.group(1) and first.group(2) == "1, 25, 16, 64", text
     assert "sigmoid" in first.group(1) and "multiply" in first.group(1), text  # bias and SiLU still in its epilogue
     # the image back, for the 3x3 convolution and the residual add: a reshape alone in its kernel, which the build
     # makes a view of the same memory (no copy)

@@ -80,3 +80,25 @@ def test_unwritable_log_path_is_a_user_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(UserError, match="cannot write"):
         TuningLog(str(blocker / "sub" / "run.jsonl"))
+
+
+def test_tasks_named_after_amx_in_an_older_log_read_under_todays_names(tmp_path) -> None:
+    """The bf16 kernels were named ``conv2d_amx_bf16`` (and ``matmul_``, ``attention_``) whatever the unit: an older
+    log's headers and records read as today's import names them, the file itself untouched."""
+    from autosearch.records import current_task_name, read_log
+
+    names = ["fused_conv2d_amx_bf167_add4", "attention_amx_bf1611", "fused_conv2d_winograd_bf16_add"]
+    lines = [{"v": 1, "kind": "task", "task": {"workload_key": str(i), "name": name, "index": i}}
+             for i, name in enumerate(names)]
+    lines += [{"v": 1, "kind": "trial", "task": {"key": "1", "name": "attention_amx_bf1611"}, "trial": 0,
+               "config": {"sketch": 0, "values": [[0, 1]]}, "result": {"status": "ok", "latencies": [1e-3]}}]
+    path = tmp_path / "old.jsonl"
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    path.write_text(text)
+    contents = read_log(str(path))
+    assert [t["name"] for t in contents.tasks.values()] == ["fused_conv2d_bf167_add4", "attention_bf1611",
+                                                            "fused_conv2d_winograd_bf16_add"]
+    assert [r.task_name for r in contents.records] == ["attention_bf1611"] and not contents.corrupt
+    assert path.read_text() == text
+    assert current_task_name("fused_matmul_amx_bf162_add") == "fused_matmul_bf162_add"
+    assert current_task_name("fused_conv2d3_add2") == "fused_conv2d3_add2"

@@ -214,9 +214,10 @@ class Tuner:
                                     flops=task.flops)])
         self.on_event(TuneEvent(state, self.trials_done, self.budget, [baseline], self._elapsed(), "baseline"))
         from autosearch.tensor_units.cpu import bf16_unit
-        from autosearch.tensor_units.sketch import is_amx_task
+        from autosearch.tensor_units.sketch import is_bf16_unit_task
 
-        if self.cost_model and guides_unit(self.cost_model, bf16_unit(task.target) if is_amx_task(task.mod) else None):
+        unit = bf16_unit(task.target) if is_bf16_unit_task(task.mod) else None
+        if self.cost_model and guides_unit(self.cost_model, unit):
             from autosearch.search.cost_model import make_scorer
 
             state.scorer = make_scorer(self.cost_model, state.space, task, seed=self._task_seed(state),

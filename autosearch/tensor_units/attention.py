@@ -35,7 +35,7 @@ from autosearch.tensor_units.activations import op_name, referenced
 from autosearch.tensor_units.conv import BLOCK_N, MIN_CHANNELS, TILE
 from autosearch.tensor_units.matmul import MIN_ROWS, batch_flat, flat_matmul, flatten_a, gemm_1x1, pack_b
 
-TASK_NAME = "attention_amx_bf16"  # the PrimFunc's name hint
+TASK_NAME = "attention_bf16"  # the PrimFunc's name hint
 Q_BLOCK, K_BLOCK, V_BLOCK = "attn_flat_q", "attn_pack_k", "attn_pack_v"
 SCORES_BLOCK, MAX_BLOCK, DELTA_BLOCK, EXP_BLOCK, SUM_BLOCK = (
     "attn_scores", "attn_max", "attn_delta", "attn_exp", "attn_sum")

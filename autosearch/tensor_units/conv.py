@@ -33,7 +33,7 @@ FLAT_BLOCK = "amx_flat"
 OUT_BLOCK = "amx_conv2d_nhwc"
 # the GEMM block's annotations: the geometry the tile intrinsics are specialised to
 ROW_ATTR, STRIDE_ATTR, GROUP_ATTR, KERNEL_ATTR = "amx_flat_row", "amx_stride", "amx_tap_group", "amx_kernel"
-TASK_NAME = "conv2d_amx_bf16"  # the PrimFunc's name hint: every fused task of such a convolution contains it
+TASK_NAME = "conv2d_bf16"  # the PrimFunc's name hint: every fused task of such a convolution contains it
 
 
 def _round_up(x: int, m: int) -> int:

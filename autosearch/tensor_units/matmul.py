@@ -36,7 +36,7 @@ from autosearch.tensor_units.conv import (
     FlatConv,
 )
 
-TASK_NAME = "matmul_amx_bf16"  # the PrimFunc's name hint: every fused task of such a matmul contains it
+TASK_NAME = "matmul_bf16"  # the PrimFunc's name hint: every fused task of such a matmul contains it
 PACK_B_BLOCK = "amx_pack_b"
 OUT_BLOCK = "amx_matmul"
 MIN_ROWS = 16  # fewer rows of A would leave most of a tile, or of the dot product's pixel block, empty

@@ -39,7 +39,7 @@ from autosearch.tensor_units.matmul import PACK_B_BLOCK
 from autosearch.tensor_units.winograd import PAD_BLOCK, WINOGRAD_ATTR
 
 
-def is_amx_task(mod) -> bool:
+def is_bf16_unit_task(mod) -> bool:
     """Whether ``mod`` (one PrimFunc) holds the flattened bf16 GEMM block of :mod:`.conv` (a convolution's or a
     matmul's), or is a fused attention (:mod:`.attention`): a task on a bf16 unit."""
     from autosearch.tensor_units.attention_sketch import is_attention_task
@@ -251,4 +251,4 @@ def _inline_epilogue(sch):
     return after[-1] if after else None
 
 
-__all__ = ["amx_sketches", "bf16_sketches", "dpbf16_sketches", "is_amx_task"]
+__all__ = ["amx_sketches", "bf16_sketches", "dpbf16_sketches", "is_bf16_unit_task"]

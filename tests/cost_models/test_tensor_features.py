@@ -32,7 +32,7 @@ def _bf16_task(tmp_path, target, **shape):
     path = str(tmp_path / "conv.onnx")
     small_conv_onnx(path, **shape)
     model = import_model(path, target, layout="NHWC", precision="bf16")
-    return model, next(t for t in model.tasks if "amx_bf16" in t.name)
+    return model, next(t for t in model.tasks if "conv2d_bf16" in t.name)
 
 
 @pytest.mark.parametrize("unit", ["AMX-BF16", "AVX512-BF16"])
@@ -95,7 +95,7 @@ from autosearch.frontend.importer import import_model
 from autosearch.search.space import replay
 from tests.bf16_models import amx_target
 model = import_model({str(tmp_path / 'conv.onnx')!r}, amx_target(), layout="NHWC", precision="bf16")
-task = next(t for t in model.tasks if "amx_bf16" in t.name)
+task = next(t for t in model.tasks if "conv2d_bf16" in t.name)
 for trace in json.load(open({str(tmp_path / 'traces.json')!r})):
     replay(task.mod, trace)
 print("replayed", len(json.load(open({str(tmp_path / 'traces.json')!r}))))

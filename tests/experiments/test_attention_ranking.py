@@ -33,10 +33,10 @@ def test_record_sets_join_with_their_groups_renumbered_and_split_by_task_kind() 
         return Records(X=np.arange(len(groups) * 2, dtype=float).reshape(-1, 2), y=np.ones(len(groups)),
                        groups=groups, keys=[f"k{n}" for n in names], bf16=np.ones(len(names), bool), names=names)
 
-    a = records(["conv2d_amx_bf161", "attention_amx_bf162"])
-    b = records(["attention_amx_bf163", "matmul_amx_bf164", "attention_amx_bf165"])
+    a = records(["conv2d_bf161", "attention_bf162"])
+    b = records(["attention_bf163", "matmul_bf164", "attention_bf165"])
     both = joined([a, b])
     assert list(np.unique(both.groups)) == [0, 1, 2, 3, 4] and len(both.y) == 15
     assert both.names[2:] == b.names and np.array_equal(both.X[6:], b.X)
-    assert list(of_kind(both, "attention_amx_bf16")) == [1, 2, 4]
-    assert list(of_kind(both, "matmul_amx_bf16")) == [3]
+    assert list(of_kind(both, "attention_bf16")) == [1, 2, 4]
+    assert list(of_kind(both, "matmul_bf16")) == [3]

@@ -16,7 +16,7 @@ def test_a_conv_tasks_geometry_is_read_in_every_lowering() -> None:
     winograd = [[[1, 64, 80, 80], "float32"], [[6, 6, 64, 80], "float32"], [[1, 80, 80, 80], "float32"]]
     want = ((80, 80), 64, (80, 80), 80, 3)
     assert tvm_conv_geometry("fused_conv2d30_add16_fast_sigmoid12", nhwc_fp32) == want
-    assert tvm_conv_geometry("fused_conv2d_amx_bf1630_add16", bf16) == want
+    assert tvm_conv_geometry("fused_conv2d_bf1630_add16", bf16) == want
     assert tvm_conv_geometry("fused_conv2d26_add13", nchw) == want
     assert tvm_conv_geometry("fused_conv2d_winograd2_add6", winograd) == want
     # fp32 Winograd in NHWC: its transformed weights (6, 6, in, out) are NCHW's; the task's layout tells them apart
@@ -29,10 +29,10 @@ def test_a_conv_tasks_geometry_is_read_in_every_lowering() -> None:
     assert tvm_conv_geometry("fused_conv2d_winograd_bf163_add16", bf16_winograd) == want
     # a 1x1 layer on rows of 16 pixels (20x20 as 25 x 16): its pixels, not its rows
     rows = [[[1, 25, 16, 384], "bfloat16"], [[8, 1, 1, 192, 32, 2], "bfloat16"], [[1, 25, 16, 256], "bfloat16"]]
-    assert tvm_conv_geometry("fused_conv2d_amx_bf1612_add5", rows) == ("flat", 400, 384, 256)
+    assert tvm_conv_geometry("fused_conv2d_bf1612_add5", rows) == ("flat", 400, 384, 256)
     # the convolution's own output when the max pool is fused into it (the task writes the pooled image)
     pooled = [[[1, 26, 26, 64], "bfloat16"], [[4, 3, 3, 32, 32, 2], "bfloat16"], [[1, 13, 13, 128], "bfloat16"]]
-    assert tvm_conv_geometry("fused_conv2d_amx_bf164_max_pool2d_window1", pooled) == ((26, 26), 64, (26, 26), 128, 3)
+    assert tvm_conv_geometry("fused_conv2d_bf164_max_pool2d_window1", pooled) == ((26, 26), 64, (26, 26), 128, 3)
     assert tvm_conv_geometry("fused_concatenate12", nchw) is None
     assert geometry_label(*want) == "80x80x64 -> 80x80x80, 3x3"
 
@@ -43,9 +43,9 @@ def test_layers_are_matched_by_geometry_and_summed_per_side(tmp_path) -> None:
     nothing on the other."""
     log = tmp_path / "log.jsonl"
     headers = {
-        "k3": ("fused_conv2d_amx_bf161_add1", [[[1, 40, 40, 64], "bfloat16"], [[2, 3, 3, 32, 32, 2], "bfloat16"],
+        "k3": ("fused_conv2d_bf161_add1", [[[1, 40, 40, 64], "bfloat16"], [[2, 3, 3, 32, 32, 2], "bfloat16"],
                                                 [[1, 40, 40, 64], "bfloat16"]]),
-        "k1": ("fused_conv2d_amx_bf162_add2", [[[1, 25, 16, 128], "bfloat16"], [[4, 1, 1, 64, 32, 2], "bfloat16"],
+        "k1": ("fused_conv2d_bf162_add2", [[[1, 25, 16, 128], "bfloat16"], [[4, 1, 1, 64, 32, 2], "bfloat16"],
                                                 [[1, 25, 16, 128], "bfloat16"]]),
         "kw": ("fused_conv2d_winograd_add8", [[[1, 80, 80, 16], "float32"], [[6, 6, 16, 32], "float32"],
                                                [[1, 80, 80, 32], "float32"]]),

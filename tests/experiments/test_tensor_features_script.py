@@ -50,7 +50,7 @@ def _timed_log(path, tasks: dict[str, list[float]]) -> None:
     """A log of tasks (key -> its trials' medians) named as a fused attention on the unit; one fp32 task besides."""
     lines = [{"v": 1, "kind": "run", "run": {"strategy": "optuna"}}]
     for key, medians in {**tasks, "fp32": [1.0]}.items():
-        name = "matmul1" if key == "fp32" else f"attention_amx_bf16{key}"
+        name = "matmul1" if key == "fp32" else f"attention_bf16{key}"
         lines.append({"v": 1, "kind": "task", "task": {"workload_key": key, "name": name,
                                                         "args": [[[1, 8], "float32"]]}})
         for i, median in enumerate(medians):
