@@ -251,6 +251,7 @@ def test_an_attention_and_a_matmul_tuned_both_ways_then_exported_and_compiled(tm
 
     from autosearch.deploy.artifact import load_model
     from autosearch.deploy.database import database_lowering
+    from autosearch.search.dataset import tensorised
     from autosearch.tensor_units import attention, matmul
 
     _needs_bf16_unit(target)
@@ -269,7 +270,7 @@ def test_an_attention_and_a_matmul_tuned_both_ways_then_exported_and_compiled(tm
     assert sum("matmul" in n for n in layers[scores]["fp32"]) == 2
     assert sum("softmax" in n for n in layers[scores]["fp32"]) == 1
     assert all(matmul.TASK_NAME in n for n in layers[product]["bf16"])
-    bf16 = [r for r in records if r["kind"] == "trial" and "_bf16" in r["task"]["name"]]
+    bf16 = [r for r in records if r["kind"] == "trial" and tensorised(r["task"]["name"])]
     assert {attention.TASK_NAME in r["task"]["name"] for r in bf16} == {True, False}
     assert all(r["result"]["status"] == "ok" for r in bf16), [r["result"] for r in bf16]
     choices = database_lowering(run["db"])["choices"]

@@ -216,8 +216,8 @@ class Tuner:
         from autosearch.tensor_units.cpu import bf16_unit
         from autosearch.tensor_units.sketch import is_bf16_unit_task
 
-        unit = bf16_unit(task.target) if is_bf16_unit_task(task.mod) else None
-        if self.cost_model and guides_unit(self.cost_model, unit):
+        if self.cost_model and guides_unit(self.cost_model,
+                                           bf16_unit(task.target) if is_bf16_unit_task(task.mod) else None):
             from autosearch.search.cost_model import make_scorer
 
             state.scorer = make_scorer(self.cost_model, state.space, task, seed=self._task_seed(state),
