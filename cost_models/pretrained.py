@@ -291,6 +291,52 @@ class TrainReport:
     secs: float
 
 
+@dataclass
+class RankingSet:
+    """The valid records of several logs as one ranker's data: the loop features ``X``, labels ``y`` (throughput
+    normalised per task) and one group per (log, task), since labels compare configs measured on one machine only
+    and a task measured on two CPUs is two groups. ``task_of_group`` indexes ``keys`` (workload keys) so that a
+    task's groups on every machine can share a fold; ``log_of_group`` indexes the logs."""
+
+    X: np.ndarray
+    y: np.ndarray
+    groups: np.ndarray
+    keys: list[str]
+    task_of_group: np.ndarray
+    log_of_group: np.ndarray
+    parts: list  # one FeatureDataset per log
+
+
+def ranking_set(contents, *, on_progress=None) -> RankingSet:
+    """Featurise the logs' ``contents`` (read by ``features.read_logs``) through the feature cache, as
+    compare-models and warm starts do: training again (another family, seed or exclusion) featurises nothing
+    twice. ``on_progress(done, total)`` counts records over all logs."""
+    from autosearch.cost_models.feature_store import as_store
+    from autosearch.cost_models.features import build_dataset, labelled_trials
+
+    totals = [len(labelled_trials(c)) for c in contents]
+
+    def progress(base: int):
+        return None if on_progress is None else (lambda done, _total: on_progress(base + done, sum(totals)))
+
+    parts = [build_dataset([c], kinds=(FEATURES,), store=as_store(None), on_progress=progress(sum(totals[:i])))
+             for i, c in enumerate(contents)]
+    keys = list(dict.fromkeys(k for part in parts for k in part.task_keys))
+    filled = [part for part in parts if len(part)]
+    width = filled[0].X(FEATURES).shape[1] if filled else 0
+    offsets = np.cumsum([0] + [len(part.task_keys) for part in parts])
+    index = {k: i for i, k in enumerate(keys)}
+    return RankingSet(
+        X=np.vstack([part.X(FEATURES) for part in filled]) if filled else np.zeros((0, width)),
+        y=np.concatenate([part.y for part in filled]) if filled else np.zeros(0),
+        groups=(np.concatenate([part.groups + offsets[i] for i, part in enumerate(parts) if len(part)])
+                if filled else np.zeros(0, dtype=np.int64)),
+        keys=keys,
+        task_of_group=np.asarray([index[k] for part in parts for k in part.task_keys], dtype=np.int64),
+        log_of_group=np.asarray([i for i, part in enumerate(parts) for _ in part.task_keys], dtype=np.int64),
+        parts=parts)
+
+
 def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed: int = 0, folds: int = 5,
                 exclude: tuple[str, ...] = (), on_progress=None) -> TrainReport:
     """Train ``family`` (the XGBoost ranker, or the blend of it and the ``mlp-rank`` network) on the loop features
@@ -300,8 +346,7 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     everything."""
     from autosearch import __version__
     from autosearch.cost_models.evaluate import pairwise_accuracy, top_k_score
-    from autosearch.cost_models.feature_store import as_store
-    from autosearch.cost_models.features import build_dataset, labelled_trials, read_logs
+    from autosearch.cost_models.features import read_logs
     from autosearch.frontend.target import parse_target
     from autosearch.search.cost_model import make_cost_model
 
@@ -315,30 +360,14 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     if exclude:
         for c in contents:
             c.records = [r for r in c.records if r.task_key not in exclude]
-    # through the feature cache, as compare-models and warm starts: training again (another family, seed or
-    # exclusion) featurises nothing twice. One dataset per log: a log is measured on one machine, and labels
-    # (throughput normalised per task) compare configs of one machine only; the same task measured on two CPUs
-    # is two groups of the ranker
-    totals = [len(labelled_trials(c)) for c in contents]
-
-    def progress(base: int):
-        return None if on_progress is None else (lambda done, _total: on_progress(base + done, sum(totals)))
-
-    parts = [build_dataset([c], kinds=(FEATURES,), store=as_store(None), on_progress=progress(sum(totals[:i])))
-             for i, c in enumerate(contents)]
-    keys = list(dict.fromkeys(k for part in parts for k in part.task_keys))
-    records = sum(len(part) for part in parts)
+    data = ranking_set(contents, on_progress=on_progress)
+    parts, keys, records = data.parts, data.keys, len(data.y)
     if records < 2 or len(keys) < 2:
         raise UserError(f"train-model needs valid records of at least 2 tasks; the logs hold {records} "
                         f"record(s) of {len(keys)} task(s)")
-    X = np.vstack([part.X(FEATURES) for part in parts if len(part)])
-    y = np.concatenate([part.y for part in parts if len(part)])
-    offsets = np.cumsum([0] + [len(part.task_keys) for part in parts])
-    groups = np.concatenate([part.groups + offsets[i] for i, part in enumerate(parts) if len(part)])
-    # a task's groups on every machine fall in one fold (task index by workload key): held out is held out
-    task_of_group = np.asarray([keys.index(k) for part in parts for k in part.task_keys])
+    X, y, groups, task_of_group, log_of_group = data.X, data.y, data.groups, data.task_of_group, data.log_of_group
     machines = [cpu_family(c) for c in contents]
-    machine_of_group = np.asarray([machines[i] for i, part in enumerate(parts) for _ in part.task_keys])
+    machine_of_group = np.asarray(machines)[log_of_group]
     rng = np.random.default_rng(seed)
     tasks = rng.permutation(len(keys))
     fold_of = {int(t): i % max(2, min(folds, len(tasks))) for i, t in enumerate(tasks)}
@@ -347,7 +376,6 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     from autosearch.cost_models.loop_features import FEATURE_NAMES
 
     unit_col = FEATURE_NAMES.index("tensor_unit")
-    log_of_group = np.asarray([i for i, part in enumerate(parts) for _ in part.task_keys], dtype=np.int64)
     tensorised = np.zeros(len(log_of_group), dtype=bool)
     tensorised[np.unique(groups[X[:, unit_col] > 0])] = True
     log_units = np.asarray([_log_bf16_unit(c) for c in contents], dtype=object)
