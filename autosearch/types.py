@@ -80,6 +80,9 @@ class MeasureResult:
     build_secs: float = 0.0
     run_secs: float = 0.0  # wall time of the measurement, load + check + timing
     worker: str = ""
+    # what timed it, as the measuring process names it: LLVM's name for its CPU (a GPU's name for a GPU kernel); ""
+    # where nothing was timed, and in logs older than the field
+    measured_on: str = ""
 
     @property
     def ok(self) -> bool:
@@ -161,6 +164,20 @@ class Record:
     def gflops(self) -> float:
         return self.result.gflops(self.flops)
 
+    @property
+    def timed_on(self) -> str:
+        """LLVM's name for the CPU whose timings these are: as the measuring process said, else (a log older than
+        that field, or nothing timed) the target's ``mcpu``, which a run sets to the host's unless told otherwise.
+        The two differ where a run built for one CPU was timed on another (a stand-in): its timings are not the
+        target CPU's."""
+        return self.result.measured_on or str(self.target.get("mcpu", "") or "")
+
+    @property
+    def stood_in(self) -> bool:
+        """Whether this was timed on another CPU than the one it was built for (:attr:`timed_on`)."""
+        target = str(self.target.get("mcpu", "") or "")
+        return bool(self.result.measured_on and target and self.result.measured_on != target)
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "v": LOG_FORMAT_VERSION,
@@ -177,6 +194,8 @@ class Record:
             "worker": self.result.worker,
             "versions": self.versions,
         }
+        if self.result.measured_on:
+            out["measured_on"] = self.result.measured_on
         if self.config is not None:
             out["config"] = self.config.to_json()
         if self.requested is not None and self.requested != self.config:
@@ -201,6 +220,7 @@ class Record:
             build_secs=float(obj.get("build_secs", 0.0)),
             run_secs=float(obj.get("run_secs", 0.0)),
             worker=obj.get("worker", ""),
+            measured_on=obj.get("measured_on", ""),
         )
         return cls(
             kind=obj["kind"],

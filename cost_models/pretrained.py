@@ -426,7 +426,7 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
         "tasks": len(keys),
         "task_keys": keys,  # what it has seen: evaluate it on other tasks
         # the CPUs the records were measured on, one entry per log
-        "cpus": [{"family": m, "mcpu": _log_mcpu(c), "records": len(part), "tasks": len(part.task_keys)}
+        "cpus": [{"family": m, "mcpu": log_cpu(c), "records": len(part), "tasks": len(part.task_keys)}
                  for m, c, part in zip(machines, contents, parts)],
         # the bf16 units whose tensorised schedules the records hold: the tasks lowered to them are guided
         "tensor_units": sorted(by_unit),
@@ -444,9 +444,10 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     return TrainReport(manifest=manifest, folds=results, secs=time.perf_counter() - start)
 
 
-def _log_mcpu(contents) -> str:
-    """The LLVM CPU name of a log's records (its first record with a target)."""
-    return next((str(r.target.get("mcpu", "")) for r in contents.records if r.target), "")
+def log_cpu(contents) -> str:
+    """LLVM's name for the CPU a log's records were timed on (:attr:`~autosearch.types.Record.timed_on` of its first
+    record with a target): the labels are that CPU's."""
+    return next((r.timed_on for r in contents.records if r.target), "")
 
 
 def _log_bf16_unit(contents) -> str:
@@ -467,7 +468,7 @@ def covers(manifest: dict[str, Any], unit: str | None) -> bool:
 
 def cpu_family(contents) -> str:
     """The CPU family a log was measured on (:func:`family_of_mcpu` of its records' target)."""
-    return family_of_mcpu(_log_mcpu(contents))
+    return family_of_mcpu(log_cpu(contents))
 
 
 def cross_family_accuracy(model, X, y, groups, task_of_group, machine_of_group, task_fold) -> dict[str, dict]:

@@ -29,6 +29,8 @@ def test_baseline_is_the_unscheduled_kernel(runner, conv_task):
 
 
 def test_random_configs_build_and_compute_the_right_output(runner, conv_task, conv_space):
+    import tvm
+
     rng = np.random.default_rng(11)
     applied = [a for a in (conv_space.apply(conv_space.sample(rng)) for _ in range(6)) if a.ok]
     assert len(applied) >= 4
@@ -39,6 +41,8 @@ def test_random_configs_build_and_compute_the_right_output(runner, conv_task, co
         assert len(r.latencies) == 3 or (len(r.latencies) == 1 and "timed once" in r.error)
         assert r.median > 0 and r.cv >= 0
         assert r.build_secs > 0 and r.run_secs > 0 and r.worker
+        # the measuring process names the CPU that timed it, as LLVM names this one
+        assert r.measured_on == str(tvm.target.codegen.llvm_get_system_cpu())
         assert r.gflops(conv_task.flops) > 0
     # a tuned schedule beats the unscheduled loop nest
     assert min(r.median for r in results) < runner.baseline_secs(conv_task)

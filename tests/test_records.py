@@ -33,7 +33,18 @@ def test_round_trip_and_best(tmp_path):
     line = json.loads(open(path).readlines()[1])
     assert line["result"]["median"] == pytest.approx(1e-3 * 1.0) or line["result"]["median"] > 0
     assert {"versions", "host", "worker", "started", "finished", "build_secs", "run_secs"} <= set(line)
+    assert "measured_on" not in line  # said only where a measuring process said it
     assert line["result"]["gflops"] > 0 and "cv" in line["result"]
+
+
+def test_the_cpu_that_timed_a_record_reads_back(tmp_path):
+    path = str(tmp_path / "run.jsonl")
+    timed = _rec(1)
+    timed.result = MeasureResult(Status.OK, (1e-3,), measured_on="znver4")
+    with TuningLog(path) as log:
+        log.append([timed])
+    [back] = read_log(path).records
+    assert back.result.measured_on == "znver4" and back.timed_on == "znver4"
 
 
 def test_truncated_last_line_is_tolerated_and_resume_appends_cleanly(tmp_path):

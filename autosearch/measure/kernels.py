@@ -134,10 +134,23 @@ class KernelRunner:
         self._input_cache: dict[tuple, list[np.ndarray]] = {}  # (args, seed) -> inputs, oldest first
         self._flush: dict[str, float] = {}  # task key -> seconds of one flush of its arguments
         self._flush_name: str | None = None  # the time evaluator's flush in this process (flush_function), once
+        self._measured_on: str | None = None
         if device == "cpu":  # AMX kernels need the tile state; Linux grants it per process, on request
             from autosearch.tensor_units.amx import request_permission
 
             request_permission()
+
+    @property
+    def measured_on(self) -> str:
+        """What times the kernels, named as the logs name CPUs: LLVM's name for this process's CPU (a GPU's own
+        name on a GPU). A record says it beside its target, whose ``mcpu`` is what the kernel was built for: the
+        two differ when a run builds for another CPU than the one it measures on."""
+        if self._measured_on is None:
+            import tvm
+
+            self._measured_on = (str(tvm.target.codegen.llvm_get_system_cpu()) if self.device == "cpu"
+                                 else str(self._dev().device_name or ""))
+        return self._measured_on
 
     def _load(self, artifact: bytes):
         """(module, prepack plan or None) of a built artifact.
@@ -224,7 +237,7 @@ class KernelRunner:
             # are lost in the call-to-call noise (experiments/results/baseline-build-*.md), and a second call of
             # seconds was most of a run's task set-up
             return {"reference": buf.getvalue(), "latencies": [first], "median": first,
-                    "note": "timed once: slow untuned kernel"}
+                    "measured_on": self.measured_on, "note": "timed once: slow untuned kernel"}
         dev = self._dev()
         arrays = [tvm.runtime.tensor(a, dev) for a in inputs]
         timing = self._time(module, arrays, evaluator)
@@ -261,7 +274,7 @@ class KernelRunner:
             # Far slower than the task's best: one run is enough to know it will not win, and
             # repeating a kernel of seconds would dominate the tuning time.
             return {"latencies": [once], "median": once, "run_secs": time.perf_counter() - start,
-                    "note": "timed once: far slower than the best so far"}
+                    "measured_on": self.measured_on, "note": "timed once: far slower than the best so far"}
         timing = self._time(module, arrays, fitted(evaluator, once, self._flush_secs(task_key, arrays, evaluator)))
         timing["run_secs"] = time.perf_counter() - start
         return timing
@@ -299,4 +312,4 @@ class KernelRunner:
             f_preproc=self._flush_function() if evaluator.get("cache_flush", True) else "",
         )
         results = [float(x) for x in timer(*arrays).results]
-        return {"latencies": results, "median": statistics.median(results)}
+        return {"latencies": results, "median": statistics.median(results), "measured_on": self.measured_on}

@@ -101,7 +101,7 @@ class MeasurePolicy:
         if reply.kind != "ok":
             return run_failure(reply, build_secs=build_secs, worker=worker)
         result = MeasureResult(Status.OK, tuple(reply.value["latencies"]), build_secs=build_secs,
-                               run_secs=reply.seconds, worker=worker)
+                               run_secs=reply.seconds, worker=worker, measured_on=reply.value.get("measured_on", ""))
         self._baseline_secs[task_key] = result.median
         return result
 
@@ -114,7 +114,8 @@ class MeasurePolicy:
             return MeasureResult.failed(Status.WRONG_RESULT, value["wrong_result"], build_secs=build_secs,
                                         run_secs=value["run_secs"], worker=worker)
         result = MeasureResult(Status.OK, tuple(value["latencies"]), build_secs=build_secs,
-                               run_secs=value["run_secs"], worker=worker, error=value.get("note", ""))
+                               run_secs=value["run_secs"], worker=worker, error=value.get("note", ""),
+                               measured_on=value.get("measured_on", ""))
         if result.median < self._best_secs.get(task_key, float("inf")):
             self._best_secs[task_key] = result.median
         return result

@@ -64,7 +64,7 @@ class KnownSchedules:
             if rec.kind not in ("trial", "retime") or rec.config is None:
                 continue
             cpu = str(rec.target.get("mcpu", "") or "")
-            if not cpu or cpu in exclude_cpus:
+            if not cpu or cpu in exclude_cpus or rec.stood_in:  # another CPU's timings of code built for this one
                 continue
             if not rec.result.ok:
                 failed.add((rec.task_key, cpu, rec.config))

@@ -127,6 +127,7 @@ def test_embedded_pool_gives_the_local_runners_statuses_and_latencies(conv_task,
         assert len(there.latencies) == EVALUATOR.repeat or "timed once" in there.error
         assert there.build_secs > 0
         assert f"{pool.key}#0" in there.worker
+        assert there.measured_on == local_results[0].measured_on != ""  # the actor's CPU is this one
     ratio = float(np.exp(np.mean(np.log(np.array(ray_best) / np.array(local_best)))))
     assert 1 / 3 < ratio < 3, (local_best, ray_best)
 

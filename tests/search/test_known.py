@@ -15,8 +15,8 @@ from autosearch.types import Config, MeasureResult, Record, Status
 
 
 def _rec(key: str, cpu: str, config: Config, seconds: float | None, *, kind: str = "trial",
-         status: Status = Status.OK) -> Record:
-    result = (MeasureResult(status=Status.OK, latencies=(seconds,)) if status == Status.OK
+         status: Status = Status.OK, measured_on: str = "") -> Record:
+    result = (MeasureResult(status=Status.OK, latencies=(seconds,), measured_on=measured_on) if status == Status.OK
               else MeasureResult.failed(status, "bad"))
     return Record(kind=kind, task_key=key, task_name="t", target={"kind": "llvm", "mcpu": cpu}, config=config,
                   result=result, flops=1.0)
@@ -39,6 +39,16 @@ def test_from_records_keeps_the_fastest_valid_configs_per_task_and_cpu():
     by_cpu = {cpu: [(e.config, e.seconds) for e in known.by_key["k"] if e.cpu == cpu] for cpu in known.cpus()}
     assert by_cpu["znver4"] == [(C[5], 0.2e-3), (C[1], 1e-3), (C[2], 2e-3)]
     assert by_cpu["rocketlake"] == [(C[6], 5e-3)]
+
+
+def test_timings_of_code_built_for_one_cpu_but_timed_on_another_are_nobodys_known_schedules():
+    records = [_rec("k", "znver3", C[0], 2e-3, measured_on="znver3"), _rec("k", "znver3", C[1], 3e-3),  # older log
+               _rec("k", "znver3", C[2], 1e-3, measured_on="znver4"),  # built for a Zen 3, timed on a Zen 4
+               _rec("k", "znver4", C[3], 1e-3, measured_on="znver4")]
+    known = KnownSchedules.from_records(records)
+    assert {(e.config, e.cpu) for e in known.by_key["k"]} == {(C[0], "znver3"), (C[1], "znver3"), (C[3], "znver4")}
+    assert records[2].stood_in and records[2].timed_on == "znver4"
+    assert not records[1].stood_in and records[1].timed_on == "znver3"  # no measured_on: the target's CPU
 
 
 def test_for_task_orders_rank_by_rank_host_cpu_then_family_then_others():
