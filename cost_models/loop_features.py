@@ -73,15 +73,25 @@ class Machine:
 
     @classmethod
     def from_target(cls, target) -> Machine:
-        """Vector width as LLVM sees the target's CPU; cores from ``num-cores``; x86 registers and
-        typical cache sizes (the features are ratios: exact sizes matter little)."""
+        """Vector width of the target's CPU; cores from ``num-cores``; x86 registers and typical cache sizes (the
+        features are ratios: exact sizes matter little).
+
+        On x86 the width is the widest vector ISA the target's CPU and ``mattr`` have (AVX-512: 512 bits and 32
+        registers, AVX: 256 and 16, else 128): TVM's ``llvm_get_vector_width`` says 512 for every x86-64 CPU, an
+        AVX2-only Zen 3 or Haswell too, and the features of their schedules (lanes a vector fills, registers
+        live) were then those of a CPU they are not. Other ISAs: as LLVM says."""
         from autosearch.frontend.target import target_num_cores
 
         bits = 128
         try:
             from tvm.target import codegen
 
-            bits = int(codegen.llvm_get_vector_width(target)) or 128
+            if str(dict(target.export()).get("mtriple", "") or codegen.llvm_get_system_triple()).startswith(
+                    ("x86_64", "i386", "i686")):
+                bits = next((width for width, feature in ((512, "avx512f"), (256, "avx"))
+                             if codegen.llvm_cpu_has_features(feature, target)), 128)
+            else:
+                bits = int(codegen.llvm_get_vector_width(target)) or 128
         except Exception:  # noqa: BLE001 - a non-LLVM target (cuda): keep a conservative width
             pass
         regs = 32 if bits >= 512 else 16

@@ -246,9 +246,14 @@ def shipped_for(target) -> tuple[str | None, str]:
 
 
 def family_note(manifest: dict[str, Any], target) -> str:
-    """Whether the model was trained on records of ``target``'s CPU family (for the run header): a model transfers
-    across families, less well than within one (the manifest's ``held_out.by_family``)."""
-    family = family_of_mcpu(target_mcpu(target))
+    """Whether the model was trained on records of ``target``'s CPU, else of its family (for the run header): a
+    model transfers across families, less well than within one (the manifest's ``held_out.by_family``), and within
+    a family across vector ISAs less well than on one (a Zen 3's AVX2 and a Zen 4's AVX-512:
+    ``experiments/cpu_transfer.py``)."""
+    mcpu = target_mcpu(target)
+    family = family_of_mcpu(mcpu)
+    if mcpu and mcpu in {c.get("mcpu") for c in manifest.get("cpus", [])}:
+        return f"records of this CPU ({family} {mcpu}) among them"
     trained = [c.get("family") for c in manifest.get("cpus", [])] or [family_of_mcpu(
         str(manifest.get("target", {}).get("mcpu", "")))]
     if family in trained:
@@ -419,7 +424,7 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
         "feature_version": feature_version(),
         "feature_width": int(X.shape[1]),
         "target": facts,
-        "trained_on": [{"log": os.path.basename(p), "sha256": _sha256(p), "records": int(
+        "trained_on": [{"log": _log_name(p), "sha256": _sha256(p), "records": int(
             sum(1 for r in c.trials() if r.ok)), "tasks": len({r.task_key for r in c.trials()})}
             for p, c in zip(logs, contents)],
         "records": records,
@@ -442,6 +447,13 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     }
     write_model_dir(out_dir, booster, manifest, network)
     return TrainReport(manifest=manifest, folds=results, secs=time.perf_counter() - start)
+
+
+def _log_name(path: str) -> str:
+    """How the manifest names a log: its path from the working directory where it lies below it (the tuning logs of
+    runs are all called ``log.jsonl.gz``; their directories say which run), else its file name."""
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else os.path.basename(path)
 
 
 def log_cpu(contents) -> str:

@@ -10,7 +10,9 @@ one, can do) and on all. Folds are by task (a task's records on every CPU in one
         --log experiments/results/dataset-pretrain-xeon.jsonl.gz \\
         --log experiments/results/user-yolov8n-15min-seed1-zen3/log.jsonl.gz ... --out cpu-transfer
 
-Writes ``experiments/results/OUT.md``, ``.json`` and ``.png``. Accuracy is pairwise (the share of a task's config
+``--log LABEL=PATH`` files a log under ``LABEL`` instead of its CPU: the records a guided run measured (the configs
+its model picked) beside a dataset's (configs drawn at random), say. Writes ``experiments/results/OUT.md``, ``.json``
+and ``.png``. Accuracy is pairwise (the share of a task's config
 pairs put in their measured order) over all pairs and over pairs more than 10% apart (closer ones are mostly noise);
 each CPU's figure is the mean over folds weighted by tasks. Featurising is cached (the feature store), so a second
 run takes the training time alone.
@@ -26,18 +28,13 @@ import numpy as np
 from autosearch.cost_models.evaluate import pairwise_accuracy
 from autosearch.cost_models.features import read_logs
 from autosearch.cost_models.loop_features import FEATURE_NAMES
-from autosearch.cost_models.pretrained import FEATURES, ranking_set
+from autosearch.cost_models.pretrained import FEATURES, log_cpu, ranking_set
 from autosearch.frontend.target import family_of_mcpu
 from autosearch.search.cost_model import make_cost_model
 from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import publish, results_path
 
 log = logging.getLogger("cpu_transfer")
-
-
-def log_cpu(contents) -> str:
-    """The LLVM CPU name a log's records were built for (its first record's target)."""
-    return next((str(r.target.get("mcpu", "")) for r in contents.records if r.target), "")
 
 
 def sources(cpu_of_row: np.ndarray, tested: str, without: str = "") -> dict[str, np.ndarray]:
@@ -96,12 +93,13 @@ def _mean(values, weights) -> float:
     return float(np.average([v for v, _ in keep], weights=[w for _, w in keep])) if keep else float("nan")
 
 
-def table(result: dict, counts: dict[str, tuple[int, int, int]]) -> str:
+def table(result: dict, counts: dict[str, tuple[int, int, int]], labels: set[str]) -> str:
+    """The accuracy table; ``labels`` are the rows named by their CPU (the others by a ``--log LABEL=``)."""
     names = column_order((n for cols in result.values() for n in cols), list(result))
     rows = []
     for cpu, cols in result.items():
         logs, records, tasks = counts[cpu]
-        rows.append([f"{family_of_mcpu(cpu)} {cpu}", f"{logs} / {records:,} / {tasks}",
+        rows.append([f"{family_of_mcpu(cpu)} {cpu}" if cpu in labels else cpu, f"{logs} / {records:,} / {tasks}",
                      *[f"{fmt(cols[n]['pairwise'], 3)} ({fmt(cols[n]['pairwise_10pct'], 3)})" if n in cols else "-"
                        for n in names]])
     return markdown_table(["tested on", "logs / records / tasks", *names], rows)
@@ -131,7 +129,8 @@ def plot(result: dict, path: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--log", action="append", required=True, help="a tuning log or dataset (repeat)")
+    ap.add_argument("--log", action="append", required=True,
+                    help="a tuning log or dataset (repeat); LABEL=PATH files it under LABEL, not its CPU")
     ap.add_argument("--out", default="cpu-transfer", help="results name under experiments/results/")
     ap.add_argument("--model", default=f"xgb-rank@{FEATURES}", help="the ranker (the shipped model's family)")
     ap.add_argument("--folds", type=int, default=5)
@@ -140,10 +139,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-    contents = read_logs(args.log)
+    labelled = [spec.split("=", 1) if "=" in spec else ["", spec] for spec in args.log]
+    contents = read_logs([path for _, path in labelled])
     data = ranking_set(contents, on_progress=lambda done, total: log.info("featurised %d of %d", done, total)
                        if done == total or done % 500 < 20 else None)
-    cpus = np.asarray([log_cpu(c) for c in contents])
+    cpus = np.asarray([label or log_cpu(c) for (label, _), c in zip(labelled, contents)])
     cpu_of_group = cpus[data.log_of_group]
     # fp32 records only: a model of fp32 schedules cannot rank those tensorised onto a bf16 unit, nor the reverse
     fp32 = data.X[:, FEATURE_NAMES.index("tensor_unit")] == 0
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
               for cpu in result}
     text = (f"**Held-out pairwise accuracy by the CPU tested on and the CPUs trained on** (`{args.model}`, "
             f"{args.folds} folds by task, seed {args.seed}, fp32 records; in brackets: pairs more than 10% "
-            f"apart)\n\n{table(result, counts)}\n\nLogs: "
+            f"apart)\n\n{table(result, counts, set(cpus) - {label for label, _ in labelled})}\n\nLogs: "
             + ", ".join(f"`{p}`" for p in args.log) + "\n")
     base = results_path(args.out)
     publish(base, data={"model": args.model, "folds": args.folds, "seed": args.seed, "logs": args.log,

@@ -216,3 +216,21 @@ def test_loop_features_of_a_record_match_the_scorer_path(contents, held_out_task
     from_apply = feat.loop_of([a.mod for _, a in pairs])
     for u, v in zip(from_trace, from_apply):
         np.testing.assert_array_equal(u, v)
+
+
+@pytest.mark.parametrize(("mcpu", "mattr", "bits", "registers"), [
+    ("znver3", [], 256, 16),  # AVX2 alone: TVM's llvm_get_vector_width says 512 for it
+    ("haswell", [], 256, 16),
+    ("znver4", [], 512, 32),
+    ("sapphirerapids", [], 512, 32),
+    ("znver4", ["-avx512f"], 256, 16),  # mattr takes a unit away
+    ("x86-64", [], 128, 16),
+])
+def test_the_machine_facts_are_the_target_cpus_vector_isa_not_the_widest_x86(mcpu, mattr, bits, registers):
+    import tvm
+
+    target = tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": mcpu,
+                                **({"mattr": mattr} if mattr else {}), "num-cores": 3})
+    machine = Machine.from_target(target)
+    assert (machine.vector_bits, machine.vector_registers, machine.cores) == (bits, registers, 3)
+    assert machine.lanes(32) == bits // 32
