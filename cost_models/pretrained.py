@@ -327,15 +327,14 @@ def ranking_set(contents, *, on_progress=None) -> RankingSet:
     parts = [build_dataset([c], kinds=(FEATURES,), store=as_store(None), on_progress=progress(sum(totals[:i])))
              for i, c in enumerate(contents)]
     keys = list(dict.fromkeys(k for part in parts for k in part.task_keys))
-    filled = [part for part in parts if len(part)]
-    width = filled[0].X(FEATURES).shape[1] if filled else 0
     offsets = np.cumsum([0] + [len(part.task_keys) for part in parts])
+    filled = [i for i, part in enumerate(parts) if len(part)]
     index = {k: i for i, k in enumerate(keys)}
     return RankingSet(
-        X=np.vstack([part.X(FEATURES) for part in filled]) if filled else np.zeros((0, width)),
-        y=np.concatenate([part.y for part in filled]) if filled else np.zeros(0),
-        groups=(np.concatenate([part.groups + offsets[i] for i, part in enumerate(parts) if len(part)])
-                if filled else np.zeros(0, dtype=np.int64)),
+        X=np.vstack([parts[i].X(FEATURES) for i in filled]) if filled else np.zeros((0, 0)),
+        y=np.concatenate([parts[i].y for i in filled]) if filled else np.zeros(0),
+        groups=(np.concatenate([parts[i].groups + offsets[i] for i in filled]) if filled
+                else np.zeros(0, dtype=np.int64)),
         keys=keys,
         task_of_group=np.asarray([index[k] for part in parts for k in part.task_keys], dtype=np.int64),
         log_of_group=np.asarray([i for i, part in enumerate(parts) for _ in part.task_keys], dtype=np.int64),
