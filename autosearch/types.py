@@ -165,18 +165,22 @@ class Record:
         return self.result.gflops(self.flops)
 
     @property
+    def built_for(self) -> str:
+        """LLVM's name for the CPU the kernel was built for (the target's ``mcpu``; "" where it names none)."""
+        return str(self.target.get("mcpu", "") or "")
+
+    @property
     def timed_on(self) -> str:
         """LLVM's name for the CPU whose timings these are: as the measuring process said, else (a log older than
-        that field, or nothing timed) the target's ``mcpu``, which a run sets to the host's unless told otherwise.
+        that field, or nothing timed) :attr:`built_for`, which a run sets to the host's unless told otherwise.
         The two differ where a run built for one CPU was timed on another (a stand-in): its timings are not the
         target CPU's."""
-        return self.result.measured_on or str(self.target.get("mcpu", "") or "")
+        return self.result.measured_on or self.built_for
 
     @property
     def stood_in(self) -> bool:
-        """Whether this was timed on another CPU than the one it was built for (:attr:`timed_on`)."""
-        target = str(self.target.get("mcpu", "") or "")
-        return bool(self.result.measured_on and target and self.result.measured_on != target)
+        """Whether this was timed on another CPU than the one it was built for."""
+        return bool(self.result.measured_on and self.built_for and self.result.measured_on != self.built_for)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

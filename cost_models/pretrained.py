@@ -311,6 +311,14 @@ class RankingSet:
     log_of_group: np.ndarray
     parts: list  # one FeatureDataset per log
 
+    def task_folds(self, folds: int, *, seed: int) -> np.ndarray:
+        """The fold of each task (indexed as ``keys``): tasks dealt round-robin in a seeded random order into
+        ``folds`` folds (at least 2, at most one per task), so a task's groups on every machine share one."""
+        tasks = np.random.default_rng(seed).permutation(len(self.keys))
+        fold_of_task = np.empty(len(tasks), dtype=np.int64)
+        fold_of_task[tasks] = np.arange(len(tasks)) % max(2, min(folds, len(tasks)))
+        return fold_of_task
+
 
 def ranking_set(contents, *, on_progress=None) -> RankingSet:
     """Featurise the logs' ``contents`` (read by ``features.read_logs``) through the feature cache, as
@@ -372,10 +380,8 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     X, y, groups, task_of_group, log_of_group = data.X, data.y, data.groups, data.task_of_group, data.log_of_group
     machines = [cpu_family(c) for c in contents]
     machine_of_group = np.asarray(machines)[log_of_group]
-    rng = np.random.default_rng(seed)
-    tasks = rng.permutation(len(keys))
-    fold_of = {int(t): i % max(2, min(folds, len(tasks))) for i, t in enumerate(tasks)}
-    task_fold = np.asarray([fold_of[int(task_of_group[g])] for g in groups])
+    fold_of_task = data.task_folds(folds, seed=seed)
+    task_fold = fold_of_task[task_of_group[groups]]
     # the bf16 unit of each group whose schedules are tensorised (the tensor features' unit), else ""
     from autosearch.cost_models.loop_features import FEATURE_NAMES
 
@@ -386,7 +392,7 @@ def train_model(logs: list[str], out_dir: str, *, family: str = "xgb-rank", seed
     unit_of_group = np.where(tensorised, log_units[log_of_group], "")
     results = []
     held_out = np.zeros(len(y))
-    for fold in sorted(set(fold_of.values())):
+    for fold in np.unique(fold_of_task).tolist():
         test = task_fold == fold
         model.fit(X[~test], y[~test], groups[~test])
         pred = held_out[test] = model.predict(X[test])

@@ -57,20 +57,17 @@ def column_order(names, cpus) -> list[str]:
     return sorted(set(names), key=lambda n: (order.index(n) if n in order else len(order) + (n == "all"), n))
 
 
-def transfer(X, y, groups, task_of_group, cpu_of_group, *, folds: int, seed: int, model: str,
+def transfer(X, y, groups, task_of_group, cpu_of_group, fold_of_task, *, seed: int, model: str,
              without: str = "") -> dict:
-    """Per tested CPU and training source: held-out pairwise accuracy (all pairs; pairs > 10% apart) and tasks."""
-    rng = np.random.default_rng(seed)
-    tasks = rng.permutation(int(task_of_group.max()) + 1)
-    fold_of_task = np.empty(len(tasks), dtype=np.int64)
-    fold_of_task[tasks] = np.arange(len(tasks)) % folds
+    """Per tested CPU and training source: held-out pairwise accuracy (all pairs; pairs > 10% apart) and tasks, on
+    the folds of ``fold_of_task`` (``RankingSet.task_folds``, as train-model folds)."""
     row_fold = fold_of_task[task_of_group[groups]]
     cpu_of_row = cpu_of_group[groups]
     out: dict[str, dict] = {}
     for tested in sorted(set(cpu_of_group.tolist())):
         columns: dict[str, list[tuple[float, float, int]]] = {}
         for name, rows in sources(cpu_of_row, tested, without).items():
-            for fold in range(folds):
+            for fold in np.unique(fold_of_task).tolist():
                 test = (row_fold == fold) & (cpu_of_row == tested)
                 train = rows & (row_fold != fold)
                 if not test.any() or len(np.unique(groups[train])) < 2:
@@ -148,8 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     # fp32 records only: a model of fp32 schedules cannot rank those tensorised onto a bf16 unit, nor the reverse
     fp32 = data.X[:, FEATURE_NAMES.index("tensor_unit")] == 0
     X, y, groups = data.X[fp32], data.y[fp32], data.groups[fp32]
-    result = transfer(X, y, groups, data.task_of_group, cpu_of_group, folds=args.folds, seed=args.seed,
-                      model=args.model, without=args.without)
+    result = transfer(X, y, groups, data.task_of_group, cpu_of_group, data.task_folds(args.folds, seed=args.seed),
+                      seed=args.seed, model=args.model, without=args.without)
     counts = {cpu: (int((cpus == cpu).sum()), int((cpu_of_group[groups] == cpu).sum()),
                     len(set(data.task_of_group[np.unique(groups[cpu_of_group[groups] == cpu])].tolist())))
               for cpu in result}

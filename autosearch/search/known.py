@@ -63,7 +63,7 @@ class KnownSchedules:
         for rec in records:
             if rec.kind not in ("trial", "retime") or rec.config is None:
                 continue
-            cpu = str(rec.target.get("mcpu", "") or "")
+            cpu = rec.built_for
             if not cpu or cpu in exclude_cpus or rec.stood_in:  # another CPU's timings of code built for this one
                 continue
             if not rec.result.ok:
