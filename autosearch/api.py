@@ -44,6 +44,12 @@ DEFAULT_MODEL = "tiny-yolov2"
 DEFAULT_TRIALS = 400
 DEFAULT_MINUTES = 10.0
 DEFAULT_BATCH = 16
+# report's timing: forward passes per runtime, over this many fresh processes apiece. On a shared VM a process is
+# drawn fast or slow as a whole (its runs agree with each other, not with the next process's), so a median over a
+# few processes is whichever mode the middle one drew and two runtimes' ratio moves with it from one report to the
+# next; over ten it holds (experiments/report_rounds.py; docs/results.md, "How many processes a report needs").
+DEFAULT_RUNS = 100
+DEFAULT_ROUNDS = 10
 RUNNERS = ("local", "ray")
 
 
@@ -683,7 +689,7 @@ def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: s
 
 def report(model: str, db: str, *, log: str | None = None, target: Any = None, input_shape: str | None = None,
            winograd: str | None = None, layout: str | None = None, fast_math: str | None = None,
-           precision: str | None = None, runs: int = 20, rounds: int = 3, untuned_runs: int = 3,
+           precision: str | None = None, runs: int = DEFAULT_RUNS, rounds: int = DEFAULT_ROUNDS, untuned_runs: int = 3,
            threads: int | None = None, plot: str = "report.png", markdown: str | None = None,
            on_message: Callable[[str], None] | None = None) -> Report:
     """The end-to-end figures of ``model`` built with the database ``db``: latency, peak memory and output

@@ -17,7 +17,14 @@ import time
 import traceback
 
 from autosearch import __version__
-from autosearch.api import DEFAULT_BATCH, DEFAULT_MINUTES, DEFAULT_MODEL, DEFAULT_TRIALS
+from autosearch.api import (
+    DEFAULT_BATCH,
+    DEFAULT_MINUTES,
+    DEFAULT_MODEL,
+    DEFAULT_ROUNDS,
+    DEFAULT_RUNS,
+    DEFAULT_TRIALS,
+)
 from autosearch.errors import UserError
 from autosearch.frontend.layer_layouts import layout_counts
 from autosearch.frontend.lowering import (
@@ -512,10 +519,11 @@ def build_parser() -> argparse.ArgumentParser:
     model_args(p, DEFAULT_MODEL)
     p.add_argument("--db", required=True, help="MetaSchedule JSONDatabase directory")
     p.add_argument("--log", help="tuning log, for per-task untuned latencies")
-    p.add_argument("--runs", type=int, default=20, help="timed forward passes per runtime")
-    p.add_argument("--rounds", type=int, default=3,
+    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="timed forward passes per runtime, over all rounds")
+    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
                    help="tuned TVM, ONNX Runtime and OpenVINO take turns in this many fresh processes each (--runs "
-                        "in all), so a slow spell of a shared machine hits them alike")
+                        "in all), so a slow spell of a shared machine hits them alike and no one process's luck "
+                        "decides a median")
     p.add_argument("--untuned-runs", type=int, default=3, help="runs of untuned TVM (seconds each)")
     p.add_argument("--threads", type=int, help="threads for every runtime (default: target cores)")
     p.add_argument("--markdown", help="also write the tables as Markdown")

@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable
 
 import autosearch
+from autosearch.api import DEFAULT_ROUNDS, DEFAULT_RUNS
 from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import ROOT, read_json, results_path, write_json, write_text
 from experiments.lib.machine import host_label
@@ -423,8 +424,8 @@ def main() -> int:
     p.add_argument("--trials-per-minute", type=float, default=40.0,
                    help="autosearch's --trials = minutes x this (the run stops at the minutes anyway)")
     p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--runs", type=int, default=15, help="timed forward passes per build, over all rounds")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="timed forward passes per build, over all rounds")
+    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="fresh processes per build, taking turns")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tag", help="results as ttq-MODEL-TAG/ and time_to_quality-MODEL-TAG.* (another comparison)")
     p.add_argument("--redo", action="append", default=[], metavar="METHOD",

@@ -239,7 +239,7 @@ class Report:
 
 def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_math: str,
                       layer_layouts: dict[str, str] | None = None, input_shape: str | None = None,
-                      log: str | None = None, runs: int = 20, rounds: int = 3,
+                      log: str | None = None, runs: int, rounds: int,
                       untuned_runs: int = 3, threads: int | None = None, plot: str = "report.png",
                       markdown: str | None = None, on_message: Callable[[str], None] | None = None) -> Report:
     """Untuned TVM, tuned TVM, ONNX Runtime and OpenVINO (when installed) on the same threads, each timed
