@@ -104,6 +104,33 @@ def lighten_tvm_import() -> None:
     sys.meta_path.insert(0, _LightTvmImport())
 
 
+# TVM's thread-pool affinity modes (ThreadGroup::AffinityMode) given a list of cores: a thread bound to each core,
+# or all threads sharing them.
+THREADPOOL_ONE_CORE_PER_THREAD = -2
+THREADPOOL_SHARE_CORES = -3
+
+
+def bind_thread_pool(threads: int | None = None) -> int:
+    """Run TVM's kernels on ``threads`` threads (default: ``TVM_NUM_THREADS`` where it is set, else every core this
+    process may run on), all of them on the cores this process may run on; returns the threads.
+
+    Left to itself, TVM's pool binds its threads to the machine's first cores whatever the process's affinity
+    (its default mode, "big cores"), and with ``TVM_NUM_THREADS`` above one it widens the calling thread to every
+    core: a process held to core 1 (``taskset``, a pinned test worker, a measuring device given its cores) had its
+    second thread on core 0 and its first roaming both, timed against whatever ran there. Without the variable it
+    takes half the logical CPUs on x86 (it assumes two hardware threads per core): one thread on a 2-vCPU VM. TVM
+    has one pool per process: this sets it for everything the process runs after."""
+    import tvm
+
+    from autosearch.frontend.target import host_cores
+
+    threads = threads or int(os.environ.get("TVM_NUM_THREADS") or 0) or host_cores()
+    cores = [str(c) for c in sorted(os.sched_getaffinity(0))] if hasattr(os, "sched_getaffinity") else []
+    mode = THREADPOOL_ONE_CORE_PER_THREAD if threads <= len(cores) else THREADPOOL_SHARE_CORES
+    tvm.get_global_func("runtime.config_threadpool")(mode, threads, cores)
+    return threads
+
+
 # TIR passes of TVM's default pipeline that autosearch's CPU builds leave out (see :func:`build_context`).
 CPU_SKIPPED_PASSES = ("s_tir.RenormalizeSplitPattern",)
 

@@ -38,6 +38,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 
+from autosearch.frontend.target import host_cores
 from autosearch.tables import markdown_table
 from experiments.lib.io import RESULTS
 from experiments.lib.machine import host_label
@@ -358,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="tiny-yolov2", help="the model the log was tuned on")
     p.add_argument("--log", required=True, help="the tuning log (run's)")
     p.add_argument("--input-shape", help="as the log was tuned with")
-    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--threads", type=int, default=host_cores())
     p.add_argument("--runs", type=int, default=15, help="timed forward passes per variant, over all rounds")
     p.add_argument("--rounds", type=int, default=3, help="fresh processes per variant")
     p.add_argument("--only", help="comma-separated variant keys (tuned, planning-off, ..., ort, openvino)")

@@ -44,6 +44,7 @@ from collections.abc import Callable
 
 import autosearch
 from autosearch.api import DEFAULT_ROUNDS, DEFAULT_RUNS
+from autosearch.frontend.target import host_cores
 from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import ROOT, read_json, results_path, write_json, write_text
 from experiments.lib.machine import host_label
@@ -423,7 +424,7 @@ def main() -> int:
                    help="another autosearch method: NAME and run's extra arguments")
     p.add_argument("--trials-per-minute", type=float, default=40.0,
                    help="autosearch's --trials = minutes x this (the run stops at the minutes anyway)")
-    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--threads", type=int, default=host_cores())
     p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="timed forward passes per build, over all rounds")
     p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="fresh processes per build, taking turns")
     p.add_argument("--seed", type=int, default=0)

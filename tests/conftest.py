@@ -73,6 +73,20 @@ def on_its_core(request) -> None:
         os.sched_setaffinity(0, pinned)
 
 
+def parallel_kernel_mod():
+    """``b = 2 * a`` over 256 x 1024 floats, its rows a parallel loop: a kernel that starts TVM's thread pool (which
+    binds its threads at the first parallel loop it runs)."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir import Schedule
+
+    a = te.placeholder((256, 1024), name="a")
+    b = te.compute((256, 1024), lambda i, j: a[i, j] * 2.0, name="b")
+    sch = Schedule(tvm.IRModule({"main": te.create_prim_func([a, b])}))
+    sch.parallel(sch.get_loops(sch.get_sblock("b"))[0])
+    return sch.mod
+
+
 def small_conv_onnx(path: str | None = None, *, cin: int = 16, cout: int = 32, hw: int = 28,
                     kernel: int = 3, stride: int = 1, bias: bool = False) -> onnx.ModelProto:
     """Conv 3x3 (or ``kernel`` x ``kernel``, same padding, ``stride``; with a bias if ``bias``) + Relu + MaxPool: two

@@ -163,14 +163,18 @@ def test_a_model_input_named_like_a_weight_is_still_an_input(target, tmp_path):
 
 
 def test_loading_a_model_keeps_a_pinned_process_on_its_cores(target, tmp_path):
-    """A process held to one core (here the machine's last; ``taskset`` does the same) is still on it after
-    ``load_model`` sets TVM's thread pool and the model runs: TVM's default affinity mode moved it to core 0."""
+    """A process held to one core (here the machine's last; ``taskset`` does the same) has every thread on it after
+    ``load_model`` sets TVM's thread pool and the model runs, also with ``TVM_NUM_THREADS=2`` set (as ``report``
+    times a model): TVM's default affinity mode moved the process to core 0, and with the variable bound a thread
+    there and widened the caller to every core."""
     import subprocess
     import sys
 
+    import tvm
+
     from autosearch.deploy.build import compile_model
     from autosearch.frontend.importer import import_model
-    from tests.conftest import ROOT
+    from tests.conftest import ROOT, parallel_kernel_mod
     from tests.test_memory import conv_chain_onnx
 
     if (os.cpu_count() or 1) < 2:
@@ -178,16 +182,25 @@ def test_loading_a_model_keeps_a_pinned_process_on_its_cores(target, tmp_path):
     model = import_model(conv_chain_onnx(str(tmp_path / "m.onnx"), layers=1, channels=8, hw=8), target,
                          winograd="off", layout="NCHW")
     library = compile_model(model.relax_mod, target, model.tasks, None, str(tmp_path / "m.so")).path
+    # the untuned model runs no parallel loop, and TVM binds its pool's threads at the first one: a kernel that has one
+    kernel = str(tmp_path / "parallel.so")
+    tvm.compile(parallel_kernel_mod(), target=target).export_library(kernel)
     core = os.cpu_count() - 1  # the machine's last core, never TVM's first
     script = (
-        "import os, numpy as np, tvm\n"
-        f"os.sched_setaffinity(0, {{{core}}})\n"
+        "import glob, os\n"
+        f"os.sched_setaffinity(0, {{{core}}})  # before any library starts a thread\n"
+        "import numpy as np, tvm\n"
         "from autosearch.deploy.artifact import load_model\n"
-        "for threads in (1, None):\n"
+        "for threads in (None, 1):\n"
         f"    m = load_model({library!r}, threads=threads)\n"
         "    m(tvm.runtime.tensor(np.ones((1, 8, 8, 8), 'float32')))\n"
-        "    print(sorted(os.sched_getaffinity(0)), tvm.runtime.num_threads())\n")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split("\n")[:2] == [f"[{core}] 1", f"[{core}] 1"]
+        f"    tvm.runtime.load_module({kernel!r})['main'](*[tvm.runtime.tensor(np.ones((256, 1024), 'float32'))] * 2)\n"
+        "    cpus = {open(t + '/status').read().split('Cpus_allowed_list:')[1].split()[0]\n"
+        "            for t in glob.glob('/proc/self/task/*')}\n"
+        "    print(sorted(os.sched_getaffinity(0)), sorted(cpus))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    for variable in ({}, {"TVM_NUM_THREADS": "2"}):
+        proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              env={**env, **variable})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.split("\n")[:2] == [f"[{core}] ['{core}']"] * 2, (variable, proc.stdout)

@@ -410,3 +410,44 @@ def test_a_kernel_built_ahead_is_taken_with_its_build_seconds_and_nothing_is_tim
         [second] = r.measure(conv_task, [mods[1]])
         assert second.ok and second.build_secs > 0
         assert len(builds) == 2  # the module built ahead was not built again
+
+
+def test_a_measuring_process_given_one_core_times_every_thread_on_it(target, tmp_path):
+    """A measuring process held to one core with two threads (as a Ray device is given its cores, or a pinned
+    worker's child) runs a parallel kernel's threads on that core alone: TVM's pool, left to itself, bound its
+    second thread to another core and widened the first to every core, so the kernel was timed against whatever
+    ran there."""
+    import json
+    import subprocess
+    import sys
+
+    import tvm
+
+    from autosearch.frontend.target import target_to_json
+    from autosearch.measure.kernels import build
+    from tests.conftest import ROOT, parallel_kernel_mod
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("this machine has one core: no other core for a thread to go to")
+    artifact, _ = build(tvm.ir.save_json(parallel_kernel_mod()), target_to_json(target))
+    path = tmp_path / "kernel.bin"
+    path.write_bytes(artifact)
+    core = os.cpu_count() - 1  # the machine's last core, never the first TVM binds to by itself
+    script = (
+        "import glob, json, os, sys\n"
+        f"os.sched_setaffinity(0, {{{core}}})\n"
+        "from autosearch.measure.kernels import KernelRunner\n"
+        f"artifact = open({str(path)!r}, 'rb').read()\n"
+        "args = [((256, 1024), 'float32'), ((256, 1024), 'float32')]\n"
+        "evaluator = {'repeat': 3, 'min_repeat_ms': 5, 'cache_flush': False}\n"
+        "runner = KernelRunner('cpu')\n"
+        "runner.reference('k', artifact, args, 0, evaluator)\n"
+        "timed = runner.run('k', artifact, args, 0, evaluator)\n"
+        "cpus = [open(t + '/status').read().split('Cpus_allowed_list:')[1].split()[0]\n"
+        "        for t in glob.glob('/proc/self/task/*')]\n"
+        "print(json.dumps({'cpus': sorted(set(cpus)), 'ok': 'median' in timed}))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TVM_NUM_THREADS": "2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen == {"cpus": [str(core)], "ok": True}

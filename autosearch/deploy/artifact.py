@@ -36,12 +36,6 @@ from autosearch.errors import UserError
 
 WEIGHT_PREFIX = "weight_"  # main's weight parameters and the weights file's keys: weight_0, weight_1, ...
 WEIGHTS_SUFFIX = ".params"
-# TVM's thread-pool affinity modes (ThreadGroup::AffinityMode) given a list of cores: a thread bound to each core,
-# or all threads sharing them. Its default, "big cores" (kBig), binds the calling thread and the pool's to the
-# machine's first cores whatever this process's affinity: a process held to core 1 (taskset, a pinned worker) found
-# itself on core 0 after loading a model.
-THREADPOOL_ONE_CORE_PER_THREAD = -2
-THREADPOOL_SHARE_CORES = -3
 
 
 def weights_path(library: str) -> str:
@@ -150,24 +144,19 @@ def load_model(library: str, *, threads: int | None = None) -> LoadedModel:
     tensor); a one-line error when the weights file is missing or belongs to another build.
 
     ``threads``: the threads TVM's runtime runs kernels on; by default ``TVM_NUM_THREADS`` where it is set, else
-    every core this process may run on. Left to itself, TVM's runtime takes half the logical CPUs on x86 (it
-    assumes two hardware threads per core): one thread on a 2-vCPU VM, half the speed ``report`` measures. TVM
-    has one thread pool per process, so this sets it for every model the process runs, as the variable does. The
-    pool's threads are bound to the cores this process may run on, one each (shared when there are more threads
-    than cores), so a process pinned to some cores stays on them."""
+    every core this process may run on, all of them on the cores this process may run on
+    (:func:`~autosearch.tvm_compat.bind_thread_pool`: TVM's own default would give a 2-vCPU VM one thread, and a
+    process pinned to some cores threads on others). TVM has one thread pool per process, so this sets it for
+    every model the process runs, as the variable does."""
     import tvm
     from tvm import relax
 
-    from autosearch.frontend.target import host_cores
     from autosearch.tensor_units.amx import request_permission
+    from autosearch.tvm_compat import bind_thread_pool
 
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise UserError(f"threads must be a positive integer, not {threads!r}")
-    if threads is not None or not os.environ.get("TVM_NUM_THREADS"):
-        threads = threads or host_cores()
-        cores = [str(c) for c in sorted(os.sched_getaffinity(0))] if hasattr(os, "sched_getaffinity") else []
-        mode = THREADPOOL_ONE_CORE_PER_THREAD if threads <= len(cores) else THREADPOOL_SHARE_CORES
-        tvm.get_global_func("runtime.config_threadpool")(mode, threads, cores)  # on the cores this process may use
+    bind_thread_pool(threads)
     request_permission()  # a model with bf16 layers runs AMX tile instructions: Linux grants them on request
     vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
     arity = vm.module["get_function_arity"]("main")

@@ -135,6 +135,7 @@ class KernelRunner:
         self._flush: dict[str, float] = {}  # task key -> seconds of one flush of its arguments
         self._flush_name: str | None = None  # the time evaluator's flush in this process (flush_function), once
         self._measured_on: str | None = None
+        self._pool_bound = False  # TVM's thread pool bound to this process's cores (the first kernel loaded)
         if device == "cpu":  # AMX kernels need the tile state; Linux grants it per process, on request
             from autosearch.tensor_units.amx import request_permission
 
@@ -161,6 +162,11 @@ class KernelRunner:
 
         from autosearch.measure.prepack import unpack_artifact
 
+        if self.device == "cpu" and not self._pool_bound:  # at the first kernel loaded: build workers never load one
+            from autosearch.tvm_compat import bind_thread_pool
+
+            bind_thread_pool()  # TVM_NUM_THREADS threads, on the cores the parent gave this process
+            self._pool_bound = True
         library, plan = unpack_artifact(artifact)
         with tempfile.TemporaryDirectory(prefix="autosearch-run-") as tmp:
             path = os.path.join(tmp, "kernel.so")
