@@ -18,7 +18,8 @@ import re
 import shutil
 import socket
 import subprocess
-from typing import Any
+import tempfile
+from typing import IO, Any
 
 import ray
 
@@ -112,6 +113,36 @@ def identity(info: dict[str, Any], kind: str) -> tuple:
 
 
 # ---------------------------------------------------------------------------------------------- the actor
+def claim_cores(key: str, threads: int, *, slots_dir: str | None = None) -> tuple[IO | None, list[int]]:
+    """This node's cores for one measuring device of ``key``: the first slot of ``threads`` cores (of those this
+    process may run on) that no other live device of the key on the node holds, and the open lock file that holds
+    it (released when the process ends, a dead actor's with it).
+
+    A node that advertises several units of a key runs that many device actors: each timing its kernels on cores
+    of its own, or two of them would time on the same cores, each against the other's kernels. With more devices
+    than the node has slots, the extra ones share the first slot (logged): they time against each other."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    threads = max(1, threads)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock to claim a slot with
+        return None, allowed[:threads]
+    slots = max(1, len(allowed) // threads)
+    directory = slots_dir or os.path.join(tempfile.gettempdir(), "autosearch-device-slots")
+    os.makedirs(directory, exist_ok=True)
+    for slot in range(slots):
+        fh = open(os.path.join(directory, f"{_slug(key)}.{slot}.lock"), "a")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            continue
+        return fh, allowed[slot * threads:(slot + 1) * threads] or allowed[:threads]
+    log.warning("every slot of %d cores for %s on this node is taken (%d cores, %d slots): this device times on "
+                "cores another one times on", threads, key, len(allowed), slots)
+    return None, allowed[:threads]
+
+
 class DeviceActor:
     """One measuring device: a warm measuring process pinned to the device's cores.
 
@@ -124,7 +155,8 @@ class DeviceActor:
         self.info = {**fingerprint(kind), "device_key": key, "index": index}
         env = {"AUTOSEARCH_DEVICE": "cuda" if kind == "cuda" else "cpu"}
         if kind == "cpu":
-            cores = sorted(os.sched_getaffinity(0))[: max(1, num_threads)]
+            self._slot, cores = claim_cores(key, num_threads)  # held for the actor's life
+            self.info["measuring_cores"] = cores
             env["TVM_NUM_THREADS"] = str(num_threads)
             env["AUTOSEARCH_AFFINITY"] = ",".join(str(c) for c in cores)
         node = str(self.info["node_id"])[:12]

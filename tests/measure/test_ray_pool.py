@@ -95,6 +95,8 @@ def test_embedded_pool_gives_the_local_runners_statuses_and_latencies(conv_task,
         nodes = ray.nodes()
         assert [n["NodeManagerAddress"] for n in nodes] == ["127.0.0.1"]  # loopback, not the LAN address
         assert nodes[0]["Resources"].get(pool.key) == 1 and pool.key.startswith("cpu-")
+        [info] = pool.fleet.infos  # the device measures on cores of this machine's process tree
+        assert info["measuring_cores"] and set(info["measuring_cores"]) <= os.sched_getaffinity(0)
         hosts = _listening_hosts([os.getpid()])  # the embedded Ray's servers are children of this process
         assert hosts and all(_is_loopback(h) for h in hosts), hosts
         assert local.prepare(conv_task).ok
@@ -185,6 +187,28 @@ def test_dead_actors_and_faults_still_give_every_result_once_in_order(conv_task,
             assert statuses[1] == Status.WORKER_CRASHED and "signal 9" in results[1].error, results[1].error
             assert deaths <= after <= deaths + 1  # counted once a later job finds the actor gone
         assert len(pool.devices) == 2  # both actors are back (or coming back)
+
+
+def test_devices_of_one_node_claim_cores_of_their_own_and_a_dead_ones_cores_come_back(tmp_path, monkeypatch,
+                                                                                      caplog):
+    """A node advertising two units of a key runs two device actors: each measures on a slot of cores no other
+    live device of the key holds (both took the node's first cores before); a third, with no slot left, shares
+    the first and says so; a slot held by a process that ended is free again."""
+    from autosearch.measure.ray_device import claim_cores
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5, 6, 7, 9})  # this process's cores
+    first, cores_a = claim_cores("cpu-znver4-2", 2, slots_dir=str(tmp_path))
+    second, cores_b = claim_cores("cpu-znver4-2", 2, slots_dir=str(tmp_path))
+    assert (cores_a, cores_b) == ([4, 5], [6, 7])  # five cores hold two slots of two
+    other, cores_c = claim_cores("cpu-znver4-1", 1, slots_dir=str(tmp_path))  # another key's slots are its own
+    assert other is not None and cores_c == [4]
+    third, cores_d = claim_cores("cpu-znver4-2", 2, slots_dir=str(tmp_path))
+    assert third is None and cores_d == [4, 5] and "every slot" in caplog.text
+    first.close()  # the first device's process ended: its lock with it
+    again, cores_e = claim_cores("cpu-znver4-2", 2, slots_dir=str(tmp_path))
+    assert again is not None and cores_e == [4, 5]
+    for fh in (second, other, again):
+        fh.close()
 
 
 # ---------------------------------------------------------------------------------------------- 4
