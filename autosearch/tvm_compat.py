@@ -116,15 +116,20 @@ def bind_thread_pool(threads: int | None = None) -> int:
 
     Left to itself, TVM's pool binds its threads to the machine's first cores whatever the process's affinity
     (its default mode, "big cores"), and with ``TVM_NUM_THREADS`` above one it widens the calling thread to every
-    core: a process held to core 1 (``taskset``, a pinned test worker, a measuring device given its cores) had its
-    second thread on core 0 and its first roaming both, timed against whatever ran there. Without the variable it
+    core: a process held to core 0 (``taskset``, a pinned test worker, a measuring device given its cores) had its
+    second thread on core 1 and its first roaming both, timed against whatever ran there. Without the variable it
     takes half the logical CPUs on x86 (it assumes two hardware threads per core): one thread on a 2-vCPU VM. TVM
     has one pool per process: this sets it for everything the process runs after."""
     import tvm
 
+    from autosearch.errors import UserError
     from autosearch.frontend.target import host_cores
 
-    threads = threads or int(os.environ.get("TVM_NUM_THREADS") or 0) or host_cores()
+    if not threads:
+        variable = os.environ.get("TVM_NUM_THREADS", "").strip()
+        if variable and (not variable.isdigit() or int(variable) < 1):
+            raise UserError(f"TVM_NUM_THREADS must be a positive integer, not {variable!r}")
+        threads = int(variable or 0) or host_cores()
     cores = [str(c) for c in sorted(os.sched_getaffinity(0))] if hasattr(os, "sched_getaffinity") else []
     mode = THREADPOOL_ONE_CORE_PER_THREAD if threads <= len(cores) else THREADPOOL_SHARE_CORES
     tvm.get_global_func("runtime.config_threadpool")(mode, threads, cores)

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 # Every ``tvm`` module a design space, a build and a model's compile use, then each loaded module's names and the
@@ -42,3 +44,13 @@ def test_the_lighter_import_gives_every_module_the_same_names_and_restores_the_l
     assert not differ, differ[:5]
     assert light["functions"] == plain["functions"]
     assert light["listing"] == plain["listing"] == "tvm_ffi.registry"  # TVM's own listing again after the import
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
+def test_a_thread_count_in_the_environment_that_is_not_one_is_a_one_line_error(value, monkeypatch):
+    from autosearch.errors import UserError
+    from autosearch.tvm_compat import bind_thread_pool
+
+    monkeypatch.setenv("TVM_NUM_THREADS", value)
+    with pytest.raises(UserError, match=rf"^TVM_NUM_THREADS must be a positive integer, not '{value}'$"):
+        bind_thread_pool()

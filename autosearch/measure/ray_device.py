@@ -128,16 +128,21 @@ def claim_cores(key: str, threads: int, *, slots_dir: str | None = None) -> tupl
     except ImportError:  # pragma: no cover - not POSIX: no lock to claim a slot with
         return None, allowed[:threads]
     slots = max(1, len(allowed) // threads)
-    directory = slots_dir or os.path.join(tempfile.gettempdir(), "autosearch-device-slots")
-    os.makedirs(directory, exist_ok=True)
+    directory = slots_dir or os.path.join(tempfile.gettempdir(), f"autosearch-device-slots-{os.getuid()}")
     for slot in range(slots):
-        fh = open(os.path.join(directory, f"{_slug(key)}.{slot}.lock"), "a")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            fh = open(os.path.join(directory, f"{_slug(key)}.{slot}.lock"), "a")
+        except OSError as exc:  # no lock files here: the device still measures, on the first cores
+            log.warning("cannot claim cores for %s in %s (%s): this device times on the first %d", key, directory,
+                        exc, threads)
+            return None, allowed[:threads]
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             fh.close()
             continue
-        return fh, allowed[slot * threads:(slot + 1) * threads] or allowed[:threads]
+        return fh, allowed[slot * threads:(slot + 1) * threads]
     log.warning("every slot of %d cores for %s on this node is taken (%d cores, %d slots): this device times on "
                 "cores another one times on", threads, key, len(allowed), slots)
     return None, allowed[:threads]

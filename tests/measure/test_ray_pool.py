@@ -209,6 +209,10 @@ def test_devices_of_one_node_claim_cores_of_their_own_and_a_dead_ones_cores_come
     assert again is not None and cores_e == [4, 5]
     for fh in (second, other, again):
         fh.close()
+    blocked = tmp_path / "a-file"  # where no lock directory can be made: the first cores, and a warning
+    blocked.write_text("")
+    assert claim_cores("cpu-znver4-2", 2, slots_dir=str(blocked / "slots")) == (None, [4, 5])
+    assert "cannot claim cores" in caplog.text
 
 
 # ---------------------------------------------------------------------------------------------- 4
