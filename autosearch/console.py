@@ -96,6 +96,8 @@ def print_report(console: Console, report: Report) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(PEAK_NOTE)
+    if report.pace:
+        console.print(f"[yellow]{report.pace}[/yellow]")
     for name, check in report.checks.items():
         console.print(check.line(name, markup=True))
     memory_table = Table(title="TVM memory (MiB): computed from the module before the build, and measured")

@@ -57,6 +57,11 @@ def test_report_times_openvino_and_leaves_no_temporary_files(model, tmp_path, mo
     assert figures["max_rel_error_vs_ort"]["OpenVINO (fp32)"] <= report.TOLERANCE
     assert list(figures["runtimes"]) == ["TVM untuned", "TVM tuned", "ONNX Runtime", *openvino]
     assert all(figures["runtimes"][name]["median"] > 0 for name in figures["runtimes"])
+    # each runtime that took turns, a median per process (2 rounds; untuned TVM is timed apart, in seconds a run)
+    assert {name: len(m) for name, m in figures["process_medians"].items()} == \
+        {"TVM tuned": 2, "ONNX Runtime": 2, **{name: 2 for name in openvino}}
+    if result.pace:  # a spell of the machine while this test timed: said with the table, and in the Markdown
+        assert " ".join(result.pace.split()) in " ".join(text.split()) and result.pace in open(md).read()
     for name in openvino:
         assert f"{name} output vs ONNX Runtime: max relative error" in text
     assert "DIFFERS" not in text and "not installed" not in text

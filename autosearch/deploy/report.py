@@ -229,6 +229,7 @@ class Report:
     openvino_precision: str | None  # OpenVINO's default inference precision; None: not installed
     plot: str  # the PNG written
     markdown: str | None = None  # the Markdown file written, if asked for
+    pace: str = ""  # a warning when a runtime's processes ran at paces far apart (timing.pace_note), else ""
     figures: dict[str, Any] = field(default_factory=dict)  # the measurements as JSON (median ms, bytes, errors)
 
     @property
@@ -248,7 +249,7 @@ def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_
     database was tuned with (:func:`autosearch.api.report` reads it from the database). ``on_message``: a line at
     each step (minutes of compiling and timing), and when OpenVINO is missing."""
     from autosearch.deploy.database import database_lowering, load_database, read_database
-    from autosearch.deploy.timing import openvino_default_precision
+    from autosearch.deploy.timing import openvino_default_precision, pace_note
     from autosearch.errors import UserError
     from autosearch.frontend.importer import import_model
     from autosearch.frontend.target import target_num_cores
@@ -305,11 +306,13 @@ def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_
                                                                         (t_tuned.name, tuned)) if c.memory},
                "max_rel_error_vs_ort": {name: c.error for name, c in checks.items()},
                "openvino_default_precision": ov_precision,
-               "tuned_tasks": len(tuned.tuned_tasks), "tasks": tuned.task_count}
+               "tuned_tasks": len(tuned.tuned_tasks), "tasks": tuned.task_count,
+               "process_medians": {t.name: t.process_medians for t in timings if t.process_medians}}
     report = Report(model=imported.name, threads=threads, tuned_tasks=len(tuned.tuned_tasks),
                     task_count=tuned.task_count, missing_tasks=list(tuned.missing_tasks), timings=timings, rows=rows,
                     checks=checks, memory_rows=memory_rows, budget=budget, per_task=per_task,
-                    openvino_precision=ov_precision, plot=plot, markdown=markdown, figures=figures)
+                    openvino_precision=ov_precision, plot=plot, markdown=markdown, figures=figures,
+                    pace=pace_note(timings))
     if markdown:
         with open(markdown, "w") as fh:
             fh.write(report_markdown(report))
@@ -319,6 +322,8 @@ def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_
 def report_markdown(report: Report) -> str:
     """The report's tables and lines as Markdown (``report --markdown``)."""
     parts = [_markdown_table(list(RUNTIME_COLUMNS), report.rows), f"\n{PEAK_NOTE}\n"]
+    if report.pace:
+        parts.append(f"\n{report.pace}\n")
     parts += [f"\n{check.line(name, markup=False)}\n" for name, check in report.checks.items()]
     parts += ["\nTVM memory (MiB): computed from the module before the build, and measured\n\n",
               _markdown_table(list(MEMORY_COLUMNS), report.memory_rows)]

@@ -19,7 +19,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ class Timing:
     load_peak_bytes: int = 0  # ... over loading it (and reading the inputs)
     run_peak_bytes: int | None = None  # ... over the runs only (None: the system cannot reset the peak)
     baseline_bytes: int = 0  # the peak of a process that imports the runtime and loads no model
+    process_medians: list[float] = field(default_factory=list)  # the median of each process's runs, in turn order
 
     @property
     def ok(self) -> bool:
@@ -139,10 +140,34 @@ def time_taking_turns(runtimes: list[Runtime], *, rounds: int, runs: int, inputs
                 continue
             t = time_in_subprocess(runtime, inputs_path=inputs_path, runs=n, threads=threads, out_dir=out_dir)
             timing.runs.extend(t.runs)
+            if t.runs:
+                timing.process_medians.append(float(np.median(t.runs)))
             timing.error = t.error
             timing.output_path = timing.output_path or t.output_path
             timing.merge_peaks(t)
     return out
+
+
+# A runtime's processes further apart than this (slowest median over fastest) moved with the machine, not with
+# their repeats: on a shared VM a process runs at one of a few paces for its whole life (docs/results.md, "How many
+# processes a report needs").
+PACE_SPREAD = 1.15
+
+
+def pace_note(timings: list[Timing]) -> str:
+    """A line for a report whose runtimes' processes ran at paces further apart than :data:`PACE_SPREAD` (the
+    widest of them named), else "": the medians pool those paces, and a ratio of two runtimes closer than the
+    spread may not hold in the next report."""
+    spreads = [(max(t.process_medians) / min(t.process_medians), t) for t in timings
+               if len(t.process_medians) > 1 and min(t.process_medians) > 0]
+    if not spreads:
+        return ""
+    spread, widest = max(spreads, key=lambda s: s[0])
+    if spread <= PACE_SPREAD:
+        return ""
+    return (f"the machine's pace moved while timing: {widest.name}'s {len(widest.process_medians)} processes ran "
+            f"{min(widest.process_medians):.2f}-{max(widest.process_medians):.2f} ms ({spread:.2f}x); ratios of "
+            f"runtimes closer than that may not hold: run report again to confirm")
 
 
 def openvino_default_precision() -> str | None:
