@@ -29,7 +29,7 @@ import tempfile
 
 import numpy as np
 
-from autosearch.deploy.timing import Runtime, time_in_subprocess
+from autosearch.deploy.timing import Runtime, runs_per_round, time_in_subprocess
 from autosearch.tables import markdown_table
 from experiments.lib.io import publish, read_json, results_path, write_json
 from experiments.lib.machine import host_label
@@ -39,21 +39,17 @@ from experiments.lib.machine import host_label
 SETTINGS = [(1, 20), (3, 15), (3, 20), (5, 20), (5, 50), (10, 20), (10, 50), (10, 100)]
 
 
-def per_round(runs: int, rounds: int) -> int:
-    """Runs per process of a setting (``report`` splits its runs evenly; the remainder is noise here)."""
-    return max(1, runs // rounds)
-
-
 def draw_ratios(num: list[list[float]], den: list[list[float]], *, rounds: int, runs: int, draws: int,
                 seed: int) -> np.ndarray:
-    """``draws`` ratios of medians, each of ``rounds`` processes apiece drawn without replacement, their first
-    ``runs // rounds`` runs pooled as ``report`` pools them."""
+    """``draws`` ratios of medians, each of ``rounds`` processes apiece drawn without replacement, their first runs
+    (as many as ``report`` gives each round: :func:`~autosearch.deploy.timing.runs_per_round`) pooled as ``report``
+    pools them."""
     rng = np.random.default_rng(seed)
-    n = per_round(runs, rounds)
+    counts = runs_per_round(runs, rounds)
     out = np.empty(draws)
     for i in range(draws):
-        a = [r for p in rng.choice(len(num), rounds, replace=False) for r in num[p][:n]]
-        b = [r for p in rng.choice(len(den), rounds, replace=False) for r in den[p][:n]]
+        a = [r for p, n in zip(rng.choice(len(num), len(counts), replace=False), counts) for r in num[p][:n]]
+        b = [r for p, n in zip(rng.choice(len(den), len(counts), replace=False), counts) for r in den[p][:n]]
         out[i] = np.median(a) / np.median(b)
     return out
 
@@ -73,7 +69,7 @@ def summarise(processes: dict[str, list[list[float]]], *, draws: int, seed: int)
                               seed=seed) / whole
             size = np.abs(np.log(off))
             rows.append({"ratio": f"{first} / {other}", "rounds": rounds, "runs": runs,
-                         "per_round": per_round(runs, rounds), "p05": float(np.quantile(off, 0.05)),
+                         "per_round": runs_per_round(runs, rounds)[0], "p05": float(np.quantile(off, 0.05)),
                          "p95": float(np.quantile(off, 0.95)), "off5": float(np.mean(size > np.log(1.05))),
                          "off10": float(np.mean(size > np.log(1.10)))})
     return rows, truth

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments.report_rounds import SETTINGS, draw_ratios, per_round, summarise, table
+from autosearch.deploy.timing import runs_per_round
+from experiments.report_rounds import SETTINGS, draw_ratios, summarise, table
 
 
 def _processes(seed: int, *, base: float, count: int = 40, runs: int = 10) -> list[list[float]]:
@@ -32,7 +33,7 @@ def test_a_draw_takes_each_process_once_and_only_its_first_runs():
     # processes whose first 2 runs are 10 ms and the rest 1000: a draw of 2 runs per process never sees the rest
     num = [[10.0, 10.0] + [1000.0] * 8 for _ in range(5)]
     den = [[5.0] * 10 for _ in range(5)]
-    assert per_round(10, 5) == 2
+    assert runs_per_round(10, 5) == [2] * 5
     np.testing.assert_allclose(draw_ratios(num, den, rounds=5, runs=10, draws=50, seed=0), 2.0)
     # all five processes drawn, without replacement: the same five whatever the seed, so every draw is the whole
     slow = [[float(i)] * 4 for i in range(1, 6)]
