@@ -376,7 +376,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
          resume: bool = False, target: Any = None, input_shape: str | None = None, winograd: str | None = None,
          layout: str | None = None, fast_math: str | None = None, precision: str | None = None,
          cost_model: str | None = "auto", warm_start: str | None = None, known_schedules: str | None = "shipped",
-         options: Mapping[str, Any] | None = None,
+         siblings: bool = True, options: Mapping[str, Any] | None = None,
          batch: int = DEFAULT_BATCH, seed: int = 0, early_stop: int | None = None, finalist_rounds: int = 3,
          runner: Any = "local", measure: MeasureOptions | None = None, plot: bool = True,
          on_event: Callable[[TunePlanned | TuneStarted | TuneEvent], None] | None = None) -> TuneResult:
@@ -393,7 +393,9 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     ``none``, a registry name trained online, or a directory written by :func:`train_model`. ``known_schedules``:
     the configs other machines measured fastest for the same tasks, measured first and handed to the strategy
     (:mod:`autosearch.search.known`): ``shipped`` (autosearch's), ``none`` (the strategy from scratch, as a study
-    comparing strategies wants), or a tuning log or database to take them from. ``runner``: ``local``,
+    comparing strategies wants), or a tuning log or database to take them from. ``siblings``: tasks of one loop
+    nest fused with different epilogues lend each other their best configs (:mod:`autosearch.search.siblings`;
+    False: each searches alone, as a study comparing strategies wants). ``runner``: ``local``,
     ``ray``, or a runner object (the caller closes it); ``measure``: how each config is timed.
 
     ``on_event`` gets a :class:`TunePlanned`, a :class:`TuneStarted`, then a :class:`~autosearch.search.tuner.TuneEvent`
@@ -462,14 +464,15 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
                                               and not guides_unit(model_cost, bf16_unit(target)))))
         tuning_log.write_run({"strategy": strategy, "options": options, "cost_model": cost_model,
                               "guided_by": guidance, "trials": trials, "minutes": minutes, "batch": batch,
-                              "seed": seed, "resumed": bool(resume), "autosearch": __version__})
+                              "seed": seed, "resumed": bool(resume), "siblings": siblings,
+                              "autosearch": __version__})
         own = isinstance(runner, str)
         measuring = make_runner(runner, target, measure, seed=seed) if own else runner
         try:
             summary = Tuner(tasks=chosen, runner=measuring, log=tuning_log, strategy=strategy, budget=trials,
                             seconds=minutes * 60 if minutes is not None else None, batch=batch, seed=seed,
                             strategy_options=options, cost_model=model_cost, warm_start=warm, known=known,
-                            early_stop=early_stop,
+                            early_stop=early_stop, siblings=siblings,
                             resume=logged, on_event=notify, finalist_rounds=finalist_rounds,
                             sketch_store=SketchStore()).run()
             if not summary.interrupted and imported.layout == "auto":

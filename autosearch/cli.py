@@ -224,7 +224,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                       tasks=args.tasks, log=args.log, resume=args.resume, target=args.target,
                       input_shape=args.input_shape, winograd=args.winograd, layout=args.layout,
                       fast_math=args.fast_math, precision=args.precision, cost_model=args.cost_model,
-                      warm_start=args.warm_start, known_schedules=args.known_schedules, options=_run_options(args),
+                      warm_start=args.warm_start, known_schedules=args.known_schedules,
+                      siblings=args.siblings == "on", options=_run_options(args),
                       batch=args.batch, seed=args.seed,
                       early_stop=args.early_stop, finalist_rounds=args.finalist_rounds, runner=args.runner,
                       measure=measure, plot=args.plot, on_event=on_event)
@@ -467,6 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shipped (default): measure first, per task, the configs other machines measured fastest "
                         "for it (autosearch ships them for the tasks it was tuned on); none: the strategy starts "
                         "from scratch; or a tuning log or TVM database directory to take them from")
+    p.add_argument("--siblings", choices=("on", "off"), default="on",
+                   help="on (default): tasks of one layer fused with different epilogues lend each other their best "
+                        "config, measured as a trial; off: each task searches alone")
     p.add_argument("--runner", default="local", help="local (default) or ray")
     p.add_argument("--ray-address", help="join an existing Ray cluster (auto or HOST:PORT); default: embedded")
     p.add_argument("--device-key", help="Ray device key to measure on (default: cpu-<mcpu>-<cores> of the target)")

@@ -24,6 +24,8 @@ from autosearch.search.finalists import Retiming
 from autosearch.search.known import SOURCE as KNOWN_SOURCE
 from autosearch.search.known import KnownSchedules
 from autosearch.search.scheduler import TaskScheduler, TaskState
+from autosearch.search.siblings import SOURCE as SIBLING_SOURCE
+from autosearch.search.siblings import group, lent
 from autosearch.search.sketch_store import SketchStore
 from autosearch.search.space import Applied, DecisionSpace
 from autosearch.search.strategy import make_strategy
@@ -130,6 +132,7 @@ class Tuner:
         resume: LogContents | None = None,
         on_event: Callable[[TuneEvent], None] | None = None,
         sketch_store: SketchStore | None = None,  # tasks' sketches from earlier set-ups (None: built afresh)
+        siblings: bool = True,  # tasks of one loop nest with different epilogues lend each other their best
     ) -> None:
         if finalist_rounds < 0:
             raise ValueError("finalist_rounds must be 0 (no re-timing) or more")
@@ -149,6 +152,7 @@ class Tuner:
         self.on_event = on_event or (lambda event: None)
         self.sketch_store = sketch_store
         self.states = [TaskState(task=t) for t in tasks]
+        self._siblings = group(self.states) if siblings else {}  # autosearch.search.siblings
         cores = getattr(runner, "build_workers", None) or host_cores()
         self.scheduler = TaskScheduler(self.states, budget=budget, seconds=seconds, batch=batch, cores=cores)
         self._headers_logged: set[str] = set()
@@ -389,7 +393,8 @@ class Tuner:
     def _round(self, state: TaskState, n: int) -> None:
         """One batch of one task: ask, apply, de-duplicate, measure, log, tell. While the task has known schedules
         to measure, they are the batch; the strategy is made when they are measured, told of them, and asked for
-        the rest of the batch."""
+        the rest of the batch. After that, a sibling ahead of the task lends its best config as the batch's first
+        (:mod:`autosearch.search.siblings`), the strategy asked for the rest."""
         if not state.known and state.strategy is None:
             clock = time.perf_counter()
             self._start_strategy(state)  # part of the task's set-up (setup_timing["strategy"])
@@ -397,13 +402,22 @@ class Tuner:
         task, space, strategy = state.task, state.space, state.strategy
         assert space is not None
         clock = started = time.perf_counter()
+        borrowed: list[Config] = []  # a sibling's best, measured here first (autosearch.search.siblings)
         if state.known:
             asked, state.known = state.known[:n], state.known[n:]
             source = KNOWN_SOURCE
             rest = n - len(asked)
+            own = asked
         else:
             assert strategy is not None
-            asked, source, rest = strategy.ask(n), self.strategy_name, 0
+            siblings = self._siblings.get(id(state))
+            config = lent(state, siblings) if siblings else None
+            asked = strategy.ask(n - 1) if config is not None and n > 1 else strategy.ask(n)
+            if config is not None and config not in asked and (n > 1 or not asked):
+                borrowed = [config]
+            source, rest = self.strategy_name, 0
+            own = asked
+            asked = borrowed + asked
         clock = self._tick("ask", clock)
         if not asked:
             state.done = "exhausted"
@@ -439,7 +453,7 @@ class Tuner:
                 kind="trial", task_key=task.workload_key, task_name=task.name,
                 target=target_json, config=applied.config, requested=requested,
                 result=result, flops=task.flops, trace=applied.trace_json() if applied.ok else None,
-                strategy=source, trial=self._trial_counter,
+                strategy=SIBLING_SOURCE if requested in borrowed else source, trial=self._trial_counter,
                 started=time.time() - result.build_secs - result.run_secs, finished=time.time(),
             ))
             state.record(applied.config, result)
@@ -451,8 +465,8 @@ class Tuner:
         for config in asked:  # the duplicates of this batch get the result of the config measured for them
             if config not in told and state.asked.get(config) in pending:
                 told[config] = told[pending[state.asked[config]]]
-        tell_configs = [c for c in asked if c in told]
-        if strategy is not None:
+        if strategy is not None:  # what it asked for, not what a sibling lent
+            tell_configs = [c for c in own if c in told]
             strategy.tell(tell_configs, [told[c] for c in tell_configs])
         self._tick("tell", clock)
         state.seconds += time.perf_counter() - started
