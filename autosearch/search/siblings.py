@@ -9,9 +9,9 @@ the same extents) and the two rank configs alike, the epilogue adding the same p
 schedule. In a run that gives each task a handful of trials (a model of a hundred tasks and more, or a slow CPU),
 each sibling searches alone with its own handful.
 
-Here a task's batch starts with the best config of a sibling that is faster than anything the task has measured
-(one per batch, a trial like any other, logged with the strategy name :data:`SOURCE`): a layer's best schedule
-found under either epilogue is tried under the other. The strategy is not told of it (it did not ask), but the
+Here a task's batch starts with the best config of a sibling that is ahead of it (:func:`lent`; one per batch, a
+trial like any other, logged with the strategy name :data:`SOURCE`): a layer's best schedule found under either
+epilogue is tried under the other. The strategy is not told of it (it did not ask), but the
 cost model learns from it, and a strategy that later asks for it gets its result without a second measurement.
 Siblings are found by the arguments the loop nest reads and writes (the first, the second and the output: data,
 weights, result) and the name's operator (:func:`sibling_key`), then confirmed by the space itself
@@ -67,21 +67,26 @@ def best_config(state: TaskState) -> Config | None:
     return min(ok, key=lambda pair: pair[0])[1] if ok else None
 
 
-def relative(state: TaskState) -> float:
-    """``state``'s best latency over its untuned kernel's (its latency where that is unknown): siblings compare so,
-    as a residual add costs every schedule of one sibling the same extra pass that the other never makes."""
+def _untuned(state: TaskState) -> float | None:
     baseline = state.baseline
-    if baseline is not None and baseline.ok and baseline.median > 0:
-        return state.best_latency / baseline.median
-    return state.best_latency
+    return baseline.median if baseline is not None and baseline.ok and baseline.median > 0 else None
 
 
 def lent(state: TaskState, siblings: Sequence[TaskState]) -> Config | None:
-    """The one config a sibling lends ``state`` now: the best config of the sibling furthest ahead of ``state``
-    (:func:`relative`), when ``state`` has neither measured nor asked for it and its space replays it; None when no
-    sibling is ahead."""
+    """The one config a sibling lends ``state`` now: the best config of the sibling furthest ahead of ``state``,
+    when ``state`` has neither measured nor asked for it and its space replays it; None when no sibling is ahead.
+    Ahead is judged by the best latency over the task's untuned kernel's, as a residual add costs every schedule
+    of one sibling the same extra pass that the other never makes; by the latency alone where an untuned timing
+    is missing (a failed one, a task not yet set up)."""
     if state.space is None:
         return None
+    members = [state, *siblings]
+    untuned = [_untuned(s) for s in members]
+    scale = dict(zip(map(id, members), untuned)) if all(untuned) else {id(s): 1.0 for s in members}
+
+    def relative(s: TaskState) -> float:
+        return s.best_latency / scale[id(s)]
+
     own = relative(state)
     for other in sorted(siblings, key=relative):
         if relative(other) >= own:

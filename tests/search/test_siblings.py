@@ -96,6 +96,8 @@ def test_a_sibling_ahead_lends_its_best_once_and_one_behind_lends_nothing(twins)
     assert lent(first, [second]) == configs[3]
     second.baseline = _result(1e-4)  # relative to its untuned kernel second is now behind (0.5 against 0.01)
     assert lent(second, [first]) == configs[1] and lent(first, [second]) is None
+    first.baseline = MeasureResult(status=Status.RUN_TIMEOUT)  # no untuned timing to compare by: latencies decide
+    assert lent(second, [first]) is None and lent(first, [second]) == configs[3]
 
 
 def test_a_run_lends_siblings_trials_and_off_keeps_each_task_alone(twins, tmp_path):
