@@ -9,8 +9,9 @@ on the same threads::
     python -m experiments.layer_profile --model tiny-yolov2 \\
         --db experiments/results/user-tiny-yolov2-quickstart-xeon-amx-v4/db --out layer-profile-tiny-yolov2
 
-Writes ``experiments/results/OUT.md`` (per category and per kernel / node, the CPU named) and ``OUT.png``. The
-profilers add their own overhead (a few microseconds per call): compare kernels and
+Writes ``experiments/results/OUT.md`` (per category and per kernel / node, the CPU named) and ``OUT.png``. TVM's
+profiler is the Relax VM's instrument hook, a Python function: each call's cost in it is measured on an empty kernel
+and taken off every call (the header says how much); OpenVINO's counters are its own. Compare kernels and
 categories, and take end-to-end figures from ``report``. Nothing here is kept between runs: it takes a minute.
 
 With ``--log`` (the run's tuning log) the convolutions are also set beside OpenVINO's layer by layer, matched by
@@ -67,8 +68,9 @@ def ov_category(node_type: str) -> str:
 
 class TVMProfile:
     """The tuned model built from a database as ``compile`` builds it (for ``target``, default the host) and loaded;
-    :meth:`one_pass` times each call of the Relax VM in one forward pass (``LoadedModel.profile``). A context
-    manager: the library lives in a temporary directory while it is open."""
+    :meth:`one_pass` times each call of the Relax VM in one forward pass (``LoadedModel.profile``), each call less
+    :attr:`call_cost`, the profiler's own cost per call measured on an empty kernel (:func:`instrument_cost`). A
+    context manager: the library lives in a temporary directory while it is open."""
 
     def __init__(self, model: str, db: str, inputs: dict[str, np.ndarray], target: str | None = None) -> None:
         import tvm
@@ -83,16 +85,48 @@ class TVMProfile:
         self._args = [tvm.runtime.tensor(v, tvm.cpu()) for v in inputs.values()]
         for _ in range(3):  # warm-up: first-touch of the weights and the workspace
             self._loaded(*self._args)
+        self.call_cost = instrument_cost()
 
     def one_pass(self) -> dict[str, float]:
-        """Kernel name -> milliseconds in one forward pass (calls of one kernel summed)."""
-        return {name: seconds * 1e3 for name, seconds in self._loaded.profile(*self._args).items()}
+        """Kernel name -> milliseconds in one forward pass (calls of one kernel summed), each call less the
+        profiler's own cost (never below zero)."""
+        return {name: max(0.0, t.seconds - t.calls * self.call_cost) * 1e3
+                for name, t in self._loaded.profile(*self._args).items()}
 
     def __enter__(self) -> TVMProfile:
         return self
 
     def __exit__(self, *exc) -> None:
         self._tmp.cleanup()
+
+
+def instrument_cost(passes: int = 2000) -> float:
+    """Seconds the VM's instrument hook adds to a call it times (:func:`autosearch.deploy.artifact.profile_calls`):
+    the median interval of an empty kernel of four tensor arguments (a convolution's data, weights, bias and
+    output), called ``passes`` times as a model calls its kernels. Small kernels run for microseconds, so without
+    this a profile shows them several times slower in the model than alone."""
+    import tvm
+    from tvm import relax, te
+
+    from autosearch.deploy.artifact import profile_calls
+
+    bb = relax.BlockBuilder()
+    params = [relax.Var(n, relax.TensorType((1,), "float32")) for n in "abc"]
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit_te(lambda a, b, c: te.compute((1,), lambda i: a[i] + b[i] + c[i],
+                                                                        name="empty"), *params))
+        bb.emit_func_output(out)
+    vm = relax.VirtualMachine(tvm.compile(bb.get(), target="llvm"), tvm.cpu())
+    args = [tvm.runtime.tensor(np.zeros(1, "float32"), tvm.cpu()) for _ in params]
+    main = vm["main"]
+    for _ in range(10):
+        main(*args)
+    intervals = []
+    for _ in range(passes):
+        times = profile_calls(vm, lambda: main(*args))
+        intervals += [t.seconds / t.calls for name, t in times.items() if not name.startswith("vm.")]
+    return statistics.median(intervals)
 
 
 def in_turns(passes: dict[str, Callable[[], dict]], runs: int, rounds: int) -> dict[str, dict]:
@@ -408,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"profiling {', '.join(passes)} in {args.rounds} rounds ...", file=sys.stderr, flush=True)
         medians = in_turns(passes, args.runs, args.rounds)
         compiled_kernels = tvm_profile.kernels
+        call_cost = tvm_profile.call_cost
     kernels = medians.pop("TVM tuned")
     items["TVM tuned"] = sorted(((k, tvm_category(k), ms) for k, ms in kernels.items()), key=lambda x: -x[2])
     for label, nodes in medians.items():
@@ -421,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         columns[label] = dict(by)
     title = f"{name}: per-kernel profile, {args.threads} threads ({host_label()})"
     parts = [f"**{title}**; database `{args.db}`, {args.runs} profiled passes each, taking turns in {args.rounds} "
-             "rounds, medians" + ("" if len(variants) > 1 else "; OpenVINO's default precision is fp32 on this CPU")
+             f"rounds, medians; TVM's calls each less the profiler's own {call_cost * 1e6:.1f} us (an empty "
+             "kernel's, so timed)" + ("" if len(variants) > 1 else "; OpenVINO's default precision is fp32 on this CPU")
              + ".", "",
              category_table(columns), ""]
     for label, rows in items.items():

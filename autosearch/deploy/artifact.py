@@ -100,6 +100,43 @@ def save_weights(values: dict[str, Any], library: str) -> str:
     return path
 
 
+@dataclass(frozen=True)
+class CallTimes:
+    """What one profiled pass spent in one symbol: seconds over all its calls, and how many calls."""
+
+    seconds: float
+    calls: int
+
+
+def profile_calls(vm, run) -> dict[str, CallTimes]:
+    """``run()`` (a pass of ``vm``'s code) with each call the VM makes timed by its instrument hook, per symbol.
+    TVM 0.27 has no runtime profiler for the Relax VM, so the hook is a Python function: each interval holds, beside
+    the call, the hook's own return into TVM and its next entry (the arguments converted to Python objects), a
+    cost per call that a caller comparing many small kernels can measure on an empty one and take off."""
+    import time
+
+    import tvm
+
+    seconds: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    started: list[float] = []
+
+    def instrument(func, symbol, before_run, ret_value, *args):
+        if before_run:
+            started.append(time.perf_counter())
+        else:
+            seconds[symbol] = seconds.get(symbol, 0.0) + time.perf_counter() - started.pop()
+            calls[symbol] = calls.get(symbol, 0) + 1
+        return 0  # VMInstrumentReturnKind.NO_OP: run the call as usual
+
+    vm.set_instrument(tvm.runtime.convert(instrument))
+    try:
+        run()
+    finally:
+        vm.set_instrument(None)
+    return {symbol: CallTimes(seconds[symbol], calls[symbol]) for symbol in seconds}
+
+
 @dataclass
 class LoadedModel:
     """A compiled model loaded for inference: ``model(*inputs)`` runs ``main`` on the inputs and the weights."""
@@ -113,30 +150,11 @@ class LoadedModel:
     def __call__(self, *inputs):
         return self._main(*inputs, *self.weights)
 
-    def profile(self, *inputs) -> dict[str, float]:
-        """One forward pass timed call by call: seconds per kernel (by symbol; calls of one kernel summed). Timed
-        by the virtual machine's instrument hook around each call, so the figures include the call itself (a few
-        microseconds each): compare kernels, and take the model's latency from a plain timed run."""
-        import time
-
-        import tvm
-
-        times: dict[str, float] = {}
-        started: list[float] = []
-
-        def instrument(func, symbol, before_run, ret_value, *args):
-            if before_run:
-                started.append(time.perf_counter())
-            else:
-                times[symbol] = times.get(symbol, 0.0) + time.perf_counter() - started.pop()
-            return 0  # VMInstrumentReturnKind.NO_OP: run the call as usual
-
-        self.vm.set_instrument(tvm.runtime.convert(instrument))
-        try:
-            self(*inputs)
-        finally:
-            self.vm.set_instrument(None)
-        return times
+    def profile(self, *inputs) -> dict[str, CallTimes]:
+        """One forward pass timed call by call: per symbol (kernel or VM builtin) its seconds and calls
+        (:func:`profile_calls`). Each figure includes the instrument's own cost per call: compare kernels, and
+        take the model's latency from a plain timed run."""
+        return profile_calls(self.vm, lambda: self(*inputs))
 
 
 def load_model(library: str, *, threads: int | None = None) -> LoadedModel:
@@ -184,5 +202,5 @@ def _weight_params(names: list[str]) -> list[str]:
     return tail if tail == [f"{WEIGHT_PREFIX}{i}" for i in range(count)] else []
 
 
-__all__ = ["WEIGHTS_SUFFIX", "WEIGHT_PREFIX", "LoadedModel", "compiled_files", "lift_weights", "load_model",
-           "save_weights", "weights_path"]
+__all__ = ["WEIGHTS_SUFFIX", "WEIGHT_PREFIX", "CallTimes", "LoadedModel", "compiled_files", "lift_weights",
+           "load_model", "profile_calls", "save_weights", "weights_path"]

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
+
 from experiments.layer_profile import geometry_label, layer_table, per_layer, tvm_conv_geometry
 
 
@@ -94,3 +97,47 @@ def test_the_runtimes_take_turns_in_rounds_and_each_key_gets_its_median() -> Non
     assert in_turns({"a": profiler("a", [3, 1]), "b": profiler("b", [2])}, runs=1, rounds=4) == {"a": {"k": 3},
                                                                                               "b": {"k": 2}}
     assert calls == ["a", "b"]  # no more rounds than passes
+
+
+def test_each_call_is_timed_and_counted_and_the_profilers_own_cost_is_taken_off() -> None:
+    """A Relax function calling one kernel twice and another once: each symbol's calls counted and its seconds
+    inside the pass; the profiler's own cost per call (an empty kernel's) is positive and small, and a profile pass
+    takes it off each call, never below zero."""
+    import time
+
+    import tvm
+    from tvm import relax, te
+
+    from autosearch.deploy.artifact import CallTimes, profile_calls
+    from experiments.layer_profile import TVMProfile, instrument_cost
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((64, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_te(lambda a: te.compute((64, 64), lambda i, j: a[i, j] * 2.0, name="twice"), x)
+            y = bb.emit_te(lambda a: te.compute((64, 64), lambda i, j: a[i, j] * 2.0, name="twice"), y)
+            z = bb.emit_te(lambda a: te.compute((64,), lambda i: a[i, 0] + 1.0, name="first"), y)
+            out = bb.emit_output(z)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    data = tvm.runtime.tensor(np.ones((64, 64), "float32"), tvm.cpu())
+    kernels = {gv.name_hint for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    start = time.perf_counter()
+    times = profile_calls(vm, lambda: vm["main"](data))
+    wall = time.perf_counter() - start
+    counted = {name: t.calls for name, t in times.items() if name in kernels}
+    assert sorted(counted.values()) == [1, 2], times  # the two identical computations are one kernel, called twice
+    assert 0 < sum(t.seconds for t in times.values()) < wall
+
+    cost = instrument_cost(passes=200)
+    assert 0 < cost < 1e-3
+
+    class Loaded:
+        def profile(self, *args):
+            return {"k": CallTimes(seconds=10e-6, calls=4), "tiny": CallTimes(seconds=1e-6, calls=2)}
+
+    profile = object.__new__(TVMProfile)
+    profile._loaded, profile._args, profile.call_cost = Loaded(), [], 2e-6
+    assert profile.one_pass() == pytest.approx({"k": 2e-3, "tiny": 0.0})  # ms: 10 us less 4 x 2 us; never below 0
