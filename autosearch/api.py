@@ -376,7 +376,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
          resume: bool = False, target: Any = None, input_shape: str | None = None, winograd: str | None = None,
          layout: str | None = None, fast_math: str | None = None, precision: str | None = None,
          cost_model: str | None = "auto", warm_start: str | None = None, known_schedules: str | None = "shipped",
-         siblings: bool = True, options: Mapping[str, Any] | None = None,
+         siblings: bool = False, options: Mapping[str, Any] | None = None,
          batch: int = DEFAULT_BATCH, seed: int = 0, early_stop: int | None = None, finalist_rounds: int = 3,
          runner: Any = "local", measure: MeasureOptions | None = None, plot: bool = True,
          on_event: Callable[[TunePlanned | TuneStarted | TuneEvent], None] | None = None) -> TuneResult:
@@ -395,7 +395,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     (:mod:`autosearch.search.known`): ``shipped`` (autosearch's), ``none`` (the strategy from scratch, as a study
     comparing strategies wants), or a tuning log or database to take them from. ``siblings``: tasks of one loop
     nest fused with different epilogues lend each other their best configs (:mod:`autosearch.search.siblings`;
-    False: each task searches alone, as a study comparing strategies wants). ``runner``: ``local``,
+    off by default: measured level with each task alone on the models tried). ``runner``: ``local``,
     ``ray``, or a runner object (the caller closes it); ``measure``: how each config is timed.
 
     ``on_event`` gets a :class:`TunePlanned`, a :class:`TuneStarted`, then a :class:`~autosearch.search.tuner.TuneEvent`

@@ -468,9 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shipped (default): measure first, per task, the configs other machines measured fastest "
                         "for it (autosearch ships them for the tasks it was tuned on); none: the strategy starts "
                         "from scratch; or a tuning log or TVM database directory to take them from")
-    p.add_argument("--siblings", choices=("on", "off"), default="on",
-                   help="on (default): tasks of one layer fused with different epilogues lend each other their best "
-                        "config, measured as a trial; off: each task searches alone")
+    p.add_argument("--siblings", choices=("on", "off"), default="off",
+                   help="on: tasks of one layer fused with different epilogues lend each other their best config, "
+                        "measured as a trial; off (default): each task searches alone")
     p.add_argument("--runner", default="local", help="local (default) or ray")
     p.add_argument("--ray-address", help="join an existing Ray cluster (auto or HOST:PORT); default: embedded")
     p.add_argument("--device-key", help="Ray device key to measure on (default: cpu-<mcpu>-<cores> of the target)")

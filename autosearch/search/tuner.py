@@ -132,7 +132,7 @@ class Tuner:
         resume: LogContents | None = None,
         on_event: Callable[[TuneEvent], None] | None = None,
         sketch_store: SketchStore | None = None,  # tasks' sketches from earlier set-ups (None: built afresh)
-        siblings: bool = True,  # tasks of one loop nest with different epilogues lend each other their best
+        siblings: bool = False,  # tasks of one loop nest with different epilogues lend each other their best
     ) -> None:
         if finalist_rounds < 0:
             raise ValueError("finalist_rounds must be 0 (no re-timing) or more")

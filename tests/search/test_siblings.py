@@ -1,5 +1,5 @@
 """Sibling tasks: one convolution's loop nest fused with two epilogues, found as siblings and lending each other
-their best configs in a real run (on by default; the lent trials logged as such, never told to the strategy)."""
+their best configs in a real run with ``siblings=True`` (the lent trials logged as such); off by default."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_a_sibling_ahead_lends_its_best_once_and_one_behind_lends_nothing(twins)
     assert lent(second, [first]) is None and lent(first, [second]) == configs[3]
 
 
-def test_a_run_lends_siblings_trials_by_default_and_off_keeps_each_task_alone(twins, tmp_path):
+def test_a_run_lends_siblings_trials_and_by_default_each_task_searches_alone(twins, tmp_path):
     import autosearch
     from autosearch.records import read_log
 
@@ -110,7 +110,7 @@ def test_a_run_lends_siblings_trials_by_default_and_off_keeps_each_task_alone(tw
         log = str(tmp_path / f"siblings-{siblings}.jsonl")
         result = autosearch.tune(path, strategy="random", trials=30, batch=5, log=log, seed=2, layout="NCHW",
                                  winograd="off", precision="fp32", known_schedules="none",
-                                 **({} if siblings else {"siblings": False}),  # on by default
+                                 **({"siblings": True} if siblings else {}),  # off by default
                                  finalist_rounds=0, plot=False,
                                  measure=autosearch.MeasureOptions(repeat=3, min_repeat_ms=5))
         assert not result.interrupted
