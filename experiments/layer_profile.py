@@ -103,8 +103,8 @@ class TVMProfile:
 def instrument_cost(passes: int = 2000) -> float:
     """Seconds the VM's instrument hook adds to a call it times (:func:`autosearch.deploy.artifact.profile_calls`):
     the median interval of an empty kernel of four tensor arguments (a convolution's data, weights, bias and
-    output), called ``passes`` times as a model calls its kernels. Small kernels run for microseconds, so without
-    this a profile shows them several times slower in the model than alone."""
+    output), called ``passes`` times as a model calls its kernels. Small next to a convolution, not next to the copies
+    and casts of a few microseconds that a model calls by the dozen."""
     import tvm
     from tvm import relax, te
 

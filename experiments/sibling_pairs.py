@@ -10,7 +10,7 @@ so a run that met a slow spell reads slower whatever it found. Two views that a 
 2. **the two tuned models**, compiled from each run's database and timed taking turns in fresh processes as
    ``report`` times runtimes (:func:`autosearch.deploy.timing.time_taking_turns`), so one spell hits both.
 
-    python -m experiments.sibling_pairs --model /work/exports/yolo12n.onnx \\
+    python -m experiments.sibling_pairs --model path/to/yolo12n.onnx \\
         --pair experiments/results/user-yolo12n.onnx-800trials-seed1-unseen-siblings-zen4 \\
                experiments/results/user-yolo12n.onnx-800trials-seed1-unseen-nosiblings-zen4 \\
         --pair ...seed2... --out siblings-yolo12n-800trials
@@ -34,19 +34,9 @@ from experiments.lib.machine import host_label
 
 
 @dataclass(frozen=True)
-class TaskSide:
-    """The tasks of one run, as their best over their untuned kernel: geometric means per group."""
-
-    sibling_tasks: int
-    sibling_gain: float  # geometric mean over sibling tasks of best / untuned
-    other_tasks: int
-    other_gain: float
-    lent: int  # trials a sibling lent
-    lent_best: int  # ... that ended as their task's best
-
-
-@dataclass(frozen=True)
 class Pair:
+    """One model and seed tuned with siblings on (``on``: its log) and off, compared as the module docstring says."""
+
     on: str
     off: str
     per_task_sibling: float  # geometric mean over the sibling tasks of (on's best / untuned) / (off's best / untuned)
