@@ -21,16 +21,20 @@ Writes ``experiments/results/OUT.md`` and ``OUT.json``; the compiled models live
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import tempfile
+from collections import Counter
 from dataclasses import asdict, dataclass
-from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.machine import host_label
+from experiments.lib.study.report import geomean
+
+if TYPE_CHECKING:
+    from autosearch.types import Record
 
 
 @dataclass(frozen=True)
@@ -50,30 +54,27 @@ class Pair:
 
 
 def _sibling_keys(tasks: dict) -> dict[str, tuple | None]:
-    from autosearch.search.siblings import sibling_key
+    """Per task key of a log: its sibling key where another task of the log shares it, else None."""
+    from autosearch.search.siblings import key_of
 
-    keys = {key: sibling_key(SimpleNamespace(name=t["name"], args=[(tuple(a[0]), a[1]) for a in t["args"]],
-                                             lowering=t.get("lowering", {}))) for key, t in tasks.items()}
-    counts: dict[tuple, int] = {}
-    for skey in keys.values():
-        if skey is not None:
-            counts[skey] = counts.get(skey, 0) + 1
+    keys = {key: key_of(t["name"], t["args"], t.get("lowering") or {}) for key, t in tasks.items()}
+    counts = Counter(k for k in keys.values() if k is not None)
     return {key: skey if skey is not None and counts[skey] > 1 else None for key, skey in keys.items()}
 
 
-def _gains(log) -> dict[str, float]:
-    """Per task key: its best as the run chose it over its untuned kernel's latency (tasks with both)."""
-    untuned = {r.task_key: r.result.median for r in log.records if r.kind == "baseline" and r.result.ok}
+def _bests(log) -> dict[str, Record]:
+    """Per task key: its best valid trial as the run chose it (tasks with one)."""
+    return {key: best for key in log.tasks if (best := log.best(key)) is not None}
+
+
+def _gains(log, bests: dict[str, Record]) -> dict[str, float]:
+    """Per task key: its best over its untuned kernel's latency (tasks with both)."""
     out = {}
-    for key in log.tasks:
-        best = log.best(key)
-        if best is not None and untuned.get(key):
-            out[key] = best.latency / untuned[key]
+    for key, best in bests.items():
+        untuned = log.baseline(key)
+        if untuned is not None and untuned.result.ok and untuned.result.median > 0:
+            out[key] = best.latency / untuned.result.median
     return out
-
-
-def _geo(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
 def compare_logs(on_log: str, off_log: str) -> Pair:
@@ -83,15 +84,16 @@ def compare_logs(on_log: str, off_log: str) -> Pair:
 
     on, off = read_log(on_log), read_log(off_log)
     siblings = _sibling_keys(on.tasks)
-    gains_on, gains_off = _gains(on), _gains(off)
+    bests_on = _bests(on)
+    gains_on, gains_off = _gains(on, bests_on), _gains(off, _bests(off))
     ratio = {k: gains_on[k] / gains_off[k] for k in gains_on.keys() & gains_off.keys()}
     sib = [r for k, r in ratio.items() if siblings.get(k) is not None]
     other = [r for k, r in ratio.items() if siblings.get(k) is None]
-    lent = [r for r in on.records if r.kind == "trial" and r.strategy == SOURCE]
-    lent_best = sum(1 for k in on.tasks if (b := on.best(k)) is not None and b.strategy == SOURCE)
-    return Pair(on=on_log, off=off_log, per_task_sibling=_geo(sib), per_task_other=_geo(other),
+    lent = sum(1 for r in on.trials() if r.strategy == SOURCE)
+    lent_best = sum(1 for b in bests_on.values() if b.strategy == SOURCE)
+    return Pair(on=on_log, off=off_log, per_task_sibling=geomean(sib), per_task_other=geomean(other),
                 sibling_better=sum(r < 0.97 for r in sib), sibling_worse=sum(r > 1.03 for r in sib),
-                lent=len(lent), lent_best=lent_best)
+                lent=lent, lent_best=lent_best)
 
 
 def time_pair(model: str, on_db: str, off_db: str, *, rounds: int, runs: int, threads: int) -> tuple[float, float]:

@@ -21,7 +21,7 @@ weights, result) and the name's operator (:func:`sibling_key`), then confirmed b
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from autosearch.types import Config
@@ -41,13 +41,18 @@ def sibling_key(task: TuningTask) -> tuple | None:
     algorithm, the shapes of its data and result and its weights' shape and type. The data's and the result's
     types may differ (an fp32 input where the producer's epilogue did not cast to bf16, an fp32 result where a
     residual add follows): the loop nest is the same. None for a task of fewer than three arguments."""
-    if len(task.args) < 3:
+    return key_of(task.name, task.args, task.lowering)
+
+
+def key_of(name: str, args: Sequence, lowering: Mapping) -> tuple | None:
+    """:func:`sibling_key` from a task's fields, as a log's task record holds them (lists where a task has
+    tuples), so a log is grouped without rebuilding its tasks' TensorIR."""
+    if len(args) < 3:
         return None
-    head = _EPILOGUE.split(task.name, maxsplit=1)[0]
+    head = _EPILOGUE.split(name, maxsplit=1)[0]
     operator = re.sub(r"\d+", "", head)
-    lowering = task.lowering
     return (operator, str(lowering.get("algorithm", "")), tuple(lowering.get("layouts", ())),
-            str(lowering.get("layout", "")), task.args[0][0], task.args[1], task.args[-1][0])
+            str(lowering.get("layout", "")), tuple(args[0][0]), (tuple(args[1][0]), args[1][1]), tuple(args[-1][0]))
 
 
 def group(states: Sequence[TaskState]) -> dict[int, list[TaskState]]:
