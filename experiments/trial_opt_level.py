@@ -27,12 +27,11 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import publish, results_path
 from experiments.lib.machine import describe, fingerprint
 from experiments.lib.retime import in_turns
+from experiments.lib.study.report import geomean
 
 
 class PhaseClock:
@@ -90,10 +89,6 @@ def build_phases(mod, target: dict, level: int, tmp: str) -> dict:
         artifact = fh.read()
     return {"tir_s": compile_s - clock.seconds, "llvm_ir_s": clock.seconds, "object_s": object_s, "link_s": link_s,
             "build_s": compile_s + object_s + link_s, "text": text_digest(obj), "artifact": artifact}
-
-
-def geomean(values: list[float]) -> float:
-    return float(np.exp(np.mean(np.log(values))))
 
 
 def main(argv: list[str] | None = None) -> int:
