@@ -55,9 +55,14 @@ def print_run_summary(console: Console, result: TuneResult) -> None:
         console.print(f"the {layout} model stopped taking trials after trial {trials} ({100 * progress:.0f}% of the "
                       f"run), {behind:.2f}x behind the other: past the limit the task scheduler narrows as a run goes")
     if result.model_secs is not None and result.retimed_model_secs is not None:
+        # Read from the best trials, the model is usually the faster figure (each task's luckiest timing); when it is
+        # the slower one, the best trials were timed in a slower spell of the machine than their re-timing, and the
+        # usual explanation would say the opposite of what happened.
+        why = ("a best trial is the luckiest of many noisy timings" if result.model_secs <= result.retimed_model_secs
+               else "the best trials were timed in a slower spell of this machine than their re-timing")
         console.print(f"estimated model: {result.model_secs * 1e3:.2f} ms from the best trials, "
                       f"{result.retimed_model_secs * 1e3:.2f} ms with the finalists as re-timed in fresh processes "
-                      "(a best trial is the luckiest of many noisy timings; expect the model near the second)")
+                      f"({why}; expect the model near the second)")
     t = summary.timing
     if t:
         g = summary.guidance()

@@ -340,7 +340,16 @@ def test_the_runs_summary_gives_the_model_export_keeps_one_layout_per_convolutio
             "as tuned; the whole models NCHW 21.9 ms, NHWC 22.7 ms)") in text
     assert "2000.0 ms untuned -> 19.90 ms" in text
     assert "estimated model: 19.00 ms from the best trials, 19.90 ms with the finalists as re-timed" in text
+    assert "(a best trial is the luckiest of many noisy timings; expect the model near the second)" in text
     assert "the layout transforms between layers not counted" in text
+
+    result.model_secs = 0.0301  # the best trials timed in a slow spell, their re-timing faster: not called lucky
+    console = Console(record=True, width=400)
+    print_run_summary(console, result)
+    text = console.export_text()
+    assert "estimated model: 30.10 ms from the best trials, 19.90 ms with the finalists as re-timed" in text
+    assert "luckiest" not in text and "timed in a slower spell of this machine than their re-timing" in text
+    result.model_secs = 0.0190
 
     result.transitions_secs = 0.00042  # timed by the run: said, and (in api) counted in the estimated model
     console = Console(record=True, width=400)
