@@ -189,13 +189,31 @@ def _server(key: tuple, *, replacing: ForkServer | None = None) -> ForkServer:
         return _current[0][1]
 
 
+# The environment variables that can change what the server's import does: Python's own, the dynamic loader's,
+# TVM's, and the thread counts and options the numeric libraries read when they load (OpenBLAS under numpy reads
+# OPENBLAS_NUM_THREADS then, not later). Everything else reaches a worker anyway: it runs under its own whole
+# environment, set after the fork.
+_IMPORT_PREFIXES = ("PYTHON", "LD_", "DYLD_", "TVM_", "OMP_", "OPENBLAS_", "MKL_", "GOTO_", "BLIS_", "VECLIB_")
+_IMPORT_NAMES = ("PATH",)
+
+
+def import_environment(environ: dict[str, str] | os._Environ) -> tuple[tuple[str, str], ...]:
+    """The part of ``environ`` a server's import can depend on (see :data:`_IMPORT_PREFIXES`), as a key.
+
+    Keyed on the whole environment, a process that sets a variable of its own between runs (a test runner names
+    the current test in one, for each test) started a server, and imported TVM, for each."""
+    return tuple(sorted((name, value) for name, value in environ.items()
+                        if name in _IMPORT_NAMES or name.startswith(_IMPORT_PREFIXES)))
+
+
 def spawn(conn_fd: int, env: dict[str, str]) -> ForkedProcess:
     """Fork a worker from this process's server for the current environment (started or replaced as needed).
 
-    The server imports TVM under the environment current when it starts; a changed environment (another
-    ``PATH``, ``TVM_*`` or ``PYTHONPATH``) gets a new server, so no worker runs under an import it did not ask for.
+    The server imports TVM under the environment current when it starts; a change to what that import can read
+    (another ``PATH``, ``TVM_*``, ``PYTHONPATH``, a thread count of the numeric libraries: :func:`import_environment`)
+    gets a new server, so no worker runs under an import it did not ask for.
     """
-    key = tuple(sorted(os.environ.items()))
+    key = import_environment(os.environ)
     server = _server(key)
     try:
         return server.spawn(conn_fd, env)

@@ -79,7 +79,11 @@ def test_a_killed_worker_reports_its_signal_and_a_changed_environment_gets_a_new
         assert reply.kind == "crashed" and "signal 11" in reply.error, reply
         assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
         assert _ppid(w._proc.pid) == server
-        monkeypatch.setenv("AUTOSEARCH_FORKSERVER_TEST", "1")  # what TVM's import sees may differ now
+        monkeypatch.setenv("AUTOSEARCH_FORKSERVER_TEST", "1")  # a variable no import reads: the same server
+        w.kill()
+        assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
+        assert _ppid(w._proc.pid) == server
+        monkeypatch.setenv("TVM_FORKSERVER_TEST", "1")  # what TVM's import sees may differ now: a new server
         w.kill()
         assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
         assert _ppid(w._proc.pid) != server
@@ -116,3 +120,13 @@ def test_a_killed_worker_is_waited_for_by_two_threads_at_once():
                 w.kill()
     finally:
         w.close()
+
+
+def test_the_server_is_keyed_on_what_an_import_can_read():
+    base = {"PATH": "/usr/bin", "HOME": "/root", "PYTEST_CURRENT_TEST": "a.py::t (call)"}
+    key = forkserver.import_environment(base)
+    assert key == (("PATH", "/usr/bin"),)
+    assert forkserver.import_environment({**base, "PYTEST_CURRENT_TEST": "a.py::u (setup)", "RAY_X": "1"}) == key
+    for name in ("PYTHONPATH", "LD_LIBRARY_PATH", "TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        assert forkserver.import_environment({**base, name: "2"}) != key, name
+    assert forkserver.import_environment({**base, "PATH": "/opt/bin"}) != key
