@@ -56,10 +56,12 @@ def print_run_summary(console: Console, result: TuneResult) -> None:
                       f"run), {behind:.2f}x behind the other: past the limit the task scheduler narrows as a run goes")
     if result.model_secs is not None and result.retimed_model_secs is not None:
         # Read from the best trials, the model is usually the faster figure (each task's luckiest timing); when it is
-        # the slower one, the best trials were timed in a slower spell of the machine than their re-timing, and the
-        # usual explanation would say the opposite of what happened.
+        # the slower one, the usual explanation would say the opposite of what happened: the finalists re-timed
+        # faster than the trials had read, as when the tuning ran through a slower spell of the machine, or a
+        # finalist other than a task's best trial re-timed fastest.
         why = ("a best trial is the luckiest of many noisy timings" if result.model_secs <= result.retimed_model_secs
-               else "the best trials were timed in a slower spell of this machine than their re-timing")
+               else "the finalists re-timed faster than their trials read: a slower spell of this machine while "
+                    "tuning, or a finalist that beat its task's best trial")
         console.print(f"estimated model: {result.model_secs * 1e3:.2f} ms from the best trials, "
                       f"{result.retimed_model_secs * 1e3:.2f} ms with the finalists as re-timed in fresh processes "
                       f"({why}; expect the model near the second)")
