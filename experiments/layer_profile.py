@@ -282,6 +282,27 @@ def ov_conv_geometry(compiled) -> dict[str, tuple]:
     return out
 
 
+def ov_variants(variants: list[tuple[str, bool]], make: Callable[[bool], tuple[Callable[[], dict], dict]]
+                ) -> tuple[dict[str, Callable[[], dict]], dict[str, dict], list[str]]:
+    """Each OpenVINO variant's (label, fp32) pass and geometry by ``make(fp32)`` (:func:`ov_profile`), and why any
+    was left out. Its default precision is left out where OpenVINO cannot compile it (bf16 on a CPU with a bf16
+    unit under a oneDNN capped below it, ``--onednn-max-isa``), as ``report`` leaves out that row; fp32, the
+    comparison the profile is for, must compile."""
+    passes: dict[str, Callable[[], dict]] = {}
+    geometry: dict[str, dict] = {}
+    notes: list[str] = []
+    for label, fp32 in variants:
+        try:
+            passes[label], geometry[label] = make(fp32)
+        except RuntimeError as exc:
+            if fp32:
+                raise
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            reason = lines[-1] if lines else type(exc).__name__  # OpenVINO's message ends with what failed
+            notes.append(f"{label} left out: OpenVINO could not compile it here ({reason})")
+    return passes, geometry, notes
+
+
 def ov_profile(path: str, inputs: dict[str, np.ndarray], threads: int, *,
                fp32: bool) -> tuple[Callable[[], dict], dict[str, tuple]]:
     """(one forward pass: (node name, node type, the kernel OpenVINO chose) -> milliseconds; each convolution node's
@@ -435,10 +456,11 @@ def main(argv: list[str] | None = None) -> int:
             tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.onnx")
         onnx.save(proto, path)
-        passes: dict[str, Callable[[], dict]] = {"TVM tuned": tvm_profile.one_pass}
-        geometry: dict[str, dict] = {}
-        for label, fp32 in variants:
-            passes[label], geometry[label] = ov_profile(path, inputs, args.threads, fp32=fp32)
+        ov_passes, geometry, notes = ov_variants(
+            variants, lambda fp32: ov_profile(path, inputs, args.threads, fp32=fp32))
+        passes: dict[str, Callable[[], dict]] = {"TVM tuned": tvm_profile.one_pass, **ov_passes}
+        for note in notes:
+            print(note, file=sys.stderr, flush=True)
         print(f"profiling {', '.join(passes)} in {args.rounds} rounds ...", file=sys.stderr, flush=True)
         medians = in_turns(passes, args.runs, args.rounds)
         compiled_kernels = tvm_profile.kernels
@@ -458,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = [f"**{title}**; database `{args.db}`, {args.runs} profiled passes each, taking turns in {args.rounds} "
              f"rounds, medians; TVM's calls each less the profiler's own {call_cost * 1e6:.1f} us (an empty "
              "kernel's, so timed)" + ("" if len(variants) > 1 else "; OpenVINO's default precision is fp32 on this CPU")
-             + ".", "",
+             + "".join(f"; {note}" for note in notes) + ".", "",
              category_table(columns), ""]
     for label, rows in items.items():
         parts += [f"**{label}**: the {args.top} slowest of {len(rows)}", "",

@@ -141,3 +141,30 @@ def test_each_call_is_timed_and_counted_and_the_profilers_own_cost_is_taken_off(
     profile = object.__new__(TVMProfile)
     profile._loaded, profile._args, profile.call_cost = Loaded(), [], 2e-6
     assert profile.one_pass() == pytest.approx({"k": 2e-3, "tiny": 0.0})  # ms: 10 us less 4 x 2 us; never below 0
+
+
+def test_openvinos_default_precision_is_left_out_where_it_cannot_compile_and_fp32_is_not() -> None:
+    """Under a oneDNN capped below the CPU's bf16 unit (``--onednn-max-isa AVX2`` on a Zen 4), OpenVINO cannot
+    compile its default precision, bf16: that column is left out and the header says why; fp32 failing is an error.
+    OpenVINO's compile is stood in for here (what is tested is what the profile does with its failure)."""
+    import pytest
+
+    from experiments.layer_profile import ov_variants
+
+    def make(fp32: bool):
+        if not fp32:
+            raise RuntimeError("Exception from src/inference/src/cpp/core.cpp:132:\nCheck failed: Supported "
+                               "primitive descriptors list is empty for node: MaxPool_0 type: Pooling")
+        return (lambda: {}), {"conv": (1,)}
+
+    variants = [("OpenVINO default precision", False), ("OpenVINO fp32", True)]
+    passes, geometry, notes = ov_variants(variants, make)
+    assert list(passes) == ["OpenVINO fp32"] and list(geometry) == ["OpenVINO fp32"]
+    assert notes == ["OpenVINO default precision left out: OpenVINO could not compile it here (Check failed: "
+                     "Supported primitive descriptors list is empty for node: MaxPool_0 type: Pooling)"]
+
+    def broken(fp32: bool):
+        raise RuntimeError("no CPU plugin")
+
+    with pytest.raises(RuntimeError, match="no CPU plugin"):
+        ov_variants([("OpenVINO fp32", True)], broken)
