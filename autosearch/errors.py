@@ -14,6 +14,13 @@ class UserError(Exception):
 _INSTALL = {"torch": "pip install -e '.[learned]'"}
 
 
+def last_line(exc: BaseException) -> str:
+    """What a library's multi-line exception says failed: its message's last non-empty line (TVM's and OpenVINO's
+    messages end with it, after their backtraces and check locations), else the exception's type."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
 def install_hint(*packages: str) -> str:
     """The command that installs ``packages`` here (the project's extra where one pins the right build)."""
     extras = sorted({_INSTALL[p] for p in packages if p in _INSTALL})

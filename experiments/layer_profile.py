@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from autosearch.errors import last_line
 from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import results_path, write_text
 from experiments.lib.machine import host_label
@@ -297,9 +298,7 @@ def ov_variants(variants: list[tuple[str, bool]], make: Callable[[bool], tuple[C
         except RuntimeError as exc:
             if fp32:
                 raise
-            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            reason = lines[-1] if lines else type(exc).__name__  # OpenVINO's message ends with what failed
-            notes.append(f"{label} left out: OpenVINO could not compile it here ({reason})")
+            notes.append(f"{label} left out: OpenVINO could not compile it here ({last_line(exc)})")
     return passes, geometry, notes
 
 

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from autosearch.deploy.memory import MemoryEstimate
-from autosearch.errors import UserError
+from autosearch.errors import UserError, last_line
 from autosearch.frontend.lowering import DEFAULT_FAST_MATH
 
 
@@ -101,8 +101,7 @@ def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto
         mod, weights = lift_weights(mod)
         ex = build_module(mod, target, plan_memory=plan_memory)
     except Exception as exc:
-        lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-        raise UserError(f"TVM could not compile the model: {lines[-1][:300] if lines else type(exc).__name__}") from exc
+        raise UserError(f"TVM could not compile the model: {last_line(exc)[:300]}") from exc
     directory = os.path.dirname(os.path.abspath(out_path))
     try:
         os.makedirs(directory, exist_ok=True)

@@ -32,6 +32,8 @@ import logging
 import re
 from dataclasses import asdict, dataclass
 
+from autosearch.errors import last_line
+
 log = logging.getLogger(__name__)
 
 MIB = 2**20
@@ -124,7 +126,7 @@ def scratch_bytes(mod) -> int:
                 break
             except RuntimeError as exc:  # tvm.error.InternalError and the like
                 log.debug("kernel %s: scratch not computable after %d passes (%s)", gv.name_hint, upto,
-                          str(exc).splitlines()[-1])
+                          last_line(exc))
         else:
             continue
         largest = max([largest, *(int(by_scope.get("global", 0)) for by_scope in sizes.values())])

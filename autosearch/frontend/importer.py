@@ -17,7 +17,7 @@ from typing import Any
 import onnx
 
 from autosearch import plugins
-from autosearch.errors import UserError
+from autosearch.errors import UserError, last_line
 from autosearch.frontend.lowering import DEFAULT_FAST_MATH, OLD_LOWERING
 from autosearch.frontend.task import TuningTask, task_from_module
 
@@ -224,8 +224,7 @@ def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
         try:
             mod = from_onnx(proto, shape_dict={k: list(v) for k, v in shapes.items()}, dtype_dict=dtypes)
         except Exception as exc:
-            msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            raise UserError(f"TVM could not import the ONNX model: {msg}") from exc
+            raise UserError(f"TVM could not import the ONNX model: {last_line(exc)}") from exc
     mod = relax.transform.DecomposeOpsForInference()(mod)
     mod = relax.transform.CanonicalizeBindings()(mod)
     return mod

@@ -11,7 +11,7 @@ import os
 import shlex
 from typing import Any
 
-from autosearch.errors import UserError
+from autosearch.errors import UserError, last_line
 
 SHORT_NAMES = ("llvm", "cuda")
 # the per-block limits MetaSchedule's GPU rules read, which TVM's bare "cuda" kind lacks: those of every NVIDIA
@@ -120,9 +120,8 @@ def parse_target(spec: str | None):
     except UserError:
         raise
     except Exception as exc:  # TVM raises ValueError / TVMError with multi-line text
-        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise UserError(
-            f"malformed --target {spec!r}: {first} (use llvm, cuda, a TVM tag or a JSON dict)"
+            f"malformed --target {spec!r}: {last_line(exc)} (use llvm, cuda, a TVM tag or a JSON dict)"
         ) from exc
 
 

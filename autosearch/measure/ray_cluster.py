@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from autosearch.errors import UserError
+from autosearch.errors import UserError, last_line
 from autosearch.frontend.target import host_cores
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def connect(address: str | None, *, key: str, num_devices: int | None, init_kwar
             ray.init(**kwargs)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         where = "a local Ray instance" if address is None else f"the Ray cluster at {address!r}"
-        raise UserError(f"cannot start or join {where}: {str(exc).strip().splitlines()[-1]}") from exc
+        raise UserError(f"cannot start or join {where}: {last_line(exc)}") from exc
     log.info("Ray %s: %s", "started on loopback" if address is None else f"joined at {address}",
              ray.cluster_resources())
     return True
