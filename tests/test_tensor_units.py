@@ -235,7 +235,7 @@ def test_bf16_tasks_tuned_by_two_strategies_then_exported_and_compiled(tmp_path,
     assert {h["lowering"]["precision"] for h in headers} == {"auto"}
     assert {h["lowering"].get("algorithm") for h in headers if "layer" in h["lowering"]} == {"fp32", "bf16"}
     proc = run_cli_here(capfd, "run", "--strategy", "optuna", "--model", run["model"], "--layout", "NHWC",
-                        "--trials", "4", "--batch", "2", "--tasks", "amx", "--log", run["log"], "--resume",
+                        "--trials", "4", "--batch", "2", "--tasks", "bf16", "--log", run["log"], "--resume",
                         "--finalist-rounds", "0")
     assert proc.returncode == 0, proc.stderr[-2000:]
     bf16_keys = {h["workload_key"] for h in headers if h["lowering"].get("algorithm") == "bf16"}
