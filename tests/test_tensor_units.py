@@ -388,6 +388,11 @@ def test_a_1x1_and_a_3x3_layer_of_the_same_shapes_keep_their_own_precision(tmp_p
             layers.setdefault(t.lowering["layer"], set()).add(t.lowering["algorithm"])
     k3, k1 = "1x16x16x32->1x16x16x32@3x3", "1x16x16x32->1x16x16x32@1x1"
     assert layers == {k3: {"fp32", "bf16"}, k1: {"fp32", "bf16"}}
+    # ``run --tasks bf16`` picks the bf16 alternatives by name, whatever the unit (the AMX-only run test resumes so)
+    from autosearch.api import select_tasks
+
+    assert {t.workload_key for t in select_tasks(model.tasks, "bf16")} == {
+        t.workload_key for t in model.tasks if t.lowering.get("algorithm") == "bf16"}
 
     policy = WinogradPolicy.of("auto", {k3: "bf16", k1: "fp32"}, precision="auto")
     used = {(t.lowering["layer"], t.lowering["algorithm"]) for t in model.tasks
