@@ -147,8 +147,6 @@ def test_openvinos_default_precision_is_left_out_where_it_cannot_compile_and_fp3
     """Under a oneDNN capped below the CPU's bf16 unit (``--onednn-max-isa AVX2`` on a Zen 4), OpenVINO cannot
     compile its default precision, bf16: that column is left out and the header says why; fp32 failing is an error.
     OpenVINO's compile is stood in for here (what is tested is what the profile does with its failure)."""
-    import pytest
-
     from experiments.layer_profile import ov_variants
 
     def make(fp32: bool):
