@@ -17,7 +17,9 @@ The kernel, per batch and block of rows (blocks of the TE compute below, schedul
   convolution's intrinsics compute it);
 - ``attn_max``, ``attn_exp``, ``attn_sum``: the softmax's maximum, exponentials and sum over each row's real
   columns, in fp32;
-- ``attn_probs``: the probabilities rounded to bf16, the padded columns zero: the A of the second GEMM;
+- ``attn_probs``: the probabilities rounded to bf16, the padded columns zero: the A of the second GEMM. Each is
+  its exponential times the reciprocal of its row's sum, which LLVM hoists out of the row: a vector division per
+  16 values was the fused kernel's costliest instruction (docs/results.md);
 - ``attn_gemm``: ``probs @ v`` on the tiles; ``attn_out``: its real rows and columns, fp32.
 
 The numerics are those of a bf16 attention (OpenVINO's at its default precision): q, k and v rounded to bf16,
@@ -105,8 +107,9 @@ def attention_bf16(q, k, v, *, at: FlatAttention, fast_exp: bool = True):
         c < n_, exp[b, i, c], tirx.const(0, "float32")), name=EXP_BLOCK)
     j2 = te.reduce_axis((0, n_), name="j2")
     row_sum = te.compute((nb, rows), lambda b, i: te.sum(masked[b, i, j2], axis=j2), name=SUM_BLOCK)
-    probs = te.compute((nb, rows, at.n_pad), lambda b, i, c: (masked[b, i, c] / row_sum[b, i]).astype("bfloat16"),
-                       name=PROBS_BLOCK)
+    one = tirx.const(1, "float32")  # times the row's reciprocal: one division a row, not one a value
+    probs = te.compute((nb, rows, at.n_pad), lambda b, i, c: (masked[b, i, c] * (one / row_sum[b, i])).astype(
+        "bfloat16"), name=PROBS_BLOCK)
     out = gemm_1x1(probs, packed_v, rows=rows, depth=at.n_pad, cols=at.dv_pad, name=GEMM_BLOCK)
 
     return te.compute((*at.batch, at.m, at.dv), lambda *i: out[batch_flat(i[:-2], at.batch), 0, i[-2], i[-1]],
