@@ -127,6 +127,51 @@ def test_a_channel_concatenation_gets_its_loop_partitioned_at_the_inputs_and_mea
     assert result.status.value == "ok", result.error  # the output checked against the unscheduled kernel's
 
 
+def resize_concat_task(target, *, size: int = 12):
+    """YOLO's neck in miniature, as the NHWC lowering fuses it: a 6 x 6 x 8 map upsampled (nearest) to ``size`` x
+    ``size`` and concatenated on the channels with a 12 x 12 x 16 one, in bf16 (an activation kept in bf16 between
+    convolutions)."""
+    import tvm
+    from tvm import te, topi
+
+    from autosearch.frontend.task import task_from_module
+
+    small = te.placeholder((1, 6, 6, 8), "bfloat16", name="small")
+    big = te.placeholder((1, 12, 12, 16), "bfloat16", name="big")
+    up = topi.image.resize2d(small, (0.0, 0.0, 0.0, 0.0), (size, size), layout="NHWC", method="nearest_neighbor",
+                             coordinate_transformation_mode="asymmetric", rounding_method="floor")
+    out = topi.concatenate([up, big] if size == 12 else [up, up], axis=3)
+    return task_from_module(tvm.IRModule({"main": te.create_prim_func([small, big, out])}), target,
+                            name="fused_resize2d_concatenate")
+
+
+def test_a_resize_fused_into_a_channel_concatenation_is_partitioned_too(target):
+    from autosearch.measure.local import LocalRunner
+    from autosearch.search.data_movement import concat_boundaries
+    from autosearch.search.space import DecisionSpace
+
+    task = resize_concat_task(target)
+    assert concat_boundaries(task.mod) == [8, 24]
+    space = DecisionSpace(task.mod, target)
+    assert space.measure_first == (space.default(len(space.sketches) - 1),)
+    applied = space.apply(space.measure_first[0])
+    assert applied.ok, applied.error
+    loops = [s for s in applied.mod.script().splitlines() if "for " in s]
+    bounds = ("range(8)", "range(8, 24)")  # the TE function's loops are int32
+    assert [sum(b in s for s in loops) for b in bounds] == [1, 1], loops  # a loop per input's channels
+    with LocalRunner(target=target) as runner:
+        assert runner.prepare(task).ok
+        [result] = runner.measure(task, [applied.mod])
+    assert result.status.value == "ok", result.error  # the output checked against the unscheduled kernel's
+
+
+def test_an_input_not_a_whole_factor_of_the_output_is_no_concatenation_of_it(target):
+    from autosearch.search.data_movement import concat_boundaries
+
+    # the small input resized to 9 x 9 (not a multiple of 6) and concatenated with itself: 16 channels of 9 x 9
+    assert concat_boundaries(resize_concat_task(target, size=9).mod) is None
+
+
 @pytest.mark.slow  # a run through the CLI: the slow tier (tests/conftest.py)
 def test_a_run_measures_the_partitioned_concatenation_first(concat_model, tmp_path, capfd):
     from autosearch.records import read_log

@@ -16,7 +16,9 @@ the innermost loop, every element chooses its input, and LLVM vectorises none of
 at the inputs' boundaries (``loop_partition``): each input's slice becomes a loop of its own whose condition the
 simplifier folds, a plain copy LLVM vectorises. It has no decisions; the tuner measures it first, before the known
 schedules (:attr:`autosearch.search.space.DecisionSpace.measure_first`), since a short run gives such a task
-too few trials to draw it (``docs/results.md``, "Concatenations along the channels").
+too few trials to draw it (``docs/results.md``, "Concatenations along the channels"). A nearest-neighbour resize
+fused into such a concatenation (YOLO's necks) is partitioned alike: its slice reads the smaller input, a gather
+along the rows but a plain copy along the channels, which the partition leaves to LLVM to vectorise.
 """
 
 from __future__ import annotations
@@ -78,8 +80,10 @@ def _spatial_blocks(mod, seed: int) -> tuple[Any, list, list] | None:
 
 def concat_boundaries(mod) -> list[int] | None:
     """Where a concatenation along the last axis passes from one input to the next (the running sums of the inputs'
-    last extents, the output's last), or None unless ``mod``'s function reads two or more inputs that match its
-    output in every other axis and add up to it in the last."""
+    last extents, the output's last), or None unless ``mod``'s function reads two or more inputs of the output's
+    rank whose last extents add up to its last, and whose other extents each equal the output's or divide it: an
+    input smaller by whole factors is one a nearest-neighbour resize fused into the concatenation enlarges (the
+    upsampling in YOLO's necks: 40 x 40 to 80 x 80, then concatenated on the channels)."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     try:
@@ -87,7 +91,9 @@ def concat_boundaries(mod) -> list[int] | None:
     except Exception:  # not one PrimFunc of buffers of constant shapes
         return None
     *inputs, out = shapes
-    if len(inputs) < 2 or not out or any(len(s) != len(out) or s[:-1] != out[:-1] for s in inputs):
+    if len(inputs) < 2 or not out or any(len(s) != len(out) for s in inputs):
+        return None
+    if any(d < 1 or o % d for s in inputs for d, o in zip(s[:-1], out[:-1])):
         return None
     if sum(s[-1] for s in inputs) != out[-1] or min(s[-1] for s in inputs) < 1:
         return None
