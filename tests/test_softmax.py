@@ -1,5 +1,6 @@
 """The row-softmax sketch: added only to a softmax over its last axis, correct for every vector width, computing
-the row's reductions as vectors, and replayable by TVM from its trace (as a database record is)."""
+the row's reductions as vectors, and replayable by TVM from its trace (as a database record is); and the column
+sketch of a softmax over another axis, alike and measured first."""
 
 from __future__ import annotations
 
@@ -87,3 +88,54 @@ def test_every_vector_width_is_correct_vectorised_and_replays_from_its_trace(sof
         assert runner.prepare(softmax_task).ok
         results = runner.measure(softmax_task, [a.mod for a in applied])
     assert [r.status.value for r in results] == ["ok"] * len(results)  # outputs checked against the reference
+
+
+@pytest.fixture(scope="module", params=["on", "off"], ids=["fast-math", "exact"])
+def column_task(request, tmp_path_factory, target):
+    """A softmax over an axis other than the last (YOLOv8's box decoding takes one over 16 bins on axis 1)."""
+    return _task(tmp_path_factory, target, axis=1, fast_math=request.param)
+
+
+def test_a_softmax_over_another_axis_gets_the_column_sketch_measured_first(column_task, softmax_task, conv_task,
+                                                                          target):
+    from tvm.s_tir import meta_schedule as ms
+
+    from autosearch.search.softmax import column_block, column_softmax_sketch
+    from autosearch.search.space import DecisionSpace
+    from autosearch.types import Config
+
+    assert column_softmax_sketch(conv_task.mod, target, seed=0) is None
+    assert column_softmax_sketch(softmax_task.mod, target, seed=0) is None  # over its last axis: the row sketch's
+    assert DecisionSpace(softmax_task.mod, target).measure_first == ()
+    space = DecisionSpace(column_task.mod, target)
+    ctx = ms.TuneContext(mod=column_task.mod, target=target, space_generator=ms.space_generator.PostOrderApply(),
+                         num_threads=1)
+    assert len(space.sketches) == len(ctx.generate_design_space()) + 1  # appended: TVM's keep their indices
+    last = space.sketches[-1]
+    assert last.decisions == () and space.measure_first == (Config(last.index, ()),)
+    # the block of columns: the widest multiple of 16 up to 64 dividing the last axis, else its widest divisor
+    assert [column_block(n) for n in (8400, 80, 400, 40, 7, 67)] == [48, 16, 16, 40, 7, 1]
+
+
+def test_the_column_sketch_is_correct_vectorised_and_replays_from_its_trace(column_task, target):
+    import tvm
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    from autosearch.measure.local import LocalRunner
+    from autosearch.search.space import DecisionSpace
+
+    space = DecisionSpace(column_task.mod, target)
+    applied = space.apply(space.measure_first[0])
+    assert applied.ok, applied.error
+    sch = Schedule(column_task.mod)  # what a database record holds: TVM replays it and gets the same kernel
+    Trace.apply_json_to_schedule(applied.trace_json(), sch)
+    tvm.ir.assert_structural_equal(sch.mod, applied.mod)
+    script = applied.mod.script()
+    # the maximum, the exponentials, the sum and the quotients, and the two reductions' initial values: each a vector
+    # of the block's 16 columns
+    assert script.count("T.vectorized(T.int64(16))") == 6 and script.count("T.parallel") == 1
+    with LocalRunner(target=target) as runner:
+        assert runner.prepare(column_task).ok
+        [result] = runner.measure(column_task, [applied.mod])
+    assert result.status.value == "ok", result.error  # the output checked against the unscheduled kernel's

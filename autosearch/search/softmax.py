@@ -38,9 +38,9 @@ def _exp_block(names: set[str]) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-def row_softmax_sketch(mod, target, *, seed: int) -> Any | None:
-    """A traced Schedule for ``mod`` when it is one softmax over its last axis (TOPI's blocks and nothing else),
-    on a CPU; else None."""
+def _softmax_blocks(mod, target, seed: int) -> tuple[Any, dict[str, Any], str, Any] | None:
+    """(a traced Schedule of ``mod``, its blocks by name, the exponential's block name, the quotients' block) when
+    ``mod`` is one softmax (TOPI's blocks and nothing else) and the target a CPU; else None."""
     from tvm.s_tir import Schedule
 
     if target.kind.name != "llvm":
@@ -55,7 +55,16 @@ def row_softmax_sketch(mod, target, *, seed: int) -> Any | None:
     if exp is None or not {MAX_BLOCK, SUM_BLOCK, NORM_BLOCK} <= names or names - {MAX_BLOCK, SUM_BLOCK, NORM_BLOCK,
                                                                                      exp, *INLINED}:
         return None
-    norm = sch.get(blocks[NORM_BLOCK])
+    return sch, blocks, exp, sch.get(blocks[NORM_BLOCK])
+
+
+def row_softmax_sketch(mod, target, *, seed: int) -> Any | None:
+    """A traced Schedule for ``mod`` when it is one softmax over its last axis (TOPI's blocks and nothing else),
+    on a CPU; else None."""
+    found = _softmax_blocks(mod, target, seed)
+    if found is None:
+        return None
+    sch, blocks, exp, norm = found
     axis = norm.annotations.get("axis")
     if axis is None or int(axis) != len(norm.iter_vars) - 1 or len(norm.iter_vars) < 2:
         return None  # a softmax over another axis: its rows are not the inner loop
@@ -89,4 +98,57 @@ def row_softmax_sketch(mod, target, *, seed: int) -> Any | None:
     return sch
 
 
-__all__ = ["LANES", "partial_lanes", "row_softmax_sketch"]
+COLUMN_VECTOR = 64  # the widest vector a column softmax's inner loop may take: four 512-bit registers of fp32
+
+
+def column_block(columns: int) -> int:
+    """The columns a column softmax computes as one vector: the widest multiple of :data:`LANES` up to
+    :data:`COLUMN_VECTOR` that divides ``columns`` (48 of YOLOv8's 8,400 anchors), else the widest divisor up to it."""
+    divisors = [d for d in range(1, min(columns, COLUMN_VECTOR) + 1) if columns % d == 0]
+    return max((d for d in divisors if d % LANES == 0), default=max(divisors))
+
+
+def column_softmax_sketch(mod, target, *, seed: int) -> Any | None:
+    """A traced Schedule for ``mod`` when it is one softmax over an axis other than its last (TOPI's blocks and
+    nothing else), on a CPU; else None.
+
+    YOLOv8's and YOLO11's box decoding (DFL) takes a softmax over 16 bins of a (1, 16, 4, 8400) tensor: along the
+    softmax's axis the values are 33,600 floats apart, and TVM's sketches run each of the 33,600 columns as a scalar
+    loop. Here the columns go in blocks of the last axis, contiguous in memory: the block (:func:`column_block`) is
+    the vector, and the maximum, the exponentials, the sum and the quotients of a block are computed one after
+    another, the block's rows of exponentials in cache between them; the blocks are the parallel loop. The block is
+    fixed, not a decision: a block of one column leaves a unit loop TVM's trace replay drops, and widths that are no
+    multiple of 16 vectorise into partial registers; so the sketch has one config, which the tuner measures first
+    (:attr:`autosearch.search.space.DecisionSpace.measure_first`)."""
+    found = _softmax_blocks(mod, target, seed)
+    if found is None:
+        return None
+    sch, blocks, exp, norm = found
+    axis, ndim = norm.annotations.get("axis"), len(norm.iter_vars)
+    if axis is None or int(axis) >= ndim - 1 or int(norm.iter_vars[-1].dom.extent) < LANES:
+        return None  # over the last axis: the row sketch's
+    axis = int(axis)
+    try:
+        for name in INLINED:
+            if name in blocks:
+                sch.compute_inline(blocks[name])
+        loops = sch.get_loops(blocks[NORM_BLOCK])
+        outer, vector = sch.split(loops[-1], [None, column_block(int(norm.iter_vars[-1].dom.extent))])
+        others = [loop for i, loop in enumerate(loops[:-1]) if i != axis]
+        sch.reorder(*others, outer, loops[axis], vector)
+        block = sch.fuse(*others, outer)
+        sch.parallel(block)
+        for name in (SUM_BLOCK, exp, MAX_BLOCK):  # consumers first: each one's readers are under the block
+            sch.compute_at(blocks[name], block)
+        for name in (MAX_BLOCK, SUM_BLOCK):  # (columns, bins) under the block: the bins outside, the columns inside
+            columns, bins = sch.get_loops(blocks[name])[-2:]
+            sch.reorder(bins, columns)
+            sch.vectorize(columns)
+        for name in (exp, NORM_BLOCK):
+            sch.vectorize(sch.get_loops(blocks[name])[-1])
+    except Exception:  # a block TVM cannot move or split here: no such sketch for this task
+        return None
+    return sch
+
+
+__all__ = ["COLUMN_VECTOR", "LANES", "column_block", "column_softmax_sketch", "partial_lanes", "row_softmax_sketch"]
