@@ -129,18 +129,18 @@ def test_a_channel_concatenation_gets_its_loop_partitioned_at_the_inputs_and_mea
 
 def resize_concat_task(target, *, size: int = 12):
     """YOLO's neck in miniature, as the NHWC lowering fuses it: a 6 x 6 x 8 map upsampled (nearest) to ``size`` x
-    ``size`` and concatenated on the channels with a 12 x 12 x 16 one, in bf16 (an activation kept in bf16 between
-    convolutions)."""
+    ``size`` and concatenated on the channels with a ``size`` x ``size`` x 16 one, in bf16 (an activation kept in
+    bf16 between convolutions)."""
     import tvm
     from tvm import te, topi
 
     from autosearch.frontend.task import task_from_module
 
     small = te.placeholder((1, 6, 6, 8), "bfloat16", name="small")
-    big = te.placeholder((1, 12, 12, 16), "bfloat16", name="big")
+    big = te.placeholder((1, size, size, 16), "bfloat16", name="big")
     up = topi.image.resize2d(small, (0.0, 0.0, 0.0, 0.0), (size, size), layout="NHWC", method="nearest_neighbor",
                              coordinate_transformation_mode="asymmetric", rounding_method="floor")
-    out = topi.concatenate([up, big] if size == 12 else [up, up], axis=3)
+    out = topi.concatenate([up, big], axis=3)
     return task_from_module(tvm.IRModule({"main": te.create_prim_func([small, big, out])}), target,
                             name="fused_resize2d_concatenate")
 
@@ -168,8 +168,9 @@ def test_a_resize_fused_into_a_channel_concatenation_is_partitioned_too(target):
 def test_an_input_not_a_whole_factor_of_the_output_is_no_concatenation_of_it(target):
     from autosearch.search.data_movement import concat_boundaries
 
-    # the small input resized to 9 x 9 (not a multiple of 6) and concatenated with itself: 16 channels of 9 x 9
+    # the channels add up (8 + 16 = 24) and the larger input matches the output, but 9 x 9 is no multiple of 6 x 6
     assert concat_boundaries(resize_concat_task(target, size=9).mod) is None
+    assert concat_boundaries(resize_concat_task(target, size=18).mod) == [8, 24]  # three times 6 x 6
 
 
 @pytest.mark.slow  # a run through the CLI: the slow tier (tests/conftest.py)
