@@ -58,16 +58,33 @@ def _softmax_blocks(mod, target, seed: int) -> tuple[Any, dict[str, Any], str, A
     return sch, blocks, exp, sch.get(blocks[NORM_BLOCK])
 
 
+def _axis(norm) -> int | None:
+    """The axis the softmax of the quotients' block ``norm`` runs over (TOPI's annotation), or None."""
+    axis = norm.annotations.get("axis")
+    return None if axis is None else int(axis)
+
+
+def softmax_sketch(mod, target, *, seed: int) -> Any | None:
+    """Our sketch of a softmax task, found once: :func:`row_softmax_sketch`'s over the last axis,
+    :func:`column_softmax_sketch`'s over another; None for any other task or target."""
+    found = _softmax_blocks(mod, target, seed)
+    if found is None or _axis(found[3]) is None:
+        return None
+    return (_row_schedule if _axis(found[3]) == len(found[3].iter_vars) - 1 else _column_schedule)(*found)
+
+
 def row_softmax_sketch(mod, target, *, seed: int) -> Any | None:
     """A traced Schedule for ``mod`` when it is one softmax over its last axis (TOPI's blocks and nothing else),
     on a CPU; else None."""
     found = _softmax_blocks(mod, target, seed)
-    if found is None:
-        return None
-    sch, blocks, exp, norm = found
-    axis = norm.annotations.get("axis")
-    if axis is None or int(axis) != len(norm.iter_vars) - 1 or len(norm.iter_vars) < 2:
+    if found is None or _axis(found[3]) != len(found[3].iter_vars) - 1:
         return None  # a softmax over another axis: its rows are not the inner loop
+    return _row_schedule(*found)
+
+
+def _row_schedule(sch, blocks: dict[str, Any], exp: str, norm) -> Any | None:
+    if len(norm.iter_vars) < 2:
+        return None
     lanes = partial_lanes(int(norm.iter_vars[-1].dom.extent))
     if lanes < 2:
         return None
@@ -121,19 +138,21 @@ def column_softmax_sketch(mod, target, *, seed: int) -> Any | None:
     multiple of 16 vectorise into partial registers; so the sketch has one config, which the tuner measures first
     (:attr:`autosearch.search.space.DecisionSpace.measure_first`)."""
     found = _softmax_blocks(mod, target, seed)
-    if found is None:
-        return None
-    sch, blocks, exp, norm = found
-    axis, ndim = norm.annotations.get("axis"), len(norm.iter_vars)
-    if axis is None or int(axis) >= ndim - 1 or int(norm.iter_vars[-1].dom.extent) < LANES:
+    if found is None or _axis(found[3]) is None or _axis(found[3]) >= len(found[3].iter_vars) - 1:
         return None  # over the last axis: the row sketch's
-    axis = int(axis)
+    return _column_schedule(*found)
+
+
+def _column_schedule(sch, blocks: dict[str, Any], exp: str, norm) -> Any | None:
+    axis, columns = _axis(norm), int(norm.iter_vars[-1].dom.extent)
+    if columns < LANES:
+        return None
     try:
         for name in INLINED:
             if name in blocks:
                 sch.compute_inline(blocks[name])
         loops = sch.get_loops(blocks[NORM_BLOCK])
-        outer, vector = sch.split(loops[-1], [None, column_block(int(norm.iter_vars[-1].dom.extent))])
+        outer, vector = sch.split(loops[-1], [None, column_block(columns)])
         others = [loop for i, loop in enumerate(loops[:-1]) if i != axis]
         sch.reorder(*others, outer, loops[axis], vector)
         block = sch.fuse(*others, outer)
@@ -151,4 +170,5 @@ def column_softmax_sketch(mod, target, *, seed: int) -> Any | None:
     return sch
 
 
-__all__ = ["COLUMN_VECTOR", "LANES", "column_block", "column_softmax_sketch", "partial_lanes", "row_softmax_sketch"]
+__all__ = ["COLUMN_VECTOR", "LANES", "column_block", "column_softmax_sketch", "partial_lanes", "row_softmax_sketch",
+           "softmax_sketch"]

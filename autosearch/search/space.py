@@ -148,11 +148,11 @@ class DecisionSpace:
     the target, so every comparison with TVM's own tuner searches the same space. One addition: a task
     that only moves data (no reduction block) on a CPU gets one more sketch after TVM's,
     :func:`autosearch.search.data_movement.blocked_copy_sketch`, since TVM's single schedule for it can lose
-    to the naive loop nest; so does a softmax over its last axis, :func:`autosearch.search.softmax.
-    row_softmax_sketch`, whose reductions TVM's sketches leave scalar (over another axis,
-    :func:`autosearch.search.softmax.column_softmax_sketch`: vectors along the last, measured first); and a
-    concatenation along its last axis one more, :func:`autosearch.search.data_movement.partitioned_concat_sketch`,
-    measured first (:attr:`measure_first`).
+    to the naive loop nest; so does a softmax, :func:`autosearch.search.softmax.softmax_sketch`, whose reductions
+    TVM's sketches leave scalar (over the last axis vectors of each row, over another vectors along the last); and
+    a concatenation along its last axis one more, :func:`autosearch.search.data_movement.partitioned_concat_sketch`.
+    Each sketch of ours without decisions (the column softmax's, the concatenation's) is measured first
+    (:attr:`measure_first`).
 
     ``store``: a :class:`~autosearch.search.sketch_store.SketchStore` the sketches are read from when an earlier
     set-up of the same module, target and seed kept them there, and kept in otherwise (None: built, not kept).
@@ -162,7 +162,7 @@ class DecisionSpace:
         from tvm.s_tir import meta_schedule as ms
 
         from autosearch.search.data_movement import blocked_copy_sketch, partitioned_concat_sketch
-        from autosearch.search.softmax import column_softmax_sketch, row_softmax_sketch
+        from autosearch.search.softmax import softmax_sketch
         from autosearch.tensor_units.sketch import bf16_sketches
         from autosearch.tvm_compat import import_tensor_intrinsics, register_pool_rules
 
@@ -192,18 +192,16 @@ class DecisionSpace:
             return
         # a bf16 task on a bf16 unit has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
         schedules = list(bf16_sketches(mod, target, seed=_SCHEDULE_SEED) or self._ctx.generate_design_space())
-        extra = (blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)  # after TVM's: their indices stay
-                 or row_softmax_sketch(mod, target, seed=_SCHEDULE_SEED))
-        column = column_softmax_sketch(mod, target, seed=_SCHEDULE_SEED) if extra is None else None
-        schedules += [s for s in (extra, column) if s is not None]
-        first = [len(schedules) - 1] if column is not None else []
-        concat = partitioned_concat_sketch(mod, target, seed=_SCHEDULE_SEED)  # last: the indices before it stay
-        schedules += [concat] if concat is not None else []
-        first += [len(schedules) - 1] if concat is not None else []
+        ours = len(schedules)  # ours after TVM's: their indices stay, the concatenation's last
+        extra = (blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)
+                 or softmax_sketch(mod, target, seed=_SCHEDULE_SEED))
+        concat = partitioned_concat_sketch(mod, target, seed=_SCHEDULE_SEED)
+        schedules += [s for s in (extra, concat) if s is not None]
         self.sketches: tuple[Sketch, ...] = tuple(self._make_sketch(i, sch) for i, sch in enumerate(schedules))
-        # configs to measure before any search and before the known schedules: a sketch of ours without decisions,
-        # too good to leave to a short run's chance of drawing it
-        self.measure_first: tuple[Config, ...] = tuple(self.default(i) for i in first)
+        # configs to measure before any search and before the known schedules: each sketch of ours without
+        # decisions (one config), too good to leave to a short run's chance of drawing it
+        self.measure_first: tuple[Config, ...] = tuple(
+            self.default(i) for i in range(ours, len(schedules)) if not self.sketches[i].decisions)
         if store is not None:
             store.put(key, self._dump())
 
