@@ -24,18 +24,39 @@ def _conv(rng, name: str, cin: int, cout: int, data: str, out: str) -> tuple[lis
     return nodes, [w]
 
 
-def chain_onnx(*, residual: bool = False) -> onnx.ModelProto:
-    """conv -> relu -> maxpool -> conv -> relu (-> + the pooled activation with ``residual``) -> conv -> relu:
-    with ``residual`` the pooled activation has a reader no bf16 convolution is (the add)."""
+def chain_onnx(*, reader: str | None = None) -> onnx.ModelProto:
+    """conv -> relu -> maxpool -> conv -> relu (-> combined with the pooled activation by ``reader``, ``Add`` or
+    ``Mul``) -> conv -> relu: with ``reader`` the pooled activation has a reader no convolution is (a residual add,
+    or a product)."""
     rng = np.random.default_rng(0)
     n1, w1 = _conv(rng, "a", 16, 32, "x", "r1")
     pool = [helper.make_node("MaxPool", ["r1"], ["p"], kernel_shape=[2, 2], strides=[2, 2])]
     n2, w2 = _conv(rng, "b", 32, 32, "p", "r2")
-    add = [helper.make_node("Add", ["r2", "p"], ["s"])] if residual else []
-    n3, w3 = _conv(rng, "c", 32, 32, "s" if residual else "r2", "y")
-    graph = helper.make_graph([*n1, *pool, *n2, *add, *n3], "chain",
+    combine = [helper.make_node(reader, ["r2", "p"], ["s"])] if reader else []
+    n3, w3 = _conv(rng, "c", 32, 32, "s" if reader else "r2", "y")
+    graph = helper.make_graph([*n1, *pool, *n2, *combine, *n3], "chain",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 8, 8])], [*w1, *w2, *w3])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def split_onnx(*, shortcut: bool) -> onnx.ModelProto:
+    """YOLO's C2f block: conv -> relu -> split in two along the channels; the second half -> conv -> relu (+ that
+    half with ``shortcut``); the two halves and that -> concat -> conv -> relu."""
+    rng = np.random.default_rng(0)
+    n1, w1 = _conv(rng, "a", 16, 32, "x", "r1")
+    split = [helper.make_node("Split", ["r1", "sizes"], ["h0", "h1"], axis=1)]
+    sizes = numpy_helper.from_array(np.array([16, 16], "int64"), "sizes")
+    n2, w2 = _conv(rng, "b", 16, 16, "h1", "r2")
+    add = [helper.make_node("Add", ["h1", "r2"], ["m"])] if shortcut else []
+    cat = [helper.make_node("Concat", ["h0", "h1", "m" if shortcut else "r2"], ["c"], axis=1)]
+    n3, w3 = _conv(rng, "c", 48, 32, "c", "y")
+    graph = helper.make_graph([*n1, *split, *n2, *add, *cat, *n3], "c2f",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16])],
+                              [*w1, sizes, *w2, *w3])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
@@ -66,16 +87,57 @@ def test_an_activation_with_another_reader_stays_fp32() -> None:
     from autosearch.frontend.lowering import lower
     from autosearch.tensor_units.activations import bf16_region
 
-    mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(relax_of(chain_onnx(residual=True)))
+    mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(relax_of(chain_onnx(reader="Mul")))
     region, convs = bf16_region(mod["main"])
     bindings = mod["main"].body.blocks[0].bindings
     pooled = [b.var for b in bindings if b.value.op.name == "relax.nn.max_pool2d"]
     first, second, third = (b.var for b in bindings if b.value.op.name == "relax.nn.conv2d")
-    assert pooled and pooled[0] not in region  # read by the residual add as well as by the second convolution
-    kernels = _kernels(lower(relax_of(chain_onnx(residual=True)), amx_target(), winograd="off", layout="NHWC",
+    assert pooled and pooled[0] not in region  # read by the product as well as by the second convolution
+    kernels = _kernels(lower(relax_of(chain_onnx(reader="Mul")), amx_target(), winograd="off", layout="NHWC",
                              precision="bf16"))
     assert any(k.startswith("max_pool2d") for k in kernels), kernels  # not fused: its output stays fp32
     assert second not in convs and {first, third} <= convs  # the first reads the transposed input, the third the sum
+
+
+def test_a_residual_add_reads_in_bf16_what_a_convolution_does_and_its_sum_is_rounded() -> None:
+    """The pooled activation, read by the second convolution and by the residual add after it: kept in bf16 (the
+    pooling fused into the first convolution), the add widening it in the second convolution's epilogue, the sum
+    rounded there for the third. A product in the add's place keeps it fp32 (the test above)."""
+    from tvm import relax
+
+    from autosearch.frontend.lowering import lower
+    from autosearch.tensor_units.activations import bf16_region
+
+    mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(relax_of(chain_onnx(reader="Add")))
+    region, convs = bf16_region(mod["main"])
+    bindings = mod["main"].body.blocks[0].bindings
+    pooled = next(b.var for b in bindings if b.value.op.name == "relax.nn.max_pool2d")
+    total = next(b.var for b in bindings if b.value.op.name == "relax.add" and pooled in list(b.value.args))
+    assert {pooled, total} <= region and len(convs) == 3
+    kernels = _kernels(lower(relax_of(chain_onnx(reader="Add")), amx_target(), winograd="off", layout="NHWC",
+                             precision="bf16"))
+    convs = [(name, dtype) for name, dtype in kernels.items() if "conv2d" in name]
+    assert [dtype for _, dtype in convs] == ["bfloat16", "bfloat16", "float32"], kernels
+    assert WINDOW_MAX in convs[0][0] and not [k for k in kernels if "pool" in k and "conv2d" not in k], kernels
+    # the residual add in the second convolution's epilogue: widen (cast), add, round (cast); no kernel of its own
+    assert re.search(r"conv2d_bf16\w*_cast\w*_add\w*_cast", convs[1][0]), kernels
+    assert len(kernels) == 5, kernels  # the input's transposition and rounding, three convolutions, the output's
+
+
+@pytest.mark.parametrize("shortcut", [False, True])
+def test_a_split_passes_bf16_to_its_convolutions_and_concatenation(shortcut) -> None:
+    """A C2f block: the split's input is written in bf16 by the first convolution, the split and the
+    concatenation run on bf16, with or without the residual add (which reads its half in bf16)."""
+    from autosearch.frontend.lowering import lower
+
+    kernels = _kernels(lower(relax_of(split_onnx(shortcut=shortcut)), amx_target(), winograd="off", layout="NHWC",
+                             precision="bf16"))
+    assert not [k for k in kernels if re.fullmatch(r"(fused_)?cast\d*", k)], kernels  # no rounding of its own
+    first = next(k for k in kernels if "conv2d" in k)
+    assert kernels[first] == "bfloat16", kernels
+    moves = {k: dtype for k, dtype in kernels.items() if "conv2d" not in k and "transpose" not in k}
+    assert moves and set(moves.values()) == {"bfloat16"}, kernels  # the split's parts and the concatenation
+    assert ("_add" in " ".join(kernels)) == shortcut, kernels
 
 
 def test_every_choice_of_bf16_layers_lowers_to_extracted_tasks() -> None:
@@ -97,9 +159,10 @@ def test_every_choice_of_bf16_layers_lowers_to_extracted_tasks() -> None:
         assert used <= extracted, (bf16, used - extracted)
 
 
-def test_a_model_mixing_bf16_and_fp32_layers_matches_onnxruntime(target) -> None:
+@pytest.mark.parametrize("model", ["chain", "residual", "c2f"])
+def test_a_model_mixing_bf16_and_fp32_layers_matches_onnxruntime(target, model) -> None:
     """Layers in bf16 and in fp32 (one reading a bf16 activation through its own cast), built untuned and run:
-    within bf16's tolerance of ONNX Runtime fp32."""
+    within bf16's tolerance of ONNX Runtime fp32; with a residual add reading in bf16, and with a split."""
     if not cpu.has_amx_bf16(target):
         pytest.skip("this CPU has no AMX (amx_tile and amx_bf16 in /proc/cpuinfo)")
     import onnxruntime as ort
@@ -111,7 +174,7 @@ def test_a_model_mixing_bf16_and_fp32_layers_matches_onnxruntime(target) -> None
     from autosearch.tensor_units.amx import request_permission
 
     request_permission()
-    proto = chain_onnx()
+    proto = {"chain": chain_onnx(), "residual": chain_onnx(reader="Add"), "c2f": split_onnx(shortcut=True)}[model]
     relax_mod = relax_of(proto)
     layers = sorted({t.lowering["layer"] for t in extract_tasks(relax_mod, target, winograd="off", layout="NHWC",
                                                                 precision="auto") if "layer" in t.lowering})

@@ -4,7 +4,9 @@ A bf16 convolution (:mod:`.conv`) rounds its input to bf16 as it reads it. When 
 such a convolution, rounding it once where it is written gives the convolutions the same values, and the
 activation is written, and read, in half the bytes. Operations that only select or move values (max pooling,
 concatenation, nearest-neighbour resizing) commute with the rounding (it is monotonic), so an activation may reach
-its convolutions through them, and they then run on bf16 too. The rounding (``astype``) is placed right after the
+its convolutions through them, and they then run on bf16 too; so may a split along the channels (YOLO's C2f and C3k2
+blocks halve a convolution's output, one half to a convolution, both to a concatenation), whose parts are read
+through ``TupleGetItem``. The rounding (``astype``) is placed right after the
 operation that computes the activation, where ``FuseOps`` fuses it into that operation's epilogue.
 
 Which activations qualify depends on the graph only: on which convolutions *can* run on the tile unit
@@ -22,7 +24,7 @@ from typing import Any
 from autosearch.tensor_units.pooling import emit_window_max
 
 # operations whose output elements are input elements (moved or selected by comparison): exact in bf16
-TRANSPARENT = ("relax.nn.max_pool2d", "relax.concat", "relax.image.resize2d")
+TRANSPARENT = ("relax.nn.max_pool2d", "relax.concat", "relax.image.resize2d", "relax.split")
 
 
 def op_name(value) -> str | None:
@@ -35,10 +37,13 @@ def op_name(value) -> str | None:
 
 
 def _inputs(value) -> list[Any] | None:
-    """The tensor inputs of a transparent operation, or None when it is not one (or its inputs are not plain
-    variables, or it is a resize that interpolates)."""
+    """The tensor inputs of a transparent operation (the tuple, for a part of one), or None when it is not one (or
+    its inputs are not plain variables, or it is a resize that interpolates). A part of a tuple is transparent only
+    where the tuple is a split's: :func:`bf16_region` admits no other tuple."""
     from tvm import relax
 
+    if isinstance(value, relax.TupleGetItem):
+        return [value.tuple_value] if isinstance(value.tuple_value, relax.Var) else None
     name = op_name(value)
     if name not in TRANSPARENT:
         return None
@@ -59,6 +64,13 @@ def referenced(expr) -> list[Any]:
 
 def _is_float32(var) -> bool:
     return str(getattr(var.ty, "dtype", "")) == "float32"
+
+
+def _is_split(var, value_of) -> bool:
+    """Whether ``var`` is the tuple of fp32 parts a split computes."""
+    fields = getattr(var.ty, "fields", None)
+    return (op_name(value_of.get(var)) == "relax.split" and bool(fields)
+            and all(str(getattr(f, "dtype", "")) == "float32" for f in fields))
 
 
 def _dataflow(func) -> tuple[dict[Any, Any], dict[Any, list[Any]], set[Any], set[Any]]:
@@ -85,26 +97,54 @@ def _dataflow(func) -> tuple[dict[Any, Any], dict[Any, list[Any]], set[Any], set
     return value_of, readers, set(referenced(func.body.body)), convs
 
 
+def _residual_add(binding, value_of) -> bool:
+    """Whether ``binding`` adds two activations of its own shape (a residual connection; not a bias, a constant)."""
+    value = binding.value
+    if op_name(value) != "relax.add" or not all(a in value_of for a in value.args):
+        return False
+    shapes = {str(getattr(v.ty, "shape", None)) for v in (*value.args, binding.var)}
+    return len(shapes) == 1 and "None" not in shapes
+
+
 def bf16_region(func, flow=None) -> tuple[set[Any], set[Any]]:
     """(the activations of ``func`` to keep in bf16, the convolutions that read one): the largest set of fp32
     variables each of whose readers is a convolution the tile unit can run (reading it as data) or a transparent
-    operation whose output and inputs are all in the set. ``flow``: ``_dataflow(func)``, when already made."""
+    operation whose output and inputs are all in the set. A split's tuple is in it only with its input: a tuple is
+    not rounded, its parts are.
+
+    One reader computes: a residual add whose sum is in the set may read an activation in bf16 that another reader
+    (a convolution, a transparent operation) keeps there anyway. The sum then differs from the fp32 one by less than
+    a bf16 rounding of that input, before being rounded itself; in exchange the activation is written once in half
+    the bytes, and the sum too (YOLO's C2f and C3k2 blocks with shortcuts). ``flow``: ``_dataflow(func)``, when
+    already made."""
     value_of, readers, escaping, convs = flow or _dataflow(func)
 
-    region = {v for v in value_of if readers[v] and v not in escaping and _is_float32(v)}
+    region = {v for v in value_of if readers[v] and v not in escaping and (_is_float32(v) or _is_split(v, value_of))}
     changed = True
     while changed:
         changed = False
         for v in list(region):
+            if _is_split(v, value_of) and not all(i in region for i in _inputs(value_of[v]) or [None]):
+                region.discard(v)
+                changed = True
+                continue
+            kept = False  # read in bf16 by a convolution or a transparent operation
             for reader in readers[v]:
                 if reader.var in convs and reader.value.args[0].same_as(v) and not reader.value.args[1].same_as(v):
+                    kept = True
                     continue
                 inputs = _inputs(reader.value)
                 if inputs is not None and reader.var in region and all(i in region for i in inputs):
+                    kept = True
                     continue
-                region.discard(v)
-                changed = True
+                if reader.var in region and _residual_add(reader, value_of):
+                    continue
                 break
+            else:
+                if kept:
+                    continue
+            region.discard(v)
+            changed = True
     readers_in = {c for c in convs if value_of[c].args[0] in region}
     return region, readers_in
 
@@ -145,6 +185,10 @@ def keep_bf16_activations():
                 self.low[var] = emit_window_max(self.builder_, self.low[value.args[0]], self.pools[var])
                 return
             if inputs is not None and all(i in self.low for i in inputs):  # a transparent operation, on bf16
+                if isinstance(value, relax.TupleGetItem):  # a part of a split, on bf16
+                    part = relax.TupleGetItem(self.low[inputs[0]], value.index)
+                    self.low[var] = self.builder_.emit(part, f"{var.name}_bf16")
+                    return
                 args = list(value.args)
                 low = [self.low[i] for i in inputs]
                 args[0] = relax.Tuple(low) if isinstance(args[0], relax.Tuple) else low[0]
@@ -159,6 +203,12 @@ def keep_bf16_activations():
                                           out_layout=a.out_layout, out_dtype="float32")
                 new = self.builder_.emit(conv, var.name)
                 self.set_var_remap(var, new)
+            elif op_name(value) == "relax.add" and var in self.region and any(a in self.low for a in value.args):
+                # a residual add (bf16_region) reading an activation the convolutions read in bf16
+                args = [relax.op.astype(self.low[a], "float32") if a in self.low else self.visit_expr(a)
+                        for a in value.args]
+                self.set_var_remap(var, self.builder_.emit(relax.Call(value.op, args, value.attrs, value.ty_args),
+                                                           var.name))
             else:
                 super().visit_var_binding_(binding)
             if var in self.region:  # computed in fp32 here: rounded once, in this operation's epilogue

@@ -8,8 +8,9 @@ the ``H * W`` pixels as ``H * W / W'`` rows of ``W'`` (16 or 32) computes no pix
 
 The elementwise operations after the convolution (bias, activation, the rounding to bf16) follow it onto the new
 shape, so ``FuseOps`` still fuses them into its epilogue; the image takes its shape back where something else
-reads it. An operand of such an operation may only vary along the channels (a bias), or the pixels would move
-under it. Which convolutions qualify depends on the graph only, so every precision choice lowers to the same tasks.
+reads it (a widening back to fp32 is such a reader's, and fuses into its kernel). An operand of such an operation
+may only vary along the channels (a bias), or the pixels would move under it. Which convolutions qualify depends
+on the graph only, so every precision choice lowers to the same tasks.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def _follows(value, chain: set[Any], pixels: tuple[int, int]) -> bool:
         return False
     if not any(isinstance(a, relax.Var) and a in chain for a in value.args):
         return False
+    if value.op.name == "relax.astype" and str(value.attrs.dtype) == "float32":
+        return False  # a bf16 activation widened for a reader that computes in fp32 (a residual add): its kernel's
     out = _shape(value)
     if out is None or len(out) != 4 or tuple(out[1:3]) != pixels:
         return False
