@@ -148,6 +148,31 @@ def test_a_task_no_faster_than_untuned_is_left_to_tvm(tmp_path):
     assert summary.records == 0 and summary.slower_than_untuned == [best.task_name]
 
 
+def test_a_winner_whose_trial_a_slow_spell_inflated_is_judged_by_its_re_times(tmp_path):
+    """A finalist re-timed well below the untuned kernel is exported even though its one in-run timing (a slow
+    spell of the machine) read above it; re-times that agree with that timing leave the task to TVM as before."""
+    from autosearch.deploy.database import export_database
+    from autosearch.records import LogContents
+
+    contents = read_log(os.path.join(ROOT, "tests", "data", "small_dataset.jsonl"))
+    key = next(iter(contents.tasks))
+    best = contents.best(key)
+    own = [r for r in contents.records if r.task_key == key and r.kind != "baseline"]
+    baseline = Record(kind="baseline", task_key=key, task_name=best.task_name, target=best.target, config=None,
+                      result=MeasureResult(Status.OK, (best.latency / 2,)), flops=best.flops)
+
+    def exported(retimed: float) -> tuple[int, list[str]]:
+        retimes = [Record(kind="retime", task_key=key, task_name=best.task_name, target=best.target,
+                          config=best.config, result=MeasureResult(Status.OK, (retimed,) * 3), flops=best.flops,
+                          round=n) for n in (1, 2)]
+        patched = LogContents(path="mem", tasks={key: contents.tasks[key]}, records=[*own, baseline, *retimes])
+        summary = export_database(patched, str(tmp_path / f"db{retimed}"))
+        return summary.records, summary.slower_than_untuned
+
+    assert exported(best.latency / 4) == (1, [])  # its re-times: twice as fast as the untuned kernel
+    assert exported(best.latency) == (0, [best.task_name])  # its re-times confirm the in-run timing
+
+
 def test_export_force_leaves_no_stale_lowering_file(tmp_path, tuned, capfd):
     db = tmp_path / "db"
     shutil.copytree(tuned["db"], db)

@@ -86,11 +86,14 @@ def exported_records(contents: LogContents, key: str) -> tuple[list[Record], str
     Only ``ok`` records (checked against the reference, with a latency) are exported: a failed,
     crashed or wrong-result kernel can never become the schedule TVM compiles. A task whose best
     record is not faster than its untuned baseline is left out (:data:`SLOWER`), so TVM keeps its default
-    code there.
+    code there. The best is read as the choice of layout and precision reads it
+    (:meth:`~autosearch.records.LogContents.best_seconds`: its re-timed score where its finalists were re-timed):
+    a winner whose in-run timing a slow spell of the machine inflated is not dropped for it, which would leave the
+    layer to TVM's untuned code in a model chosen for the winner's speed.
     """
     valid = [r for r in contents.ranked(key) if r.trace is not None]
     baseline = contents.baseline(key)
-    if valid and baseline is not None and baseline.ok and valid[0].latency >= baseline.latency:
+    if valid and baseline is not None and baseline.ok and contents.best_seconds(key) >= baseline.latency:
         return [], SLOWER
     return valid, "" if valid else "no valid record"
 
