@@ -57,53 +57,10 @@ def test_only_tasks_that_compute_nothing_get_the_sketch(head_task, conv_task, ta
     ctx = ms.TuneContext(mod=head_task.mod, target=target, space_generator=ms.space_generator.PostOrderApply(),
                          num_threads=1)
     tvm_sketches = len(ctx.generate_design_space())
-    # appended, parallel and on one thread: TVM's sketches keep their indices
-    assert len(space.sketches) == tvm_sketches + 2
-    parallel, serial = space.sketches[-2:]
-    assert [sum("Parallel" in str(i.kind.name) for i in s.trace.insts) for s in (parallel, serial)] == [2, 0]
-    for sketch in (parallel, serial):
-        tiles = [d for d in sketch.decisions if d.kind == "SamplePerfectTile"]
-        assert len(tiles) == 2  # one per output (box, cls): factorisations of its last axis
-        assert [{int(np.prod(c)) for c in d.choices} for d in tiles] == [{16}, {24}]
-        # measured first at the tiles whose blocks fit in L1 (a 576 x 16 block is wider: one cache line's 16 floats)
-        defaults = dict(zip((d.name for d in sketch.decisions), sketch.default))
-        assert [tuple(defaults[d.name]) for d in tiles] == [(1, 16), (1, 24)]
-    assert space.measure_first == (space.default(parallel.index), space.default(serial.index))
-
-
-def test_the_first_tile_is_the_widest_whose_block_fits_in_l1():
-    from autosearch.search.data_movement import L1_BYTES, block_tile
-
-    # YOLOv8n's head: 64 box and 80 class channels of 8,400 anchors, gathered from NHWC maps (in fp32 and in bf16)
-    assert block_tile(8400, outer=64, itemsize=4) == 60
-    assert block_tile(8400, outer=80, itemsize=4) == 50
-    assert block_tile(8400, outer=80, itemsize=2) == 100
-    for extent, outer, itemsize in ((8400, 64, 4), (8400, 80, 4), (6400, 144, 2), (1000, 3, 4)):
-        tile = block_tile(extent, outer=outer, itemsize=itemsize)
-        assert extent % tile == 0 and 2 * outer * tile * itemsize <= L1_BYTES
-        wider = [d for d in range(tile + 1, extent + 1) if extent % d == 0]
-        assert not wider or 2 * outer * wider[0] * itemsize > L1_BYTES  # the widest that fits
-    # where no block fits, a cache line's elements (whole lines written), or the whole axis when it is narrower
-    assert block_tile(96, outer=6400, itemsize=4) == 16
-    assert block_tile(96, outer=6400, itemsize=2) == 32
-    assert block_tile(13, outer=6400, itemsize=4) == 13
-
-
-def test_the_first_tile_of_a_concatenation_along_the_axis_straddles_no_two_inputs(target):
-    """Along an axis two inputs are joined on (48 + 16 = 64 columns), the first tile divides the join: 16, where the
-    block rule alone would take the whole axis (4 x 64 floats fit in L1), and every element would choose its input."""
-    import tvm
-    from tvm import te, topi
-
-    from autosearch.search.space import DecisionSpace
-
-    a, b = te.placeholder((4, 48), name="a"), te.placeholder((4, 16), name="b")
-    mod = tvm.IRModule({"main": te.create_prim_func([a, b, topi.concatenate([a, b], axis=1)])})
-    space = DecisionSpace(mod, target)
-    assert len(space.measure_first) == 3  # the partitioned concatenation, then both blocked copies
-    for config in space.measure_first[1:]:
-        assert config.values == ((4, 16),)
-        assert space.apply(config).ok
+    assert len(space.sketches) == tvm_sketches + 1  # appended: TVM's sketches keep their indices
+    tiles = [d for d in space.sketches[-1].decisions if d.kind == "SamplePerfectTile"]
+    assert len(tiles) == 2  # one per output (box, cls): factorisations of its last axis
+    assert [{int(np.prod(c)) for c in d.choices} for d in tiles] == [{16}, {24}]
 
 
 def test_every_tile_size_is_correct_and_replays_from_its_trace(head_task, target):
@@ -116,8 +73,9 @@ def test_every_tile_size_is_correct_and_replays_from_its_trace(head_task, target
     from autosearch.types import Config
 
     space = DecisionSpace(head_task.mod, target)
+    sketch = space.sketches[-1]
     configs = [Config(sketch.index, tuple(d.choices[i % len(d.choices)] for d in sketch.decisions))
-               for sketch in space.sketches[-2:] for i in (0, 3, 7, -1)]  # parallel and on one thread
+               for i in (0, 3, 7, -1)]
     applied = [space.apply(c) for c in configs]
     assert all(a.ok for a in applied), [a.error for a in applied]
     for a in applied:  # what a database record holds: TVM replays it and gets the same kernel
@@ -150,14 +108,11 @@ def test_a_channel_concatenation_gets_its_loop_partitioned_at_the_inputs_and_mea
     assert concat_boundaries(task.mod) == [8, 24, 32]
     assert concat_boundaries(conv_task.mod) is None and concat_boundaries(head_task.mod) is None
     assert partitioned_concat_sketch(head_task.mod, target, seed=0) is None  # concatenated on another axis
-    head = DecisionSpace(head_task.mod, target)
-    assert len(head.measure_first) == 2 and all(c.values for c in head.measure_first)  # its blocked copies only
+    assert DecisionSpace(head_task.mod, target).measure_first == ()
     space = DecisionSpace(task.mod, target)
-    copy, concat, serial = space.sketches[-3:]
-    # the partitioned concatenation first, then the blocked copies at their first tiles
-    assert concat.decisions == () and space.measure_first == (Config(concat.index, ()), space.default(copy.index),
-                                                              space.default(serial.index))
-    assert len(space.sketches) >= 4  # after TVM's sketch and the blocked copy, before the one-thread copy
+    last = space.sketches[-1]
+    assert last.decisions == () and space.measure_first == (Config(last.index, ()),)
+    assert len(space.sketches) >= 3  # after TVM's sketch and the blocked copy: their indices stay
     applied = space.apply(space.measure_first[0])
     assert applied.ok, applied.error
     loops = [s for s in applied.mod.script().splitlines() if "for " in s]
@@ -198,8 +153,7 @@ def test_a_resize_fused_into_a_channel_concatenation_is_partitioned_too(target):
     task = resize_concat_task(target)
     assert concat_boundaries(task.mod) == [8, 24]
     space = DecisionSpace(task.mod, target)
-    n = len(space.sketches)
-    assert space.measure_first == (space.default(n - 2), space.default(n - 3), space.default(n - 1))
+    assert space.measure_first == (space.default(len(space.sketches) - 1),)
     applied = space.apply(space.measure_first[0])
     assert applied.ok, applied.error
     loops = [s for s in applied.mod.script().splitlines() if "for " in s]
@@ -232,6 +186,5 @@ def test_a_run_measures_the_partitioned_concatenation_first(concat_model, tmp_pa
     assert proc.returncode == 0, proc.stderr[-2000:]
     [key] = read_log(log).tasks
     trials = read_log(log).trials(key)
-    first = DecisionSpace(task.mod, task.target).measure_first
-    assert len(trials) == 2 and [t.config for t in trials] == list(first[:2])  # the concatenation, the blocked copy
+    assert len(trials) == 2 and trials[0].config == DecisionSpace(task.mod, task.target).measure_first[0]
     assert trials[0].ok and trials[1].config != trials[0].config

@@ -7,8 +7,7 @@ that order reads the input with a stride of 144 floats: every load misses the ca
 used, and that sketch is slower than TVM's naive loop nest. This sketch inlines the same way, then tiles each
 output's last axis and moves the tile loop outermost: one iteration copies a (channels x tile) block whose
 source rows sit together in the cache. The tile size is a ``SamplePerfectTile`` decision, so the tuner
-measures it like any other, starting from one whose block fits in L1 (:func:`block_tile`), measured first; the
-schedule is plain TVM primitives, so the exported trace replays in TVM as-is.
+measures it like any other; the schedule is plain TVM primitives, so the exported trace replays in TVM as-is.
 The timings of the three schedules on that task are in README ("Decision space").
 
 A concatenation along the last axis (NHWC's channels: YOLOv8n's C2f and SPPF blocks) gets a sketch of its own
@@ -24,18 +23,12 @@ along the rows but a plain copy along the channels, which the partition leaves t
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 
-def blocked_copy_sketch(mod, target, *, seed: int, parallel: bool = True) -> Any | None:
+def blocked_copy_sketch(mod, target, *, seed: int) -> Any | None:
     """A traced Schedule for ``mod`` (one PrimFunc of spatial blocks only), or None when the task computes
-    anything (a reduction block), is not for a CPU, or does not inline.
-
-    ``parallel``: the tile and outer loops fused into one parallel loop, or the same loop nest on one thread. Both
-    are sketches of the space, since neither wins everywhere: on the 2-vCPU AMX Xeon, YOLOv8n's head copied on one
-    thread at half the time of two, whose outlined loop body LLVM vectorised less (``docs/results.md``, "The head's
-    transpose")."""
+    anything (a reduction block), is not for a CPU, or does not inline."""
     if target.kind.name != "llvm":
         return None
     found = _spatial_blocks(mod, seed)
@@ -51,66 +44,13 @@ def blocked_copy_sketch(mod, target, *, seed: int, parallel: bool = True) -> Any
             extent = int(sch.get(loops[-1]).extent)
             if len(loops) < 2 or extent < 2:
                 return None
-            others = math.prod(int(sch.get(loop).extent) for loop in loops[:-1])
-            block = sch.get(rv)
-            itemsize = max(1, block.writes[0].source.dtype.bits // 8)
-            # a tile that straddles an input's boundary along the axis chooses its input element by element
-            cuts = _cuts(block.body, block.iter_vars[-1].var)
-            tile = block_tile(math.gcd(extent, *cuts), outer=others, itemsize=itemsize)
-            factors = sch.sample_perfect_tile(loops[-1], n=2, max_innermost_factor=extent,
-                                              decision=[extent // tile, tile])
+            factors = sch.sample_perfect_tile(loops[-1], n=2, max_innermost_factor=extent)
             outer, inner = sch.split(loops[-1], factors)
             sch.reorder(outer, *loops[:-1], inner)
-            if parallel:
-                sch.parallel(sch.fuse(outer, *loops[:-1]))
+            sch.parallel(sch.fuse(outer, *loops[:-1]))
     except Exception:  # a block TVM cannot inline or loops it cannot reorder: no such sketch for this task
         return None
     return sch
-
-
-# the L1 data cache of every x86-64 and AArch64 core of the last decade holds at least this much
-L1_BYTES = 32 * 1024
-LINE_BYTES = 64
-
-
-def block_tile(extent: int, *, outer: int, itemsize: int) -> int:
-    """The blocked copy's first tile of an output's last axis: the largest divisor of ``extent`` whose block (the
-    ``outer`` elements of the other axes times the tile, read and written) fits in an L1 data cache, but no
-    narrower than a cache line where a divisor allows, so that each row of the block is written in whole lines.
-
-    A rule for where the search starts, not the answer: the tile stays a decision the tuner measures. A data-movement
-    task gets few trials, and the sketch's sampled tile was any divisor: YOLOv8n's head (144 x 8400) drew 400, whose
-    block of strided reads outgrows L1. ``extent`` is the caller's: the axis, or the greatest common divisor of it and
-    the offsets where a concatenation along it passes to its next input, so that no tile straddles two inputs
-    (``docs/results.md``, "The head's transpose")."""
-    divisors = [d for d in range(1, extent + 1) if extent % d == 0]
-    budget = L1_BYTES // (2 * max(1, outer) * itemsize)
-    tile = max(d for d in divisors if d <= max(1, budget))
-    line = max(1, LINE_BYTES // itemsize)
-    if tile < line:
-        tile = min((d for d in divisors if d >= line), default=extent)
-    return tile
-
-
-def _cuts(node, var) -> list[int]:
-    """The constants ``c`` of the conditions ``c <= var`` and ``var < c`` in a block's body: where a concatenation
-    along ``var`` (TOPI's chain of ``if_then_else``) passes from one input to the next."""
-    from tvm import tirx
-
-    found: set[int] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, tirx.LE) and isinstance(n.a, tirx.IntImm) and n.b.same_as(var):
-            found.add(int(n.a.value))
-        elif isinstance(n, tirx.LT) and isinstance(n.b, tirx.IntImm) and n.a.same_as(var):
-            found.add(int(n.b.value))
-        for attr in ("value", "a", "b", "condition", "true_value", "false_value", "args", "indices"):
-            child = getattr(n, attr, None)
-            if child is None or isinstance(child, (int, float, str)):
-                continue
-            stack.extend(child if isinstance(child, (list, tuple)) or type(child).__name__ == "Array" else [child])
-    return sorted(c for c in found if c > 0)
 
 
 def _spatial_blocks(mod, seed: int) -> tuple[Any, list, list] | None:
@@ -192,4 +132,4 @@ def partitioned_concat_sketch(mod, target, *, seed: int) -> Any | None:
     return sch
 
 
-__all__ = ["block_tile", "blocked_copy_sketch", "concat_boundaries", "partitioned_concat_sketch"]
+__all__ = ["blocked_copy_sketch", "concat_boundaries", "partitioned_concat_sketch"]

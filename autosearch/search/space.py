@@ -82,7 +82,7 @@ class Sketch:
     index: int
     trace: Any = field(repr=False)  # tvm.s_tir.schedule.Trace (without postprocessors)
     decisions: tuple[Decision, ...]
-    default: tuple[Any, ...]  # the decisions MetaSchedule sampled for it (the blocked copy: its first tiles)
+    default: tuple[Any, ...]  # the decisions MetaSchedule sampled for it
 
     @property
     def log10_size(self) -> float:
@@ -146,15 +146,13 @@ class DecisionSpace:
 
     Built from the same space generator, schedule rules and postprocessors ``ms.tune_tir`` uses for
     the target, so every comparison with TVM's own tuner searches the same space. One addition: a task
-    that only moves data (no reduction block) on a CPU gets two more sketches after TVM's,
-    :func:`autosearch.search.data_movement.blocked_copy_sketch` (parallel, and on one thread), since TVM's single
-    schedule for it can lose to the naive loop nest; a softmax one, :func:`autosearch.search.softmax.softmax_sketch`,
-    whose reductions TVM's sketches leave scalar (over the last axis vectors of each row, over another vectors along
-    the last); and a concatenation along its last axis one more,
-    :func:`autosearch.search.data_movement.partitioned_concat_sketch`.
+    that only moves data (no reduction block) on a CPU gets one more sketch after TVM's,
+    :func:`autosearch.search.data_movement.blocked_copy_sketch`, since TVM's single schedule for it can lose
+    to the naive loop nest; so does a softmax, :func:`autosearch.search.softmax.softmax_sketch`, whose reductions
+    TVM's sketches leave scalar (over the last axis vectors of each row, over another vectors along the last); and
+    a concatenation along its last axis one more, :func:`autosearch.search.data_movement.partitioned_concat_sketch`.
     Each sketch of ours without decisions (the column softmax's, the concatenation's) is measured first
-    (:attr:`measure_first`), and so are the blocked copies (parallel, and on one thread) at the tile whose block
-    fits in L1.
+    (:attr:`measure_first`).
 
     ``store``: a :class:`~autosearch.search.sketch_store.SketchStore` the sketches are read from when an earlier
     set-up of the same module, target and seed kept them there, and kept in otherwise (None: built, not kept).
@@ -194,23 +192,16 @@ class DecisionSpace:
             return
         # a bf16 task on a bf16 unit has our own sketches only: TVM's schedule its GEMM in fp32 arithmetic
         schedules = list(bf16_sketches(mod, target, seed=_SCHEDULE_SEED) or self._ctx.generate_design_space())
-        ours = len(schedules)  # ours after TVM's: their indices stay
-        copy = blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)
-        extra = copy or softmax_sketch(mod, target, seed=_SCHEDULE_SEED)
+        ours = len(schedules)  # ours after TVM's: their indices stay, the concatenation's last
+        extra = (blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)
+                 or softmax_sketch(mod, target, seed=_SCHEDULE_SEED))
         concat = partitioned_concat_sketch(mod, target, seed=_SCHEDULE_SEED)
-        # the one-thread copy last: the sketches before it keep the indices logs and known schedules name them by
-        serial = blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED, parallel=False) if copy is not None else None
-        copies = [s for s in (copy, serial) if s is not None]
-        schedules += [s for s in (extra, concat, serial) if s is not None]
+        schedules += [s for s in (extra, concat) if s is not None]
         self.sketches: tuple[Sketch, ...] = tuple(self._make_sketch(i, sch) for i, sch in enumerate(schedules))
         # configs to measure before any search and before the known schedules: each sketch of ours without
-        # decisions (one config), then the blocked copies, parallel and on one thread, at the tile a rule chose for
-        # them (their defaults), too good to leave to a short run's chance of drawing them
-        ours_range = range(ours, len(schedules))
+        # decisions (one config), too good to leave to a short run's chance of drawing it
         self.measure_first: tuple[Config, ...] = tuple(
-            [self.default(i) for i in ours_range if not self.sketches[i].decisions]
-            + [self.default(i) for i in ours_range
-               if any(schedules[i] is c for c in copies) and self.sketches[i].decisions])
+            self.default(i) for i in range(ours, len(schedules)) if not self.sketches[i].decisions)
         if store is not None:
             store.put(key, self._dump())
 
