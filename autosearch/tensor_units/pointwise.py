@@ -57,7 +57,9 @@ def _follows(value, chain: set[Any], pixels: tuple[int, int]) -> bool:
     if not any(isinstance(a, relax.Var) and a in chain for a in value.args):
         return False
     if value.op.name == "relax.astype" and str(value.attrs.dtype) == "float32":
-        return False  # a bf16 activation widened for a reader that computes in fp32 (a residual add): its kernel's
+        # a bf16 activation widened for a reader that computes in fp32 (a residual add): the widening fuses into
+        # that reader's kernel, so it stays on the reader's shape
+        return False
     out = _shape(value)
     if out is None or len(out) != 4 or tuple(out[1:3]) != pixels:
         return False
