@@ -111,13 +111,23 @@ class ForkedProcess:
 
 
 def _running(pid: int) -> bool:
+    """Whether an orphaned worker still runs: its pid exists and is not a zombie.
+
+    An orphan's parent becomes the system's init (or a subreaper), which need not reap it: a container's or a
+    micro-VM's first process often does not, and a killed orphan then stays a zombie for good, answering
+    ``kill(pid, 0)`` as if it ran (a close path waited on it until its timeout)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # the pid was reused by another user's process: ours has ended
         return False
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):  # no /proc here (macOS): kill(pid, 0) is all there is
+        return True
+    return state not in (b"Z", b"X")
 
 
 class ForkServer:
@@ -258,8 +268,13 @@ def _serve_request(sock: socket.socket, children: dict[int, int], own_fds: tuple
             os.close(extra)
         return False
     (size,) = struct.unpack("Q", head)
-    env: dict[str, str] = json.loads(_recv_exact(sock, size))
     conn_fd, status_w = fds
+    try:
+        env: dict[str, str] = json.loads(_recv_exact(sock, size))
+    except OSError:  # the parent closed the socket mid-request
+        os.close(conn_fd)
+        os.close(status_w)
+        return False
     pid = os.fork()
     if pid == 0:  # the worker
         code = 1
@@ -274,7 +289,10 @@ def _serve_request(sock: socket.socket, children: dict[int, int], own_fds: tuple
             os._exit(code)
     os.close(conn_fd)
     children[pid] = status_w
-    sock.sendall(struct.pack("q", pid))
+    try:
+        sock.sendall(struct.pack("q", pid))
+    except OSError:  # the parent gave up on the exchange (Ctrl-C) and closed its socket: serve the children out
+        return False
     return True
 
 

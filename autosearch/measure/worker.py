@@ -43,6 +43,20 @@ class Reply:
     seconds: float = 0.0
 
 
+def _kill_and_wait(proc, name: str, *, timeout: float) -> None:
+    """SIGKILL ``proc`` and wait up to ``timeout`` for its end; never raises.
+
+    Killing is where a call that timed out and every close path end, so it must not fail them: a process
+    that outlives SIGKILL (stuck in the kernel, in uninterruptible I/O) can be neither helped nor waited for,
+    and is left with a warning, as its pid is left in ``ps``."""
+    proc.kill()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        log.warning("worker %s (pid %s) has not ended %.0f s after SIGKILL; left to the system", name,
+                    proc.pid, timeout)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -196,7 +210,7 @@ class Worker:
             try:
                 code = proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                _kill_and_wait(proc, self.name, timeout=1)
         self._reset()
         self.restarts += 1
         how = "status unknown" if code is None else f"signal {-code}" if code < 0 else f"exit code {code}"
@@ -214,8 +228,7 @@ class Worker:
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait(timeout=5)
+            _kill_and_wait(self._proc, self.name, timeout=5)
             self.restarts += 1
         self._reset()
 
@@ -234,7 +247,6 @@ class Worker:
             try:
                 self._proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(timeout=2)
+                _kill_and_wait(self._proc, self.name, timeout=2)
         self._proc = None
         self._conn = None

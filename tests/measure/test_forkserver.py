@@ -20,6 +20,14 @@ def _ppid(pid: int) -> int:
         return int(fh.read().rsplit(")", 1)[1].split()[1])
 
 
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+
 def _threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
@@ -67,6 +75,49 @@ def test_a_killed_server_is_replaced_and_its_orphaned_worker_still_serves_then_r
         assert first.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"  # and the next call starts a fresh one
     finally:
         first.close()
+
+
+def test_an_orphaned_worker_is_killed_and_waited_for_where_nobody_reaps_it():
+    """Once its server is gone the worker's parent is init (or a subreaper), which need not reap it: a micro-VM's
+    first process here does not. Killed, it stays a zombie; kill() must see it ended, not wait out its timeout and
+    raise (a run's close did, on Ctrl-C)."""
+    w = Worker(name="zombie")
+    try:
+        assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
+        proc = w._proc
+        server = _ppid(proc.pid)
+        os.kill(server, signal.SIGKILL)
+        deadline = time.time() + 10
+        while _ppid(proc.pid) == server and time.time() < deadline:
+            time.sleep(0.05)
+        start = time.time()
+        w.kill()
+        assert time.time() - start < 1.0  # here init reaps an orphan within 1.2-1.4 s; under load, CI's took over 5
+        assert _state(proc.pid) in ("Z", "gone")  # ended: a zombie until init gets to it, or reaped
+    finally:
+        w.close()
+
+
+def test_a_request_the_parent_gives_up_leaves_the_server_to_end_with_its_children(monkeypatch):
+    """Ctrl-C between sending a request and reading the new worker's pid closes the socket; the server has forked
+    by then, and its answer finds no reader. It must stop listening and still reap that worker, not die with a
+    traceback and leave its children to a parent that may never reap them."""
+    from multiprocessing.connection import Pipe
+
+    server = forkserver.ForkServer(dict(os.environ))
+    ours, theirs = Pipe()
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(forkserver, "_recv_exact", interrupted)  # only in this process: the server has its own
+    with pytest.raises(KeyboardInterrupt):
+        server.spawn(theirs.fileno(), dict(os.environ))
+    theirs.close()
+    assert not server.alive()
+    assert server._proc.poll() is None, "the server must outlive the request while its worker runs"
+    ours.close()  # the worker reads EOF and ends; the server reaps it and ends too
+    assert server._proc.wait(timeout=STARTUP_TIMEOUT) == 0
 
 
 def test_a_killed_worker_reports_its_signal_and_a_changed_environment_gets_a_new_server(monkeypatch):
