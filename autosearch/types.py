@@ -101,6 +101,16 @@ class MeasureResult:
         mean = statistics.fmean(self.latencies)
         return statistics.stdev(self.latencies) / mean if mean > 0 else 0.0
 
+    @property
+    def disturbed(self) -> bool:
+        """Whether the repeats split into fast ones and a slow majority: the fastest under a third of the median.
+
+        One kernel's repeats on a quiet machine spread by a few percent; a two-thread kernel whose second thread
+        waits for a core a scheduler timeslice at a time reads many times slower on most repeats, not all. The fast
+        repeats say what the kernel does, the median what the machine did meanwhile: such a timing is taken again
+        (:mod:`autosearch.search.disturbed`). Needs five repeats to tell."""
+        return self.ok and len(self.latencies) >= 5 and min(self.latencies) < self.median / 3
+
     def gflops(self, flops: float) -> float:
         return flops / self.median / 1e9 if self.ok and self.median > 0 else 0.0
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from autosearch.frontend.lowering import LAYOUTS
 from autosearch.records import TuningLog
+from autosearch.search.disturbed import measure_steadily
 from autosearch.types import Config, Record
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class TaskSampler:
             if a.ok and a.config not in self.effective:  # TVM may map two requests onto one program
                 self.effective.add(a.config)
                 ok.append(i)
-        results = dict(zip(ok, self.runner.measure(task, [applied[i].mod for i in ok])))
+        results = dict(zip(ok, measure_steadily(self.runner, task, [applied[i].mod for i in ok])))
         records = []
         for i, ((requested, kind), app) in enumerate(zip(batch_cfgs, applied)):
             if i not in results:

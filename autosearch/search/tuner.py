@@ -20,6 +20,7 @@ from autosearch.frontend.target import host_cores, target_mcpu, target_to_json
 from autosearch.frontend.task import TuningTask
 from autosearch.ranking import failures
 from autosearch.records import LogContents, TuningLog
+from autosearch.search.disturbed import measure_steadily
 from autosearch.search.finalists import Retiming
 from autosearch.search.known import SOURCE as KNOWN_SOURCE
 from autosearch.search.known import KnownSchedules
@@ -495,7 +496,7 @@ class Tuner:
             if not a.ok:
                 results[i] = MeasureResult.failed(Status.INVALID_CONFIG, a.error)
         if buildable:
-            measured = self.runner.measure(task, [a.mod for _, a in buildable])
+            measured = measure_steadily(self.runner, task, [a.mod for _, a in buildable])
             for (i, _), result in zip(buildable, measured, strict=True):
                 results[i] = result
         return [r for r in results if r is not None]

@@ -1,0 +1,36 @@
+"""Timings the machine disturbed, taken again: one rule for the tuner's batches, its finalists' rounds and datasets.
+
+A two-thread kernel whose second thread waits for a core a scheduler timeslice at a time reads many times slower
+on most of its repeats, not all (:attr:`autosearch.types.MeasureResult.disturbed`). Logged so, a
+good config is lost to the search and a known schedule measured first reads as a bad one. Such a timing is taken
+again once its batch is done, when the slow spell has often passed, and the steadier of the two is kept, with a
+note in the log. A uniform slowdown leaves nothing in the repeats to tell it by, and is not caught here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from autosearch.types import MeasureResult
+
+
+def measure_steadily(runner: Any, task: Any, mods: list[Any]) -> list[MeasureResult]:
+    """``runner.measure(task, mods)``, with each disturbed timing taken once more after the batch (:func:`steadier`)."""
+    results = list(runner.measure(task, mods))
+    disturbed = [i for i, r in enumerate(results) if r.disturbed]
+    if disturbed:
+        again = runner.measure(task, [mods[i] for i in disturbed])
+        for i, result in zip(disturbed, again, strict=True):
+            results[i] = steadier(results[i], result)
+    return results
+
+
+def steadier(first: MeasureResult, again: MeasureResult) -> MeasureResult:
+    """Of a disturbed timing and the kernel's second one, the one to keep: the second unless it failed or reads
+    slower; either way noted, with the first's fastest repeat and median, so the log says what happened."""
+    fastest, median = min(first.latencies) * 1e3, first.median * 1e3
+    kept = again if again.ok and again.median < first.median else first
+    note = (f"timed again at the end of its batch: the first timing's repeats split (fastest {fastest:.4g} ms, "
+            f"median {median:.4g} ms); kept the {'second' if kept is again else 'first'}")
+    return replace(kept, error="; ".join(e for e in (kept.error, note) if e))
