@@ -114,7 +114,7 @@ def _running(pid: int) -> bool:
     """Whether an orphaned worker still runs: its pid exists and is not a zombie.
 
     An orphan's parent becomes the system's init (or a subreaper), which need not reap it: a container's or a
-    micro-VM's first process often does not, and a killed orphan then stays a zombie for good, answering
+    micro-VM's first process may do so only now and then, and a killed orphan stays a zombie meanwhile, answering
     ``kill(pid, 0)`` as if it ran (a close path waited on it until its timeout)."""
     try:
         os.kill(pid, 0)
