@@ -105,10 +105,8 @@ class MeasureResult:
     def disturbed(self) -> bool:
         """Whether the repeats split into fast ones and a slow majority: the fastest under a third of the median.
 
-        One kernel's repeats on a quiet machine spread by a few percent; a two-thread kernel whose second thread
-        waits for a core a scheduler timeslice at a time reads many times slower on most repeats, not all. The fast
-        repeats say what the kernel does, the median what the machine did meanwhile: such a timing is taken again
-        (:mod:`autosearch.search.disturbed`). Needs five repeats to tell."""
+        The fast repeats say what the kernel does, the median what the machine did meanwhile (why, and what is done
+        about it: :mod:`autosearch.search.disturbed`). Needs five repeats to tell."""
         return self.ok and len(self.latencies) >= 5 and min(self.latencies) < self.median / 3
 
     def gflops(self, flops: float) -> float:
