@@ -28,9 +28,11 @@ def measure_steadily(runner: Any, task: Any, mods: list[Any]) -> list[MeasureRes
 
 def steadier(first: MeasureResult, again: MeasureResult) -> MeasureResult:
     """Of a disturbed timing and the kernel's second one, the one to keep: the second unless it failed or reads
-    slower; either way noted, with the first's fastest repeat and median, so the log says what happened."""
+    slower; either way noted, with the first's fastest repeat and median, so the log says what happened. Its build
+    and run seconds are both measurements' together: the trial cost the run that much."""
     fastest, median = min(first.latencies) * 1e3, first.median * 1e3
     kept = again if again.ok and again.median < first.median else first
     note = (f"timed again at the end of its batch: the first timing's repeats split (fastest {fastest:.4g} ms, "
             f"median {median:.4g} ms); kept the {'second' if kept is again else 'first'}")
-    return replace(kept, error="; ".join(e for e in (kept.error, note) if e))
+    return replace(kept, error="; ".join(e for e in (kept.error, note) if e),
+                   build_secs=first.build_secs + again.build_secs, run_secs=first.run_secs + again.run_secs)

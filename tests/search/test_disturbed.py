@@ -13,8 +13,8 @@ from autosearch.types import MeasureResult, Status
 MS = 1e-3
 
 
-def _result(*latencies_ms: float, error: str = "") -> MeasureResult:
-    return MeasureResult(Status.OK, tuple(x * MS for x in latencies_ms), error=error)
+def _result(*latencies_ms: float, error: str = "", run_secs: float = 0.0) -> MeasureResult:
+    return MeasureResult(Status.OK, tuple(x * MS for x in latencies_ms), error=error, run_secs=run_secs)
 
 
 def test_repeats_that_split_are_disturbed_and_a_quiet_spread_or_a_uniform_slowdown_is_not():
@@ -26,10 +26,11 @@ def test_repeats_that_split_are_disturbed_and_a_quiet_spread_or_a_uniform_slowdo
 
 
 def test_the_second_timing_is_kept_unless_it_failed_or_reads_slower_and_either_way_it_is_noted():
-    first = _result(0.045, *[3.9] * 29, error="timed once: something before")
-    calm = _result(*[0.04] * 30)
+    first = _result(0.045, *[3.9] * 29, error="timed once: something before", run_secs=0.5)
+    calm = _result(*[0.04] * 30, run_secs=0.2)
     kept = steadier(first, calm)
     assert kept.latencies == calm.latencies and "kept the second" in kept.error and "3.9 ms" in kept.error
+    assert kept.run_secs == pytest.approx(0.7)  # the trial's wall time is both measurements
     worse = _result(*[5.0] * 30)
     kept = steadier(first, worse)
     assert kept.latencies == first.latencies and "kept the first" in kept.error
