@@ -166,14 +166,14 @@ def totals_table(out: dict) -> str:
 def plot(out: dict, path: str, title: str) -> None:
     from autosearch.plots import figure, save
 
-    fig, axes = figure(size=(7, 2.8), grid="x")
+    fig, axes = figure(size=(8, 3.0), grid="x")
     ax = axes[0][0]
     medians = [statistics.median(out["totals"][w]) for w in WAYS]
     ax.barh(list(WAYS), medians, color=["C0", "C0", "C2", "C3", "C1"])
     for y, ms in enumerate(medians):
         ax.text(ms, y, f" {ms:.2f}", va="center", fontsize=8)
     ax.set_xlabel("ms per forward pass (kernels only; medians over rounds)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=8)
     ax.invert_yaxis()
     save(fig, path)
 
@@ -204,12 +204,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(calls.calls)} kernel calls a pass; {args.rounds} rounds ...", file=sys.stderr, flush=True)
         out = measure(calls, rounds=args.rounds, passes=args.passes, repeats=args.repeats)
     title = f"{name}: kernels in the flow and alone, {args.threads} threads ({host_label()})"
+    caption = f"{name}: kernels in the flow and alone, {args.threads} threads\n{host_label()}"
     text = (f"**{title}**; database `{args.db}`; {len(out['symbols'])} kernel calls a pass, the ways taking turns in "
             f"{args.rounds} rounds\n\n{totals_table(out)}\n\n**The kernels that lose most in the flow** (each call's "
             f"median over the rounds, summed per kernel)\n\n{kernels_table(out, args.top)}\n")
     base = results_path(args.out)
     publish(base, data={"model": name, "db": args.db, "threads": args.threads, "host": host_label(), **out},
-            text=text, plot=lambda path: plot(out, path, title))
+            text=text, plot=lambda path: plot(out, path, caption))
     return 0
 
 
