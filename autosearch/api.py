@@ -132,6 +132,14 @@ class MeasureOptions:
     device_key: str | None = None  # runner "ray": the device key to measure on (default: the target's)
     gpu_name: str | None = None  # runner "ray": the GPU name of a cuda-<name> device key
     allow_mixed: bool = False  # runner "ray": accept devices of one key that differ
+    cache_state: str = "flushed"  # before each cold repeat: the arguments flushed, or the caches "dirty" as a
+    # forward pass leaves them (autosearch.measure.flush)
+
+    def __post_init__(self) -> None:
+        from autosearch.measure.flush import CACHE_STATES
+
+        if self.cache_state not in CACHE_STATES:
+            raise UserError(f"unknown cache state {self.cache_state!r}; valid: {', '.join(CACHE_STATES)}")
 
 
 def make_runner(runner: str, target: Any, measure: MeasureOptions | None = None, *, seed: int = 0):
@@ -140,7 +148,8 @@ def make_runner(runner: str, target: Any, measure: MeasureOptions | None = None,
     from autosearch.measure.base import EvaluatorConfig
 
     measure = measure or MeasureOptions()
-    evaluator = EvaluatorConfig(repeat=measure.repeat, min_repeat_ms=measure.min_repeat_ms)
+    evaluator = EvaluatorConfig(repeat=measure.repeat, min_repeat_ms=measure.min_repeat_ms,
+                                cache_state=measure.cache_state)
     if runner == "local":
         from autosearch.measure.local import LocalRunner
 
@@ -465,7 +474,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
         tuning_log.write_run({"strategy": strategy, "options": options, "cost_model": cost_model,
                               "guided_by": guidance, "trials": trials, "minutes": minutes, "batch": batch,
                               "seed": seed, "resumed": bool(resume), "siblings": siblings,
-                              "autosearch": __version__})
+                              "cache_state": (measure or MeasureOptions()).cache_state, "autosearch": __version__})
         own = isinstance(runner, str)
         measuring = make_runner(runner, target, measure, seed=seed) if own else runner
         try:

@@ -218,7 +218,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     measure = MeasureOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, build_workers=args.build_workers,
                              build_timeout=args.build_timeout, run_timeout=args.run_timeout,
                              ray_address=args.ray_address, device_key=args.device_key, gpu_name=args.gpu_name,
-                             allow_mixed=args.allow_mixed)
+                             allow_mixed=args.allow_mixed, cache_state=args.cache_state)
     with progress:
         result = tune(args.model or DEFAULT_MODEL, strategy=args.strategy, trials=args.trials, minutes=args.minutes,
                       tasks=args.tasks, log=args.log, resume=args.resume, target=args.target,
@@ -492,6 +492,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "one call each, caches flushed: as many as fit in 0.2 s, at least 5)")
     p.add_argument("--min-repeat-ms", type=int, default=0, help="minimum duration of one repeat (default 0: one "
                    "call, cold as in the model; > 0: the kernel is called until the repeat lasts this long, warm)")
+    p.add_argument("--cache-state", choices=("flushed", "dirty"), default="flushed",
+                   help="the caches before each cold repeat: the kernel's weights and output flushed (default), or "
+                        "every core's caches full of other data's modified lines, as the layers before it leave them "
+                        "in a forward pass")
     p.add_argument("--build-workers", type=int, help="parallel build processes (default: cores)")
     p.add_argument("--build-timeout", type=float, default=60.0, help="seconds per build")
     p.add_argument("--run-timeout", type=float, default=30.0, help="seconds per measurement (at least)")

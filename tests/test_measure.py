@@ -381,6 +381,58 @@ def test_the_clflushopt_flush_evicts_what_tvms_flush_evicts():
     assert 0.6 < cold_opt / cold_tvm < 1.6
 
 
+def test_the_dirty_cache_state_leaves_the_arguments_as_they_were_and_a_warm_read_slower():
+    """``cache_state="dirty"``: before each repeat the pool's threads write more than a core's L2 of their own, as
+    the layers before a kernel do in a forward pass: the kernel's arguments keep their values, and data a warm read
+    found in a core's cache is read more slowly after it (taken in turns with a warm read, each the fastest of 50)."""
+    import time
+
+    import tvm
+
+    from autosearch.measure.flush import DIRTY, cache_function
+
+    assert cache_function("dirty", 1) == DIRTY and cache_function("flushed", 1) != DIRTY
+    with pytest.raises(ValueError, match="unknown cache state"):
+        cache_function("lukewarm", 1)
+    dev = tvm.cpu()
+    first, data = np.arange(16, dtype="float32"), np.random.default_rng(0).random(1 << 15).astype("float32")
+    arrays = [tvm.runtime.tensor(first, dev), tvm.runtime.tensor(data, dev)]
+    dirty = tvm.get_global_func(DIRTY)
+    dirty(*arrays)
+    np.testing.assert_array_equal(arrays[1].numpy(), data)
+    np.testing.assert_array_equal(arrays[0].numpy(), first)
+    out = tvm.runtime.empty((1 << 15,), "float32", dev)  # 128 KiB: in a core's L2 between two copies when warm
+    best = {"warm": float("inf"), "dirty": float("inf")}
+    for _ in range(50):
+        for state in best:
+            arrays[1].copyto(out)
+            if state == "dirty":
+                dirty(*arrays)
+            start = time.perf_counter()
+            arrays[1].copyto(out)
+            best[state] = min(best[state], time.perf_counter() - start)
+    assert best["dirty"] > 1.2 * best["warm"], best
+
+
+def test_a_run_timed_with_dirty_caches_says_so_in_its_log(tmp_path):
+    import autosearch
+    from autosearch.errors import UserError
+    from autosearch.records import read_log
+    from tests.conftest import small_conv_onnx
+
+    with pytest.raises(UserError, match="unknown cache state 'lukewarm'"):
+        autosearch.MeasureOptions(cache_state="lukewarm")
+    model = str(tmp_path / "small.onnx")
+    small_conv_onnx(model)
+    result = autosearch.tune(model, strategy="random", tasks="conv", trials=2, batch=2, finalist_rounds=0,
+                             log=str(tmp_path / "run.jsonl"), layout="NCHW", precision="fp32", plot=False,
+                             measure=autosearch.MeasureOptions(repeat=5, cache_state="dirty"))
+    log = read_log(result.log)
+    assert [run["cache_state"] for run in log.runs] == ["dirty"]
+    trials = log.trials()
+    assert len(trials) == 2 and all(r.result.ok and len(r.result.latencies) == 5 for r in trials)
+
+
 def test_a_kernel_built_ahead_is_taken_with_its_build_seconds_and_nothing_is_timed_while_one_builds(conv_task,
                                                                                                    conv_space):
     """``prefetch`` builds on workers a batch leaves idle: the batch that asks for the module takes that build (its

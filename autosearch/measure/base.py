@@ -24,12 +24,17 @@ class EvaluatorConfig:
     cold and the rest find everything in cache, and tuned kernels ran slower in the model than they were timed
     (docs/results.md). With one call per repeat, a kernel gets ``repeat`` repeats or as many of its checked call's
     length as fit in ``repeat_budget_ms``, at least :data:`autosearch.measure.kernels.MIN_REPEATS`.
+
+    ``cache_state``: ``flushed`` evicts the kernel's arguments but the first before each repeat; ``dirty`` instead
+    leaves every core's caches full of modified lines, as the kernels before it in a forward pass do
+    (:mod:`autosearch.measure.flush` says why).
     """
 
     number: int = 1
     repeat: int = 30
     min_repeat_ms: int = 0
     cache_flush: bool = True
+    cache_state: str = "flushed"  # autosearch.measure.flush.CACHE_STATES
     repeat_budget_ms: int = 200
     check_rtol: float = 1e-3
     # A candidate whose correctness run alone takes this many times the task's best latency is timed

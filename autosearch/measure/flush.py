@@ -1,4 +1,5 @@
-"""The CPU cache flush before each cold repeat: ``clflushopt`` where the CPU has it, TVM's own flush elsewhere.
+"""What the time evaluator does to the CPU caches before each cold repeat: flush the kernel's arguments
+(``clflushopt`` where the CPU has it, TVM's own flush elsewhere), or dirty the caches as a forward pass leaves them.
 
 A cold timing (:class:`~autosearch.measure.base.EvaluatorConfig`) evicts a kernel's weights and outputs before
 every call, as the layers before it do inside the model. TVM's ``cache_flush_cpu_non_first_arg`` evicts them one
@@ -8,6 +9,13 @@ Winograd layer's 151 MB of transformed weights, ten times the kernel, and most o
 there, and a read after either flush is equally slow, so the kernel meets its data as cold. Its flush is a TVM
 kernel built here for the host, registered under :data:`FLUSH_OPT` with TVM's calling convention (every argument
 but the first), so the time evaluator calls it by name like TVM's own.
+
+Neither flushed nor warm is the state a kernel meets inside a model: there the kernels before it have just filled
+every core's caches with lines they wrote, so its own reads first write those back. Called alone on the tensors the
+model gives it, a tuned YOLOv8n kernel ran as tuned; in the pass, 1.2-1.3x that; after :data:`DIRTY` (every thread
+of TVM's pool writes :data:`DIRTY_BYTES` of its own, more than any core's L2), as in the pass, and the order of a
+task's best configs changed (``experiments/in_flow.py``, docs/results.md). ``cache_state="dirty"``
+(:class:`~autosearch.measure.base.EvaluatorConfig`) times that way.
 """
 
 from __future__ import annotations
@@ -17,6 +25,9 @@ from autosearch.tensor_units.cpu import host_flags
 TVM_FLUSH = "cache_flush_cpu_non_first_arg"  # TVM's flush: clflush, one line at a time
 FLUSH_OPT = "autosearch.cache_flush_clflushopt"
 LINE = 64  # bytes per cache line on every x86-64 CPU with clflushopt
+DIRTY = "autosearch.cache_dirty"  # the caches left full of modified lines, as a forward pass leaves them
+DIRTY_BYTES = 8 << 20  # written per thread: more than a core's L2 on every CPU measured (0.5-2 MiB)
+CACHE_STATES = ("flushed", "dirty")  # EvaluatorConfig.cache_state
 
 
 def _flush_kernel():
@@ -58,4 +69,49 @@ def flush_function(flags: frozenset[str] | None = None) -> str:
     return FLUSH_OPT
 
 
-__all__ = ["FLUSH_OPT", "TVM_FLUSH", "flush_function"]
+def _dirty_kernel(threads: int):
+    """A parallel kernel ``(a, b)`` over ``threads`` rows of :data:`DIRTY_BYTES` each: ``b = a + 1``, each row on a
+    thread of TVM's pool, so every core the kernels run on ends with its caches full of ``b``'s modified lines."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir import Schedule
+
+    n = DIRTY_BYTES // 4
+    a = te.placeholder((threads, n), "float32", name="a")
+    b = te.compute((threads, n), lambda i, j: a[i, j] + 1.0, name="b")
+    sch = Schedule(tvm.IRModule({"main": te.create_prim_func([a, b])}))
+    row, col = sch.get_loops(sch.get_sblock("b"))
+    sch.parallel(row)
+    sch.vectorize(sch.split(col, factors=[None, 16])[1])
+    return tvm.compile(sch.mod, target=tvm.target.Target({"kind": "llvm"}))["main"]
+
+
+def dirty_function(threads: int) -> str:
+    """The name of the preprocessing the time evaluator calls before each repeat to leave the caches as a forward
+    pass does: :data:`DIRTY`, registered on first use for ``threads`` threads (the kernels' own)."""
+    import numpy as np
+    import tvm
+
+    if tvm.get_global_func(DIRTY, allow_missing=True) is None:
+        kernel = _dirty_kernel(max(1, threads))
+        source = tvm.runtime.tensor(np.zeros((max(1, threads), DIRTY_BYTES // 4), "float32"))
+        target = tvm.runtime.tensor(np.zeros((max(1, threads), DIRTY_BYTES // 4), "float32"))
+
+        def dirty(*arrays) -> None:  # the kernel's own arguments stay where its last call left them
+            kernel(source, target)
+
+        tvm.register_global_func(DIRTY, dirty)
+    return DIRTY
+
+
+def cache_function(state: str, threads: int) -> str:
+    """The time evaluator's preprocessing for a cache state of :data:`CACHE_STATES`."""
+    if state == "dirty":
+        return dirty_function(threads)
+    if state == "flushed":
+        return flush_function()
+    raise ValueError(f"unknown cache state {state!r}; valid: {', '.join(CACHE_STATES)}")
+
+
+__all__ = ["CACHE_STATES", "DIRTY", "DIRTY_BYTES", "FLUSH_OPT", "TVM_FLUSH", "cache_function", "dirty_function",
+           "flush_function"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from autosearch.measure.flush import flush_function
+from autosearch.measure.flush import cache_function
 
 
 def build(mod_json: str, target: dict[str, Any]) -> tuple[bytes, float]:
@@ -133,9 +133,10 @@ class KernelRunner:
         self._references: dict[str, list[np.ndarray]] = {}
         self._input_cache: dict[tuple, list[np.ndarray]] = {}  # (args, seed) -> inputs, oldest first
         self._flush: dict[str, float] = {}  # task key -> seconds of one flush of its arguments
-        self._flush_name: str | None = None  # the time evaluator's flush in this process (flush_function), once
+        self._flush_names: dict[str, str] = {}  # cache state -> the time evaluator's preprocessing here, made once
         self._measured_on: str | None = None
         self._pool_bound = False  # TVM's thread pool bound to this process's cores (the first kernel loaded)
+        self._threads = 1  # the pool's threads, once bound
         if device == "cpu":  # AMX kernels need the tile state; Linux grants it per process, on request
             from autosearch.tensor_units.amx import request_permission
 
@@ -165,7 +166,7 @@ class KernelRunner:
         if self.device == "cpu" and not self._pool_bound:  # at the first kernel loaded: build workers never load one
             from autosearch.tvm_compat import bind_thread_pool
 
-            bind_thread_pool()  # TVM_NUM_THREADS threads, on the cores the parent gave this process
+            self._threads = bind_thread_pool()  # TVM_NUM_THREADS threads, on the cores the parent gave this process
             self._pool_bound = True
         library, plan = unpack_artifact(artifact)
         with tempfile.TemporaryDirectory(prefix="autosearch-run-") as tmp:
@@ -294,18 +295,18 @@ class KernelRunner:
         if task_key not in self._flush:
             import tvm
 
-            flush = tvm.get_global_func(self._flush_function())
+            flush = tvm.get_global_func(self._flush_function(evaluator.get("cache_state", "flushed")))
             start = time.perf_counter()
             flush(*arrays)
             self._flush[task_key] = time.perf_counter() - start
         return self._flush[task_key]
 
-    def _flush_function(self) -> str:
-        """The flush before each cold repeat (:func:`~autosearch.measure.flush.flush_function`), chosen and built on
-        the process's first timing, not per trial (it reads ``/proc/cpuinfo``)."""
-        if self._flush_name is None:
-            self._flush_name = flush_function()
-        return self._flush_name
+    def _flush_function(self, state: str = "flushed") -> str:
+        """The preprocessing before each cold repeat (:func:`~autosearch.measure.flush.cache_function`), chosen and
+        built on the process's first timing, not per trial (it reads ``/proc/cpuinfo``, or compiles a kernel)."""
+        if state not in self._flush_names:
+            self._flush_names[state] = cache_function(state, self._threads)
+        return self._flush_names[state]
 
     def _time(self, module, arrays: list, evaluator: dict) -> dict[str, Any]:
         """Time ``main`` on device arrays with TVM's time evaluator (all repeats, their median)."""
@@ -315,7 +316,8 @@ class KernelRunner:
             number=int(evaluator.get("number", 1)),
             repeat=int(evaluator.get("repeat", 5)),
             min_repeat_ms=int(evaluator.get("min_repeat_ms", 0)),
-            f_preproc=self._flush_function() if evaluator.get("cache_flush", True) else "",
+            f_preproc=(self._flush_function(evaluator.get("cache_state", "flushed"))
+                       if evaluator.get("cache_flush", True) else ""),
         )
         results = [float(x) for x in timer(*arrays).results]
         return {"latencies": results, "median": statistics.median(results), "measured_on": self.measured_on}
