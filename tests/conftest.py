@@ -229,6 +229,19 @@ def conv_space(conv_task):
     return DecisionSpace(conv_task.mod, conv_task.target)
 
 
+def small_conv_run(work, *, trials: int) -> tuple[str, str]:
+    """(model, log): a real ``trials``-trial random run of :func:`small_conv_onnx`'s conv task, written to ``work``
+    (fp32 NCHW, short repeats, no finalists, no PNG): a log for a script that reads one, not a tuning result."""
+    import autosearch
+
+    model = str(work / "small.onnx")
+    small_conv_onnx(model)
+    result = autosearch.tune(model, strategy="random", tasks="conv", trials=trials, batch=trials, finalist_rounds=0,
+                             log=str(work / "run.jsonl"), layout="NCHW", precision="fp32", plot=False,
+                             measure=autosearch.MeasureOptions(repeat=3, min_repeat_ms=5))
+    return model, result.log
+
+
 def exported_tasks(contents) -> set[str]:
     """The names of a log's tasks that export writes: a valid record faster than the untuned kernel."""
     from autosearch.deploy.database import exported_records

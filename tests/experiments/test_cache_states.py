@@ -7,25 +7,20 @@ import math
 
 import pytest
 
-from tests.conftest import small_conv_onnx
+from tests.conftest import small_conv_run
 
 
 def test_cache_states_times_a_tasks_best_configs_in_both_states_and_names_each_states_winner(tmp_path, monkeypatch):
-    import autosearch
     from autosearch.errors import UserError
     from autosearch.records import read_log
     from experiments import cache_states
     from experiments.lib import io
 
     monkeypatch.setattr(io, "RESULTS", str(tmp_path / "results"))
-    model = str(tmp_path / "small.onnx")
-    small_conv_onnx(model)
-    result = autosearch.tune(model, strategy="random", tasks="conv", trials=3, batch=3, finalist_rounds=0,
-                             log=str(tmp_path / "run.jsonl"), layout="NCHW", precision="fp32", plot=False,
-                             measure=autosearch.MeasureOptions(repeat=3, min_repeat_ms=5))
-    log = read_log(result.log)
+    _, path = small_conv_run(tmp_path, trials=3)
+    log = read_log(path)
     [name] = [h["name"] for h in log.tasks.values() if "conv" in h["name"]]
-    assert cache_states.main(["--log", result.log, "--tasks", name, "--top", "2", "--rounds", "2",
+    assert cache_states.main(["--log", path, "--tasks", name, "--top", "2", "--rounds", "2",
                               "--out", "states"]) == 0
     out = json.loads((tmp_path / "results" / "states.json").read_text())
     [task] = out["tasks"]
@@ -38,7 +33,7 @@ def test_cache_states_times_a_tasks_best_configs_in_both_states_and_names_each_s
     assert (tmp_path / "results" / "states.png").stat().st_size > 0
 
     with pytest.raises(UserError, match="no task 'nope'"):
-        cache_states.main(["--log", result.log, "--tasks", "nope", "--out", "x"])
+        cache_states.main(["--log", path, "--tasks", "nope", "--out", "x"])
     with pytest.raises(SystemExit) as exc:
-        cache_states.main(["--log", result.log, "--tasks", name, "--top", "1", "--out", "x"])
+        cache_states.main(["--log", path, "--tasks", name, "--top", "1", "--out", "x"])
     assert exc.value.code == 2

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import small_conv_onnx
+from tests.conftest import small_conv_run
 
 
 def test_in_flow_captures_the_passs_kernels_and_times_them_every_way_in_each_round(tmp_path, monkeypatch):
@@ -15,12 +15,8 @@ def test_in_flow_captures_the_passs_kernels_and_times_them_every_way_in_each_rou
     from experiments.lib import io
 
     monkeypatch.setattr(io, "RESULTS", str(tmp_path / "results"))
-    model = str(tmp_path / "small.onnx")
-    small_conv_onnx(model)
-    result = autosearch.tune(model, strategy="random", tasks="conv", trials=2, batch=2, finalist_rounds=0,
-                             log=str(tmp_path / "run.jsonl"), layout="NCHW", precision="fp32", plot=False,
-                             measure=autosearch.MeasureOptions(repeat=3, min_repeat_ms=5))
-    autosearch.export(result.log, str(tmp_path / "db"))
+    model, log = small_conv_run(tmp_path, trials=2)
+    autosearch.export(log, str(tmp_path / "db"))
     assert in_flow.main(["--model", model, "--db", str(tmp_path / "db"), "--out", "flow", "--rounds", "2",
                          "--passes", "2", "--repeats", "2"]) == 0
     out = json.loads((tmp_path / "results" / "flow.json").read_text())
