@@ -11,11 +11,12 @@ kernel built here for the host, registered under :data:`FLUSH_OPT` with TVM's ca
 but the first), so the time evaluator calls it by name like TVM's own.
 
 Neither flushed nor warm is the state a kernel meets inside a model: there the kernels before it have just filled
-every core's caches with lines they wrote, so its own reads first write those back. Called alone on the tensors the
-model gives it, a tuned YOLOv8n kernel ran as tuned; in the pass, 1.2-1.3x that; after :data:`DIRTY` (every thread
-of TVM's pool writes :data:`DIRTY_BYTES` of its own, more than any core's L2), as in the pass, and the order of a
-task's best configs changed (``experiments/in_flow.py``, docs/results.md). ``cache_state="dirty"``
-(:class:`~autosearch.measure.base.EvaluatorConfig`) times that way.
+every core's caches with lines they wrote, so its own reads first write those back, and a tuned kernel called alone
+on the very tensors the model gives it runs faster than in the pass (``experiments/in_flow.py``). :data:`DIRTY`
+reproduces that state: every thread of TVM's pool writes :data:`DIRTY_BYTES` of its own, more than any core's L2.
+``cache_state="dirty"`` (:class:`~autosearch.measure.base.EvaluatorConfig`) times that way; it is not the default:
+a task's winner in that state was hardly faster in it than the flushed state's winner, and a model tuned so no faster
+than one tuned flushed (``experiments/cache_states.py``, docs/results.md).
 """
 
 from __future__ import annotations
