@@ -44,36 +44,26 @@ def top_configs(log, key: str, top: int) -> list:
 
 
 def time_states(log, key: str, records: list, rounds: int) -> dict[str, list[float]]:
-    """Per state, each record's median seconds over ``rounds`` rounds; the states take turns (order reversed every
-    other round), each round in a fresh measuring process."""
+    """Per state, each record's seconds over ``rounds`` rounds in fresh processes, the states taking turns
+    (:func:`experiments.lib.retime.settings_in_turns`; ``inf`` for a config that failed a round)."""
     from autosearch.api import MeasureOptions, make_runner
     from autosearch.frontend.task import TuningTask
     from autosearch.search.space import replay
     from autosearch.tensor_units.intrinsics import register_for
-    from experiments.lib.retime import turn_order
+    from experiments.lib.retime import settings_in_turns
 
     task = TuningTask.from_json(log.tasks[key])
-    mods = []
+    jobs = []
     for rec in records:
         register_for(json.dumps(rec.trace))  # the tensor intrinsics its trace names
-        mods.append(replay(task.mod, rec.trace).mod)
+        jobs.append((task, replay(task.mod, rec.trace).mod))
     runners = {s: make_runner("local", task.target, MeasureOptions(cache_state=s)) for s in STATES}
-    times: dict[str, list[list[float]]] = {s: [[] for _ in records] for s in STATES}
     try:
-        for r in range(rounds):
-            for state in turn_order(list(STATES), r):
-                runner = runners[state]
-                if r:
-                    runner.refresh()  # references are installed again in the fresh process
-                else:
-                    runner.prepare(task)
-                for i, result in enumerate(runner.measure(task, mods)):
-                    times[state][i].append(result.median if result.ok else float("nan"))
+        return settings_in_turns(runners, jobs, rounds,
+                                 progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     finally:
         for runner in runners.values():
             runner.close()
-    return {s: [float(np.nanmedian(t)) if not all(np.isnan(t)) else float("nan") for t in ts]
-            for s, ts in times.items()}
 
 
 def task_rows(name: str, records: list, times: dict[str, list[float]]) -> tuple[list[list], dict]:

@@ -20,7 +20,8 @@ layer), and each kernel's time in the model is set beside what tuning measured f
 (its task's best latency, per call, times the calls a forward pass makes: the run's own estimate of the model);
 ``--retime`` then times each task's best config again alone, warm as MetaSchedule times it (repeats of 20 ms, the caches
 flushed before each repeat, so every call after the first finds the weights in cache) and cold (one call per
-flushed repeat, as a layer meets its weights in the model)::
+flushed repeat, as a layer meets its weights in the model), the two taking turns in three rounds of fresh
+processes::
 
     python -m experiments.layer_profile --model yolov8n --db .../db --log .../log.jsonl --retime --out ...
 """
@@ -171,33 +172,37 @@ def as_tuned(profile: dict[str, float], kernels: list, log_path: str, retime: bo
     return rows
 
 
-def retimed(log, records: list) -> list[tuple[float, float]]:
+RETIME_ROUNDS = 3  # one timing of a kernel moved 2x between back-to-back probes on a 2-vCPU VM (docs/results.md)
+
+
+def retimed(log, records: list, rounds: int = RETIME_ROUNDS) -> list[tuple[float, float]]:
     """(warm, cold) seconds of each record's config, built from its trace and timed alone, warm (MetaSchedule's
-    evaluator) and cold (one call per repeat, caches flushed before each)."""
+    evaluator) and cold (one call per repeat, caches flushed before each), scored over ``rounds`` rounds in fresh
+    processes, the two ways taking turns (:func:`experiments.lib.retime.settings_in_turns`; ``inf`` if one failed)."""
     import json
 
     from autosearch.api import MeasureOptions, make_runner
     from autosearch.frontend.task import TuningTask
     from autosearch.search.space import replay
     from autosearch.tensor_units.intrinsics import register_for
+    from experiments.lib.retime import settings_in_turns
 
     tasks = {r.task_key: TuningTask.from_json(log.tasks[r.task_key]) for r in records}
     target = next(iter(tasks.values())).target
-    timings = {}
+    jobs = []
+    for record in records:
+        register_for(json.dumps(record.trace))  # the tensor intrinsics its trace names
+        jobs.append((tasks[record.task_key], replay(tasks[record.task_key].mod, record.trace).mod))
     # warm: 5 repeats of 20 ms (run --min-repeat-ms 20); cold: run's default, one call per flushed repeat
-    for label, options in (("warm", MeasureOptions(repeat=5, min_repeat_ms=20)), ("cold", MeasureOptions())):
-        runner = make_runner("local", target, options)
-        try:
-            for i, record in enumerate(records):
-                print(f"  {label} {i + 1}/{len(records)} {record.task_name}", file=sys.stderr, flush=True)
-                task = tasks[record.task_key]
-                register_for(json.dumps(record.trace))  # the tensor intrinsics its trace names
-                runner.prepare(task)
-                [result] = runner.measure(task, [replay(task.mod, record.trace).mod])
-                timings[(label, i)] = result.median if result.ok else float("nan")
-        finally:
+    options = {"warm": MeasureOptions(repeat=5, min_repeat_ms=20), "cold": MeasureOptions()}
+    runners = {label: make_runner("local", target, o) for label, o in options.items()}
+    try:
+        secs = settings_in_turns(runners, jobs, rounds,
+                                 progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    finally:
+        for runner in runners.values():
             runner.close()
-    return [(timings[("warm", i)], timings[("cold", i)]) for i in range(len(records))]
+    return [(secs["warm"][i], secs["cold"][i]) for i in range(len(records))]
 
 
 def tuned_table(rows: list[dict], limit: int) -> str:

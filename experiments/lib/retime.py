@@ -10,7 +10,7 @@ goes first from round to round, so a slow spell of the machine hits every method
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from autosearch.ranking import score
@@ -115,3 +115,34 @@ def in_turns(runner, key: str, args, artifacts: Mapping[K, bytes], rounds: int) 
                 raise RuntimeError(f"{name}: {result['wrong_result']}")
             times[name].append(result["median"] * 1e3)
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def settings_in_turns(runners: Mapping[K, Any], jobs: Sequence[tuple[Any, Any]], rounds: int, *,
+                      progress: Callable[[str], None] | None = None) -> dict[K, list[float]]:
+    """Each job (a task and one of its scheduled modules) timed by every runner, e.g. one per evaluator setting, once
+    per round: the runners take turns (:func:`turn_order`), every round after the first in fresh measuring
+    processes, a task's consecutive jobs measured as one batch. Per runner, each job's :func:`score` (seconds;
+    ``inf`` where a round failed); ``progress`` gets a line as each runner starts a round. The caller closes the
+    runners."""
+    results: dict[K, list[list]] = {k: [[] for _ in jobs] for k in runners}
+    prepared: dict[K, set[str]] = {k: set() for k in runners}
+    for r in range(rounds):
+        for k in turn_order(list(runners), r):
+            runner = runners[k]
+            if progress is not None:
+                progress(f"round {r + 1}/{rounds}: {k}, {len(jobs)} kernels")
+            if r:
+                runner.refresh()  # references are installed again in the fresh process
+            start = 0
+            while start < len(jobs):
+                task = jobs[start][0]
+                end = start
+                while end < len(jobs) and jobs[end][0].workload_key == task.workload_key:
+                    end += 1
+                if task.workload_key not in prepared[k]:
+                    runner.prepare(task)
+                    prepared[k].add(task.workload_key)
+                for i, result in enumerate(runner.measure(task, [mod for _, mod in jobs[start:end]]), start):
+                    results[k][i].append(result)
+                start = end
+    return {k: [score(per_round) for per_round in per_job] for k, per_job in results.items()}
