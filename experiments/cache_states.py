@@ -3,8 +3,8 @@ left dirty, as the layers before a kernel leave them in a forward pass (``run --
 order the configs alike?
 
 ``experiments/in_flow.py`` found a tuned model's kernels running 1.2-1.3x their warm time inside the pass, and the
-dirty state reproducing that. Here the ``--top`` fastest distinct configs of each named task of a tuning log (as the
-run timed them) are built once and timed by the tuner's own runner in both states, the states taking turns in
+dirty state reproducing that. Here the ``--top`` best distinct configs of each named task of a tuning log (as the
+tuner ranked them) are built once and timed by the tuner's own runner in both states, the states taking turns in
 ``--rounds`` rounds, each in a measuring process of its own::
 
     python -m experiments.cache_states --log experiments/results/user-yolov8n-15min-xeon-amx-v10/log.jsonl \\
@@ -30,40 +30,21 @@ from experiments.lib.machine import host_label
 STATES = ("flushed", "dirty")
 
 
-def top_configs(log, key: str, top: int) -> list:
-    """The ``top`` fastest valid trials of a task with distinct configs, fastest first (as the run timed them)."""
-    seen: set = set()
-    out = []
-    for rec in sorted((r for r in log.trials(key) if r.result.ok), key=lambda r: r.result.median):
-        if rec.config not in seen:
-            seen.add(rec.config)
-            out.append(rec)
-        if len(out) == top:
-            break
-    return out
-
-
 def time_states(log, key: str, records: list, rounds: int) -> dict[str, list[float]]:
     """Per state, each record's seconds over ``rounds`` rounds in fresh processes, the states taking turns
     (:func:`experiments.lib.retime.settings_in_turns`; ``inf`` for a config that failed a round)."""
-    from autosearch.api import MeasureOptions, make_runner
+    from autosearch.api import MeasureOptions
     from autosearch.frontend.task import TuningTask
-    from autosearch.search.space import replay
     from autosearch.tensor_units.intrinsics import register_for
-    from experiments.lib.retime import settings_in_turns
+    from experiments.lib.retime import schedule, settings_in_turns
 
     task = TuningTask.from_json(log.tasks[key])
     jobs = []
     for rec in records:
         register_for(json.dumps(rec.trace))  # the tensor intrinsics its trace names
-        jobs.append((task, replay(task.mod, rec.trace).mod))
-    runners = {s: make_runner("local", task.target, MeasureOptions(cache_state=s)) for s in STATES}
-    try:
-        return settings_in_turns(runners, jobs, rounds,
-                                 progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
-    finally:
-        for runner in runners.values():
-            runner.close()
+        jobs.append((task, schedule(task, rec.trace)))
+    return settings_in_turns(task.target, {s: MeasureOptions(cache_state=s) for s in STATES}, jobs, rounds,
+                             progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
 
 
 def task_rows(name: str, records: list, times: dict[str, list[float]]) -> tuple[list[list], dict]:
@@ -104,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--log", required=True, help="a tuning log")
     p.add_argument("--tasks", required=True, help="task names of the log, comma-separated")
-    p.add_argument("--top", type=int, default=12, help="distinct configs per task, the run's fastest")
+    p.add_argument("--top", type=int, default=12, help="distinct configs per task, the tuner's best first")
     p.add_argument("--rounds", type=int, default=4, help="rounds, the two states taking turns")
     p.add_argument("--out", required=True, help="results name: experiments/results/OUT.md, .json and .png")
     args = p.parse_args(argv)
@@ -121,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.tasks.split(","):
         if name not in keys:
             raise UserError(f"no task {name!r} in {args.log}")
-        records = top_configs(log, keys[name], args.top)
+        records = log.ranked(keys[name])[: args.top]  # distinct configs, best first as the tuner ranked them
         print(f"{name}: {len(records)} configs, {args.rounds} rounds ...", file=sys.stderr, flush=True)
         times = time_states(log, keys[name], records, args.rounds)
         task_table, summary = task_rows(name, records, times)
@@ -135,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         ["task", "dirty ms of flushed's best", "dirty's best ms", "flushed's best / dirty's best (dirty)"],
         [[t["task"][:60], fmt(t["dirty_of_flushed_best"] * 1e3, 4), fmt(t["dirty_best_secs"] * 1e3, 4),
           f"{t['gain']:.2f}x"] for t in data["tasks"]], align="lrrr")
-    text = (f"**{title}**; `{args.log}`, the run's {args.top} fastest distinct configs per task, {args.rounds} rounds "
+    text = (f"**{title}**; `{args.log}`, the tuner's {args.top} best distinct configs per task, {args.rounds} rounds "
             f"in turns\n\n{configs}\n\n{winners}\n\nGeometric mean over the tasks: "
             f"{statistics.geometric_mean(gains):.3f}x\n")
     publish(results_path(args.out), data=data, text=text, plot=lambda path: plot(data, path, title))

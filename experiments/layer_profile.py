@@ -181,27 +181,20 @@ def retimed(log, records: list, rounds: int = RETIME_ROUNDS) -> list[tuple[float
     processes, the two ways taking turns (:func:`experiments.lib.retime.settings_in_turns`; ``inf`` if one failed)."""
     import json
 
-    from autosearch.api import MeasureOptions, make_runner
+    from autosearch.api import MeasureOptions
     from autosearch.frontend.task import TuningTask
-    from autosearch.search.space import replay
     from autosearch.tensor_units.intrinsics import register_for
-    from experiments.lib.retime import settings_in_turns
+    from experiments.lib.retime import schedule, settings_in_turns
 
     tasks = {r.task_key: TuningTask.from_json(log.tasks[r.task_key]) for r in records}
-    target = next(iter(tasks.values())).target
     jobs = []
     for record in records:
         register_for(json.dumps(record.trace))  # the tensor intrinsics its trace names
-        jobs.append((tasks[record.task_key], replay(tasks[record.task_key].mod, record.trace).mod))
+        jobs.append((tasks[record.task_key], schedule(tasks[record.task_key], record.trace)))
     # warm: 5 repeats of 20 ms (run --min-repeat-ms 20); cold: run's default, one call per flushed repeat
-    options = {"warm": MeasureOptions(repeat=5, min_repeat_ms=20), "cold": MeasureOptions()}
-    runners = {label: make_runner("local", target, o) for label, o in options.items()}
-    try:
-        secs = settings_in_turns(runners, jobs, rounds,
-                                 progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
-    finally:
-        for runner in runners.values():
-            runner.close()
+    settings = {"warm": MeasureOptions(repeat=5, min_repeat_ms=20), "cold": MeasureOptions()}
+    secs = settings_in_turns(next(iter(tasks.values())).target, settings, jobs, rounds,
+                             progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     return [(secs["warm"][i], secs["cold"][i]) for i in range(len(records))]
 
 

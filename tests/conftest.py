@@ -229,16 +229,17 @@ def conv_space(conv_task):
     return DecisionSpace(conv_task.mod, conv_task.target)
 
 
-def small_conv_run(work, *, trials: int) -> tuple[str, str]:
+def small_conv_run(work, *, trials: int, measure=None) -> tuple[str, str]:
     """(model, log): a real ``trials``-trial random run of :func:`small_conv_onnx`'s conv task, written to ``work``
-    (fp32 NCHW, short repeats, no finalists, no PNG): a log for a script that reads one, not a tuning result."""
+    (fp32 NCHW, no finalists, no PNG; ``measure`` default short repeats): a log for a script or a check that reads
+    one, not a tuning result."""
     import autosearch
 
     model = str(work / "small.onnx")
     small_conv_onnx(model)
     result = autosearch.tune(model, strategy="random", tasks="conv", trials=trials, batch=trials, finalist_rounds=0,
                              log=str(work / "run.jsonl"), layout="NCHW", precision="fp32", plot=False,
-                             measure=autosearch.MeasureOptions(repeat=3, min_repeat_ms=5))
+                             measure=measure or autosearch.MeasureOptions(repeat=3, min_repeat_ms=5))
     return model, result.log
 
 

@@ -418,16 +418,12 @@ def test_a_run_timed_with_dirty_caches_says_so_in_its_log(tmp_path):
     import autosearch
     from autosearch.errors import UserError
     from autosearch.records import read_log
-    from tests.conftest import small_conv_onnx
+    from tests.conftest import small_conv_run
 
     with pytest.raises(UserError, match="unknown cache state 'lukewarm'"):
         autosearch.MeasureOptions(cache_state="lukewarm")
-    model = str(tmp_path / "small.onnx")
-    small_conv_onnx(model)
-    result = autosearch.tune(model, strategy="random", tasks="conv", trials=2, batch=2, finalist_rounds=0,
-                             log=str(tmp_path / "run.jsonl"), layout="NCHW", precision="fp32", plot=False,
-                             measure=autosearch.MeasureOptions(repeat=5, cache_state="dirty"))
-    log = read_log(result.log)
+    _, path = small_conv_run(tmp_path, trials=2, measure=autosearch.MeasureOptions(repeat=5, cache_state="dirty"))
+    log = read_log(path)
     assert [run["cache_state"] for run in log.runs] == ["dirty"]
     trials = log.trials()
     assert len(trials) == 2 and all(r.result.ok and len(r.result.latencies) == 5 for r in trials)

@@ -117,32 +117,35 @@ def in_turns(runner, key: str, args, artifacts: Mapping[K, bytes], rounds: int) 
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def settings_in_turns(runners: Mapping[K, Any], jobs: Sequence[tuple[Any, Any]], rounds: int, *,
+def settings_in_turns(target, settings: Mapping[K, Any], jobs: Sequence[tuple[Any, Any]], rounds: int, *,
                       progress: Callable[[str], None] | None = None) -> dict[K, list[float]]:
-    """Each job (a task and one of its scheduled modules) timed by every runner, e.g. one per evaluator setting, once
-    per round: the runners take turns (:func:`turn_order`), every round after the first in fresh measuring
-    processes, a task's consecutive jobs measured as one batch. Per runner, each job's :func:`score` (seconds;
-    ``inf`` where a round failed); ``progress`` gets a line as each runner starts a round. The caller closes the
-    runners."""
+    """Each job (a task and one of its scheduled modules) timed under every setting (``MeasureOptions``, a local
+    runner each) once per round: the settings take turns (:func:`turn_order`), every round after the first in fresh
+    measuring processes, a task's consecutive jobs measured as one batch. Per setting, each job's :func:`score`
+    (seconds; ``inf`` where a round failed); ``progress`` gets a line as each setting starts a round."""
+    from itertools import groupby
+
+    from autosearch.api import make_runner
+
+    runners = {k: make_runner("local", target, options) for k, options in settings.items()}
     results: dict[K, list[list]] = {k: [[] for _ in jobs] for k in runners}
-    prepared: dict[K, set[str]] = {k: set() for k in runners}
-    for r in range(rounds):
-        for k in turn_order(list(runners), r):
-            runner = runners[k]
-            if progress is not None:
-                progress(f"round {r + 1}/{rounds}: {k}, {len(jobs)} kernels")
-            if r:
-                runner.refresh()  # references are installed again in the fresh process
-            start = 0
-            while start < len(jobs):
-                task = jobs[start][0]
-                end = start
-                while end < len(jobs) and jobs[end][0].workload_key == task.workload_key:
-                    end += 1
-                if task.workload_key not in prepared[k]:
-                    runner.prepare(task)
-                    prepared[k].add(task.workload_key)
-                for i, result in enumerate(runner.measure(task, [mod for _, mod in jobs[start:end]]), start):
-                    results[k][i].append(result)
-                start = end
+    batches = [list(group) for _, group in groupby(enumerate(jobs), key=lambda job: job[1][0].workload_key)]
+    try:
+        for r in range(rounds):
+            for k in turn_order(list(runners), r):
+                if progress is not None:
+                    progress(f"round {r + 1}/{rounds}: {k}, {len(jobs)} kernels")
+                runner = runners[k]
+                if r:
+                    runner.refresh()  # references are installed again in the fresh process
+                for batch in batches:
+                    task = batch[0][1][0]
+                    if not r:
+                        runner.prepare(task)
+                    for (i, _), result in zip(batch, runner.measure(task, [mod for _, (_, mod) in batch]),
+                                              strict=True):
+                        results[k][i].append(result)
+    finally:
+        for runner in runners.values():
+            runner.close()
     return {k: [score(per_round) for per_round in per_job] for k, per_job in results.items()}
