@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from autosearch.types import MeasureResult, Status
-from experiments.lib.io import ROOT
+from experiments.lib.io import ROOT, read_json
 from experiments.lib.stats import NEVER
 from experiments.lib.study.config import ConfigError, load_config
 from experiments.lib.study.report import (
@@ -254,6 +254,23 @@ def test_a_claim_from_before_the_hosts_reboot_is_stale_even_if_its_pid_is_alive_
         assert store.claim(key) is taken, boot  # the same boot: that live process is running it
         if taken:
             store.release(key)
+
+
+def test_a_half_written_claim_is_debris_and_a_whole_one_is_never_seen_half_written(tmp_path) -> None:
+    """A claim cut off while being written (by an older sitting killed then) holds no pid: it is taken over, and
+    no pid from it reaches ``kill`` (``kill(-1, 0)`` succeeds whenever any process could be signalled)."""
+    config = _config(tmp_path, seeds=(0,))
+    store = Store(str(tmp_path / "results"))
+    key = all_runs([config.tasks[0]], config.methods, config.seeds)[0]
+    os.makedirs(os.path.dirname(store.claim_file(key)), exist_ok=True)
+    for debris in ("", "{", json.dumps({"host": os.uname().nodename}), json.dumps({"pid": -1})):
+        with open(store.claim_file(key), "w") as fh:
+            fh.write(debris)
+        assert store.claim(key), debris
+        assert read_json(store.claim_file(key))["pid"] == os.getpid()
+        assert not store.claim(key)  # now held by a live process: this one
+        store.release(key)
+    assert os.listdir(os.path.dirname(store.claim_file(key))) == []  # no file of its own left behind
 
 
 def test_a_failed_run_is_left_alone_unless_retried(tmp_path) -> None:

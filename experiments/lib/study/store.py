@@ -98,6 +98,8 @@ def _boot_id() -> str | None:
 
 
 def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False  # kill(0 or -1, 0) would ask about a whole process group or every process, not one
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -162,28 +164,39 @@ class Store:
 
     # ------------------------------------------------------------------ claims
     def claim(self, key: RunKey) -> bool:
-        """Take the run for this process: False if a live process (here or on another host) holds it."""
+        """Take the run for this process: False if a live process (here or on another host) holds it.
+
+        The claim is written whole to a file of its own and then linked into place (``link`` fails if the name
+        exists, atomically, on local and network file systems alike), so a reader never sees a claim half-written:
+        one read as empty or without a pid is debris (an older sitting killed mid-write) and is taken over."""
         path = self.claim_file(key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         me = {"host": socket.gethostname(), "pid": os.getpid(), "boot": _boot_id(), "since": time.time()}
-        for _ in range(2):
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
+        mine = f"{path}.{me['host']}.{me['pid']}"
+        with open(mine, "w") as fh:
+            json.dump(me, fh)
+        try:
+            for _ in range(2):
+                try:
+                    os.link(mine, path)
+                    return True
+                except FileExistsError:
+                    pass
                 try:
                     holder = read_json(path)
+                except FileNotFoundError:
+                    continue  # released between the two calls
                 except (OSError, ValueError):
-                    holder = {}  # half-written by a process killed while claiming
+                    holder = {}
+                pid = holder.get("pid")
                 rebooted = holder.get("boot") not in (None, me["boot"])
-                alive = not rebooted and _alive(int(holder.get("pid", -1)))
-                if holder.get("host") not in (None, me["host"]) or alive:
+                alive = isinstance(pid, int) and not rebooted and _alive(pid)
+                if holder.get("host") not in (None, me["host"]) and isinstance(pid, int) or alive:
                     return False
-                os.unlink(path)  # its process died on this host (or before its reboot): the run is ours now
-                continue
-            with os.fdopen(fd, "w") as fh:
-                json.dump(me, fh)
-            return True
-        return False
+                os.unlink(path)  # its process died on this host (or before its reboot), or it is debris: ours now
+            return False
+        finally:
+            os.unlink(mine)
 
     def release(self, key: RunKey) -> None:
         try:
