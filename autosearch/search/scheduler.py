@@ -119,6 +119,7 @@ class TaskState:
     timed_trials: int = 0  # the trials those rounds measured
     active: bool = False  # set up (Tuner._activate): baseline logged, scorer made
     known: list[Config] = field(default_factory=list)  # known schedules still to measure before the strategy asks
+    known_order: list[Config] | None = None  # every known config in the order to measure it (None: not yet ordered)
     # the best's score over its re-times in fresh processes (autosearch.ranking.score; None: not re-timed). Unlike
     # best.median it is no minimum over the run's trials, so it carries no winner's curse
     best_retimed: float | None = None

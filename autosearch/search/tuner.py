@@ -23,7 +23,7 @@ from autosearch.records import LogContents, TuningLog
 from autosearch.search.disturbed import measure_steadily
 from autosearch.search.finalists import Retiming
 from autosearch.search.known import SOURCE as KNOWN_SOURCE
-from autosearch.search.known import KnownSchedules
+from autosearch.search.known import KnownSchedules, by_prediction
 from autosearch.search.scheduler import TaskScheduler, TaskState
 from autosearch.search.siblings import SOURCE as SIBLING_SOURCE
 from autosearch.search.siblings import group, lent
@@ -218,33 +218,45 @@ class Tuner:
                                     target=target_to_json(task.target), config=None, result=baseline,
                                     flops=task.flops)])
         self.on_event(TuneEvent(state, self.trials_done, self.budget, [baseline], self._elapsed(), "baseline"))
-        from autosearch.tensor_units.cpu import bf16_unit
-        from autosearch.tensor_units.sketch import is_bf16_unit_task
-
-        if self.cost_model and guides_unit(self.cost_model,
-                                           bf16_unit(task.target) if is_bf16_unit_task(task.mod) else None):
-            from autosearch.search.cost_model import make_scorer
-
-            state.scorer = make_scorer(self.cost_model, state.space, task, seed=self._task_seed(state),
-                                       warm_start=self.warm_start)
-            if state.measured:
-                state.scorer.update(list(state.measured), list(state.measured.values()))
+        self._scorer(state)
         state.known = self._known_configs(state)
         state.active = True
         self.setup_timing["strategy"] += time.perf_counter() - clock
 
+    def _scorer(self, state: TaskState):
+        """The task's scorer (None where the cost model does not guide it), made once: when the task is activated,
+        or before, when the next probes' known kernels are built ahead in the order it gives them."""
+        task = state.task
+        if state.scorer is None and self.cost_model and state.space is not None:
+            from autosearch.tensor_units.cpu import bf16_unit
+            from autosearch.tensor_units.sketch import is_bf16_unit_task
+
+            if guides_unit(self.cost_model, bf16_unit(task.target) if is_bf16_unit_task(task.mod) else None):
+                from autosearch.search.cost_model import make_scorer
+
+                state.scorer = make_scorer(self.cost_model, state.space, task, seed=self._task_seed(state),
+                                           warm_start=self.warm_start)
+                if state.measured:
+                    state.scorer.update(list(state.measured), list(state.measured.values()))
+        return state.scorer
+
     def _known_configs(self, state: TaskState) -> list[Config]:
         """The configs ``state``'s task measures first, not measured yet: those its space asks to be measured first
         (:attr:`DecisionSpace.measure_first`: a probe of one or two kernels would otherwise leave them to a later
-        round), then the known schedules that fit its space."""
+        round), then the known schedules that fit its space, in the order a pre-trained cost model gives them
+        (:func:`~autosearch.search.known.by_prediction`; a model trained online knows nothing of them yet)."""
         if state.space is None:
             return []
-        task = state.task
-        first = list(state.space.measure_first)
-        known = [] if self.known is None else self.known.for_task(task.workload_key, host_cpu=target_mcpu(task.target),
-                                                                  fits=state.space.replayable)
-        return [c for c in first + [c for c in known if c not in first]
-                if c not in state.measured and c not in state.asked]
+        if state.known_order is None:
+            task = state.task
+            first = list(state.space.measure_first)
+            known = [] if self.known is None else self.known.for_task(
+                task.workload_key, host_cpu=target_mcpu(task.target), fits=state.space.replayable)
+            scorer = self._scorer(state) if pretrained_model(self.cost_model or "") and len(known) > 1 else None
+            if scorer is not None:
+                known = by_prediction(known, scorer.score(known))
+            state.known_order = first + [c for c in known if c not in first]
+        return [c for c in state.known_order if c not in state.measured and c not in state.asked]
 
     def _build_ahead(self, state: TaskState, builds: int) -> None:
         """Fill the build workers ``state``'s batch of ``builds`` kernels leaves idle with the next probes' kernels.

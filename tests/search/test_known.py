@@ -11,7 +11,7 @@ import pytest
 
 from autosearch.errors import UserError
 from autosearch.frontend.target import family_of_mcpu
-from autosearch.search.known import SHIPPED, SOURCE, KnownSchedule, KnownSchedules, load
+from autosearch.search.known import SHIPPED, SOURCE, KnownSchedule, KnownSchedules, by_prediction, load
 from autosearch.types import Config, MeasureResult, Record, Status
 
 
@@ -62,6 +62,15 @@ def test_for_task_orders_rank_by_rank_host_cpu_then_family_then_others():
     assert known.for_task("k", host_cpu="znver3") == [C[0], C[2], C[4], C[1], C[3]]
     assert known.for_task("k", host_cpu="znver4", fits=lambda c: c != C[0]) == [C[2], C[4], C[1], C[3]]
     assert known.for_task("unknown", host_cpu="znver4") == []
+
+
+def test_by_prediction_puts_the_models_first_then_the_hosts_then_the_models_order():
+    given = [C[0], C[1], C[2], C[3]]
+    # the model's first, then the given first (the host's own best), then the model's order
+    assert by_prediction(given, [0.1, 0.9, 0.5, 0.9]) == [C[1], C[0], C[3], C[2]]
+    assert by_prediction(given, [0.9, 0.1, 0.5, 0.7]) == [C[0], C[3], C[2], C[1]]
+    assert by_prediction(given, [0.0] * 4) == given  # a model that tells nothing apart leaves the CPUs' order
+    assert by_prediction([], []) == []
 
 
 def test_a_written_file_reads_back_and_bad_files_are_one_line_errors(tmp_path):
@@ -155,6 +164,52 @@ def test_the_tuner_measures_known_schedules_first_and_hands_them_to_the_strategy
     assert len(trials) == 10 == len({r.config for r in trials})
     assert set(expected) <= set(told)  # the strategy learnt of them before its first ask
     assert asks and not {c for batch in asks for c in batch} & set(expected)
+
+
+@pytest.mark.slow
+def test_a_pre_trained_model_chooses_which_known_schedule_is_measured_first(tmp_path, conv_task, conv_space):
+    """Known configs set out so that the CPU order measures the one the shipped model ranks lowest first: guided by
+    that model, a run of two trials measures the model's highest first and the CPU order's first second; unguided,
+    the CPU order's first two."""
+    import numpy as np
+
+    from autosearch.measure.base import EvaluatorConfig
+    from autosearch.measure.local import LocalRunner
+    from autosearch.records import TuningLog, read_log
+    from autosearch.search.cost_model import PRETRAINED, make_scorer
+    from autosearch.search.tuner import Tuner
+
+    rng = np.random.default_rng(5)
+    configs: list = []
+    for _ in range(60):
+        applied = conv_space.apply(conv_space.sample(rng))
+        if applied.ok and applied.config not in configs:
+            configs.append(applied.config)
+        if len(configs) == 5:
+            break
+    scores = make_scorer(PRETRAINED, conv_space, conv_task).score(configs)
+    assert len(set(np.round(scores, 6))) == 5, scores  # the model tells these five apart
+    ascending = [configs[i] for i in np.argsort(scores)]
+    # the lowest-scored as this CPU's fastest, so the CPU order measures the model's worst first
+    records = [_rec(conv_task.workload_key, "znver4", c, 1e-3 * (i + 1), measured_on="znver4")
+               for i, c in enumerate(ascending)]
+    known = KnownSchedules.from_records(records, per_cpu=5)
+    cpu_order = known.for_task(conv_task.workload_key, host_cpu="znver4")
+    assert cpu_order == ascending
+    runner = LocalRunner(target=conv_task.target, evaluator=EvaluatorConfig(repeat=3, min_repeat_ms=5), run_timeout=10)
+    measured = {}
+    try:
+        for guided in (PRETRAINED, None):
+            path = str(tmp_path / f"{guided}.jsonl")
+            with TuningLog(path) as log:
+                Tuner(tasks=[conv_task], runner=runner, log=log, strategy="optuna", budget=2, batch=4, seed=1,
+                      known=known, cost_model=guided, finalist_rounds=0).run()
+            measured[guided] = [r.config for r in read_log(path).trials()]
+    finally:
+        runner.close()
+    # the model's highest first, then the CPU order's first (its lowest), kept among the first two
+    assert measured[PRETRAINED] == by_prediction(cpu_order, sorted(scores))[:2] == [ascending[-1], ascending[0]]
+    assert measured[None] == cpu_order[:2]
 
 
 @pytest.mark.slow
