@@ -429,7 +429,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     from autosearch.frontend.importer import import_model
     from autosearch.records import TuningLog, read_log
     from autosearch.search.sketch_store import SketchStore
-    from autosearch.search.tuner import Tuner, guides_unit
+    from autosearch.search.tuner import Tuner, guides_unit, pretrained_model
     from autosearch.tensor_units.cpu import bf16_unit
 
     target = _target(target)
@@ -467,7 +467,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
         notify(TuneStarted(model=imported, tasks=chosen, strategy=strategy, options=options, trials=trials,
                            minutes=minutes, runner=runner_name, target=target, cost_model=model_cost,
                            guidance=guidance, log=log_path, corrupt=list(logged.corrupt) if logged else [],
-                           known=(known.describe((t.workload_key for t in chosen), host_cpu=target_mcpu(target))
+                           known=(known.describe((t.workload_key for t in chosen), host_cpu=target_mcpu(target),
+                                                 ranked=pretrained_model(model_cost or ""))
                                   if known is not None else "none"),
                            bf16_unguided=bool(imported.bf16_tasks and model_cost
                                               and not guides_unit(model_cost, bf16_unit(target)))))

@@ -131,17 +131,20 @@ class KnownSchedules:
                         out.append(config)
         return out
 
-    def describe(self, keys: Iterable[str], *, host_cpu: str = "") -> str:
+    def describe(self, keys: Iterable[str], *, host_cpu: str = "", ranked: bool = False) -> str:
         """One line for a run's header: how many of the tasks ``keys`` have known schedules, and from where, the
-        CPUs in the order their configs are measured (:meth:`for_task`)."""
+        CPUs in the order their configs are measured (:meth:`for_task`), or, ``ranked`` by a pre-trained cost
+        model, in the order :func:`by_prediction` gives them."""
         keys = list(keys)
         covered = [k for k in keys if self.by_key.get(k)]
         cpus = _host_first(dict.fromkeys(e.cpu for k in covered for e in self.by_key[k]), host_cpu)
         if not covered:
             return f"none of the {len(keys)} tasks is among {self.source or 'them'}"
         where = ", ".join(f"{family_of_mcpu(c)} {c}{' (this CPU)' if c == host_cpu else ''}" for c in cpus)
+        order = ("as the cost model ranks them, the first CPU's best among the first two" if ranked
+                 else "in that order")
         return (f"{len(covered)} of {len(keys)} tasks measured before on {where}: their best configs are measured "
-                "first, in that order")
+                f"first, {order}")
 
 
 def by_prediction(configs: Sequence[Config], scores: Sequence[float]) -> list[Config]:

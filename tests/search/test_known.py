@@ -97,6 +97,9 @@ def test_the_header_names_the_cpus_in_the_order_their_configs_are_measured():
     assert line.startswith("1 of 2 tasks measured before on AMD znver3 (this CPU), AMD znver4, Intel emeraldrapids, "
                            "Intel rocketlake:")
     assert known.for_task("k", host_cpu="znver3") == [configs[2], configs[1], configs[3], configs[0]]
+    assert line.endswith("measured first, in that order")
+    ranked = known.describe(["k", "other"], host_cpu="znver3", ranked=True)  # guided by a pre-trained model
+    assert ranked.endswith("as the cost model ranks them, the first CPU's best among the first two")
 
 
 def test_the_shipped_set_holds_valid_schedules_of_more_than_one_cpu():
