@@ -152,11 +152,11 @@ def by_prediction(configs: Sequence[Config], scores: Sequence[float]) -> list[Co
     model ranks them (``scores``, higher first; equal scores keep the given order), except that the given first,
     the host's own best or its nearest CPU's, goes second if the model did not rank it first.
 
-    Why: on a CPU whose own records came from short runs (a Zen 3, whose 15 minutes give most tasks two to four
-    trials), its own best is often a poor kernel, and the model, which ranks every CPU's bests together, picks a
-    faster first more often; but a model can also rank first a config that is slow on this CPU's units (one of
-    YOLOv8n's bf16 tasks on AMX, 12x its own best), so the nearest CPU's best stays among the first two, where a
-    task's probe measures them (``experiments/known_order.py``; the figures are in docs/results.md)."""
+    Why: on a slow CPU a short run gives most tasks only their first few trials, and where this CPU's own records
+    came from such runs its own best is often a poor kernel; the model, which ranks every CPU's bests together,
+    picks a faster first more often. But a model can also rank first a config that is slow on this CPU's units,
+    so the nearest CPU's best stays among the first two, which a task's probe measures
+    (``experiments/known_order.py`` compares the orders on real timings)."""
     ranked = [c for _, _, c in sorted((-float(s), i, c) for i, (c, s) in enumerate(zip(configs, scores)))]
     first = ranked[:1] + [c for c in configs[:1] if c not in ranked[:1]]
     return first + [c for c in ranked if c not in first]
