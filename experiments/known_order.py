@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     state_path = results_path(args.out + ".json")
     state = read_json(state_path) if os.path.exists(state_path) else {}
-    done = {t["key"]: _current(t) for t in state.get("tasks", [])}
+    done = {t["key"]: t for t in state.get("tasks", [])}
     skipped = set(state.get("skipped", []))
     header = {"model": args.model, "layout": args.layout, "target": str(imported.target),
               "cpu": host_label(), "guided_by": why}
@@ -165,41 +165,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _current(task: dict) -> dict:
-    """A task as this script stores it (its first results kept each order's keys; the CPU order is the configs)."""
-    if "configs" not in task:
-        task = {**task, "configs": task["orders"]["cpu"]}
-        task.pop("orders")
-    return task
-
-
 def _publish(out: str, header: dict, summary: dict, data: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from autosearch.plots import figure, save
 
     best = summary["model_ms"]["best"]
     rows = [[order] + [fmt(summary["model_ms"][order][k], 2) for k in KS]
             + [f"{summary['model_ms'][order][2] / best[2]:.3f}x", summary["first_is_best"][order]] for order in ORDERS]
     table = markdown_table(["order", *(f"after {k} (ms)" for k in KS), "after 2 / best", "first is the fastest"], rows)
-    text = (f"**Known schedules measured first, in three orders** ({header['model']} {header['layout']}; "
+    text = (f"**Known schedules measured first, in the orders compared** ({header['model']} {header['layout']}; "
             f"{header['cpu']}; target `{header['target']}`; ordered by {header['guided_by']}): {summary['tasks']} "
             "tasks with two or more known configs, each config timed once on this machine; the model's time from "
             "each task's best after its first k known configs (weight x seconds).\n\n" + table + "\n")
 
     def plot(path: str) -> None:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, axes = figure(size=(6.0, 4.0))
+        ax = axes[0][0]
         for order in ORDERS:
             ax.plot(KS, [summary["model_ms"][order][k] for k in KS], marker="o", label=order)
         ax.set_xlabel("known configs measured per task")
         ax.set_ylabel("model time from the tasks' best (ms)")
         ax.set_xticks(KS)
-        ax.set_title(f"{header['model']} {header['layout']}: known schedules in three orders")
+        ax.set_title(f"{header['model']} {header['layout']}: known schedules in the orders compared")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+        save(fig, path)
 
     publish(results_path(out), data=data, text=text, plot=plot)
 
