@@ -8,16 +8,21 @@ autosearch declares its own built-ins there (``[project.entry-points."autosearch
 own metadata, and the core finds it without being edited. Runners are not plug-ins (:func:`autosearch.api.make_runner`
 chooses between the two that exist), so they have no group.
 
-The names are read from the installed metadata at every look-up (a few milliseconds), so a plug-in installed
-while a process runs is found; a plug-in's module is imported only when its name is used, so one plug-in's
-dependencies (Optuna, PyTorch) are never imported for another. The name registries of the core
+The names are read from the installed metadata again whenever a directory on ``sys.path`` (or the path itself)
+changed since the last read, so a plug-in installed while a process runs is found; otherwise the last read serves
+(a read takes milliseconds, and a model's set-up looks names up for each of its tasks). A plug-in's module is
+imported only when its name is used, so one plug-in's dependencies (Optuna, PyTorch) are never imported for another.
+The name registries of the core
 (:data:`autosearch.search.strategy.STRATEGIES`, :data:`autosearch.search.cost_model.COST_MODELS`,
 :data:`autosearch.frontend.importer.BUILTIN_MODELS`) are views of these groups (:class:`View`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
 from typing import Any
@@ -33,14 +38,34 @@ GROUPS = (STRATEGIES, COST_MODELS, WORKLOADS)
 def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
     """The plug-ins of ``group`` by name, in the order the installed metadata lists them: the source every
     look-up reads. A name two distributions declare is the first one's (as imports take the first on the path)."""
-    found: dict[str, metadata.EntryPoint] = {}
-    for ep in metadata.entry_points(group=group):
-        found.setdefault(ep.name, ep)
+    found = dict(_read(group, _installed()))
     if not found and group in GROUPS:  # autosearch declares built-ins in each: its metadata is not the installed one
         raise UserError(f"no plug-ins in the entry-point group {group!r}, not even autosearch's own: Python reads "
                         "stale autosearch metadata (an autosearch.egg-info in the working directory? delete it) "
                         "or autosearch is not installed (pip install -e .)")
     return found
+
+
+def _installed() -> tuple[tuple[str, int | None], ...]:
+    """Where the installed metadata is read from: each ``sys.path`` entry with its directory's modification time.
+    Installing or removing a distribution adds or removes its metadata directory there, which changes the time."""
+    found = []
+    for entry in sys.path:
+        path = entry or os.getcwd()
+        try:
+            found.append((path, os.stat(path).st_mtime_ns))
+        except OSError:
+            found.append((path, None))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=len(GROUPS) * 4)
+def _read(group: str, installed: tuple[tuple[str, int | None], ...]) -> tuple[tuple[str, metadata.EntryPoint], ...]:
+    """The plug-ins of ``group`` read from the metadata ``installed`` describes (the key: a change reads again)."""
+    found: dict[str, metadata.EntryPoint] = {}
+    for ep in metadata.entry_points(group=group):
+        found.setdefault(ep.name, ep)
+    return tuple(found.items())
 
 
 def names(group: str) -> list[str]:

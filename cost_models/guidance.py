@@ -80,6 +80,11 @@ DEFAULT_FEATURES = "encoding"
 # convolutions, while on NHWC ones the weights' rewrite changes the strides the features read and a per-channel
 # vector's rewrite changes them only where its new layout pads (docs/cost-models.md). At one difference a way is out.
 LAYOUT_PROBES = 8
+# The fewest configs a featurising call must hold for its configs to serve as probes: a probe costs its config's
+# apply and features once or twice more, repaid only over the candidate pools that follow (a strategy ranks 16 per
+# config it picks). A smaller call (a task's known schedules, ordered before its first trial; a measured batch)
+# featurises in full and leaves the choice open, so a task that never ranks a pool never pays for it.
+PROBE_BATCH = 16
 # configs whose features are kept (LRU; measured configs are always kept): a per-store matrix is ~2 KB,
 # a Program holds a scheduled IRModule (tens of KB), so fewer of those
 _CACHE_SIZE = {"program": 1024}
@@ -220,11 +225,12 @@ class ModelScorer:
         return out
 
     def _program_features(self, configs: Sequence[Config]) -> dict[Config, Any]:
+        probe = len(configs) >= PROBE_BATCH
         if self.n_jobs > 1 and len(configs) > 1:
             with ThreadPoolExecutor(min(self.n_jobs, len(configs))) as pool:
-                done = list(pool.map(self._config_item, configs))
+                done = list(pool.map(lambda c: self._config_item(c, probe=probe), configs))
         else:
-            done = [self._config_item(c) for c in configs]
+            done = [self._config_item(c, probe=probe) for c in configs]
         found: dict[Config, Any] = {c: None for c in configs}
         for config, (effective, item) in zip(configs, done):
             if item is None:
@@ -235,11 +241,12 @@ class ModelScorer:
             found.setdefault(effective, item)
         return found
 
-    def _config_item(self, config: Config) -> tuple[Config, Any]:
+    def _config_item(self, config: Config, *, probe: bool) -> tuple[Config, Any]:
         """(effective config, model input) of one config; (config, None) if it cannot be applied. Where the loop
         features do not see all of TVM's RewriteLayout (:data:`LAYOUT_PROBES`), the config is applied with the share
         they see (the weights' rewrite, or none); a config that the rest of RewriteLayout would refuse is then scored,
-        and measured as ``invalid_config`` if picked."""
+        and measured as ``invalid_config`` if picked. Undecided, a config applied in full is a probe when ``probe``
+        (:data:`PROBE_BATCH`)."""
         assert self._featurizer is not None
         rewrite = self.layout_rewrite
         if rewrite is None or rewrite == "all":
@@ -253,7 +260,7 @@ class ModelScorer:
             tokens = trace_tokens(applied.trace_json(), self.task.flops, self.task.args)
             return applied.config, (self._mod_items([applied.mod], joined)[0] if joined else None, tokens)
         item = self._mod_items([applied.mod])[0]
-        if rewrite is None:
+        if rewrite is None and probe:
             self._probe_layout(config, item)
         return applied.config, item
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import shutil
 import sys
 from importlib import metadata
 
@@ -22,34 +23,29 @@ BUILTINS = {
 }
 
 
+TOY_DISTRIBUTION = "autosearch-toy-plugin"
+
+
 @pytest.fixture(autouse=True)
 def _autosearch_plugins_only():
     """These tests are about autosearch's own registry: the plug-ins of other installed distributions (CI installs
-    examples/autosearch-restarts) are hidden, as if not installed. Patched apart from each test's ``monkeypatch``,
-    which a test may undo."""
+    examples/autosearch-restarts) are hidden, as if not installed, except the toy one a test installs. Patched apart
+    from each test's ``monkeypatch``, which a test may undo. The registry's last read is forgotten before and after:
+    it was read from unpatched metadata, which the patch does not mark as changed."""
     installed = metadata.entry_points
 
     def entry_points(**params):
         found = installed(**params)
         if params.get("group") not in plugins.GROUPS:
             return found
-        return metadata.EntryPoints(ep for ep in found if ep.dist is None or ep.dist.name == "autosearch")
+        return metadata.EntryPoints(ep for ep in found
+                                    if ep.dist is None or ep.dist.name in ("autosearch", TOY_DISTRIBUTION))
 
+    plugins._read.cache_clear()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(metadata, "entry_points", entry_points)
         yield
-
-
-def _declare(monkeypatch, *extra: metadata.EntryPoint) -> None:
-    """As if another installed distribution declared ``extra`` in its metadata."""
-    installed = metadata.entry_points
-
-    def entry_points(**params):
-        if not params:
-            return installed()
-        return metadata.EntryPoints([*installed(**params), *(ep for ep in extra if ep.matches(**params))])
-
-    monkeypatch.setattr(metadata, "entry_points", entry_points)
+    plugins._read.cache_clear()
 
 
 def _one_line_error(call, *args, **kwargs) -> str:
@@ -119,6 +115,7 @@ def test_stale_metadata_is_a_one_line_error(monkeypatch) -> None:
     from autosearch.search.strategy import make_strategy
 
     monkeypatch.setattr(metadata, "entry_points", lambda **params: metadata.EntryPoints([]))
+    plugins._read.cache_clear()  # the patch is not an install: the registry would not read again
     assert "no plug-ins in the entry-point group 'autosearch.strategies'" in _one_line_error(
         make_strategy, "random", None, seed=0)
 
@@ -162,14 +159,18 @@ def build(*, seed=0):
 
 @pytest.fixture
 def toy_plugin(tmp_path, monkeypatch):
-    """A module on the path and its entry points in all three groups, as a plug-in distribution installs them."""
+    """A module and its distribution's metadata, entry points in all three groups, in a directory put on the path
+    while the process runs: as ``pip install --target`` leaves a plug-in distribution."""
     (tmp_path / f"{TOY_MODULE}.py").write_text(TOY_SOURCE)
+    plugins.names(plugins.STRATEGIES)  # read before the install: the install must be seen all the same
     monkeypatch.syspath_prepend(str(tmp_path))
-    _declare(monkeypatch,
-             metadata.EntryPoint("toy", f"{TOY_MODULE}:Toy", plugins.STRATEGIES),
-             metadata.EntryPoint("toy", f"{TOY_MODULE}:create", plugins.COST_MODELS),
-             metadata.EntryPoint("toy-net", f"{TOY_MODULE}:build", plugins.WORKLOADS))
-    yield
+    info = tmp_path / f"{TOY_MODULE}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {TOY_DISTRIBUTION}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{plugins.STRATEGIES}]\ntoy = {TOY_MODULE}:Toy\n\n"
+                                           f"[{plugins.COST_MODELS}]\ntoy = {TOY_MODULE}:create\n\n"
+                                           f"[{plugins.WORKLOADS}]\ntoy-net = {TOY_MODULE}:build\n")
+    yield info
     sys.modules.pop(TOY_MODULE, None)
 
 
@@ -194,10 +195,30 @@ def test_a_plug_in_added_at_run_time_is_found_without_editing_the_core(toy_plugi
     assert load_onnx("toy-net", seed=6) == ("toy-net", ("toy graph", 6))
 
 
-def test_a_plug_in_gone_is_gone(toy_plugin, monkeypatch) -> None:
-    """The views read the registry at every look-up: nothing is cached past the plug-in's uninstall."""
+def test_a_plug_in_gone_is_gone(toy_plugin) -> None:
+    """Uninstalled (its metadata directory removed) while the process runs: the next look-up no longer finds it."""
     from autosearch.search.strategy import STRATEGIES
 
     assert "toy" in STRATEGIES
-    monkeypatch.undo()
+    shutil.rmtree(toy_plugin)
     assert "toy" not in STRATEGIES and set(STRATEGIES) == BUILTINS[plugins.STRATEGIES]
+
+
+def test_the_metadata_is_read_again_only_when_an_install_changed_it(tmp_path, monkeypatch) -> None:
+    """A model's set-up looks names up for each of its tasks: one read of the installed metadata per group serves
+    them all, until a directory on the path changes (a distribution installed or removed there)."""
+    reads = []
+    patched = metadata.entry_points
+
+    def counted(**params):
+        reads.append(params.get("group"))
+        return patched(**params)
+
+    monkeypatch.setattr(metadata, "entry_points", counted)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for _ in range(5):
+        assert set(plugins.names(plugins.STRATEGIES)) == BUILTINS[plugins.STRATEGIES]
+    assert reads == [plugins.STRATEGIES]
+    (tmp_path / "other-1.0.dist-info").mkdir()
+    assert set(plugins.names(plugins.STRATEGIES)) == BUILTINS[plugins.STRATEGIES]
+    assert reads == [plugins.STRATEGIES] * 2

@@ -217,6 +217,34 @@ def test_make_scorer_finds_the_scorer_through_the_registry(held_out_task):
     assert "sklearn:" not in cost_model_names() and "sklearn:<Regressor>" in cost_model_names()
 
 
+def test_a_call_smaller_than_a_pool_featurises_in_full_and_probes_nothing(held_out_task, task_records, monkeypatch):
+    """A task's known schedules, scored before its first trial, are a call of a few configs: applied in full, with
+    no probe of the cheaper RewriteLayout ways (each would apply the config again), the choice left open; the first
+    call of a pool's size probes and decides. The scores are those of a scorer that probed from the start."""
+    from autosearch.cost_models import guidance
+
+    task, space = held_out_task
+    train, test = task_records
+    applied_for_features = []
+    real = type(space).apply_for_features
+    monkeypatch.setattr(type(space), "apply_for_features",
+                        lambda self, config, **kw: applied_for_features.append(config) or real(self, config, **kw))
+    assert len(test) >= guidance.PROBE_BATCH + 4
+    few, pool = [r.config for r in test[:4]], [r.config for r in test[4:4 + guidance.PROBE_BATCH]]
+    scorer = ModelScorer(make_cost_model("xgb-rank", seed=0), space, task, seed=0, features="tvm", n_jobs=1)
+    measured = train[:12]  # fewer than a pool: no probe (and enough to fit)
+    scorer.update([r.config for r in measured], [r.result for r in measured])
+    few_scores = scorer.score(few)
+    assert applied_for_features == [] and scorer.layout_rewrite is None
+    scorer.score(pool)
+    assert applied_for_features and scorer.layout_rewrite == "none"  # the dataset's NCHW conv: the probes agree
+
+    monkeypatch.setattr(guidance, "PROBE_BATCH", 1)
+    probed = ModelScorer(make_cost_model("xgb-rank", seed=0), space, task, seed=0, features="tvm", n_jobs=1)
+    probed.update([r.config for r in measured], [r.result for r in measured])
+    np.testing.assert_array_equal(few_scores, probed.score(few))
+
+
 def test_candidates_skip_the_layout_rewrite_only_where_the_loop_features_do_not_see_it(held_out_task, task_records,
                                                                                          monkeypatch, tmp_path):
     """The dataset's NCHW conv: the probes agree, the rest is featurised without RewriteLayout, and the scores are
@@ -233,6 +261,7 @@ def test_candidates_skip_the_layout_rewrite_only_where_the_loop_features_do_not_
 
     task, space = held_out_task
     train, test = task_records
+    monkeypatch.setattr(guidance, "PROBE_BATCH", 1)  # every call probes (the NHWC updates: 12, under a pool)
     scores = []
     for probes in (guidance.LAYOUT_PROBES, 10**6):  # the second never decides: every config applied in full
         monkeypatch.setattr(guidance, "LAYOUT_PROBES", probes)
