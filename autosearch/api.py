@@ -15,6 +15,7 @@ TVM is imported when a function first needs it, so that ``import autosearch`` st
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import time
@@ -22,8 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from autosearch.errors import UserError, make_writable_dir
+from autosearch import plugins
+from autosearch.errors import UserError, install_hint, make_writable_dir
 from autosearch.frontend.lowering import DEFAULT_FAST_MATH, DEFAULT_LAYOUT, DEFAULT_PRECISION, LAYOUTS, OLD_LOWERING
+from autosearch.options import Option, parse
 
 if TYPE_CHECKING:
     from autosearch.cost_models.evaluate import EvaluationReport
@@ -50,7 +53,10 @@ DEFAULT_BATCH = 16
 # next; over ten it holds (experiments/report_rounds.py; docs/results.md, "How many processes a report needs").
 DEFAULT_RUNS = 100
 DEFAULT_ROUNDS = 10
-RUNNERS = ("local", "ray")
+# name -> "module:factory": a view of the plug-in registry's group "autosearch.runners" (autosearch.plugins); the
+# factory is called as factory(target, measure, *, seed, **options) -> Runner, its options checked against the
+# OPTIONS table of its module (autosearch.options). Built in: local, ray.
+RUNNERS: Mapping[str, str] = plugins.View(plugins.RUNNERS)
 
 
 def _prepare() -> None:
@@ -141,30 +147,39 @@ class MeasureOptions:
         if self.cache_state not in CACHE_STATES:
             raise UserError(f"unknown cache state {self.cache_state!r}; valid: {', '.join(CACHE_STATES)}")
 
+    def runner_settings(self) -> dict[str, Any]:
+        """What every runner takes (:class:`~autosearch.measure.base.RunnerBase`): the evaluator and the build and
+        run limits. A runner's factory adds what is its own (``ray``: the cluster and device fields)."""
+        from autosearch.measure.base import EvaluatorConfig
 
-def make_runner(runner: str, target: Any, measure: MeasureOptions | None = None, *, seed: int = 0):
-    """A runner by name: ``local`` (processes on this machine) or ``ray`` (a device pool on a Ray cluster); the
-    caller closes it."""
-    from autosearch.measure.base import EvaluatorConfig
+        return {"evaluator": EvaluatorConfig(repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
+                                             cache_state=self.cache_state),
+                "build_workers": self.build_workers, "build_timeout": self.build_timeout,
+                "run_timeout": self.run_timeout}
 
-    measure = measure or MeasureOptions()
-    evaluator = EvaluatorConfig(repeat=measure.repeat, min_repeat_ms=measure.min_repeat_ms,
-                                cache_state=measure.cache_state)
-    if runner == "local":
-        from autosearch.measure.local import LocalRunner
 
-        return LocalRunner(target=target, evaluator=evaluator, build_workers=measure.build_workers,
-                           build_timeout=measure.build_timeout, run_timeout=measure.run_timeout, seed=seed)
-    if runner == "ray":
-        try:
-            from autosearch.measure.ray_pool import RayRunner
-        except ImportError as exc:
-            raise UserError(f"--runner ray needs the package 'ray' ({exc})") from exc
-        return RayRunner(target=target, evaluator=evaluator, address=measure.ray_address,
-                         build_workers=measure.build_workers, build_timeout=measure.build_timeout,
-                         run_timeout=measure.run_timeout, seed=seed, device_key=measure.device_key,
-                         gpu_name=measure.gpu_name, allow_mixed=measure.allow_mixed)
-    raise UserError(f"unknown runner {runner!r}; valid runners: {', '.join(RUNNERS)}")
+def runner_option_table(runner: str) -> dict[str, Option]:
+    """The options table of a registered runner (``OPTIONS`` of its factory's module; none for the built-ins, whose
+    settings are :class:`MeasureOptions`'). Imports that module."""
+    _runner_factory(runner)
+    return dict(getattr(importlib.import_module(plugins.entry_point(plugins.RUNNERS, runner).module), "OPTIONS", {}))
+
+
+def _runner_factory(runner: str) -> Callable[..., Any]:
+    if runner not in RUNNERS:
+        raise UserError(f"unknown runner {runner!r}; valid runners: {', '.join(sorted(RUNNERS))}")
+    return plugins.load(plugins.RUNNERS, runner, missing=lambda package: (
+        f"--runner {runner} needs the package {package!r}: {install_hint(package)}"))
+
+
+def make_runner(runner: str, target: Any, measure: MeasureOptions | None = None, *, seed: int = 0,
+                options: Mapping[str, Any] | None = None):
+    """A registered runner by name (:data:`RUNNERS`): ``local`` (processes on this machine), ``ray`` (a device pool
+    on a Ray cluster) or a plug-in's, made by its factory with ``options`` checked against its table
+    (:func:`runner_option_table`); the caller closes it."""
+    factory = _runner_factory(runner)
+    parsed = parse(runner_option_table(runner), dict(options), f"runner {runner!r}") if options else {}
+    return factory(target, measure or MeasureOptions(), seed=seed, **parsed)
 
 
 def resolve_guidance(spec: str | None, target: Any, strategy: str, *, seed: int) -> tuple[str | None, str]:
@@ -357,7 +372,7 @@ def _check_outputs(*paths: str | None) -> None:
 
 
 def _check_tune(strategy: str, trials: int | None, minutes: float | None, batch: int, finalist_rounds: int,
-                resume: bool, log: str | None, runner: Any) -> None:
+                resume: bool, log: str | None, runner: Any, runner_options: Mapping[str, Any] | None) -> None:
     from autosearch.search.strategy import STRATEGIES
 
     if strategy not in STRATEGIES:
@@ -377,7 +392,11 @@ def _check_tune(strategy: str, trials: int | None, minutes: float | None, batch:
 
         TuningLog.check(log, resume=resume)  # before the model's import: seconds a user need not wait
     if isinstance(runner, str) and runner not in RUNNERS:
-        raise UserError(f"unknown runner {runner!r}; valid runners: {', '.join(RUNNERS)}")
+        raise UserError(f"unknown runner {runner!r}; valid runners: {', '.join(sorted(RUNNERS))}")
+    if runner_options:
+        if not isinstance(runner, str):
+            raise UserError("runner options go to a runner by name; a runner object is made by its caller")
+        parse(runner_option_table(runner), dict(runner_options), f"runner {runner!r}")
 
 
 def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | None = None,
@@ -387,7 +406,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
          cost_model: str | None = "auto", warm_start: str | None = None, known_schedules: str | None = "shipped",
          siblings: bool = False, options: Mapping[str, Any] | None = None,
          batch: int = DEFAULT_BATCH, seed: int = 0, early_stop: int | None = None, finalist_rounds: int = 3,
-         runner: Any = "local", measure: MeasureOptions | None = None, plot: bool = True,
+         runner: Any = "local", runner_options: Mapping[str, Any] | None = None,
+         measure: MeasureOptions | None = None, plot: bool = True,
          on_event: Callable[[TunePlanned | TuneStarted | TuneEvent], None] | None = None) -> TuneResult:
     """Tune ``model``'s tasks with a search strategy, every measurement appended to a tuning log (JSON Lines).
 
@@ -404,8 +424,9 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     (:mod:`autosearch.search.known`): ``shipped`` (autosearch's), ``none`` (the strategy from scratch, as a study
     comparing strategies wants), or a tuning log or database to take them from. ``siblings``: tasks of one loop
     nest fused with different epilogues lend each other their best configs (:mod:`autosearch.search.siblings`;
-    off by default: measured level with each task alone on the models tried). ``runner``: ``local``,
-    ``ray``, or a runner object (the caller closes it); ``measure``: how each config is timed.
+    off by default: measured level with each task alone on the models tried). ``runner``: a registered runner
+    (:data:`RUNNERS`: ``local``, ``ray``, a plug-in's) with ``runner_options`` from its table, or a runner object
+    (the caller closes it); ``measure``: how each config is timed.
 
     ``on_event`` gets a :class:`TunePlanned`, a :class:`TuneStarted`, then a :class:`~autosearch.search.tuner.TuneEvent`
     after each batch, untuned timing and re-timing (what the CLI's progress bar shows), and of the layout transforms
@@ -415,7 +436,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     """
     from autosearch import __version__
 
-    _check_tune(strategy, trials, minutes, batch, finalist_rounds, resume, log, runner)
+    _check_tune(strategy, trials, minutes, batch, finalist_rounds, resume, log, runner, runner_options)
     from autosearch.search.strategy import parse_options
 
     options = parse_options(strategy, dict(options or {}))
@@ -477,7 +498,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
                               "seed": seed, "resumed": bool(resume), "siblings": siblings,
                               "cache_state": (measure or MeasureOptions()).cache_state, "autosearch": __version__})
         own = isinstance(runner, str)
-        measuring = make_runner(runner, target, measure, seed=seed) if own else runner
+        measuring = make_runner(runner, target, measure, seed=seed, options=runner_options) if own else runner
         try:
             summary = Tuner(tasks=chosen, runner=measuring, log=tuning_log, strategy=strategy, budget=trials,
                             seconds=minutes * 60 if minutes is not None else None, batch=batch, seed=seed,
@@ -847,6 +868,7 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
     return path
 
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_MINUTES", "DEFAULT_MODEL", "DEFAULT_TRIALS", "MeasureOptions", "TaskResult",
-           "TunePlanned", "TuneResult", "TuneStarted", "compare_models", "compile", "default_log", "export",
-           "load_tasks", "make_runner", "report", "resolve_guidance", "select_tasks", "train_model", "tune"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_MINUTES", "DEFAULT_MODEL", "DEFAULT_TRIALS", "RUNNERS", "MeasureOptions",
+           "TaskResult", "TunePlanned", "TuneResult", "TuneStarted", "compare_models", "compile", "default_log",
+           "export", "load_tasks", "make_runner", "report", "resolve_guidance", "runner_option_table", "select_tasks",
+           "train_model", "tune"]

@@ -148,12 +148,12 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- run
-def _parse_kv(pairs: list[str]) -> dict[str, str]:
+def _parse_kv(pairs: list[str], flag: str = "--option") -> dict[str, str]:
     out = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise UserError(f"--option {pair!r}: use KEY=VALUE")
+            raise UserError(f"{flag} {pair!r}: use KEY=VALUE")
         out[key.strip()] = value.strip()
     return out
 
@@ -228,6 +228,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       siblings=args.siblings == "on", options=_run_options(args),
                       batch=args.batch, seed=args.seed,
                       early_stop=args.early_stop, finalist_rounds=args.finalist_rounds, runner=args.runner,
+                      runner_options=_parse_kv(args.runner_option, "--runner-option"),
                       measure=measure, plot=args.plot, on_event=on_event)
     print_run_summary(console, result)
     if result.interrupted:
@@ -471,7 +472,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--siblings", choices=("on", "off"), default="off",
                    help="on: tasks of one layer fused with different epilogues lend each other their best config, "
                         "measured as a trial; off (default): each task searches alone")
-    p.add_argument("--runner", default="local", help="local (default) or ray")
+    p.add_argument("--runner", default="local",
+                   help="a registered runner: local (default), ray, or a plug-in's (group autosearch.runners)")
+    p.add_argument("--runner-option", action="append", metavar="KEY=VALUE",
+                   help="option of a plug-in runner, from its OPTIONS table (repeatable)")
     p.add_argument("--ray-address", help="join an existing Ray cluster (auto or HOST:PORT); default: embedded")
     p.add_argument("--device-key", help="Ray device key to measure on (default: cpu-<mcpu>-<cores> of the target)")
     p.add_argument("--gpu-name", help="GPU name for the cuda-<name> device key")

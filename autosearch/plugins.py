@@ -1,20 +1,19 @@
 """Plug-ins by name: one registry, read from the entry points of the installed distributions.
 
-Strategies, cost models and workloads are found by name in three entry-point groups, :data:`STRATEGIES`
+Strategies, cost models, workloads and runners are found by name in four entry-point groups, :data:`STRATEGIES`
 (``autosearch.strategies``: name -> the strategy's class), :data:`COST_MODELS` (``autosearch.cost_models``:
-name -> the factory ``create``) and :data:`WORKLOADS` (``autosearch.workloads``: name -> the builder ``build``).
-autosearch declares its own built-ins there (``[project.entry-points."autosearch.strategies"]`` ... in
-``pyproject.toml``); another distribution adds a plug-in by declaring an entry point in one of these groups in its
-own metadata, and the core finds it without being edited. Runners are not plug-ins (:func:`autosearch.api.make_runner`
-chooses between the two that exist), so they have no group.
+name -> the factory ``create``), :data:`WORKLOADS` (``autosearch.workloads``: name -> the builder ``build``) and
+:data:`RUNNERS` (``autosearch.runners``: name -> the factory ``create``). autosearch declares its own built-ins there
+(``[project.entry-points."autosearch.strategies"]`` ... in ``pyproject.toml``); another distribution adds a plug-in
+by declaring an entry point in one of these groups in its own metadata, and the core finds it without being edited.
 
 The names are read from the installed metadata again whenever a directory on ``sys.path`` (or the path itself)
 changed since the last read, so a plug-in installed while a process runs is found; otherwise the last read serves
 (a read takes milliseconds, and a model's set-up looks names up for each of its tasks). A plug-in's module is
-imported only when its name is used, so one plug-in's dependencies (Optuna, PyTorch) are never imported for another.
-The name registries of the core
-(:data:`autosearch.search.strategy.STRATEGIES`, :data:`autosearch.search.cost_model.COST_MODELS`,
-:data:`autosearch.frontend.importer.BUILTIN_MODELS`) are views of these groups (:class:`View`).
+imported only when its name is used, so one plug-in's dependencies (Optuna, Ray, PyTorch) are never imported for
+another. The name registries of the core (:data:`autosearch.search.strategy.STRATEGIES`,
+:data:`autosearch.search.cost_model.COST_MODELS`, :data:`autosearch.frontend.importer.BUILTIN_MODELS`,
+:data:`autosearch.api.RUNNERS`) are views of these groups (:class:`View`).
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ from autosearch.errors import UserError
 STRATEGIES = "autosearch.strategies"
 COST_MODELS = "autosearch.cost_models"
 WORKLOADS = "autosearch.workloads"
-GROUPS = (STRATEGIES, COST_MODELS, WORKLOADS)
+RUNNERS = "autosearch.runners"
+GROUPS = (STRATEGIES, COST_MODELS, WORKLOADS, RUNNERS)
 
 
 def entry_points(group: str) -> dict[str, metadata.EntryPoint]:
@@ -123,5 +123,5 @@ class View(Mapping[str, str]):
         return f"View({self.group!r}, {dict(self)!r})"
 
 
-__all__ = ["COST_MODELS", "GROUPS", "STRATEGIES", "WORKLOADS", "View", "entry_point", "entry_points", "load",
+__all__ = ["COST_MODELS", "GROUPS", "RUNNERS", "STRATEGIES", "WORKLOADS", "View", "entry_point", "entry_points", "load",
            "names", "package"]

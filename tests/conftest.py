@@ -28,7 +28,8 @@ SLOW_MODULES = frozenset({
     "tests/cost_models/test_asm_features.py", "tests/cost_models/test_cost_model_contract.py",
     "tests/cost_models/test_evaluate.py", "tests/cost_models/test_guidance.py", "tests/cost_models/test_pretrained.py",
     "tests/experiments/test_concat_sketch.py",
-    "tests/measure/test_forkserver.py", "tests/measure/test_ray_pool.py", "tests/search/test_siblings.py",
+    "tests/measure/test_forkserver.py", "tests/measure/test_ray_pool.py",
+    "tests/measure/test_runner_contract.py", "tests/search/test_siblings.py",
     "tests/test_api_end_to_end.py",
     "tests/test_export.py",
     "tests/test_dpbf16.py", "tests/test_fast_math.py", "tests/test_faults_in_a_run.py", "tests/test_finalists.py",
@@ -72,6 +73,18 @@ def on_its_core(request) -> None:
     pinned = request.config.stash.get(PINNED, None)
     if pinned and os.sched_getaffinity(0) != pinned:
         os.sched_setaffinity(0, pinned)
+
+
+def example_plug_in(distribution: str):
+    """The installed distribution of the example plug-in package ``examples/<distribution>``; without it, the test
+    skips and says how to install it (CI installs both examples, so the contract suites run them too)."""
+    from importlib import metadata
+
+    try:
+        return metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"the example plug-in package {distribution} is not installed, so the contract suite runs "
+                    f"without it: pip install -e examples/{distribution} (CI installs it)")
 
 
 def parallel_kernel_mod():

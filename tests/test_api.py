@@ -41,7 +41,8 @@ def test_the_public_names_resolve_and_unknown_ones_raise_attribute_error():
     ({"batch": -1}, "--batch must be a positive number, not -1"),
     ({"finalist_rounds": -1}, "--finalist-rounds must be 0 or more"),
     ({"resume": True}, "--resume needs --log PATH"),
-    ({"runner": "gpu"}, "unknown runner 'gpu'; valid runners: local, ray"),
+    ({"runner": "gpu"}, "unknown runner 'gpu'; valid runners: "),
+    ({"runner": "local", "runner_options": {"nosuch": 1}}, "runner 'local' has no option 'nosuch'; its options: none"),
     ({"strategy": "random", "options": {"nosuch": 1}}, "strategy 'random' has no option 'nosuch'"),
 ])
 def test_tune_refuses_bad_values_before_any_work(tmp_path, kwargs, message):

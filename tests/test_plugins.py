@@ -20,6 +20,7 @@ BUILTINS = {
     plugins.COST_MODELS: {"xgb", "xgb-rank", "rf", "gbr", "mlp", "tvm-xgb", "tvm-mlp", "seq", "mlp-rank", "blend",
                           "sklearn:", "pretrained"},
     plugins.WORKLOADS: {"tiny-yolov2", "yolov3-tiny", "yolov8n", "yolo11n"},
+    plugins.RUNNERS: {"local", "ray"},
 }
 
 
@@ -61,9 +62,10 @@ def test_the_registry_lists_every_built_in(group: str) -> None:
     assert BUILTINS[group] <= set(plugins.names(group))
     for name in BUILTINS[group]:
         ep = plugins.entry_point(group, name)
-        # in the package the group is named after, and the module defines what the entry point names (read from
-        # its source: importing every built-in would import Optuna, XGBoost, PyTorch)
-        assert ep.module.startswith(f"{group}."), ep
+        # in the package the group is named after (the runners: in the core's measure package, beside what they
+        # share), and the module defines what the entry point names (read from its source: importing every
+        # built-in would import Optuna, Ray, XGBoost, PyTorch)
+        assert ep.module.startswith("autosearch.measure." if group == plugins.RUNNERS else f"{group}."), ep
         spec = importlib.util.find_spec(ep.module)
         with open(spec.origin, encoding="utf-8") as fh:
             tree = ast.parse(fh.read())
@@ -72,6 +74,7 @@ def test_the_registry_lists_every_built_in(group: str) -> None:
 
 def test_the_core_registries_are_views_of_the_registry() -> None:
     import autosearch.strategies
+    from autosearch.api import RUNNERS
     from autosearch.frontend.importer import BUILTIN_MODELS
     from autosearch.search.cost_model import COST_MODELS, FEATURE_SETS
     from autosearch.search.strategy import STRATEGIES
@@ -79,10 +82,12 @@ def test_the_core_registries_are_views_of_the_registry() -> None:
     assert set(STRATEGIES) == set(plugins.names(plugins.STRATEGIES))
     assert set(COST_MODELS) == set(plugins.names(plugins.COST_MODELS))
     assert set(BUILTIN_MODELS) == set(plugins.names(plugins.WORKLOADS))
+    assert set(RUNNERS) == set(plugins.names(plugins.RUNNERS))
     # the values the callers read, as before the registry: the module of a strategy, "module:function" otherwise
     assert STRATEGIES["optuna"] == "autosearch.strategies.optuna_search"
     assert COST_MODELS["sklearn:"] == "autosearch.cost_models.sklearn_model:create"
     assert BUILTIN_MODELS["yolov8n"] == "autosearch.workloads.yolov8n:build"
+    assert RUNNERS["ray"] == "autosearch.measure.ray_pool:create"
     assert FEATURE_SETS == ("loop", "pooled", "pooled+loop", "asm", "loop+asm", "encoding",
                             "sequence", "sequence+loop", "sequence+loop+asm")
     assert autosearch.strategies.__all__ == ["CoordinateDescent", "OptunaSearch", "RandomSearch", "SimulatedAnnealing"]
@@ -108,6 +113,9 @@ def test_an_unknown_name_is_the_same_one_line_error() -> None:
     assert _one_line_error(load_onnx, "yolov99") == (
         "unknown model 'yolov99'; built-in models: tiny-yolov2, yolo11n, yolov3-tiny, yolov8n, or a path to an .onnx "
         "file")
+    from autosearch.api import make_runner
+
+    assert _one_line_error(make_runner, "gpu", None) == "unknown runner 'gpu'; valid runners: local, ray"
 
 
 def test_stale_metadata_is_a_one_line_error(monkeypatch) -> None:
@@ -154,6 +162,10 @@ def create(name, *, seed=0):
 
 def build(*, seed=0):
     return ("toy graph", seed)
+
+
+def create_runner(target, measure, *, seed=0, step=1):
+    return ("toy runner", target, measure.repeat, seed, step)
 '''
 
 
@@ -169,7 +181,8 @@ def toy_plugin(tmp_path, monkeypatch):
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {TOY_DISTRIBUTION}\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(f"[{plugins.STRATEGIES}]\ntoy = {TOY_MODULE}:Toy\n\n"
                                            f"[{plugins.COST_MODELS}]\ntoy = {TOY_MODULE}:create\n\n"
-                                           f"[{plugins.WORKLOADS}]\ntoy-net = {TOY_MODULE}:build\n")
+                                           f"[{plugins.WORKLOADS}]\ntoy-net = {TOY_MODULE}:build\n\n"
+                                           f"[{plugins.RUNNERS}]\ntoy = {TOY_MODULE}:create_runner\n")
     yield info
     sys.modules.pop(TOY_MODULE, None)
 
@@ -193,6 +206,15 @@ def test_a_plug_in_added_at_run_time_is_found_without_editing_the_core(toy_plugi
     assert BUILTIN_MODELS["toy-net"] == f"{TOY_MODULE}:build"
     assert build_model("toy-net", seed=5) == ("toy graph", 5)
     assert load_onnx("toy-net", seed=6) == ("toy-net", ("toy graph", 6))
+
+    from autosearch.api import RUNNERS, MeasureOptions, make_runner
+
+    assert RUNNERS["toy"] == f"{TOY_MODULE}:create_runner"
+    made = make_runner("toy", "a target", MeasureOptions(repeat=4), seed=7, options={"step": "2"})  # its table's type
+    assert made == ("toy runner", "a target", 4, 7, 2)
+    assert _one_line_error(make_runner, "toy", None, options={"leap": "1"}) == (
+        "runner 'toy' has no option 'leap'; its options: step")
+    assert "local, ray, toy" in _one_line_error(make_runner, "rpc", None)
 
 
 def test_a_plug_in_gone_is_gone(toy_plugin) -> None:

@@ -293,3 +293,9 @@ class LocalRunner(RunnerBase):
     def close(self) -> None:
         self.builder.close()
         self.device.close()
+
+
+def create(target, measure, *, seed: int = 0) -> LocalRunner:
+    """The ``local`` runner of the registry (group ``autosearch.runners``): builds and times on this machine, with
+    ``measure``'s (:class:`autosearch.api.MeasureOptions`) evaluator and limits."""
+    return LocalRunner(target=target, seed=seed, **measure.runner_settings())

@@ -154,3 +154,10 @@ class RayRunner(RunnerBase):
     def device_handle(self, index: int) -> Any:
         """The Ray actor of device ``index`` (to inspect or kill it)."""
         return self.fleet.devices[index].handle
+
+
+def create(target, measure, *, seed: int = 0) -> RayRunner:
+    """The ``ray`` runner of the registry (group ``autosearch.runners``): an embedded Ray, or the cluster at
+    ``measure.ray_address``, measuring on the devices of ``measure.device_key`` (default: the target's key)."""
+    return RayRunner(target=target, seed=seed, address=measure.ray_address, device_key=measure.device_key,
+                     gpu_name=measure.gpu_name, allow_mixed=measure.allow_mixed, **measure.runner_settings())

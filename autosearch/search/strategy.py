@@ -11,26 +11,16 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from autosearch import plugins
 from autosearch.errors import UserError
+from autosearch.options import Option, parse
 from autosearch.types import Config, MeasureResult
 
 # name -> module path: a view of the plug-in registry's group "autosearch.strategies" (autosearch.plugins), whose
 # entry points name the classes; the class's module defines OPTIONS (the options table), and AUTO_GUIDANCE if any.
 STRATEGIES: Mapping[str, str] = plugins.View(plugins.STRATEGIES, lambda ep: ep.module)
-
-
-@dataclass(frozen=True)
-class Option:
-    """One tunable knob of a strategy: documentation, default and type in one place (Kernel Tuner style)."""
-
-    help: str
-    default: Any
-    type: type = str
-    choices: tuple[Any, ...] | None = None
 
 
 @runtime_checkable
@@ -81,25 +71,7 @@ def strategy_options(name: str) -> dict[str, Option]:
 
 def parse_options(name: str, raw: Mapping[str, Any]) -> dict[str, Any]:
     """Check and convert user options (``--option key=value``) against the strategy's table."""
-    table = strategy_options(name)
-    out = {}
-    for key, value in raw.items():
-        if key not in table:
-            valid = ", ".join(sorted(table)) or "none"
-            raise UserError(f"strategy {name!r} has no option {key!r}; its options: {valid}")
-        opt = table[key]
-        try:
-            if opt.type is bool and isinstance(value, str):
-                converted: Any = value.lower() in ("1", "true", "yes", "on")
-            else:
-                converted = opt.type(value)
-        except (TypeError, ValueError) as exc:
-            raise UserError(f"option {key}={value!r} of strategy {name!r} must be {opt.type.__name__}") from exc
-        if opt.choices is not None and converted not in opt.choices:
-            raise UserError(f"option {key}={converted!r} of strategy {name!r}: choose one of "
-                            f"{', '.join(map(str, opt.choices))}")
-        out[key] = converted
-    return out
+    return parse(strategy_options(name), raw, f"strategy {name!r}")
 
 
 def make_strategy(name: str, space, *, seed: int, cost_model=None, task_id: str = "", **options: Any) -> Strategy:

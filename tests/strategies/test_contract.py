@@ -108,14 +108,10 @@ def test_every_registered_strategy_is_in_the_contract_suite() -> None:
 def test_the_example_plug_in_package_is_registered_and_in_the_contract_suite() -> None:
     """examples/autosearch-restarts, a strategy in a distribution of its own: once installed, the registry has it
     and the suite above runs it like a built-in."""
-    from importlib import metadata
+    from tests.conftest import example_plug_in
 
     distribution, name = EXAMPLE_PLUG_IN
-    try:
-        dist = metadata.distribution(distribution)
-    except metadata.PackageNotFoundError:
-        pytest.skip(f"the example plug-in package {distribution} is not installed, so the contract suite runs "
-                    f"without it: pip install -e examples/{distribution} (CI installs it)")
+    dist = example_plug_in(distribution)
     assert name in STRATEGIES and STRATEGIES[name] == "autosearch_restarts.hill_climbing"
     assert [ep.name for ep in dist.entry_points if ep.group == "autosearch.strategies"] == [name]
     assert [str(v) for v in VARIANTS if v.name == name] == [f"{name}[]", f"{name}[]+model"]
