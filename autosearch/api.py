@@ -496,6 +496,9 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
         tuning_log.write_run({"strategy": strategy, "options": options, "cost_model": cost_model,
                               "guided_by": guidance, "trials": trials, "minutes": minutes, "batch": batch,
                               "seed": seed, "resumed": bool(resume), "siblings": siblings,
+                              "runner": runner if isinstance(runner, str) else type(runner).__name__,
+                              "runner_options": (parse(runner_option_table(runner), dict(runner_options),
+                                                       f"runner {runner!r}") if runner_options else {}),
                               "cache_state": (measure or MeasureOptions()).cache_state, "autosearch": __version__})
         own = isinstance(runner, str)
         measuring = make_runner(runner, target, measure, seed=seed, options=runner_options) if own else runner

@@ -120,3 +120,19 @@ def test_a_plug_in_strategy_tunes_real_kernels_through_the_api(work):
     contents = read_log(result.log)
     assert len({r.config for r in contents.trials()}) == 8  # never the same config twice
     assert contents.runs[0]["strategy"] == "restarts" and contents.runs[0]["options"] == {"patience": 1}
+
+
+def test_a_plug_in_runner_tunes_real_kernels_through_the_api(work):
+    """The example plug-in package's runner (examples/autosearch-device-runner), found by name through the registry
+    with its option, builds and times a real kernel like a built-in; the run's record names it."""
+    from tests.conftest import example_plug_in
+
+    example_plug_in("autosearch-device-runner")
+    result = autosearch.tune(str(work / "small.onnx"), strategy="random", tasks="conv", trials=4, batch=2,
+                             finalist_rounds=1, runner="device", runner_options={"threads": "1"},
+                             log=str(work / "device.jsonl"), measure=FAST, plot=False, **FP32_NCHW)
+    [task] = result.tasks
+    assert task.trials == 4 and task.best_secs < task.untuned_secs
+    contents = read_log(result.log)
+    assert contents.runs[0]["runner"] == "device" and contents.runs[0]["runner_options"] == {"threads": 1}
+    assert {r.result.worker.split(":")[-2] for r in contents.trials() if r.ok} == {"device"}  # host:name:pid
