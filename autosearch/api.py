@@ -797,7 +797,8 @@ def compare_models(logs: str | Sequence[str], *, models: Sequence[str] | None = 
 def train_model(out: str, *, logs: Sequence[str] = (), measure: bool = False, minutes: float | None = None,
                 model: str = DEFAULT_MODEL, tasks_per_layout: int = 6, per_task: int = 64,
                 family: str = "xgb-rank", folds: int = 5, exclude_tasks: Sequence[str] = (), seed: int = 0,
-                force: bool = False, target: str | None = None, precision: str = "auto",
+                force: bool = False, target: str | None = None, precision: str = "auto", runner: str = "local",
+                runner_options: Mapping[str, Any] | None = None,
                 on_progress: Callable[[str, int, int], None] | None = None,
                 on_message: Callable[[str], None] | None = None) -> TrainReport:
     """Pre-train a cost model on measured records and write it to the directory ``out`` (``model.ubj`` and
@@ -832,15 +833,15 @@ def train_model(out: str, *, logs: Sequence[str] = (), measure: bool = False, mi
     if measure:
         logs.append(_measure_dataset(out, minutes=minutes, model=model, tasks_per_layout=tasks_per_layout,
                                      per_task=per_task, seed=seed, target=target, precision=precision,
-                                     progress=progress,
+                                     runner=runner, runner_options=runner_options, progress=progress,
                                      say=on_message or (lambda line: None)))
     return train(logs, out, family=family, seed=seed, folds=folds, exclude=tuple(exclude_tasks),
                  on_progress=lambda done, total: progress("featurising records", done, total))
 
 
 def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_layout: int, per_task: int, seed: int,
-                     target: str | None, precision: str, progress: Callable[[str, int, int], None],
-                     say: Callable[[str], None]) -> str:
+                     target: str | None, precision: str, runner: str, runner_options: Mapping[str, Any] | None,
+                     progress: Callable[[str, int, int], None], say: Callable[[str], None]) -> str:
     """``train-model --measure``: measure (or go on measuring) OUT/dataset.jsonl for ``minutes``; its path."""
     from autosearch.frontend.target import parse_target
     from autosearch.search.dataset import DATASET_FILE, dataset_lowerings, dataset_tasks, measure_dataset
@@ -850,7 +851,12 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
         raise UserError("train-model --measure needs --minutes, a positive number (the measuring budget)")
     if tasks_per_layout <= 0 or per_task <= 0:
         raise UserError("--tasks-per-layout and --per-task must be positive")
-    where = f"for {target}" if target else "on this machine"
+    if runner_options:  # a bad runner or option: one line before any task is imported
+        parse(runner_option_table(runner), dict(runner_options), f"runner {runner!r}")
+    else:
+        _runner_factory(runner)
+    where = (f"for {target}" if target else "on this machine") + (f" through the runner {runner!r}"
+                                                                     if runner != "local" else "")
     target = parse_target(target)  # default: this machine's CPU, all its cores
     dataset_lowerings(target, precision)  # --precision bf16 on a CPU without a unit: the error before any write
     make_writable_dir(out)
@@ -862,10 +868,8 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
         f"bf16 its matmuls and attentions too), up to {per_task} configs each, then its {len(more)} other such "
         f"tasks one by one while the {minutes:g} min "
         f"last -> {path}")
-    from autosearch.measure.local import LocalRunner
-
-    with LocalRunner(target=target, seed=seed) as runner:
-        measure_dataset(tasks, path, runner=runner, seconds=60 * minutes, per_task=per_task, seed=seed, more=more,
+    with make_runner(runner, target, MeasureOptions(), seed=seed, options=runner_options) as measuring:
+        measure_dataset(tasks, path, runner=measuring, seconds=60 * minutes, per_task=per_task, seed=seed, more=more,
                         on_progress=lambda done, total: progress("measuring configs", done, total),
                         sketch_store=SketchStore())
     return path

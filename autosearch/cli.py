@@ -389,6 +389,8 @@ def cmd_train_model(args: argparse.Namespace) -> int:
                              model=args.model, tasks_per_layout=args.tasks_per_layout, per_task=args.per_task,
                              family=args.family, folds=args.folds, exclude_tasks=args.exclude_task or (),
                              seed=args.seed, force=args.force, target=args.target, precision=args.precision,
+                             runner=args.runner,
+                             runner_options=_parse_kv(args.runner_option, "--runner-option"),
                              on_progress=update, on_message=console.print)
     from rich.table import Table
 
@@ -583,6 +585,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--measure: the lowerings whose tasks it measures: auto (default: those a default run tunes, "
                         "fp32 in both layouts, NHWC alone where the unit doubles the fp32 rate, and bf16 on this CPU's "
                         "unit), fp32 (both layouts), or bf16 (the unit's tasks alone)")
+    p.add_argument("--runner", default="local",
+                   help="--measure: the registered runner that measures: local (default), ray, or a plug-in's")
+    p.add_argument("--runner-option", action="append", metavar="KEY=VALUE",
+                   help="--measure: option of a plug-in runner, from its OPTIONS table (repeatable)")
     p.add_argument("--out", required=True, help="directory to write (model.ubj + manifest.json)")
     p.add_argument("--family", choices=PRETRAINED_FAMILIES, default="xgb-rank",
                    help="xgb-rank (default): XGBoost ranking; blend: it plus the mlp-rank network (needs PyTorch: "

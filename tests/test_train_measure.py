@@ -84,6 +84,25 @@ def test_measure_for_another_target_than_the_host(tmp_path, capfd) -> None:
     assert manifest["tensor_units"] == [] and manifest["target"]["mcpu"] == "x86-64"
 
 
+def test_measure_through_a_plug_in_runner(tmp_path, capfd) -> None:
+    """``--runner``: the dataset is measured by a registered runner, here the example package's (a runner of a board
+    would measure it there), its option checked and passed."""
+    from tests.conftest import example_plug_in
+
+    example_plug_in("autosearch-device-runner")
+    model = str(tmp_path / "conv.onnx")
+    small_conv_onnx(model)
+    out = str(tmp_path / "device")
+    target = {"kind": "llvm", "mcpu": "x86-64", "num-cores": 1}
+    proc = run_cli_here(capfd, "train-model", "--measure", "--model", model, "--tasks-per-layout", "1",
+                        "--per-task", "2", "--minutes", "5", "--folds", "2", "--out", out, "--target",
+                        json.dumps(target), "--runner", "device", "--runner-option", "threads=1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "through the runner 'device'" in proc.stdout
+    trials = [t for ts in _trials(os.path.join(out, "dataset.jsonl")).values() for t in ts]
+    assert len(trials) == 4 and {t["worker"].split(":")[-2] for t in trials} == {"device"}
+
+
 def _host_bf16_unit() -> str | None:
     from autosearch.frontend.target import parse_target
     from autosearch.tensor_units.cpu import bf16_unit
@@ -206,6 +225,8 @@ def test_the_other_tasks_join_once_the_first_are_done_and_resume_in_order(tmp_pa
     (("--minutes", "1", "--per-task", "0"), "--per-task must be positive"),
     (("--minutes", "1", "--target", "{kind: llvm}"), "malformed --target: not valid JSON"),
     (("--minutes", "1", "--precision", "fp16"), "unknown --precision 'fp16'"),
+    (("--minutes", "1", "--runner", "rpc"), "unknown runner 'rpc'; valid runners: "),
+    (("--minutes", "1", "--runner-option", "threads=1"), "runner 'local' has no option 'threads'"),
     (("--minutes", "1", "--precision", "bf16", "--target", '{"kind": "llvm", "mcpu": "x86-64"}'),
      "--precision bf16: this CPU has no bf16 unit"),
 ])
