@@ -172,14 +172,19 @@ def _runner_factory(runner: str) -> Callable[..., Any]:
         f"--runner {runner} needs the package {package!r}: {install_hint(package)}"))
 
 
+def _runner_kwargs(runner: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``options`` checked and converted against the registered runner's table, the runner's name checked first:
+    one line before any work (what :func:`make_runner` passes its factory, what a run's record keeps)."""
+    _runner_factory(runner)
+    return parse(runner_option_table(runner), dict(options), f"runner {runner!r}") if options else {}
+
+
 def make_runner(runner: str, target: Any, measure: MeasureOptions | None = None, *, seed: int = 0,
                 options: Mapping[str, Any] | None = None):
     """A registered runner by name (:data:`RUNNERS`): ``local`` (processes on this machine), ``ray`` (a device pool
     on a Ray cluster) or a plug-in's, made by its factory with ``options`` checked against its table
     (:func:`runner_option_table`); the caller closes it."""
-    factory = _runner_factory(runner)
-    parsed = parse(runner_option_table(runner), dict(options), f"runner {runner!r}") if options else {}
-    return factory(target, measure or MeasureOptions(), seed=seed, **parsed)
+    return _runner_factory(runner)(target, measure or MeasureOptions(), seed=seed, **_runner_kwargs(runner, options))
 
 
 def resolve_guidance(spec: str | None, target: Any, strategy: str, *, seed: int) -> tuple[str | None, str]:
@@ -391,12 +396,10 @@ def _check_tune(strategy: str, trials: int | None, minutes: float | None, batch:
         from autosearch.records import TuningLog
 
         TuningLog.check(log, resume=resume)  # before the model's import: seconds a user need not wait
-    if isinstance(runner, str) and runner not in RUNNERS:
-        raise UserError(f"unknown runner {runner!r}; valid runners: {', '.join(sorted(RUNNERS))}")
-    if runner_options:
-        if not isinstance(runner, str):
-            raise UserError("runner options go to a runner by name; a runner object is made by its caller")
-        parse(runner_option_table(runner), dict(runner_options), f"runner {runner!r}")
+    if runner_options and not isinstance(runner, str):
+        raise UserError("runner options go to a runner by name; a runner object is made by its caller")
+    if isinstance(runner, str):
+        _runner_kwargs(runner, runner_options)
 
 
 def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | None = None,
@@ -493,14 +496,13 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
                                   if known is not None else "none"),
                            bf16_unguided=bool(imported.bf16_tasks and model_cost
                                               and not guides_unit(model_cost, bf16_unit(target)))))
+        own = isinstance(runner, str)
         tuning_log.write_run({"strategy": strategy, "options": options, "cost_model": cost_model,
                               "guided_by": guidance, "trials": trials, "minutes": minutes, "batch": batch,
                               "seed": seed, "resumed": bool(resume), "siblings": siblings,
-                              "runner": runner if isinstance(runner, str) else type(runner).__name__,
-                              "runner_options": (parse(runner_option_table(runner), dict(runner_options),
-                                                       f"runner {runner!r}") if runner_options else {}),
+                              "runner": runner if own else type(runner).__name__,
+                              "runner_options": _runner_kwargs(runner, runner_options) if own else {},
                               "cache_state": (measure or MeasureOptions()).cache_state, "autosearch": __version__})
-        own = isinstance(runner, str)
         measuring = make_runner(runner, target, measure, seed=seed, options=runner_options) if own else runner
         try:
             summary = Tuner(tasks=chosen, runner=measuring, log=tuning_log, strategy=strategy, budget=trials,
@@ -851,10 +853,7 @@ def _measure_dataset(out: str, *, minutes: float | None, model: str, tasks_per_l
         raise UserError("train-model --measure needs --minutes, a positive number (the measuring budget)")
     if tasks_per_layout <= 0 or per_task <= 0:
         raise UserError("--tasks-per-layout and --per-task must be positive")
-    if runner_options:  # a bad runner or option: one line before any task is imported
-        parse(runner_option_table(runner), dict(runner_options), f"runner {runner!r}")
-    else:
-        _runner_factory(runner)
+    _runner_kwargs(runner, runner_options)  # a bad runner or option: one line before any task is imported
     where = (f"for {target}" if target else "on this machine") + (f" through the runner {runner!r}"
                                                                      if runner != "local" else "")
     target = parse_target(target)  # default: this machine's CPU, all its cores
