@@ -173,10 +173,11 @@ def _runner_factory(runner: str) -> Callable[..., Any]:
 
 
 def _runner_kwargs(runner: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``options`` checked and converted against the registered runner's table, the runner's name checked first:
-    one line before any work (what :func:`make_runner` passes its factory, what a run's record keeps)."""
-    _runner_factory(runner)
-    return parse(runner_option_table(runner), dict(options), f"runner {runner!r}") if options else {}
+    """``options`` checked and converted against the registered runner's table, the runner's name checked first
+    (:func:`runner_option_table`): one line before any work (what :func:`make_runner` passes its factory, what a
+    run's record keeps)."""
+    table = runner_option_table(runner)
+    return parse(table, dict(options), f"runner {runner!r}") if options else {}
 
 
 def make_runner(runner: str, target: Any, measure: MeasureOptions | None = None, *, seed: int = 0,
@@ -377,7 +378,10 @@ def _check_outputs(*paths: str | None) -> None:
 
 
 def _check_tune(strategy: str, trials: int | None, minutes: float | None, batch: int, finalist_rounds: int,
-                resume: bool, log: str | None, runner: Any, runner_options: Mapping[str, Any] | None) -> None:
+                resume: bool, log: str | None, runner: Any,
+                runner_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every argument of :func:`tune` a user can get wrong, checked before any work; the runner's options as
+    checked and converted (:func:`_runner_kwargs`; none for a runner object)."""
     from autosearch.search.strategy import STRATEGIES
 
     if strategy not in STRATEGIES:
@@ -398,8 +402,7 @@ def _check_tune(strategy: str, trials: int | None, minutes: float | None, batch:
         TuningLog.check(log, resume=resume)  # before the model's import: seconds a user need not wait
     if runner_options and not isinstance(runner, str):
         raise UserError("runner options go to a runner by name; a runner object is made by its caller")
-    if isinstance(runner, str):
-        _runner_kwargs(runner, runner_options)
+    return _runner_kwargs(runner, runner_options) if isinstance(runner, str) else {}
 
 
 def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | None = None,
@@ -439,7 +442,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     """
     from autosearch import __version__
 
-    _check_tune(strategy, trials, minutes, batch, finalist_rounds, resume, log, runner, runner_options)
+    runner_options = _check_tune(strategy, trials, minutes, batch, finalist_rounds, resume, log, runner,
+                                 runner_options)
     from autosearch.search.strategy import parse_options
 
     options = parse_options(strategy, dict(options or {}))
@@ -501,7 +505,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
                               "guided_by": guidance, "trials": trials, "minutes": minutes, "batch": batch,
                               "seed": seed, "resumed": bool(resume), "siblings": siblings,
                               "runner": runner if own else type(runner).__name__,
-                              "runner_options": _runner_kwargs(runner, runner_options) if own else {},
+                              "runner_options": runner_options,
                               "cache_state": (measure or MeasureOptions()).cache_state, "autosearch": __version__})
         measuring = make_runner(runner, target, measure, seed=seed, options=runner_options) if own else runner
         try:

@@ -43,10 +43,10 @@ KS = (1, 2, 3, 4)
 
 def orders(task: dict) -> dict[str, list[str]]:
     """A measured task's configs (keys, in the CPU order) in each order of :data:`ORDERS`."""
-    from autosearch.search.known import by_prediction
+    from autosearch.search.known import by_prediction, by_score
 
     keys, scores, seconds = task["configs"], task["scores"], task["seconds"]
-    model = [k for _, _, k in sorted((-s, i, k) for i, (k, s) in enumerate(zip(keys, scores)))]
+    model = by_score(keys, scores)
     best = sorted(keys, key=lambda k: (seconds[k], keys.index(k)))
     return {"cpu": list(keys), "model": model, "model, then cpu": by_prediction(keys, scores), "best": best}
 

@@ -107,11 +107,9 @@ def test_a_tuned_log_is_not_tuned_again_without_resume(tuned, work):
 def test_a_plug_in_strategy_tunes_real_kernels_through_the_api(work):
     """The example plug-in package's strategy (examples/autosearch-restarts), found by name through the registry,
     tunes a real kernel like a built-in: autosearch's code knows nothing of it."""
-    from autosearch.search.strategy import STRATEGIES
+    from tests.conftest import example_plug_in
 
-    if "restarts" not in STRATEGIES:
-        pytest.skip("the example plug-in package autosearch-restarts is not installed: pip install -e "
-                    "examples/autosearch-restarts (CI installs it)")
+    example_plug_in("autosearch-restarts")
     result = autosearch.tune(str(work / "small.onnx"), strategy="restarts", options={"patience": "1"}, tasks="conv",
                              trials=8, batch=4, finalist_rounds=0, log=str(work / "restarts.jsonl"), measure=FAST,
                              plot=False, **FP32_NCHW)

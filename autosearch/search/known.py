@@ -23,6 +23,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from autosearch.errors import UserError
 from autosearch.frontend.target import family_of_mcpu
@@ -147,6 +148,11 @@ class KnownSchedules:
                 f"first, {order}")
 
 
+def by_score(configs: Sequence[Any], scores: Sequence[float]) -> list[Any]:
+    """``configs`` highest score first; equal scores keep the given order."""
+    return [configs[i] for i in sorted(range(len(configs)), key=lambda i: (-float(scores[i]), i))]
+
+
 def by_prediction(configs: Sequence[Config], scores: Sequence[float]) -> list[Config]:
     """``configs`` in the order :meth:`KnownSchedules.for_task` gives them, measured instead as a pre-trained cost
     model ranks them (``scores``, higher first; equal scores keep the given order), except that the given first,
@@ -157,7 +163,7 @@ def by_prediction(configs: Sequence[Config], scores: Sequence[float]) -> list[Co
     picks a faster first more often. But a model can also rank first a config that is slow on this CPU's units,
     so the nearest CPU's best stays among the first two, which a task's probe measures
     (``experiments/known_order.py`` compares the orders on real timings)."""
-    ranked = [c for _, _, c in sorted((-float(s), i, c) for i, (c, s) in enumerate(zip(configs, scores)))]
+    ranked = by_score(configs, scores)
     first = ranked[:1] + [c for c in configs[:1] if c not in ranked[:1]]
     return first + [c for c in ranked if c not in first]
 
