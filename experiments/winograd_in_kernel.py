@@ -18,7 +18,8 @@ about a quarter more arithmetic. This builds the layer's Winograd convolution (N
 The in-kernel forms read ``G`` (6 x 3) from a small input: with TOPI's constant matrices unrolled into the kernel, a
 build took over the runner's 60 s. Each in-kernel form gets the same grid of tilings (its best reported); all are
 timed in turns, each round in a fresh measuring process, cold (caches flushed before every call, as tuning times)
-and warm, outputs checked against the unscheduled kernel::
+and warm, outputs checked against the unscheduled kernel; beside them, the time two threads take to read each form's
+weights (NumPy's reduction over as many bytes) and each form's batched GEMM in GFLOPS::
 
     python -m experiments.winograd_in_kernel [--layer 1024,1024,13] [--rounds 3]
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import math
 
 from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import publish, results_path
@@ -149,6 +151,25 @@ def weight_mb(variant: str, in_ch: int, out_ch: int) -> float:
     return (36 if variant == "transformed" else 9) * in_ch * out_ch * 4 / 1e6
 
 
+def read_gb_per_s(megabytes: float, threads: int = 2, repeats: int = 7) -> float:
+    """How fast ``threads`` threads read ``megabytes`` of float32 from memory (NumPy's reduction, each thread a
+    share), median of ``repeats``: the weights' stream, timed beside the kernels as a bound on them."""
+    import statistics
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    parts = np.array_split(np.ones(int(megabytes * 1e6) // 4, dtype=np.float32), threads)
+    times = []
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            list(pool.map(lambda x: float(np.add.reduce(x)), parts))
+            times.append(time.perf_counter() - start)
+    return megabytes / 1e3 / statistics.median(times)
+
+
 def main(argv: list[str] | None = None) -> int:
     from autosearch.frontend.target import parse_target
     from autosearch.frontend.task import task_from_module
@@ -199,15 +220,23 @@ def main(argv: list[str] | None = None) -> int:
             best[v][state] = min(mine.values(), default=float("inf")) * 1e3
             data["variants"].setdefault(v, {})[state] = {str(k[1]): t * 1e3 for k, t in mine.items()}
     base = best["transformed"]["cold"]
+    gemm_gflop = 2 * 36 * math.ceil(size / 4) ** 2 * in_ch * out_ch / 1e9  # F(4x4): 36 positions, 4x4-output tiles
+    bandwidth = read_gb_per_s(weight_mb("transformed", in_ch, out_ch))
+    data.update(gemm_gflop=gemm_gflop, read_gb_per_s=bandwidth)
     for v in VARIANTS:
-        rows.append([v, fmt(weight_mb(v, in_ch, out_ch), 1), len(configs(v)), fmt(best[v]["cold"], 2),
-                     fmt(best[v]["warm"], 2), f"{best[v]['cold'] / base:.2f}x"])
+        mb = weight_mb(v, in_ch, out_ch)
+        rows.append([v, fmt(mb, 1), fmt(mb / bandwidth, 2), len(configs(v)), fmt(best[v]["cold"], 2),
+                     fmt(best[v]["warm"], 2), f"{best[v]['cold'] / base:.2f}x",
+                     fmt(gemm_gflop / best[v]["cold"] * 1e3, 0)])
     text = (f"**Winograd F(4x4, 3x3), {in_ch} -> {out_ch} at {size}x{size} (NCHW, no epilogue): the kernel transform "
             f"folded or inside the kernel** ({describe(info)}); `python -m experiments.winograd_in_kernel --layer "
             f"{a.layer} --rounds {a.rounds}`: each form's best of its configs, the median over {a.rounds} rounds (each "
-            "a fresh measuring process, the forms taking turns) of its per-round median, outputs checked.\n\n"
-            + markdown_table(["form", "weights read, MB", "configs", "cold ms", "warm ms", "cold, of transformed"],
-                             rows) + "\n")
+            "a fresh measuring process, the forms taking turns) of its per-round median, outputs checked. Weights' "
+            f"stream: the ms two threads take to read the weights at {bandwidth:.1f} GB/s (NumPy's reduction over "
+            f"the same bytes, timed here); GEMM GFLOPS: the batched GEMM's {gemm_gflop:.2f} GFLOP over the cold "
+            "time (the transforms left out).\n\n"
+            + markdown_table(["form", "weights read, MB", "weights' stream ms", "configs", "cold ms", "warm ms",
+                              "cold, of transformed", "GEMM GFLOPS"], rows) + "\n")
     publish(results_path("winograd-in-kernel" + (f"-{a.out}" if a.out else "")), data=data, text=text)
     return 0
 
