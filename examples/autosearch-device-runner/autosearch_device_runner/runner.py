@@ -10,6 +10,8 @@ measurement (timeouts, the reference check, a crashed or hanging kernel, the slo
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from concurrent.futures import wait
 from typing import Any
 
 from autosearch.frontend.target import host_cores, target_num_cores
@@ -38,9 +40,26 @@ class DeviceRunner(RunnerBase):
         self._references: dict[str, bytes] = {}
 
     def prepare(self, task: TuningTask) -> MeasureResult:
+        [result] = self.prepare_many([task])
+        return result
+
+    def prepare_many(self, tasks: Sequence[TuningTask], *,
+                     meanwhile: Callable[[], None] | None = None) -> list[MeasureResult]:
+        """The untuned kernels of ``tasks`` built at once on every build worker while ``meanwhile()`` runs here (the
+        tuner builds the tasks' design spaces then); once every build has ended, each reference is computed and each
+        baseline timed on the device, one at a time. One by one, each build left the other workers and the caller
+        idle."""
         import tvm
 
-        [built] = self.builder.build([tvm.ir.save_json(task.mod)])
+        futures = self.builder.submit([tvm.ir.save_json(t.mod) for t in tasks])
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        finally:
+            wait(futures)  # nothing is timed while a build runs
+        return [self._baseline(task, future.result()) for task, future in zip(tasks, futures)]
+
+    def _baseline(self, task: TuningTask, built: Built) -> MeasureResult:
         if built.failure is not None:
             return built.failure
         reply = self.device.reference(task.workload_key, built.artifact, task.args, self.seed,
