@@ -21,7 +21,7 @@ timed in turns, each round in a fresh measuring process, cold (caches flushed be
 and warm, outputs checked against the unscheduled kernel; beside them, the time two threads take to read each form's
 weights (NumPy's reduction over as many bytes) and each form's batched GEMM in GFLOPS::
 
-    python -m experiments.winograd_in_kernel [--layer 1024,1024,13] [--rounds 3]
+    python -m experiments.winograd_in_kernel [--rounds 3]
 
 Writes ``experiments/results/winograd-in-kernel[-OUT].{md,json}``. A few minutes.
 """
@@ -38,6 +38,7 @@ from experiments.lib.io import publish, results_path
 from experiments.lib.machine import describe, fingerprint
 from experiments.lib.retime import measure_traces, round_robin
 
+LAYER = (1024, 1024, 13)  # input channels, output channels, output size: the configs below are this layer's
 RULE = "winograd_gemm_in_kernel"  # the GEMM block's schedule_rule annotation in the in-kernel forms
 VARIANTS = ("transformed", "in-kernel", "in-kernel, factored", "raw copy")
 # the shipped form: inverse, data pack, their compute locations, then the GEMM's tiles (positions eps and nu, output
@@ -179,12 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.lib.retime import prepared_runner
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--layer", default="1024,1024,13", help="input channels, output channels, output size")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--target", default=None)
     p.add_argument("--out", default="")
     a = p.parse_args(argv)
-    in_ch, out_ch, size = (int(x) for x in a.layer.split(","))
+    in_ch, out_ch, size = LAYER
     target = parse_target(a.target)
     register_rule(target)
     info = fingerprint(target)
@@ -229,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                      fmt(best[v]["warm"], 2), f"{best[v]['cold'] / base:.2f}x",
                      fmt(gemm_gflop / best[v]["cold"] * 1e3, 0)])
     text = (f"**Winograd F(4x4, 3x3), {in_ch} -> {out_ch} at {size}x{size} (NCHW, no epilogue): the kernel transform "
-            f"folded or inside the kernel** ({describe(info)}); `python -m experiments.winograd_in_kernel --layer "
-            f"{a.layer} --rounds {a.rounds}`: each form's best of its configs, the median over {a.rounds} rounds (each "
+            f"folded or inside the kernel** ({describe(info)}); `python -m experiments.winograd_in_kernel "
+            f"--rounds {a.rounds}`: each form's best of its configs, the median over {a.rounds} rounds (each "
             "a fresh measuring process, the forms taking turns) of its per-round median, outputs checked. Weights' "
             f"stream: the ms two threads take to read the weights at {bandwidth:.1f} GB/s (NumPy's reduction over "
             f"the same bytes, timed here); GEMM GFLOPS: the batched GEMM's {gemm_gflop:.2f} GFLOP over the cold "
