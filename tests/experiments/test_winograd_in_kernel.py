@@ -69,4 +69,5 @@ def test_the_configs_it_times_apply_to_the_default_layer() -> None:
             applied = space.apply(Config(sketch=sketch, values=values))
             assert applied.ok, (variant, values, applied.error)
             if variant != "transformed":  # the kernel transform computed inside the GEMM's first reduction loop
-                assert "kernel_pack" in applied.mod.script() and "weight" in applied.mod.script()
+                text = applied.mod.script()
+                assert "kernel_pack" in text and "weight" in text
