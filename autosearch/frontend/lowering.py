@@ -480,7 +480,10 @@ def build_module(mod, target, *, plan_memory: bool = True):
     import tvm
     from tvm import relax
 
+    from autosearch.frontend.reciprocal import reciprocal_divisors
     from autosearch.tvm_compat import build_context
+
+    mod = reciprocal_divisors(mod)  # as every tuning build (autosearch.measure.kernels.build)
 
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(mod, _ctx):
