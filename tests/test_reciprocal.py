@@ -34,6 +34,25 @@ def in_place(x: T.Buffer((16,), "float32"), scale: T.Buffer((16,), "float32")):
 
 
 @T.prim_func(s_tir=True)
+def through_a_pointer(x: T.Buffer((16,), "float32"), scale: T.Buffer((16,), "float32"),
+                      y: T.Buffer((16,), "float32")):
+    """The divisor's address goes to an extern function, which may write it; a read inside a call is only a read."""
+    T.evaluate(T.call_extern("int32", "refresh", T.address_of(scale[0])))
+    for c in range(16):
+        with T.sblock("scaled"):
+            vc = T.axis.spatial(16, c)
+            y[vc] = T.if_then_else(x[vc] > T.float32(0.0), x[vc] / scale[vc], x[vc])
+
+
+@T.prim_func(s_tir=True)
+def read_in_a_call(x: T.Buffer((16,), "float32"), scale: T.Buffer((16,), "float32"), y: T.Buffer((16,), "float32")):
+    for c in range(16):
+        with T.sblock("scaled"):
+            vc = T.axis.spatial(16, c)
+            y[vc] = T.if_then_else(scale[vc] > T.float32(0.0), x[vc] / scale[vc], x[vc])
+
+
+@T.prim_func(s_tir=True)
 def half(x: T.Buffer((16,), "bfloat16"), scale: T.Buffer((16,), "bfloat16"), y: T.Buffer((16,), "bfloat16")):
     for c in range(16):
         with T.sblock("half"):
@@ -48,6 +67,8 @@ def test_only_divisions_by_a_weight_become_multiplications():
     assert "x[vi, vc] / y[vi, vc]" in text  # an output, written by the kernel
     assert rewrite_func(in_place).same_as(in_place)  # the divisor is written in the loop
     assert rewrite_func(half).same_as(half)  # a bf16 reciprocal would round too coarsely
+    assert rewrite_func(through_a_pointer).same_as(through_a_pointer)  # its address handed to a call
+    assert "x[vc] * (T.float32(1.0) / scale[vc])" in rewrite_func(read_in_a_call).script()
 
 
 def test_the_module_is_copied_not_changed_and_a_module_without_one_is_returned_as_is():

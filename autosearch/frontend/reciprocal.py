@@ -22,17 +22,23 @@ REWRITTEN_DTYPES = ("float32", "float64")
 
 
 def _written(func) -> set[Any]:
-    """The buffer variables a PrimFunc may write: stored to, named in a block's writes, or handed to a call
-    (an intrinsic that writes through a pointer)."""
+    """The buffer variables a PrimFunc may write: stored to, named in a block's writes, or passed to a call as a
+    pointer (a buffer's data, as ``tvm_access_ptr`` takes it, or ``address_of`` an element), through which an
+    intrinsic may write. A value read inside a call (``if_then_else``'s operands) is not a pointer."""
+    import tvm
     import tvm_ffi
     from tvm import s_tir, tirx
-    from tvm.ir.expr import Call, Var
+    from tvm.ir.expr import Call, TensorLoad, Var
 
     written: set[Any] = set()
+    address_of = tvm.ir.Op.get("tirx.address_of")
 
     def call(node) -> None:
         for arg in node.args:
-            tvm_ffi.structural_walk(arg, [(Var, written.add)])
+            if isinstance(arg, Var):
+                written.add(arg)
+            elif isinstance(arg, TensorLoad) and node.op.same_as(address_of):
+                written.add(arg.source)
 
     def block(node) -> None:
         written.update(region.source for region in node.writes)
