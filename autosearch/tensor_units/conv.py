@@ -55,10 +55,6 @@ class FlatConv:
     # the bf16 unit the GEMM is shaped for, "amx" or "dpbf16": its rows, pixels per row, tap groups and channel
     # padding (:attr:`gemm_hw`, :attr:`group`, :attr:`in_padded`, :attr:`out_padded`)
     unit: str = "amx"
-    # on AMX, the output channels are padded to a multiple of this (:attr:`out_padded`): a convolution's to whole
-    # 16-column tiles (:func:`flat_conv`); the matmuls and Winograd GEMMs built on this geometry keep whole 32-channel
-    # weight blocks, as they were measured
-    out_multiple: int = BLOCK_N
 
     @property
     def row(self) -> int:
@@ -131,14 +127,12 @@ class FlatConv:
 
     @property
     def out_padded(self) -> int:
-        """The GEMM's output channels: on AMX a multiple of :attr:`out_multiple`, or one 16-column tile for 16
-        channels or fewer (a stem's; half of each multiply would otherwise compute zeros); on the dot product whole
-        16-channel vectors. A convolution's are whole 16-column tiles: YOLOv8's 80-channel heads as 80, not 96, their
-        last tile the first half of a packed weight block (a whole block computed 1.2x the columns kept, and the
-        80 -> 80 layer at 80 x 80 took 1.16x the time with it, docs/results.md)."""
+        """The GEMM's output channels: whole 32-channel weight blocks, or one 16-column tile for 16 channels or fewer
+        (a stem's; half of each multiply would otherwise compute zeros); on the dot product whole 16-channel vectors
+        (YOLOv8's 80-channel heads as 80, not 96: their blocks are one vector wide, half a packed weight block)."""
         if self.unit == "dpbf16":
             return _round_up(self.out_channels, DOT_CHANNELS)
-        return TILE if self.out_channels <= TILE else _round_up(self.out_channels, self.out_multiple)
+        return TILE if self.out_channels <= TILE else _round_up(self.out_channels, BLOCK_N)
 
     @property
     def block_n(self) -> int:
@@ -238,8 +232,7 @@ def flat_conv(call) -> FlatConv | None:
     pad = [int(p) for p in attrs.padding]
     pad = pad * 2 if len(pad) == 2 else pad
     conv = FlatConv(batch=data[0], height=data[1], width=data[2], in_channels=data[3], out_channels=weight[0],
-                    kernel=(weight[1], weight[2]), padding=(pad[0], pad[1], pad[2], pad[3]), stride=strides[0],
-                    out_multiple=TILE)
+                    kernel=(weight[1], weight[2]), padding=(pad[0], pad[1], pad[2], pad[3]), stride=strides[0])
     if conv.out_channels < MIN_CHANNELS or (conv.in_channels < MIN_CHANNELS and conv.group == 1):
         return None
     return conv
