@@ -86,16 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not os.path.isdir(db):
             parser.error(f"--case {spec!r}: expected MODEL=DB with DB a database directory")
         cases.append(time_case(model, db, rounds=args.rounds, runs=args.runs, threads=args.threads))
+    peers = [k for k in cases[0]["ms"] if k not in ("reciprocals", "divisions")]  # the same runtimes in every case
     rows = []
     for c in cases:
         ms = c["ms"]
-        peers = [k for k in ms if k not in ("reciprocals", "divisions")]
         rows.append([f"{c['model']} (`{os.path.basename(os.path.dirname(os.path.abspath(c['db'])))}`)",
                      fmt(ms["divisions"], 3), fmt(ms["reciprocals"], 3),
                      f"{ms['divisions'] / ms['reciprocals']:.2f}x",
                      *(f"{ms[p]:.3f} ({ms[p] / ms['reciprocals']:.2f}x)" for p in peers),
                      f"{c['error']['divisions']:.2e}, {c['error']['reciprocals']:.2e}"])
-    peers = [k for k in cases[0]["ms"] if k not in ("reciprocals", "divisions")]
     text = (f"**A tuned model built with its divisions by weights as multiplications by reciprocals, against the "
             f"same database built with the divisions** ({host_label()}; {args.threads} threads; each runtime in "
             f"{args.rounds} fresh processes taking turns, {args.runs} runs in all, medians; a peer's ratio is its "

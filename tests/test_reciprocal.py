@@ -79,7 +79,7 @@ def test_the_module_is_copied_not_changed_and_a_module_without_one_is_returned_a
     assert reciprocal_divisors(untouched).same_as(untouched)
 
 
-def test_the_built_kernel_is_within_two_ulps_of_the_division():
+def test_the_built_kernel_is_within_a_few_ulps_of_the_division():
     rng = np.random.default_rng(0)
     x = rng.uniform(-100, 100, (8, 16)).astype("float32")
     scale = rng.uniform(0.01, 30, 16).astype("float32")

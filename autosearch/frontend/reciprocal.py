@@ -56,11 +56,8 @@ def rewrite_func(func):
     from tvm.ir.expr import TensorLoad
     from tvm.ir.prim.expr import Cast, Div
 
-    params = list(func.params)
-    if not params:
-        return func
     written = _written(func)
-    readonly = [p for p in params if not any(p.same_as(w) for w in written)]
+    readonly = [p for p in func.params if not any(p.same_as(w) for w in written)]
     if not readonly:
         return func
 
@@ -82,8 +79,8 @@ def reciprocal_divisors(mod):
     """``mod`` with :func:`rewrite_func` applied to each of its PrimFuncs (Relax functions as they are)."""
     from tvm import tirx
 
-    changed = {gv: rewrite_func(f) for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
-    changed = {gv: f for gv, f in changed.items() if not f.same_as(mod[gv])}
+    rewritten = ((gv, f, rewrite_func(f)) for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc))
+    changed = {gv: new for gv, f, new in rewritten if not new.same_as(f)}
     if not changed:
         return mod
     mod = mod.clone()  # update_func changes a module in place: the caller's stays as it was
