@@ -26,6 +26,10 @@ through a hundred of them a YOLO's features fall to 1e-9 of the head's biases, a
 output, to the last bit, whatever the image, so no comparison of outputs could see a wrong kernel. Before export
 each convolution's weights are scaled so its output has unit variance on a noise image (LSUV; the built-in
 models' weights are drawn to that end, ``workloads/builder.py``); shapes, and so every kernel, are unchanged.
+The other task heads (``HEADS``: each model's segmentation, pose, oriented-box and classification yaml) are exported
+with Ultralytics' defaults at the image size each is trained at, and listed with their outputs, their tasks, the
+conv tasks they share with the detection model, and what the NHWC lowering (the one ``run`` tunes them in) leaves
+un-lowered: a segmentation head's transposed convolution did not build in NHWC before ``frontend/conv_transpose.py``.
 ``--export NAME`` only writes ``--work/NAME.onnx``, Ultralytics' default export of a model that is not built in
 (YOLO12n, whose area attention is what the results measure it for).
 """
@@ -49,6 +53,9 @@ KINDS = {"unsimplified": {"opset": 17, "simplify": False},
          "dynamic": {"opset": 17, "simplify": False, "dynamic": True},
          "simplified": {"opset": 17, "simplify": True}}
 DEFAULT = "default"  # Ultralytics' own options, as ``yolo export model=NAME.pt format=onnx`` exports
+# the other task heads, each model's ``-seg`` / ``-pose`` / ``-obb`` / ``-cls`` yaml in Ultralytics' default export,
+# at the image size Ultralytics trains it at
+HEADS = {"seg": 640, "pose": 640, "obb": 1024, "cls": 224}
 IMAGE_SHAPE = "images:1,3,640,640"
 
 EXPORT_SCRIPT = """
@@ -73,14 +80,14 @@ with torch.no_grad():
             hook.remove()
             signal = seen[0] - (conv.bias.view(1, -1, 1, 1) if conv.bias is not None else 0)
             conv.weight.mul_(1.0 / max(float(signal.std()), 1e-12))
-path = yolo.export(format="onnx", imgsz=640, **options)
+path = yolo.export(format="onnx", **{"imgsz": 640, **options})
 shutil.move(path, out)
 print(json.dumps({"ultralytics": ultralytics.__version__, "torch": torch.__version__, "weights": WEIGHTS}))
 """
 WEIGHTS = "random, each convolution scaled to unit output variance"
 
 
-def export(python: str, name: str, kind: str, path: str) -> dict:
+def export(python: str, name: str, kind: str, path: str, *, imgsz: int = 640) -> dict:
     """One Ultralytics export in the other virtualenv (kept: a second run re-uses it)."""
     versions_path = path + ".versions.json"
     if os.path.exists(path) and os.path.exists(versions_path):
@@ -89,7 +96,7 @@ def export(python: str, name: str, kind: str, path: str) -> dict:
         if versions.get("weights") == WEIGHTS:  # an export of before the scaling is made again
             return versions
     env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_AUTOINSTALL": "0"}
-    options = json.dumps(KINDS.get(kind, {}))  # DEFAULT: none
+    options = json.dumps({**KINDS.get(kind, {}), "imgsz": imgsz})  # DEFAULT: none but the image size
     script = f"WEIGHTS = {WEIGHTS!r}\n" + EXPORT_SCRIPT
     proc = subprocess.run([python, "-c", script, name, path, options], capture_output=True, text=True,
                           cwd=os.path.dirname(path), env=env, timeout=900)
@@ -117,16 +124,50 @@ def import_without_folding(path: str, target) -> str:
     return "ok"
 
 
-def same_output(original_path: str, folded) -> float:
-    """Max |difference| between ONNX Runtime on the export and on the folded graph, relative to the output."""
+def same_output(original_path: str, folded, size: int = 640) -> float:
+    """Max |difference| between ONNX Runtime on the export and on the folded graph, relative to each output's
+    largest value, the worst over the outputs."""
     import onnxruntime as ort
 
-    x = np.random.default_rng(0).random((1, 3, 640, 640), dtype=np.float32)
+    x = np.random.default_rng(0).random((1, 3, size, size), dtype=np.float32)
     options = ort.SessionOptions()
     options.log_severity_level = 3  # not its notes on the export's unused initializers
-    outs = [ort.InferenceSession(m, options, providers=["CPUExecutionProvider"]).run(None, {"images": x})[0]
+    outs = [ort.InferenceSession(m, options, providers=["CPUExecutionProvider"]).run(None, {"images": x})
             for m in (original_path, folded.SerializeToString())]
-    return float(np.abs(outs[0] - outs[1]).max() / np.abs(outs[0]).max())
+    return max(float(np.abs(a - b).max() / np.abs(a).max()) for a, b in zip(*outs))
+
+
+def unlowered_in_nhwc(imported, target) -> str:
+    """What the NHWC lowering (the layout ``run``'s defaults tune these models in) leaves un-lowered: "none", or
+    the Relax ops TVM's VM could not build (before the transposed convolution's own lowering: a segmentation
+    head's mask upsampling)."""
+    from autosearch.frontend.lowering import lower, unlowered_ops
+
+    ops = unlowered_ops(lower(imported.relax_mod, target, winograd="off", layout="NHWC", precision="fp32"))
+    return ", ".join(ops) or "none"
+
+
+def head_row(name: str, size: int, path: str, builtin, target) -> dict:
+    """One task head's export: its graph, its tasks, what it shares with the detection model of its family."""
+    import onnx
+
+    from autosearch.frontend.importer import import_model
+
+    proto = onnx.load(path)
+    start = time.perf_counter()
+    imported = import_model(path, target, winograd="off", layout="NCHW")
+    seconds = time.perf_counter() - start
+    convs, detect = conv_tasks(imported), conv_tasks(builtin)
+    shapes = {o.name: "x".join(str(d.dim_value) for d in o.type.tensor_type.shape.dim) for o in proto.graph.output}
+    return {
+        "model": name, "kind": DEFAULT, "size": size, "nodes": len(proto.graph.node),
+        "outputs": ", ".join(f"{k} {v}" for k, v in shapes.items()), "import_s": seconds,
+        "tasks": len(imported.tasks), "conv_tasks": len(convs), "conv_layers": sum(convs.values()),
+        "gflop": imported.flops / 1e9, "conv_tasks_shared_with_detect": len(convs.keys() & detect.keys()),
+        "transposed_conv_tasks": sum("conv2d_transpose" in t.name for t in imported.tasks),
+        "unlowered_in_nhwc": unlowered_in_nhwc(imported, target),
+        "folded_vs_export_rel_diff": same_output(path, imported.onnx_model, size),
+    }
 
 
 def conv_tasks(model) -> dict[str, int]:
@@ -181,6 +222,11 @@ def main() -> int:
                 "folded_vs_export_rel_diff": same_output(path, imported.onnx_model),
             })
             print(json.dumps(rows[-1]), flush=True)
+        for head, size in HEADS.items():
+            path = os.path.join(args.work, f"{name}-{head}-{size}.onnx")
+            versions = export(args.ultralytics_python, f"{name}-{head}", DEFAULT, path, imgsz=size)
+            rows.append(head_row(f"{name}-{head}", size, path, builtin, target))
+            print(json.dumps(rows[-1]), flush=True)
     write(rows, versions)
     return 0
 
@@ -204,7 +250,7 @@ def write(rows: list[dict], versions: dict) -> None:
               "conv tasks (layers)", "GFLOP", "same conv workloads as built-in", "tasks shared with built-in",
               "folded vs export"]
     cells = []
-    for r in rows:
+    for r in (r for r in rows if "size" not in r):
         if r["kind"] == "built-in":
             cells.append([r["model"], "built-in", "1x3x640x640", "", "", "", "", r["tasks"],
                           f"{r['conv_tasks']} ({r['conv_layers']})", f"{r['gflop']:.3f}", "", "", ""])
@@ -220,7 +266,24 @@ def write(rows: list[dict], versions: dict) -> None:
         " of ONNX Runtime's outputs on the export and on the graph autosearch folded, relative to the output's"
         " largest value, one random input. Tasks not shared with the built-in are the Detect head's decoding, which"
         " TVM fuses by the exporter's op order.",
+        "",
+        "## The other task heads",
+        "",
+        "Each model's segmentation, pose, oriented-box and classification yaml, exported with Ultralytics' defaults"
+        " at the image size Ultralytics trains it at (a released checkpoint's export default); tasks as above.",
+        "",
     ]
+    header = ["model", "input", "nodes", "outputs", "autosearch", "tasks", "conv tasks (layers)", "GFLOP",
+              "conv tasks shared with the detection model", "transposed conv tasks", "un-lowered in NHWC",
+              "folded vs export"]
+    cells = [[r["model"], f"1x3x{r['size']}x{r['size']}", r["nodes"], r["outputs"], f"imports in {r['import_s']:.1f} s",
+              r["tasks"], f"{r['conv_tasks']} ({r['conv_layers']})", f"{r['gflop']:.3f}",
+              r["conv_tasks_shared_with_detect"], r["transposed_conv_tasks"], r["unlowered_in_nhwc"],
+              f"{r['folded_vs_export_rel_diff']:.1e}"] for r in rows if "size" in r]
+    lines += [markdown_table(header, cells), "",
+              "'un-lowered in NHWC': Relax ops the NHWC lowering (the layout `run` tunes these models in by default)"
+              " left for the VM, which cannot build them; 'none' is a model that builds. 'folded vs export': as above,"
+              " the worst of the outputs."]
     with open(os.path.join(RESULTS, "real_exports.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

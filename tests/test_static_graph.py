@@ -201,3 +201,34 @@ def test_a_shape_that_depends_on_data_is_named_in_one_line(tmp_path, capfd):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "NonZero node 'where_positive' sizes its output from data" in proc.stderr
+
+
+def _nms_export() -> onnx.ModelProto:
+    """An export with NMS in the graph (Ultralytics' ``nms=True``): the kept detections padded by an amount that
+    depends on what NonMaxSuppression kept, a Pad TVM's importer cannot take."""
+    consts = {"max_out": np.asarray([4], np.int64), "iou": np.asarray([0.5], np.float32),
+              "thr": np.asarray([0.1], np.float32), "total": np.asarray([12], np.int64),
+              "zero": np.asarray([0], np.int64), "flat": np.asarray([-1], np.int64)}
+    nodes = [
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "thr"], ["kept"], name="nms"),
+        helper.make_node("Reshape", ["kept", "flat"], ["kept_flat"]),
+        helper.make_node("ReduceMax", ["kept_flat"], ["last"], keepdims=1),  # a value NMS computed
+        helper.make_node("Sub", ["total", "last"], ["missing"]),
+        helper.make_node("Concat", ["zero", "missing"], ["pads"], axis=0),
+        helper.make_node("Pad", ["kept_flat", "pads"], ["out"], name="pad_to_max"),
+    ]
+    graph = helper.make_graph(nodes, "nms", [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 8, 4]),
+                                             helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 8])],
+                              [helper.make_tensor_value_info("out", TensorProto.INT64, [12])],
+                              [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_export_with_nms_in_its_graph_is_one_line_naming_the_operator_and_what_to_do(tmp_path, capfd):
+    path = _save(tmp_path, _nms_export(), "nms")
+    proc = run_cli_here(capfd, "tasks", "--model", path)
+    assert proc.returncode == 2
+    assert not proc.stdout.strip()  # TVM's importer prints the failing operator's inputs: not to the user
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "at its Pad operator" in errors[0] and "without it" in errors[0] and "NonMaxSuppression" in errors[0]

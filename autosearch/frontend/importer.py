@@ -7,8 +7,11 @@ the core imports no model builder.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -219,12 +222,19 @@ def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
     dtypes = {}
     for name, _, elem in _graph_inputs(proto):
         dtypes[name] = onnx.helper.tensor_dtype_to_np_dtype(elem).name if elem else "float32"
-    with warnings.catch_warnings():
+    printed = io.StringIO()  # TVM's importer prints the failing operator with its inputs' IR: said in one line here
+    with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
         warnings.simplefilter("ignore")
         try:
             mod = from_onnx(proto, shape_dict={k: list(v) for k, v in shapes.items()}, dtype_dict=dtypes)
         except Exception as exc:
-            raise UserError(f"TVM could not import the ONNX model: {last_line(exc)}") from exc
+            failed = re.search(r"Error converting operator (\w+)", printed.getvalue())
+            where = f" at its {failed.group(1)} operator" if failed else ""
+            hint = ""
+            if any(node.op_type == "NonMaxSuppression" for node in proto.graph.node):
+                hint = (" (the graph runs NonMaxSuppression, whose output size depends on the image: export the"
+                        " model without it, e.g. Ultralytics' nms=False, the default, and run NMS after it)")
+            raise UserError(f"TVM could not import the ONNX model{where}: {last_line(exc)}{hint}") from exc
     mod = relax.transform.DecomposeOpsForInference()(mod)
     mod = relax.transform.CanonicalizeBindings()(mod)
     return mod

@@ -336,10 +336,14 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
     ``folder``: the :class:`autosearch.frontend.fold.ConstantFolder` of the model's lowerings (None: a new one)."""
     from tvm import relax
 
+    from autosearch.frontend import conv_transpose
+
     policy = winograd_policy(winograd, precision)
     fast = check_fast_math(fast_math) == "on"
     legalize = [p for p in relax.pipeline.legalize_passes(target) if p.info.name != DEFAULT_SCHEDULE]
-    custom = {"relax.sigmoid": _legalize_fast_sigmoid} if fast else {}
+    custom = {conv_transpose.OP: conv_transpose.legalize}  # NHWC ones too, and one tap a pixel where one reaches it
+    if fast:
+        custom["relax.sigmoid"] = _legalize_fast_sigmoid
     if policy.mode != "off" and target.kind.name == "llvm":
         from autosearch.frontend.winograd import legalize_map
 
@@ -349,9 +353,8 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
         custom["relax.nn.conv2d"] = _bf16_conv2d(policy, custom.get("relax.nn.conv2d"), target)
         if converts_layout(target, layout):  # the bf16 lowering is the NHWC one's: NCHW keeps its matmuls fp32 too
             custom["relax.matmul"] = _bf16_matmul(policy, target)
-    if custom:
-        legalize = [relax.transform.LegalizeOps(customize_legalize_map=custom)
-                    if p.info.name == "LegalizeOps" else p for p in legalize]
+    legalize = [relax.transform.LegalizeOps(customize_legalize_map=custom)
+                if p.info.name == "LegalizeOps" else p for p in legalize]
     convert = [leaky_relu_as_maximum(), relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]})] if (
         converts_layout(target, layout)) else []
     if layer_layouts and target.kind.name == "llvm":
@@ -383,13 +386,48 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
 
 def lower(relax_mod, target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT_FAST_MATH,
           precision: str | None = None, folder=None, layer_layouts: dict[str, str] | None = None):
-    """The model as fused TIR functions: what task extraction and the tuned build both start from."""
+    """The model as fused TIR functions: what task extraction and the tuned build both start from. An operator the
+    lowering leaves as it is (:func:`unlowered_ops`) is a one-line error here, before any tuning, not in the build
+    after it."""
     import tvm
+
+    from autosearch.errors import UserError
 
     with target, tvm.transform.PassContext(opt_level=3):
         passes = lowering_passes(target, winograd=winograd, layout=layout, fast_math=fast_math, precision=precision,
                                  folder=folder, layer_layouts=layer_layouts)
-        return tvm.transform.Sequential(passes)(relax_mod)
+        lowered = tvm.transform.Sequential(passes)(relax_mod)
+    left = unlowered_ops(lowered)
+    if left:
+        raise UserError(f"TVM has no lowering for {', '.join(left)} in the {layout} lowering for {target.kind.name}: "
+                        "the model would not build" + ("; try --layout NCHW" if layout != "NCHW" else ""))
+    return lowered
+
+
+def unlowered_ops(mod) -> list[str]:
+    """The Relax operators a lowered module still calls that legalisation should have lowered (each named once,
+    with its layout where it has one): TVM leaves a call it has no lowering for as it is (TOPI lowers a transposed
+    convolution in NCHW alone, for one), and the VM then fails to build the model, after the tuning."""
+    import tvm
+    from tvm import relax
+
+    found: list[str] = []
+
+    def visit(expr) -> None:
+        if not (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)):
+            return
+        if expr.op.get_attr("FLegalize") is None:  # call_tir and the VM's builtins: built as they are
+            return
+        layout = getattr(expr.attrs, "data_layout", None) if expr.attrs is not None else None
+        name = str(expr.op.name).removeprefix("relax.") + (f" ({layout})" if layout else "")
+        if name not in found:
+            found.append(name)
+
+    for func in mod.functions.values():
+        attrs = func.attrs if isinstance(func, relax.Function) and func.attrs is not None else {}
+        if isinstance(func, relax.Function) and "Codegen" not in attrs and "Composite" not in attrs:
+            relax.analysis.post_order_visit(func, visit)  # an external codegen's functions are its to build
+    return found
 
 
 def default_schedules(target) -> list[Any]:
@@ -506,4 +544,4 @@ __all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "DEFAULT_PRECISION", "DEFAULT_
            "build_tuned", "check_fast_math", "check_layout", "check_precision", "default_schedules", "fast_sigmoid",
            "leaky_relu_as_maximum", "lower", "lowering_passes", "matmul_of_a_transpose_transposes_the_smaller",
            "mutate_relax_functions", "planning_passes", "resolve_precision", "tuned_module",
-           "untuned_module", "with_folder"]
+           "unlowered_ops", "untuned_module", "with_folder"]
