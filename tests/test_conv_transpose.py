@@ -90,3 +90,27 @@ def test_an_op_tvm_leaves_unlowered_is_named_before_any_tuning(target, monkeypat
                                         r"--layout NCHW"):
         extract_tasks(mod, target, winograd="off", layout="NHWC")
     assert extract_tasks(mod, target, winograd="off", layout="NCHW")
+
+
+def test_a_bf16_transposed_convolution_sums_in_fp32(target):
+    """A bf16 call (bf16 data and weights) is summed in fp32 and rounded once: over 256 input channels a bf16 sum
+    would round at every step."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 4, 4, 256)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((256, 8, 2, 2)).astype(ml_dtypes.bfloat16)
+    bb = relax.BlockBuilder()
+    data = relax.Var("x", relax.TensorType(x.shape, "bfloat16"))
+    with bb.function("main", [data]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.conv2d_transpose(
+                data, relax.const(w), strides=[2, 2], data_layout="NHWC", kernel_layout="IOHW", out_layout="NHWC")))
+        bb.emit_func_output(out)
+    lowered = lower(bb.get(), target, winograd="off", layout="NHWC", fast_math="off", precision="fp32")
+    assert "data_dilate" not in _transposed_kernel(lowered)
+    got = relax.VirtualMachine(build_module(lowered, target), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    xf, wf = x.astype(np.float32), w.astype(np.float32)
+    want = np.einsum("nhwc,cokl->nhkwlo", xf, wf).reshape(1, 8, 8, 8)  # each output pixel: one input pixel, one tap
+    error = np.abs(got.astype(np.float32) - want).max() / np.abs(want).max()
+    assert error < 2 ** -8, error  # one bf16 rounding of the fp32 sum

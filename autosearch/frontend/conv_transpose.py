@@ -31,23 +31,29 @@ def one_tap(attrs, kernel_shape) -> bool:
 
 
 def _one_tap_compute(data, kernel, layout: str, out_dtype: str):
-    """The transposed convolution of a filter as large as its stride: one multiply-add per input channel."""
+    """The transposed convolution of a filter as large as its stride: one multiply-add per input channel, summed in
+    fp32 where the output is a 16-bit float (as the tensor units sum), then rounded once."""
     from tvm import te
 
     channels, out_channels, sh, sw = (int(x) for x in kernel.shape)
+    acc = "float32" if out_dtype in ("bfloat16", "float16") else out_dtype
     rc = te.reduce_axis((0, channels), name="rc")
 
     def tap(n, c, h, w):
         return te.sum(data[(n, rc, h // sh, w // sw) if layout == "NCHW" else (n, h // sh, w // sw, rc)]
-                      .astype(out_dtype) * kernel[rc, c, h % sh, w % sw].astype(out_dtype), axis=rc)
+                      .astype(acc) * kernel[rc, c, h % sh, w % sw].astype(acc), axis=rc)
 
     if layout == "NCHW":
         n, _, height, width = data.shape
-        return te.compute((n, out_channels, height * sh, width * sw), tap, name="conv2d_transpose",
-                          tag="conv2d_transpose_nchw")
-    n, height, width, _ = data.shape
-    return te.compute((n, height * sh, width * sw, out_channels), lambda n, h, w, c: tap(n, c, h, w),
-                      name="conv2d_transpose", tag="conv2d_transpose_nhwc")
+        out = te.compute((n, out_channels, height * sh, width * sw), tap, name="conv2d_transpose",
+                         tag="conv2d_transpose_nchw")
+    else:
+        n, height, width, _ = data.shape
+        out = te.compute((n, height * sh, width * sw, out_channels), lambda n, h, w, c: tap(n, c, h, w),
+                         name="conv2d_transpose", tag="conv2d_transpose_nhwc")
+    if acc == out_dtype:
+        return out
+    return te.compute(out.shape, lambda *i: out(*i).astype(out_dtype), name="conv2d_transpose_cast")
 
 
 def legalize(bb, call):
