@@ -139,12 +139,15 @@ def same_output(original_path: str, folded, size: int = 640) -> float:
 
 def unlowered_in_nhwc(imported, target) -> str:
     """What the NHWC lowering (the layout ``run``'s defaults tune these models in) leaves un-lowered: "none", or
-    the Relax ops TVM's VM could not build (before the transposed convolution's own lowering: a segmentation
-    head's mask upsampling)."""
-    from autosearch.frontend.lowering import lower, unlowered_ops
+    the lowering's one-line error naming the Relax ops TVM's VM could not build (before the transposed
+    convolution's own lowering: a segmentation head's mask upsampling)."""
+    from autosearch.frontend.lowering import lower
 
-    ops = unlowered_ops(lower(imported.relax_mod, target, winograd="off", layout="NHWC", precision="fp32"))
-    return ", ".join(ops) or "none"
+    try:
+        lower(imported.relax_mod, target, winograd="off", layout="NHWC", precision="fp32")
+    except UserError as exc:  # lower names what it leaves (autosearch.frontend.lowering.unlowered_ops)
+        return str(exc)
+    return "none"
 
 
 def head_row(name: str, size: int, path: str, builtin, target) -> dict:
