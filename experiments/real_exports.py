@@ -150,8 +150,9 @@ def unlowered_in_nhwc(imported, target) -> str:
     return "none"
 
 
-def head_row(name: str, size: int, path: str, builtin, target) -> dict:
-    """One task head's export: its graph, its tasks, what it shares with the detection model of its family."""
+def head_row(name: str, size: int, path: str, detect: dict[str, int], target) -> dict:
+    """One task head's export: its graph, its tasks, what it shares with the detection model of its family (that
+    model's :func:`conv_tasks`)."""
     import onnx
 
     from autosearch.frontend.importer import import_model
@@ -160,7 +161,7 @@ def head_row(name: str, size: int, path: str, builtin, target) -> dict:
     start = time.perf_counter()
     imported = import_model(path, target, winograd="off", layout="NCHW")
     seconds = time.perf_counter() - start
-    convs, detect = conv_tasks(imported), conv_tasks(builtin)
+    convs = conv_tasks(imported)
     shapes = {o.name: "x".join(str(d.dim_value) for d in o.type.tensor_type.shape.dim) for o in proto.graph.output}
     return {
         "model": name, "kind": DEFAULT, "size": size, "nodes": len(proto.graph.node),
@@ -228,7 +229,7 @@ def main() -> int:
         for head, size in HEADS.items():
             path = os.path.join(args.work, f"{name}-{head}-{size}.onnx")
             versions = export(args.ultralytics_python, f"{name}-{head}", DEFAULT, path, imgsz=size)
-            rows.append(head_row(f"{name}-{head}", size, path, builtin, target))
+            rows.append(head_row(f"{name}-{head}", size, path, builtin_convs, target))
             print(json.dumps(rows[-1]), flush=True)
     write(rows, versions)
     return 0

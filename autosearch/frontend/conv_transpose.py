@@ -17,8 +17,9 @@ between two transposes in the same kernel; in NCHW it is left to TVM's own.
 
 from __future__ import annotations
 
+from autosearch.frontend.lowering import LAYOUTS
+
 OP = "relax.nn.conv2d_transpose"
-LAYOUTS = ("NCHW", "NHWC")
 
 
 def one_tap(attrs, kernel_shape) -> bool:
