@@ -496,7 +496,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
                            minutes=minutes, runner=runner_name, target=target, cost_model=model_cost,
                            guidance=guidance, log=log_path, corrupt=list(logged.corrupt) if logged else [],
                            known=(known.describe((t.workload_key for t in chosen), host_cpu=target_mcpu(target),
-                                                 ranked=pretrained_model(model_cost or ""))
+                                                 ranked=pretrained_model(model_cost or ""), tasks=chosen)
                                   if known is not None else "none"),
                            bf16_unguided=bool(imported.bf16_tasks and model_cost
                                               and not guides_unit(model_cost, bf16_unit(target)))))

@@ -1,7 +1,8 @@
 """Write the known schedules autosearch ships (``autosearch/search/known_schedules.jsonl.gz``) from tuning logs.
 
 Every committed tuning log and dataset under ``experiments/results/`` (``--logs`` to name others) is read; per task
-and measuring CPU the fastest valid configs are kept (:class:`autosearch.search.known.KnownSchedules`), and a
+and measuring CPU the fastest valid configs are kept (:class:`autosearch.search.known.KnownSchedules`) with the
+task's name, shapes and lowering (a task of another shape finds its layer by them), and a
 table of how many tasks each CPU covers is written beside the output (``--table``). ``--exclude-cpu NAME``
 (repeatable) leaves a CPU's measurements out: the set measured on a CPU must not hold that CPU's own logs when
 the point is to show how schedules transfer to it.
@@ -38,14 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=SHIPPED)
     ap.add_argument("--table", help="a Markdown table of the tasks each CPU covers")
     args = ap.parse_args(argv)
-    records, used = [], []
+    records, used, tasks = [], [], {}
     for path in args.logs or log_files():
         contents = read_log(path)
         trials = [r for r in contents.records if r.kind in ("trial", "retime") and r.config is not None]
         if trials:
             records.extend(trials)
             used.append(path)
-    known = KnownSchedules.from_records(records, per_cpu=args.per_cpu, exclude_cpus=args.exclude_cpu)
+            tasks.update({key: {"name": t["name"], "args": t["args"], "lowering": t.get("lowering") or {}}
+                          for key, t in contents.tasks.items()})  # its layer at other shapes: not its TensorIR
+    known = KnownSchedules.from_records(records, per_cpu=args.per_cpu, exclude_cpus=args.exclude_cpu, tasks=tasks)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     known.write(args.out)
     tasks = Counter(cpu for entries in known.by_key.values() for cpu in {e.cpu for e in entries})

@@ -11,6 +11,10 @@ handed to it as trials measured before it existed (:meth:`~autosearch.search.str
 strategy starts from them and none needs to know where they came from; they count against the budget like any
 trial and are logged with the strategy name :data:`SOURCE`.
 
+A task whose own key is unknown borrows the known configs of the same layer at the nearest other shape (a user's
+export at another image size or batch), re-fitted to its extents (:mod:`autosearch.search.resized`): each key's
+task (name, argument shapes, lowering) is kept beside its configs for that.
+
 The shipped set (``known_schedules.jsonl.gz`` beside this module) is written by ``experiments/known_schedules.py``
 from tuning logs of the development machines; ``run --known-schedules none`` leaves it out (a study comparing
 strategies by the measurements they need does), and a tuning log or database path uses that instead.
@@ -21,17 +25,19 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from autosearch.errors import UserError
 from autosearch.frontend.target import family_of_mcpu
+from autosearch.search.resized import layer_key, shape_distance
 from autosearch.types import Config, Record
 
 SOURCE = "known"  # the strategy name of the trials measured from known schedules (their log records)
 SHIPPED = os.path.join(os.path.dirname(__file__), "known_schedules.jsonl.gz")
 PER_CPU = 3  # configs kept per task and measuring CPU: the best few, as the ranks of two CPUs agree most there
+RESIZED = 2 * PER_CPU  # configs a task borrows from its layer at other shapes: the nearest shape's best few
 FORMAT = 1
 
 
@@ -45,20 +51,27 @@ class KnownSchedule:
 
 
 class KnownSchedules:
-    """Per workload key, the best configs of each CPU that measured the task, fastest first."""
+    """Per workload key, the best configs of each CPU that measured the task, fastest first; and per key, where
+    known, the task itself (``name``, ``args``, ``lowering`` as a log's task record holds them), which finds its
+    layer for a task of another shape (:meth:`for_layer`)."""
 
-    def __init__(self, by_key: Mapping[str, Sequence[KnownSchedule]], *, source: str = "") -> None:
+    def __init__(self, by_key: Mapping[str, Sequence[KnownSchedule]], *, tasks: Mapping[str, Mapping] | None = None,
+                 source: str = "") -> None:
         self.by_key = {key: tuple(entries) for key, entries in by_key.items()}
+        self.tasks = {key: {"name": str(t["name"]), "args": [[list(s), str(d)] for s, d in t["args"]],
+                            "lowering": dict(t.get("lowering") or {})}
+                      for key, t in (tasks or {}).items() if key in self.by_key}
         self.source = source
+        self._layers: dict[tuple, list[str]] | None = None  # layer_key -> keys, built on first use
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_records(cls, records: Iterable[Record], *, per_cpu: int = PER_CPU,
-                     exclude_cpus: Sequence[str] = (), source: str = "") -> KnownSchedules:
+    def from_records(cls, records: Iterable[Record], *, per_cpu: int = PER_CPU, exclude_cpus: Sequence[str] = (),
+                     tasks: Mapping[str, Mapping] | None = None, source: str = "") -> KnownSchedules:
         """The ``per_cpu`` fastest distinct configs of each (task, CPU) among the valid timings in ``records``
         (trials and re-timings; a config timed more than once counts with its median of medians). A crashed,
         hung or wrong kernel is never known: only ``ok`` timings count, and a config that ever failed on a CPU
-        is left out for that CPU."""
+        is left out for that CPU. ``tasks``: the logs' task records by key (:attr:`LogContents.tasks`)."""
         timings: dict[tuple[str, str], dict[Config, list[float]]] = {}
         failed: set[tuple[str, str, Config]] = set()
         for rec in records:
@@ -76,17 +89,20 @@ class KnownSchedules:
             ranked = sorted((sorted(t)[len(t) // 2], json.dumps(c.to_json()), c) for c, t in configs.items()
                             if (key, cpu, c) not in failed)
             by_key.setdefault(key, []).extend(KnownSchedule(c, s, cpu) for s, _, c in ranked[:per_cpu])
-        return cls(by_key, source=source)
+        return cls(by_key, tasks=tasks, source=source)
 
     # ------------------------------------------------------------------ files
     def write(self, path: str) -> None:
-        """One JSON line per task (gzipped if ``path`` ends in ``.gz``): its key and its known configs."""
+        """One JSON line per task (gzipped if ``path`` ends in ``.gz``): its key, its known configs and, where
+        known, the task (name, argument shapes, lowering)."""
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "wt", encoding="utf-8") as fh:
             for key in sorted(self.by_key):
-                fh.write(json.dumps({"v": FORMAT, "key": key, "known": [
-                    {"cpu": e.cpu, "seconds": e.seconds, "config": e.config.to_json()} for e in self.by_key[key]]},
-                    sort_keys=True) + "\n")
+                line = {"v": FORMAT, "key": key, "known": [
+                    {"cpu": e.cpu, "seconds": e.seconds, "config": e.config.to_json()} for e in self.by_key[key]]}
+                if key in self.tasks:
+                    line["task"] = self.tasks[key]
+                fh.write(json.dumps(line, sort_keys=True) + "\n")
 
     @classmethod
     def read(cls, path: str) -> KnownSchedules:
@@ -96,8 +112,10 @@ class KnownSchedules:
         if os.path.isdir(path) or not _is_known_file(path):
             from autosearch.deploy.database import read_records
 
-            return cls.from_records(read_records(path).records, source=path)
+            contents = read_records(path)
+            return cls.from_records(contents.records, tasks=contents.tasks, source=path)
         by_key: dict[str, list[KnownSchedule]] = {}
+        tasks: dict[str, Mapping] = {}
         opener = gzip.open if path.endswith(".gz") else open
         where = [0]  # the line being read, for the error
         try:
@@ -107,9 +125,12 @@ class KnownSchedules:
                     obj = json.loads(line)
                     by_key[str(obj["key"])] = [KnownSchedule(Config.from_json(e["config"]), float(e["seconds"]),
                                                              str(e["cpu"])) for e in obj["known"]]
+                    if "task" in obj:
+                        tasks[str(obj["key"])] = obj["task"]
+            known = cls(by_key, tasks=tasks, source=path)
         except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:
             raise UserError(f"{path}:{where[0]}: not a known-schedules file ({type(exc).__name__}: {exc})") from exc
-        return cls(by_key, source=path)
+        return known
 
     # ------------------------------------------------------------------ use
     def cpus(self) -> list[str]:
@@ -132,20 +153,59 @@ class KnownSchedules:
                         out.append(config)
         return out
 
-    def describe(self, keys: Iterable[str], *, host_cpu: str = "", ranked: bool = False) -> str:
+    def layer_sources(self, name: str, args: Sequence, lowering: Mapping) -> list[str]:
+        """The keys of known tasks of the layer ``name``/``args``/``lowering`` at other shapes
+        (:func:`~autosearch.search.resized.layer_key`), nearest shape first; none of them with these shapes."""
+        if self._layers is None:
+            self._layers = {}
+            for key, task in self.tasks.items():
+                layer = layer_key(task["name"], task["args"], task["lowering"])
+                if layer is not None:
+                    self._layers.setdefault(layer, []).append(key)
+        layer = layer_key(name, args, lowering)
+        shapes = [[list(s), str(d)] for s, d in args]
+        keys = [k for k in self._layers.get(layer, ()) if self.tasks[k]["args"] != shapes] if layer else []
+        return sorted(keys, key=lambda k: (shape_distance(args, self.tasks[k]["args"]), k))
+
+    def for_layer(self, name: str, args: Sequence, lowering: Mapping, *, host_cpu: str,
+                  refit: Callable[[Config], Config | None], fits=lambda config: True, limit: int = RESIZED
+                  ) -> list[Config]:
+        """For a task with no known schedules of its own: the known configs of its layer at other shapes
+        (:meth:`layer_sources`), each made a config of this task by ``refit`` (None: it does not fit), nearest shape
+        first and, within a shape, in :meth:`for_task`'s order; each config once, only those ``fits`` accepts, at
+        most ``limit``."""
+        out: list[Config] = []
+        for key in self.layer_sources(name, args, lowering):
+            for config in self.for_task(key, host_cpu=host_cpu):
+                fitted = refit(config)
+                if fitted is not None and fitted not in out and fits(fitted):
+                    out.append(fitted)
+                    if len(out) >= limit:
+                        return out
+        return out
+
+    def describe(self, keys: Iterable[str], *, host_cpu: str = "", ranked: bool = False,
+                 tasks: Iterable[Any] = ()) -> str:
         """One line for a run's header: how many of the tasks ``keys`` have known schedules, and from where, the
         CPUs in the order their configs are measured (:meth:`for_task`), or, ``ranked`` by a pre-trained cost
-        model, in the order :func:`by_prediction` gives them."""
+        model, in the order :func:`by_prediction` gives them; and how many of ``tasks`` (objects with
+        ``workload_key``, ``name``, ``args`` and ``lowering``) with none of their own borrow their layer's at
+        another shape (:meth:`for_layer`)."""
         keys = list(keys)
         covered = [k for k in keys if self.by_key.get(k)]
+        resized = sum(1 for t in tasks if not self.by_key.get(t.workload_key)
+                      and self.layer_sources(t.name, t.args, t.lowering))
         cpus = _host_first(dict.fromkeys(e.cpu for k in covered for e in self.by_key[k]), host_cpu)
+        borrowed = (f"{resized} {'task borrows' if resized == 1 else 'tasks borrow'} the known configs of the "
+                    "same layer at another shape, re-fitted to theirs")
         if not covered:
-            return f"none of the {len(keys)} tasks is among {self.source or 'them'}"
+            return (f"none of the {len(keys)} tasks is among {self.source or 'them'}"
+                    + (f"; {borrowed}" if resized else ""))
         where = ", ".join(f"{family_of_mcpu(c)} {c}{' (this CPU)' if c == host_cpu else ''}" for c in cpus)
         order = ("as the cost model ranks them, the first CPU's best among the first two" if ranked
                  else "in that order")
         return (f"{len(covered)} of {len(keys)} tasks measured before on {where}: their best configs are measured "
-                f"first, {order}")
+                f"first, {order}" + (f"; {borrowed}" if resized else ""))
 
 
 def by_score(configs: Sequence[Any], scores: Sequence[float]) -> list[Any]:

@@ -24,6 +24,7 @@ from autosearch.search.disturbed import measure_steadily
 from autosearch.search.finalists import Retiming
 from autosearch.search.known import SOURCE as KNOWN_SOURCE
 from autosearch.search.known import KnownSchedules, by_prediction
+from autosearch.search.resized import refit
 from autosearch.search.scheduler import TaskScheduler, TaskState
 from autosearch.search.siblings import SOURCE as SIBLING_SOURCE
 from autosearch.search.siblings import group, lent
@@ -244,14 +245,20 @@ class Tuner:
         """The configs ``state``'s task measures first, not measured yet: those its space asks to be measured first
         (:attr:`DecisionSpace.measure_first`: a probe of one or two kernels would otherwise leave them to a later
         round), then the known schedules that fit its space, in the order a pre-trained cost model gives them
-        (:func:`~autosearch.search.known.by_prediction`; a model trained online knows nothing of them yet)."""
+        (:func:`~autosearch.search.known.by_prediction`; a model trained online knows nothing of them yet). A task
+        with none of its own takes its layer's at the nearest other shape, re-fitted to its extents."""
         if state.space is None:
             return []
         if state.known_order is None:
             task = state.task
             first = list(state.space.measure_first)
+            host = target_mcpu(task.target)
             known = [] if self.known is None else self.known.for_task(
-                task.workload_key, host_cpu=target_mcpu(task.target), fits=state.space.replayable)
+                task.workload_key, host_cpu=host, fits=state.space.replayable)
+            if self.known is not None and not known:  # its layer at another shape (autosearch.search.resized)
+                space = state.space
+                known = self.known.for_layer(task.name, task.args, task.lowering, host_cpu=host,
+                                             refit=lambda config: refit(space, config), fits=space.replayable)
             scorer = self._scorer(state) if pretrained_model(self.cost_model or "") and len(known) > 1 else None
             if scorer is not None:
                 known = by_prediction(known, scorer.score(known))
