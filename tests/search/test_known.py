@@ -12,6 +12,7 @@ import pytest
 from autosearch.errors import UserError
 from autosearch.frontend.target import family_of_mcpu
 from autosearch.search.known import SHIPPED, SOURCE, KnownSchedule, KnownSchedules, by_prediction, load
+from autosearch.search.resized import layer_key
 from autosearch.types import Config, MeasureResult, Record, Status
 
 
@@ -109,6 +110,9 @@ def test_the_shipped_set_holds_valid_schedules_of_more_than_one_cpu():
     # both families a user is likely to have: a run on either starts from its own family's configs
     assert {family_of_mcpu(cpu) for cpu in shipped.cpus()} >= {"AMD", "Intel"}
     assert all(0 < e.seconds < 10 for entries in shipped.by_key.values() for e in entries)
+    # every task with its name, shapes and lowering: a task at another shape finds its layer by them
+    assert set(shipped.tasks) == set(shipped.by_key)
+    assert sum(layer_key(t["name"], t["args"], t["lowering"]) is not None for t in shipped.tasks.values()) > 100
 
 
 @pytest.mark.slow
