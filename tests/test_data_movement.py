@@ -188,3 +188,66 @@ def test_a_run_measures_the_partitioned_concatenation_first(concat_model, tmp_pa
     trials = read_log(log).trials(key)
     assert len(trials) == 2 and trials[0].config == DecisionSpace(task.mod, task.target).measure_first[0]
     assert trials[0].ok and trials[1].config != trials[0].config
+
+
+def decode_like_onnx(path: str | None = None):
+    """An oriented-box decode head in miniature: boxes scaled, class scores through a sigmoid and an angle through
+    its cosine and sine, concatenated on the channels (axis 1) into one channel-major output, as YOLO's heads do."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["box", "two"], ["scaled"]),
+            helper.make_node("Sigmoid", ["cls"], ["scores"]),
+            helper.make_node("Cos", ["angle"], ["cos"]),
+            helper.make_node("Sin", ["angle"], ["sin"]),
+            helper.make_node("Add", ["cos", "sin"], ["turned"]),
+            helper.make_node("Concat", ["scaled", "scores", "turned"], ["y"], axis=1),
+        ],
+        "decode_like",
+        [helper.make_tensor_value_info("box", TensorProto.FLOAT, [1, 4, 96]),
+         helper.make_tensor_value_info("cls", TensorProto.FLOAT, [1, 8, 96]),
+         helper.make_tensor_value_info("angle", TensorProto.FLOAT, [1, 1, 96])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 13, 96])],
+        [helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0])],
+    )
+    return _model(graph, path)
+
+
+def test_a_concatenation_on_an_outer_axis_is_partitioned_there_tiled_and_measured_first(tmp_path_factory, target,
+                                                                                         head_task, conv_task):
+    import tvm
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    from autosearch.measure.local import LocalRunner
+    from autosearch.search.data_movement import (
+        AXIS_CONCAT_TILE,
+        block_concat,
+        partitioned_axis_concat_sketch,
+    )
+    from autosearch.search.space import DecisionSpace
+
+    _, task = _one_task(tmp_path_factory, target, decode_like_onnx, "decode")
+    sch = Schedule(task.mod)
+    output = sch.get_child_blocks(sch.get_sblock("root"))[-1]
+    assert block_concat(sch, output) == (1, [4, 8, 1])
+    assert partitioned_axis_concat_sketch(conv_task.mod, target, seed=1) is None  # a reduction
+    assert partitioned_axis_concat_sketch(head_task.mod, target, seed=1) is None  # two outputs
+    space = DecisionSpace(task.mod, target)
+    last = space.sketches[-1]
+    assert [d.kind for d in last.decisions] == ["SamplePerfectTile"]
+    [first] = space.measure_first
+    assert first.sketch == last.index and first.values == ((96 // AXIS_CONCAT_TILE, AXIS_CONCAT_TILE),)
+    configs = [first] + [first.replace(0, tile) for tile in ((1, 96), (12, 8))]
+    applied = [space.apply(c) for c in configs]
+    assert all(a.ok for a in applied), [a.error for a in applied]
+    script = applied[0].mod.script()
+    assert script.count('_partition"):') == 3  # a loop nest per piece along the channels
+    assert "T.grid(T.int64(4), T.int64(16))" in script  # the boxes', with the tile of the last axis inside
+    assert "range(T.int64(4), T.int64(12))" in script and "range(T.int64(12), T.int64(13))" in script
+    replayed = Schedule(task.mod)  # a database record of it replays in TVM to the same kernel
+    Trace.apply_json_to_schedule(applied[0].trace_json(), replayed)
+    tvm.ir.assert_structural_equal(replayed.mod, applied[0].mod)
+    with LocalRunner(target=target) as runner:
+        assert runner.prepare(task).ok
+        results = runner.measure(task, [a.mod for a in applied])
+    assert [r.status.value for r in results] == ["ok"] * 3, [r.error for r in results]  # checked outputs

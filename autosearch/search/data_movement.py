@@ -132,4 +132,93 @@ def partitioned_concat_sketch(mod, target, *, seed: int) -> Any | None:
     return sch
 
 
-__all__ = ["blocked_copy_sketch", "concat_boundaries", "partitioned_concat_sketch"]
+# the tile of the last axis an axis concatenation's sketch measures first: 16 floats, a cache line, the tile whose
+# timings led (docs/results.md, "Concatenations along an outer axis")
+AXIS_CONCAT_TILE = 16
+
+
+def block_concat(sch, block) -> tuple[int, list[int]] | None:
+    """(axis, sizes) where ``block`` (of ``sch``) writes the concatenation of what it reads along one axis, the sizes
+    of the pieces in order along it; None for any other block. Read from the block's read regions: each read of the
+    output's rank equals it in every extent but the axis's, starts at a constant offset along it, and the pieces
+    tile the axis without gap or overlap. TOPI computes such a block as a chain of ``if_then_else`` over the axis
+    index, and an intermediate concatenation (not the function's arguments) is what
+    :func:`concat_boundaries` cannot see."""
+    import tvm
+    from tvm.sym import Analyzer
+
+    stmt = sch.get(block)
+    if len(stmt.writes) != 1 or len(stmt.reads) < 2:
+        return None
+    out = [int(d) for d in stmt.writes[0].source.shape]
+    analyzer = Analyzer()
+    pieces, axes = [], set()
+    for region in stmt.reads:
+        shape = [int(d) for d in region.source.shape]
+        if len(shape) != len(out):
+            return None
+        differ = [d for d, (a, b) in enumerate(zip(shape, out)) if a != b]
+        if len(differ) != 1:
+            return None
+        axis = differ[0]
+        axes.add(axis)
+        if axis >= len(stmt.iter_vars):
+            return None
+        start = analyzer.simplify(stmt.iter_vars[axis].var - region.region[axis].min)
+        if not isinstance(start, tvm.tirx.IntImm):
+            return None
+        pieces.append((int(start.value), shape[axis]))
+    if len(axes) != 1:
+        return None
+    (axis,) = axes
+    pieces.sort()
+    reach = 0
+    for start, size in pieces:
+        if start != reach:
+            return None
+        reach += size
+    return (axis, [size for _, size in pieces]) if reach == out[axis] else None
+
+
+def partitioned_axis_concat_sketch(mod, target, *, seed: int) -> Any | None:
+    """A traced Schedule for a task whose one output is a concatenation along an axis other than its last
+    (:func:`block_concat`): YOLO's decode heads gather boxes, class scores and (oriented boxes) angles into one
+    channel-major tensor, (1, 4 + 80 + 1, anchors). TVM's sketches inline every producer into that block, where
+    vectorised, each ``if_then_else`` becomes a select that computes every branch for every element: the angle's
+    sine and cosine and the class sigmoid for all 85 rows. Here the producers are inlined the same way, the last
+    axis is tiled (a ``SamplePerfectTile`` decision, :data:`AXIS_CONCAT_TILE` first), the tile loop moved outermost
+    and parallel with the axes before the concatenation's, and the concatenation's loop partitioned at its pieces:
+    each piece a loop of its own whose condition the simplifier folds, computing its own branch alone. None for any
+    other task, or one not for a CPU."""
+    if target.kind.name != "llvm":
+        return None
+    found = _spatial_blocks(mod, seed)
+    if found is None or len(found[2]) != 1:
+        return None
+    sch, blocks, outputs = found
+    concat = block_concat(sch, outputs[0])
+    if concat is None:
+        return None
+    axis, sizes = concat
+    try:
+        for rv in blocks:
+            if not rv.same_as(outputs[0]):
+                sch.compute_inline(rv)
+        loops = sch.get_loops(outputs[0])
+        if axis >= len(loops) - 1:  # along the last axis: partitioned_concat_sketch's case
+            return None
+        extent = int(sch.get(loops[-1]).extent)
+        tile = min((d for d in range(1, extent + 1) if extent % d == 0),
+                   key=lambda d: (abs(d - AXIS_CONCAT_TILE), d))
+        factors = sch.sample_perfect_tile(loops[-1], n=2, max_innermost_factor=extent, decision=[extent // tile, tile])
+        outer, inner = sch.split(loops[-1], factors)
+        sch.reorder(outer, *loops[:-1], inner)
+        sch.parallel(sch.fuse(outer, *loops[:axis]))
+        sch.loop_partition(loops[axis], sizes[:-1])  # the last piece is the rest (a None there does not replay)
+    except Exception:  # a block TVM cannot inline, or loops it cannot split, reorder or partition: no such sketch
+        return None
+    return sch
+
+
+__all__ = ["block_concat", "blocked_copy_sketch", "concat_boundaries", "partitioned_axis_concat_sketch",
+           "partitioned_concat_sketch"]

@@ -150,7 +150,9 @@ class DecisionSpace:
     :func:`autosearch.search.data_movement.blocked_copy_sketch`, since TVM's single schedule for it can lose
     to the naive loop nest; so does a softmax, :func:`autosearch.search.softmax.softmax_sketch`, whose reductions
     TVM's sketches leave scalar (over the last axis vectors of each row, over another vectors along the last); and
-    a concatenation along its last axis one more, :func:`autosearch.search.data_movement.partitioned_concat_sketch`.
+    a concatenation along its last axis one more, :func:`autosearch.search.data_movement.partitioned_concat_sketch`,
+    and one along another axis (a decode head's) one more,
+    :func:`autosearch.search.data_movement.partitioned_axis_concat_sketch`.
     Each sketch of ours without decisions (the column softmax's, the concatenation's) is measured first
     (:attr:`measure_first`).
 
@@ -161,7 +163,11 @@ class DecisionSpace:
     def __init__(self, mod, target, *, seed: int = 0, store: SketchStore | None = None) -> None:
         from tvm.s_tir import meta_schedule as ms
 
-        from autosearch.search.data_movement import blocked_copy_sketch, partitioned_concat_sketch
+        from autosearch.search.data_movement import (
+            blocked_copy_sketch,
+            partitioned_axis_concat_sketch,
+            partitioned_concat_sketch,
+        )
         from autosearch.search.softmax import softmax_sketch
         from autosearch.tensor_units.sketch import bf16_sketches
         from autosearch.tvm_compat import import_tensor_intrinsics, register_pool_rules
@@ -196,12 +202,15 @@ class DecisionSpace:
         extra = (blocked_copy_sketch(mod, target, seed=_SCHEDULE_SEED)
                  or softmax_sketch(mod, target, seed=_SCHEDULE_SEED))
         concat = partitioned_concat_sketch(mod, target, seed=_SCHEDULE_SEED)
-        schedules += [s for s in (extra, concat) if s is not None]
+        axis_concat = partitioned_axis_concat_sketch(mod, target, seed=_SCHEDULE_SEED)
+        schedules += [s for s in (extra, concat, axis_concat) if s is not None]
         self.sketches: tuple[Sketch, ...] = tuple(self._make_sketch(i, sch) for i, sch in enumerate(schedules))
         # configs to measure before any search and before the known schedules: each sketch of ours without
-        # decisions (one config), too good to leave to a short run's chance of drawing it
+        # decisions (one config), and the axis concatenation's with its first tile (its other tiles lose by up to
+        # 9x), too good to leave to a short run's chance of drawing them
         self.measure_first: tuple[Config, ...] = tuple(
-            self.default(i) for i in range(ours, len(schedules)) if not self.sketches[i].decisions)
+            self.default(i) for i in range(ours, len(schedules))
+            if not self.sketches[i].decisions or (axis_concat is not None and i == len(schedules) - 1))
         if store is not None:
             store.put(key, self._dump())
 
@@ -491,7 +500,7 @@ class DecisionSpace:
             )
             sch.enter_postproc()
             for postproc in self._postprocs_without_layout if rewrite == "none" else self._postprocs:
-                if not postproc.apply(sch):
+                if not _postprocess(postproc, sch):
                     return Applied(config=effective, error=f"postprocessor {type(postproc).__name__} rejected it")
         except Exception as exc:  # TVM raises ScheduleError / TVMError with long texts
             text = str(exc).strip().splitlines()
@@ -500,6 +509,21 @@ class DecisionSpace:
 
     def __repr__(self) -> str:
         return f"DecisionSpace(sketches={len(self.sketches)}, log10_size={self.log10_size():.1f})"
+
+
+def _postprocess(postproc, sch) -> bool:
+    """``postproc.apply(sch)``, except that a ``RewriteLayout`` that cannot read a loop nest leaves the layouts as
+    they are: it lays constant inputs out in the order the loops read them, and a loop partitioned by a sketch of ours
+    (:func:`~autosearch.search.data_movement.partitioned_axis_concat_sketch`: a decode head's anchors are constants)
+    has bounds it does not parse. A kernel that reads them as they are is still a kernel, checked like any other."""
+    from tvm.s_tir import meta_schedule as ms
+
+    try:
+        return bool(postproc.apply(sch))
+    except Exception:
+        if isinstance(postproc, ms.postproc.RewriteLayout):
+            return True
+        raise
 
 
 def _weights_only(mod):
