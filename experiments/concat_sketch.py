@@ -1,9 +1,13 @@
-"""What the partitioned-concatenation sketch buys: each concatenation along the channels of a run's log, its best
-schedule as the run measured it against the sketch (:func:`autosearch.search.data_movement.partitioned_concat_sketch`)
-and against the unscheduled kernel, built here and timed in turns in one measuring process (``--rounds`` rounds of
-20 cold repeats, the order reversed every other round; outputs checked against the unscheduled kernel)::
+"""What the partitioned-concatenation sketches buy: each concatenation of a run's log, along the channels (NHWC's last
+axis: :func:`autosearch.search.data_movement.partitioned_concat_sketch`) or along an outer axis (a decode head's:
+:func:`~autosearch.search.data_movement.partitioned_axis_concat_sketch`, at its first tile), its best schedule as the
+run measured it against the sketch and against the unscheduled kernel, built here and timed in turns in one
+measuring process (``--rounds`` rounds of 20 cold repeats, the order reversed every other round; outputs checked
+against the unscheduled kernel)::
 
     python -m experiments.concat_sketch --log experiments/results/user-yolov8n-15min-seed1-zen3-ahead/log.jsonl.gz
+    python -m experiments.concat_sketch --log experiments/results/user-yolov8n-obb.onnx-kinds-probe/log.jsonl.gz \
+        --out decode-heads
 
 A log written before the sketch existed compares TVM's own sketches (and the blocked copy) with it; a later log's best
 may be the sketch itself. Writes ``experiments/results/concat-sketch[-OUT].{md,json}``. A minute or two.
@@ -33,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     from autosearch.frontend.task import TuningTask
     from autosearch.measure.kernels import KernelRunner, build
     from autosearch.records import read_log
-    from autosearch.search.data_movement import concat_boundaries
+    from autosearch.search.data_movement import concat_boundaries, partitioned_axis_concat_sketch
     from autosearch.search.space import DecisionSpace
 
     contents = read_log(args.log)
@@ -42,25 +46,26 @@ def main(argv: list[str] | None = None) -> int:
     for key, header in contents.tasks.items():
         best = contents.best(key)
         task = TuningTask.from_json(header)
-        if best is None or concat_boundaries(task.mod) is None:  # the sketch's own test, before a design space
+        if best is None or (concat_boundaries(task.mod) is None  # the sketches' own tests, before a design space
+                            and partitioned_axis_concat_sketch(task.mod, task.target, seed=1) is None):
             continue
         space = DecisionSpace(task.mod, task.target)
-        if not space.measure_first:  # not a concatenation along the last axis
+        if not space.measure_first:  # neither sketch applies
             continue
         machine = machine or fingerprint(task.target)
         target = target_to_json(task.target)
         unscheduled, _ = build(tvm.ir.save_json(task.mod), target)
         runner.reference(key, unscheduled, task.args, 0, {"repeat": 1})
         builds = {"best": build(tvm.ir.save_json(space.apply(best.config).mod), target)[0],
-                  "sketch": build(tvm.ir.save_json(space.apply(space.measure_first[0]).mod), target)[0],
+                  "sketch": build(tvm.ir.save_json(space.apply(space.measure_first[-1]).mod), target)[0],
                   "unscheduled": unscheduled}
         ms = in_turns(runner, key, task.args, builds, args.rounds)
         rows.append({"task": task.name, "layouts": (task.lowering or {}).get("layouts"), "weight": task.weight,
                      "shapes": [list(shape) for shape, _ in task.args], "trials": len(contents.trials(key)),
-                     "best_is_sketch": best.config == space.measure_first[0], "logged_ms": best.latency * 1e3, **ms})
+                     "best_is_sketch": best.config == space.measure_first[-1], "logged_ms": best.latency * 1e3, **ms})
         sys.stderr.write(f"[{len(rows)}] {task.name[:48]} best {ms['best']:.3f} sketch {ms['sketch']:.3f} ms\n")
     if not rows:
-        parser.error(f"{args.log} has no measured concatenation along the last axis")
+        parser.error(f"{args.log} has no measured concatenation either sketch applies to")
 
     table = markdown_table(
         ["task", "inputs -> output", "weight", "trials", "run's best ms", "sketch ms", "unscheduled ms",
@@ -73,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     def weighted(field: str) -> float:
         return sum(r[field] * r["weight"] for r in rows)
 
-    text = (f"**Concatenations along the last axis: the run's best against the partitioned sketch** "
+    text = (f"**Concatenations: the run's best against the partitioned sketch** "
             f"({describe(machine)}; log `{args.log}`; each built here, timed in turns, {args.rounds} rounds of 20 cold "
             "repeats, medians)\n\n"
             f"{table}\n\nWeighted by calls: the run's best {weighted('best'):.3f} ms, the sketch "
