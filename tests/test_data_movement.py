@@ -191,11 +191,13 @@ def test_a_run_measures_the_partitioned_concatenation_first(concat_model, tmp_pa
 
 
 def decode_like_onnx(path: str | None = None):
-    """An oriented-box decode head in miniature: boxes scaled, class scores through a sigmoid and an angle through
-    its cosine and sine, concatenated on the channels (axis 1) into one channel-major output, as YOLO's heads do."""
+    """An oriented-box decode head in miniature: boxes offset by constant anchors, class scores through a sigmoid and
+    an angle through its cosine and sine, concatenated on the channels (axis 1) into one channel-major output, as
+    YOLO's heads do. The anchors are a constant input of the task, one TVM's ``RewriteLayout`` would lay out."""
+    anchors = np.arange(4 * 96, dtype=np.float32).reshape(1, 4, 96) / 96
     graph = helper.make_graph(
         [
-            helper.make_node("Mul", ["box", "two"], ["scaled"]),
+            helper.make_node("Add", ["box", "anchors"], ["scaled"]),
             helper.make_node("Sigmoid", ["cls"], ["scores"]),
             helper.make_node("Cos", ["angle"], ["cos"]),
             helper.make_node("Sin", ["angle"], ["sin"]),
@@ -207,7 +209,7 @@ def decode_like_onnx(path: str | None = None):
          helper.make_tensor_value_info("cls", TensorProto.FLOAT, [1, 8, 96]),
          helper.make_tensor_value_info("angle", TensorProto.FLOAT, [1, 1, 96])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 13, 96])],
-        [helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0])],
+        [helper.make_tensor("anchors", TensorProto.FLOAT, [1, 4, 96], anchors.ravel().tolist())],
     )
     return _model(graph, path)
 
