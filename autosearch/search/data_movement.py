@@ -36,9 +36,7 @@ def blocked_copy_sketch(mod, target, *, seed: int) -> Any | None:
         return None
     sch, blocks, outputs = found
     try:
-        for rv in blocks:
-            if not any(rv.same_as(o) for o in outputs):
-                sch.compute_inline(rv)
+        _inline_intermediates(sch, blocks, outputs)
         for rv in outputs:
             loops = sch.get_loops(rv)
             extent = int(sch.get(loops[-1]).extent)
@@ -76,6 +74,14 @@ def _spatial_blocks(mod, seed: int) -> tuple[Any, list, list] | None:
         if not any(w.source.same_as(b) for w in block.writes for b in intermediates):
             outputs.append(rv)
     return sch, blocks, outputs
+
+
+def _inline_intermediates(sch, blocks, outputs) -> None:
+    """Every block of ``blocks`` but the ``outputs`` inlined into its consumers: what each of these sketches starts
+    from (raises where TVM cannot inline one; the sketch then does not exist)."""
+    for rv in blocks:
+        if not any(rv.same_as(o) for o in outputs):
+            sch.compute_inline(rv)
 
 
 def concat_boundaries(mod) -> list[int] | None:
@@ -118,9 +124,7 @@ def partitioned_concat_sketch(mod, target, *, seed: int) -> Any | None:
     if len(outputs) != 1:
         return None
     try:
-        for rv in blocks:
-            if not rv.same_as(outputs[0]):
-                sch.compute_inline(rv)
+        _inline_intermediates(sch, blocks, outputs)
         loops = sch.get_loops(outputs[0])
         if len(loops) < 2 or int(sch.get(loops[-1]).extent) != bounds[-1]:
             return None
@@ -201,9 +205,7 @@ def partitioned_axis_concat_sketch(mod, target, *, seed: int) -> Any | None:
         return None
     axis, sizes = concat
     try:
-        for rv in blocks:
-            if not rv.same_as(outputs[0]):
-                sch.compute_inline(rv)
+        _inline_intermediates(sch, blocks, outputs)
         loops = sch.get_loops(outputs[0])
         if axis >= len(loops) - 1:  # along the last axis: partitioned_concat_sketch's case
             return None

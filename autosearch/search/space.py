@@ -88,6 +88,14 @@ class Sketch:
     def log10_size(self) -> float:
         return sum(math.log10(max(1, len(d.choices))) for d in self.decisions)
 
+    @cached_property
+    def partitions_loops(self) -> bool:
+        """Whether the trace partitions a loop (our concatenation sketches, :mod:`autosearch.search.data_movement`).
+        TVM's ``RewriteLayout`` cannot parse a partitioned loop's bounds (it raises where the task has constant
+        inputs to lay out, a decode head's anchors), so such a sketch is post-processed without it: its constants
+        keep their layout, the kernel is checked like any other."""
+        return any(inst.kind.name == "LoopPartition" for inst in self.trace.insts)
+
 
 @dataclass(frozen=True)
 class Applied:
@@ -499,8 +507,9 @@ class DecisionSpace:
                 ),
             )
             sch.enter_postproc()
-            for postproc in self._postprocs_without_layout if rewrite == "none" else self._postprocs:
-                if not _postprocess(postproc, sch):
+            without_layout = rewrite == "none" or sketch.partitions_loops
+            for postproc in self._postprocs_without_layout if without_layout else self._postprocs:
+                if not postproc.apply(sch):
                     return Applied(config=effective, error=f"postprocessor {type(postproc).__name__} rejected it")
         except Exception as exc:  # TVM raises ScheduleError / TVMError with long texts
             text = str(exc).strip().splitlines()
@@ -509,21 +518,6 @@ class DecisionSpace:
 
     def __repr__(self) -> str:
         return f"DecisionSpace(sketches={len(self.sketches)}, log10_size={self.log10_size():.1f})"
-
-
-def _postprocess(postproc, sch) -> bool:
-    """``postproc.apply(sch)``, except that a ``RewriteLayout`` that cannot read a loop nest leaves the layouts as
-    they are: it lays constant inputs out in the order the loops read them, and a loop partitioned by a sketch of ours
-    (:func:`~autosearch.search.data_movement.partitioned_axis_concat_sketch`: a decode head's anchors are constants)
-    has bounds it does not parse. A kernel that reads them as they are is still a kernel, checked like any other."""
-    from tvm.s_tir import meta_schedule as ms
-
-    try:
-        return bool(postproc.apply(sch))
-    except Exception:
-        if isinstance(postproc, ms.postproc.RewriteLayout):
-            return True
-        raise
 
 
 def _weights_only(mod):
