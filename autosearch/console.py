@@ -107,6 +107,8 @@ def print_report(console: Console, report: Report) -> None:
         console.print(f"[yellow]{report.pace}[/yellow]")
     for name, check in report.checks.items():
         console.print(check.line(name, markup=True))
+    if report.outputs_note:
+        console.print(f"note: {report.outputs_note}", markup=False)
     memory_table = Table(title="TVM memory (MiB): computed from the module before the build, and measured")
     for col in MEMORY_COLUMNS:
         memory_table.add_column(col, justify="left" if col == "TVM" else "right")

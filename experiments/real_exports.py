@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import subprocess
+import tempfile
 import time
 
 import numpy as np
@@ -48,14 +49,19 @@ from autosearch.errors import UserError
 from autosearch.tables import markdown_table
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+NMS_FREE = "nms-free"  # ``nms=False``: the one-to-one head (YOLOv10, YOLO26), its top-k in the graph
+DEFAULT = "default"  # Ultralytics' own options, as ``yolo export model=NAME.pt format=onnx`` exports
 MODELS = ("yolov8n", "yolo11n")  # Ultralytics' yaml names are the built-in names
 KINDS = {"unsimplified": {"opset": 17, "simplify": False},
          "dynamic": {"opset": 17, "simplify": False, "dynamic": True},
          "simplified": {"opset": 17, "simplify": True}}
-DEFAULT = "default"  # Ultralytics' own options, as ``yolo export model=NAME.pt format=onnx`` exports
 # the other task heads, each model's ``-seg`` / ``-pose`` / ``-obb`` / ``-cls`` yaml in Ultralytics' default export,
 # at the image size Ultralytics trains it at
 HEADS = {"seg": 640, "pose": 640, "obb": 1024, "cls": 224}
+# the other detection families Ultralytics builds, each in its default export; those with a one-to-one head (YOLOv10,
+# YOLO26) also with ``nms=False``, which selects the detections in the graph (TopK)
+FAMILIES = {"yolov5nu": (DEFAULT,), "yolov9t": (DEFAULT,), "yolov10n": (DEFAULT, NMS_FREE),
+            "yolo26n": (DEFAULT, NMS_FREE)}
 IMAGE_SHAPE = "images:1,3,640,640"
 
 EXPORT_SCRIPT = """
@@ -64,10 +70,10 @@ lib = torch.library.Library("torchvision", "DEF")  # torchvision's CUDA-built op
 lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
 lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
 import ultralytics
-from ultralytics import YOLO
+from ultralytics import RTDETR, YOLO
 name, out, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 torch.manual_seed(0)
-yolo = YOLO(name + ".yaml")
+yolo = (RTDETR if name.startswith("rtdetr") else YOLO)(name + ".yaml")
 net = yolo.model.eval()  # batch norms at their initial statistics: the identity, as export folds them
 x = torch.rand(1, 3, 320, 320, generator=torch.Generator().manual_seed(0))
 convs = [m for m in net.modules() if isinstance(m, torch.nn.Conv2d) and m.weight.requires_grad]  # not DFL's
@@ -96,10 +102,12 @@ def export(python: str, name: str, kind: str, path: str, *, imgsz: int = 640) ->
         if versions.get("weights") == WEIGHTS:  # an export of before the scaling is made again
             return versions
     env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_AUTOINSTALL": "0"}
-    options = json.dumps({**KINDS.get(kind, {}), "imgsz": imgsz})  # DEFAULT: none but the image size
+    kind_options = {NMS_FREE: {"nms": False}}.get(kind, KINDS.get(kind, {}))  # DEFAULT: none but the image size
+    options = json.dumps({**kind_options, "imgsz": imgsz})
     script = f"WEIGHTS = {WEIGHTS!r}\n" + EXPORT_SCRIPT
-    proc = subprocess.run([python, "-c", script, name, path, options], capture_output=True, text=True,
-                          cwd=os.path.dirname(path), env=env, timeout=900)
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as work:  # Ultralytics writes NAME.onnx there,
+        proc = subprocess.run([python, "-c", script, name, path, options], capture_output=True, text=True,
+                              cwd=work, env=env, timeout=900)  # which is another kind's path in --work
     if proc.returncode != 0:
         raise RuntimeError(f"export of {name} ({kind}) failed:\n{proc.stderr[-3000:]}")
     versions = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -190,7 +198,12 @@ def main() -> int:
     p.add_argument("--work", default=os.path.join(os.path.expanduser("~"), ".cache", "autosearch", "real_exports"))
     p.add_argument("--export", metavar="NAME", help="only export Ultralytics' NAME.yaml (e.g. yolo12n, a model not "
                    "built in) with Ultralytics' defaults to --work/NAME.onnx, for `run --model` and user_path")
+    p.add_argument("--families", action="store_true", help="only the other detection families (FAMILIES): export, "
+                   "import, tasks; writes experiments/results/real_exports_families.md")
     args = p.parse_args()
+    if args.families:
+        os.makedirs(args.work, exist_ok=True)
+        return families(args.ultralytics_python, args.work)
     if args.export:
         os.makedirs(args.work, exist_ok=True)
         path = os.path.join(args.work, f"{args.export}.onnx")
@@ -232,6 +245,40 @@ def main() -> int:
             rows.append(head_row(f"{name}-{head}", size, path, builtin_convs, target))
             print(json.dumps(rows[-1]), flush=True)
     write(rows, versions)
+    return 0
+
+
+def families(python: str, work: str) -> int:
+    """The other detection families' exports (:data:`FAMILIES`): what autosearch makes of each."""
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import parse_target
+
+    target, rows, versions = parse_target(None), [], {}
+    builtin = {}  # the built-in models' conv tasks: a family's layers among them have known schedules
+    for name in MODELS:
+        builtin |= conv_tasks(import_model(name, target, winograd="off", layout="NCHW"))
+    for name, kinds in FAMILIES.items():
+        for kind in kinds:
+            path = os.path.join(work, f"{name}.onnx" if kind == DEFAULT else f"{name}-{kind}.onnx")
+            versions = export(python, name, kind, path)
+            rows.append({**head_row(name, 640, path, builtin, target), "kind": kind})
+            print(json.dumps(rows[-1]), flush=True)
+    header = ["model", "export", "nodes", "outputs", "autosearch", "tasks", "conv tasks (layers)", "GFLOP",
+              "conv tasks shared with built-in YOLOv8n / YOLO11n", "un-lowered in NHWC", "folded vs export"]
+    cells = [[r["model"], "`nms=False`" if r["kind"] == NMS_FREE else "default", r["nodes"], r["outputs"],
+              f"imports in {r['import_s']:.1f} s", r["tasks"], f"{r['conv_tasks']} ({r['conv_layers']})",
+              f"{r['gflop']:.3f}", r["conv_tasks_shared_with_detect"], r["unlowered_in_nhwc"],
+              f"{r['folded_vs_export_rel_diff']:.1e}"] for r in rows]
+    lines = ["# Ultralytics' other detection families", "",
+             f"`python -m experiments.real_exports --families`; Ultralytics {versions.get('ultralytics')} (torch "
+             f"{versions.get('torch')}), random weights from the yaml, each convolution scaled to unit output variance,"
+             " 640x640, Ultralytics' default export and, for the models with a one-to-one head, `nms=False` (the"
+             " detections selected in the graph: TopK, GatherElements); tasks as `tasks --winograd off --layout NCHW`"
+             " lists them.", "", markdown_table(header, cells), "",
+             "'un-lowered in NHWC' and 'folded vs export' as in `real_exports.md`. TopK is compiled as TVM lowers it"
+             " (a call into its runtime's sort), not a tuning task."]
+    with open(os.path.join(RESULTS, "real_exports_families.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
     return 0
 
 

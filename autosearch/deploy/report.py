@@ -113,6 +113,18 @@ def _check_from(error: float, precision: str) -> Check:
     return Check(error, LOW_PRECISION_TOLERANCE, f"{precision} inference: tolerance {LOW_PRECISION_TOLERANCE:.0e}")
 
 
+SELECTION_NOTE = ("the model selects its output rows with TopK (an NMS-free head): where scores tie, as a random-weight"
+                  " model's saturated ones do, runtimes a rounding apart select or order other rows, so a difference"
+                  " here cannot tell a wrong kernel from a tie; every tuned kernel's output was checked against the"
+                  " unscheduled kernel's when it was measured")
+
+
+def selection_note(onnx_model) -> str:
+    """:data:`SELECTION_NOTE` for a graph that selects with TopK, else "": the output check then compares rows that
+    ties may have put in another order or swapped, for the fp32 runtimes as for the others."""
+    return SELECTION_NOTE if any(node.op_type == "TopK" for node in onnx_model.graph.node) else ""
+
+
 def _beside_peer(checks: dict[str, Check], precision: dict[str, str], peer: str) -> None:
     """Each other row in ``peer``'s precision (OpenVINO at its default, when that is not fp32) also gives ``peer``'s
     deviation: how far that precision moves this model's outputs on these inputs (on a deep net with random weights
@@ -230,6 +242,7 @@ class Report:
     plot: str  # the PNG written
     markdown: str | None = None  # the Markdown file written, if asked for
     pace: str = ""  # a warning when a runtime's processes ran at paces far apart (timing.pace_note), else ""
+    outputs_note: str = ""  # what the output checks cannot tell on this model (selection_note), else ""
     figures: dict[str, Any] = field(default_factory=dict)  # the measurements as JSON (median ms, bytes, errors)
 
     @property
@@ -312,7 +325,7 @@ def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_
                     task_count=tuned.task_count, missing_tasks=list(tuned.missing_tasks), timings=timings, rows=rows,
                     checks=checks, memory_rows=memory_rows, budget=budget, per_task=per_task,
                     openvino_precision=ov_precision, plot=plot, markdown=markdown, figures=figures,
-                    pace=pace_note(timings))
+                    pace=pace_note(timings), outputs_note=selection_note(imported.onnx_model))
     if markdown:
         with open(markdown, "w") as fh:
             fh.write(report_markdown(report))
@@ -325,6 +338,8 @@ def report_markdown(report: Report) -> str:
     if report.pace:
         parts.append(f"\n{report.pace}\n")
     parts += [f"\n{check.line(name, markup=False)}\n" for name, check in report.checks.items()]
+    if report.outputs_note:
+        parts.append(f"\nNote: {report.outputs_note}\n")
     parts += ["\nTVM memory (MiB): computed from the module before the build, and measured\n\n",
               _markdown_table(list(MEMORY_COLUMNS), report.memory_rows)]
     if report.budget:

@@ -22,7 +22,7 @@ import onnx
 from autosearch import plugins
 from autosearch.errors import UserError, last_line
 from autosearch.frontend.lowering import DEFAULT_FAST_MATH, OLD_LOWERING
-from autosearch.frontend.task import TuningTask, task_from_module
+from autosearch.frontend.task import TuningTask, schedulable, task_from_module
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ def _extract(relax_mod, target, lowering_mode: str, label: str, layout: str = "N
     lowering = {"winograd": label, "layout": layout, "fast_math": fast_math,
                 "precision": precision_label or precision}
     return [task_from_module(t.dispatched[0], target, name=t.task_name, weight=int(t.weight), lowering=lowering)
-            for t in ms.relax_integration.extract_tasks(lowered, target)]
+            for t in ms.relax_integration.extract_tasks(lowered, target) if schedulable(t.dispatched[0])]
 
 
 def extract_tasks(relax_mod, target, *, winograd: str = "auto", layout: str = "NCHW",

@@ -485,9 +485,27 @@ def apply_database(lowered, target, database, *, prepack: bool = True, folder=No
     with target, database, tvm.transform.PassContext(opt_level=3):
         mod = relax.transform.MetaScheduleApplyDatabase()(lowered)
         if prepack:
-            mod = relax.transform.SplitLayoutRewritePreproc()(mod)
+            mod = relax.transform.SplitLayoutRewritePreproc()(with_root_blocks(mod))
             mod = tvm.transform.Sequential(with_folder([relax.transform.FoldConstant()], folder))(mod)
         return tvm.transform.Sequential(default_schedules(target))(mod)
+
+
+def with_root_blocks(mod):
+    """``mod`` with every PrimFunc's body inside a root block. TVM lowers some operators to one opaque block that
+    calls into its runtime (``topk``: an NMS-free head's selection), with no root block around it, and
+    ``SplitLayoutRewritePreproc``, which reads every function of the module, then stops the build on it. Wrapped,
+    the function computes the same and the pass finds no layout to rewrite in it."""
+    import tvm
+    from tvm import s_tir
+
+    def rooted(func):
+        body = func.body
+        if isinstance(body, s_tir.SBlockRealize) and body.block.name_hint == "root":
+            return func
+        return func.with_body(s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], "root", body)))
+
+    return tvm.IRModule({gv: rooted(f) if isinstance(f, tvm.tirx.PrimFunc) else f for gv, f in mod.functions_items()},
+                        attrs=mod.attrs, global_infos=mod.global_infos)
 
 
 def untuned_module(relax_mod, target):
