@@ -253,3 +253,67 @@ def test_a_concatenation_on_an_outer_axis_is_partitioned_there_tiled_and_measure
         assert runner.prepare(task).ok
         results = runner.measure(task, [a.mod for a in applied])
     assert [r.status.value for r in results] == ["ok"] * 3, [r.error for r in results]  # checked outputs
+
+
+def nms_free_decode_onnx(path: str | None = None):
+    """An NMS-free head's decode in miniature: two levels' boxes and class logits (8 x 8 and 4 x 4 anchors), each
+    flattened and concatenated along the anchors, the logits through a sigmoid, boxes and scores concatenated on the
+    channels, then transposed anchor-major and split into boxes (1, 80, 4) and scores (1, 80, 8), as YOLOv10's and
+    YOLO26's ``nms=False`` exports feed their TopK."""
+    nodes, shapes = [], {}
+    for kind, channels in (("box", 4), ("cls", 8)):
+        for level, side in enumerate((8, 4)):
+            name = f"{kind}{level}"
+            shapes[name] = [1, channels, side, side]
+            nodes.append(helper.make_node("Reshape", [name, f"flat_{channels}_{side}"], [f"{name}_flat"]))
+        nodes.append(helper.make_node("Concat", [f"{kind}0_flat", f"{kind}1_flat"], [f"{kind}_all"], axis=2))
+    nodes += [helper.make_node("Sigmoid", ["cls_all"], ["scores"]),
+              helper.make_node("Concat", ["box_all", "scores"], ["y"], axis=1),
+              helper.make_node("Transpose", ["y"], ["t"], perm=[0, 2, 1]),
+              helper.make_node("Split", ["t", "sizes"], ["boxes", "classes"], axis=2)]
+    graph = helper.make_graph(
+        nodes, "nms_free_decode",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in shapes.items()],
+        [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 80, 4]),
+         helper.make_tensor_value_info("classes", TensorProto.FLOAT, [1, 80, 8])],
+        [helper.make_tensor(f"flat_{c}_{s}", TensorProto.INT64, [3], [1, c, s * s]) for c in (4, 8) for s in (8, 4)]
+        + [helper.make_tensor("sizes", TensorProto.INT64, [2], [4, 8])],
+    )
+    return _model(graph, path)
+
+
+def test_an_output_choosing_its_level_by_anchor_is_partitioned_there_and_measured_first(tmp_path_factory, target,
+                                                                                         head_task, conv_task):
+    import tvm
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    from autosearch.measure.local import LocalRunner
+    from autosearch.search.data_movement import _inline_intermediates, _spatial_blocks, choice_points
+    from autosearch.search.data_movement import partitioned_choice_sketch as sketch
+    from autosearch.search.space import DecisionSpace
+
+    _, task = _one_task(tmp_path_factory, target, nms_free_decode_onnx, "nms_free_decode")
+    sch, blocks, outputs = _spatial_blocks(task.mod, 1)
+    _inline_intermediates(sch, blocks, outputs)
+    # inlined, both outputs choose their level at anchor 64; the boxes' channels choose nothing (the scores are
+    # past their 4), the scores' neither
+    assert [choice_points(sch.get(o)) for o in outputs] == [{1: [64]}, {1: [64]}]
+    assert sketch(conv_task.mod, target, seed=1) is None  # a reduction
+    assert sketch(head_task.mod, target, seed=1) is None  # chooses along its last axis only
+    space = DecisionSpace(task.mod, target)
+    last = space.sketches[-1]
+    assert not last.decisions and last.partitions_loops
+    assert space.measure_first[-1].sketch == last.index
+    applied = space.apply(space.measure_first[-1])
+    assert applied.ok, applied.error
+    script = applied.mod.script()
+    assert script.count('_partition"):') == 4  # two loop nests per output, one per level
+    assert script.count("T.parallel(T.int64(64))") == 2 and script.count("T.parallel(T.int64(64), T.int64(80))") == 2
+    replayed = Schedule(task.mod)  # a database record of it replays in TVM to the same kernel
+    Trace.apply_json_to_schedule(applied.trace_json(), replayed)
+    tvm.ir.assert_structural_equal(replayed.mod, applied.mod)
+    with LocalRunner(target=target) as runner:
+        assert runner.prepare(task).ok
+        [result] = runner.measure(task, [applied.mod])
+    assert result.status.value == "ok", result.error  # its outputs checked against the unscheduled kernel's

@@ -19,6 +19,10 @@ schedules (:attr:`autosearch.search.space.DecisionSpace.measure_first`), since a
 too few trials to draw it (``docs/results.md``, "Concatenations along the channels"). A nearest-neighbour resize
 fused into such a concatenation (YOLO's necks) is partitioned alike: its slice reads the smaller input, a gather
 along the rows but a plain copy along the channels, which the partition leaves to LLVM to vectorise.
+
+Where an output chooses its source by an outer index after the inlining, not being a concatenation itself (an
+NMS-free head concatenates the three levels' anchors, then transposes and splits the result into boxes and scores,
+each anchor-major), :func:`partitioned_choice_sketch` partitions that index where the choice changes.
 """
 
 from __future__ import annotations
@@ -222,5 +226,115 @@ def partitioned_axis_concat_sketch(mod, target, *, seed: int) -> Any | None:
     return sch
 
 
-__all__ = ["block_concat", "blocked_copy_sketch", "concat_boundaries", "partitioned_axis_concat_sketch",
-           "partitioned_concat_sketch"]
+_BINARY = ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE", "LT", "LE", "GT", "GE",
+           "And", "Or")
+
+
+def _conditions(expr, conditions: list, variables: list) -> None:
+    """The conditions of ``expr``'s ``if_then_else`` and ``Select`` nodes into ``conditions``, its variables into
+    ``variables`` (TVM 0.27's Python has no expression visitor: the nodes are walked by their fields)."""
+    kind = type(expr).__name__
+    if kind == "Var":
+        variables.append(expr)
+        return
+    if kind in ("BufferLoad", "TensorLoad"):
+        children = list(expr.indices)
+    elif kind == "Call":
+        if getattr(expr.op, "name", "") == "prim.if_then_else":
+            conditions.append(expr.args[0])
+        children = list(expr.args)
+    elif kind == "Select":
+        conditions.append(expr.condition)
+        children = [expr.condition, expr.true_value, expr.false_value]
+    elif kind in _BINARY:
+        children = [expr.a, expr.b]
+    elif kind == "Not":
+        children = [expr.a]
+    elif kind == "Cast":
+        children = [expr.value]
+    else:
+        children = []
+    for child in children:
+        _conditions(child, conditions, variables)
+
+
+def choice_points(block) -> dict[int, list[int]]:
+    """{axis: the indices where the choice changes} of a spatial block whose value chooses among sources by conditions
+    on one of its iteration variables each (a concatenation inlined into what reads it: ``if_then_else(6400 <= a,
+    ...)``): the axes by their position among the block's iteration variables, each condition's point the first
+    index at which it flips (found by bisection; a condition of one variable over a concatenation is monotone).
+    Conditions on several variables, or true or false throughout, give none."""
+    import tvm
+    from tvm.sym import Analyzer
+
+    extents = [(iv.var, int(iv.dom.extent)) for iv in block.iter_vars]
+    conditions: list = []
+    _conditions(block.body.value, conditions, [])
+    points: dict[int, set[int]] = {}
+    for condition in conditions:
+        used: list = []
+        _conditions(condition, [], used)
+        axes = {i for i, (var, _) in enumerate(extents) if any(u.same_as(var) for u in used)}
+        if len(axes) != 1 or not all(any(u.same_as(var) for var, _ in extents) for u in used):
+            continue
+        (axis,) = axes
+        var, extent = extents[axis]
+
+        def holds(index: int, condition=condition, var=var) -> int | None:
+            analyzer = Analyzer()
+            analyzer.bind(var, tvm.tirx.const(index, str(var.ty)))
+            value = analyzer.simplify(condition)
+            return int(value.value) if isinstance(value, tvm.tirx.IntImm) else None
+
+        first, last = holds(0), holds(extent - 1)
+        if first is None or last is None or first == last:
+            continue
+        low, high = 0, extent - 1
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if holds(middle) == first else (low, middle)
+        points.setdefault(axis, set()).add(high)
+    return {axis: sorted(found) for axis, found in sorted(points.items())}
+
+
+def partitioned_choice_sketch(mod, target, *, seed: int) -> Any | None:
+    """A traced Schedule for a data-movement task one of whose outputs, once every producer is inlined into it,
+    chooses its source by an index other than its last (:func:`choice_points`): an NMS-free head's boxes and scores,
+    (1, anchors, 4) and (1, anchors, 80), each anchor from one of three levels. TVM's sketches compute such an
+    output with the choice (a chain of ``if_then_else``) in every element, and its sigmoid's twenty-odd references to
+    the logit each carry the whole chain, so every trial was slower than the unscheduled loop nest. Here each such
+    output's outermost chosen axis is partitioned where the choice changes, each piece a loop of its own, parallel,
+    whose conditions the simplifier folds: a plain copy with its arithmetic that LLVM vectorises along the last
+    axis. The other outputs are parallel over all but their last axis. No decisions. None for any other task, one
+    not for a CPU, or one whose outputs choose along their last axis alone (the concatenation sketches' case)."""
+    if target.kind.name != "llvm":
+        return None
+    found = _spatial_blocks(mod, seed)
+    if found is None:
+        return None
+    sch, blocks, outputs = found
+    partitioned = False
+    try:
+        _inline_intermediates(sch, blocks, outputs)
+        for output in outputs:
+            loops = sch.get_loops(output)
+            block = sch.get(output)
+            if len(loops) != len(block.iter_vars) or len(loops) < 2:
+                return None
+            points = choice_points(block)
+            axis = next((a for a in points if a < len(loops) - 1 and int(sch.get(loops[a]).extent) > 1), None)
+            if axis is None:
+                sch.parallel(sch.fuse(*loops[:-1]))
+                continue
+            cuts = points[axis]
+            pieces = sch.loop_partition(loops[axis], [b - a for a, b in zip([0] + cuts[:-1], cuts)])  # rest last
+            for piece in pieces:
+                sch.parallel(piece)
+            partitioned = True
+    except Exception:  # a block TVM cannot inline, or loops it cannot fuse or partition: no such sketch
+        return None
+    return sch if partitioned else None
+
+
+__all__ = ["block_concat", "blocked_copy_sketch", "choice_points", "concat_boundaries",
+           "partitioned_axis_concat_sketch", "partitioned_choice_sketch", "partitioned_concat_sketch"]

@@ -160,8 +160,10 @@ class DecisionSpace:
     TVM's sketches leave scalar (over the last axis vectors of each row, over another vectors along the last); and
     a concatenation along its last axis one more, :func:`autosearch.search.data_movement.partitioned_concat_sketch`,
     and one along another axis (a decode head's) one more,
-    :func:`autosearch.search.data_movement.partitioned_axis_concat_sketch`.
-    Each sketch of ours without decisions (the column softmax's, the concatenation's) is measured first
+    :func:`autosearch.search.data_movement.partitioned_axis_concat_sketch`; a task whose output, not a
+    concatenation itself, chooses its source by an outer index (an NMS-free head's anchor-major boxes and scores) one
+    more, :func:`autosearch.search.data_movement.partitioned_choice_sketch`.
+    Each sketch of ours without decisions (the column softmax's, the concatenations', the choice's) is measured first
     (:attr:`measure_first`).
 
     ``store``: a :class:`~autosearch.search.sketch_store.SketchStore` the sketches are read from when an earlier
@@ -174,6 +176,7 @@ class DecisionSpace:
         from autosearch.search.data_movement import (
             blocked_copy_sketch,
             partitioned_axis_concat_sketch,
+            partitioned_choice_sketch,
             partitioned_concat_sketch,
         )
         from autosearch.search.softmax import softmax_sketch
@@ -211,7 +214,8 @@ class DecisionSpace:
                  or softmax_sketch(mod, target, seed=_SCHEDULE_SEED))
         concat = partitioned_concat_sketch(mod, target, seed=_SCHEDULE_SEED)
         axis_concat = partitioned_axis_concat_sketch(mod, target, seed=_SCHEDULE_SEED)
-        schedules += [s for s in (extra, concat, axis_concat) if s is not None]
+        choice = None if axis_concat is not None else partitioned_choice_sketch(mod, target, seed=_SCHEDULE_SEED)
+        schedules += [s for s in (extra, concat, axis_concat, choice) if s is not None]
         self.sketches: tuple[Sketch, ...] = tuple(self._make_sketch(i, sch) for i, sch in enumerate(schedules))
         # configs to measure before any search and before the known schedules: each sketch of ours without
         # decisions (one config), and the axis concatenation's with its first tile (its other tiles lose by up to
