@@ -59,9 +59,9 @@ KINDS = {"unsimplified": {"opset": 17, "simplify": False},
 # at the image size Ultralytics trains it at
 HEADS = {"seg": 640, "pose": 640, "obb": 1024, "cls": 224}
 # the other detection families Ultralytics builds, each in its default export; those with a one-to-one head (YOLOv10,
-# YOLO26) also with ``nms=False``, which selects the detections in the graph (TopK)
+# YOLO26) also with ``nms=False``, which selects the detections in the graph (TopK); and its transformer detector
 FAMILIES = {"yolov5nu": (DEFAULT,), "yolov9t": (DEFAULT,), "yolov10n": (DEFAULT, NMS_FREE),
-            "yolo26n": (DEFAULT, NMS_FREE)}
+            "yolo26n": (DEFAULT, NMS_FREE), "rtdetr-l": (DEFAULT,)}
 IMAGE_SHAPE = "images:1,3,640,640"
 
 EXPORT_SCRIPT = """

@@ -498,11 +498,12 @@ def with_root_blocks(mod):
     import tvm
     from tvm import s_tir
 
+    from autosearch.frontend.task import has_root_block
+
     def rooted(func):
-        body = func.body
-        if isinstance(body, s_tir.SBlockRealize) and body.block.name_hint == "root":
+        if has_root_block(func):
             return func
-        return func.with_body(s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], "root", body)))
+        return func.with_body(s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], "root", func.body)))
 
     return tvm.IRModule({gv: rooted(f) if isinstance(f, tvm.tirx.PrimFunc) else f for gv, f in mod.functions_items()},
                         attrs=mod.attrs, global_infos=mod.global_infos)

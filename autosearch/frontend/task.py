@@ -77,25 +77,25 @@ def workload_key(mod) -> str:
 APPROXIMATION_PREFIX = "T_fast_"  # blocks of fast-math approximations (TOPI's fast_exp, lowering.fast_sigmoid)
 
 
+def has_root_block(func) -> bool:
+    """Whether a PrimFunc's body is a root block, as every function TVM schedules has (and some of its passes
+    require)."""
+    from tvm import s_tir
+
+    body = func.body
+    return isinstance(body, s_tir.SBlockRealize) and body.block.name_hint == "root"
+
+
 def schedulable(mod) -> bool:
     """Whether a PrimFunc module has a schedule to tune: every function's body a root block of loops and blocks.
 
     An operator TVM lowers to a call into its runtime (``topk`` calls ``tvm.contrib.sort.topk``: the top-k of an
-    NMS-free head, Ultralytics' ``nms=False``) is one opaque block with no loops, and MetaSchedule's task extraction
-    lists it all the same; there is nothing to search, and it is compiled as TVM lowers it."""
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.schedule import ScheduleError
+    NMS-free head, Ultralytics' ``nms=False``) is one opaque block with no loops and no root block around it, and
+    MetaSchedule's task extraction lists it all the same; there is nothing to search, and it is compiled as TVM lowers
+    it."""
+    from tvm import tirx
 
-    sch = Schedule(mod)
-    for gv, func in mod.functions_items():
-        if not hasattr(func, "body"):
-            continue
-        sch.work_on(gv.name_hint)
-        try:
-            sch.get_sblock("root")
-        except ScheduleError:
-            return False
-    return True
+    return all(has_root_block(f) for _, f in mod.functions_items() if isinstance(f, tirx.PrimFunc))
 
 
 def model_flops(mod) -> float:
