@@ -62,6 +62,7 @@ HEADS = {"seg": 640, "pose": 640, "obb": 1024, "cls": 224}
 # YOLO26) also with ``nms=False``, which selects the detections in the graph (TopK); and its transformer detector
 FAMILIES = {"yolov5nu": (DEFAULT,), "yolov9t": (DEFAULT,), "yolov10n": (DEFAULT, NMS_FREE),
             "yolo26n": (DEFAULT, NMS_FREE), "rtdetr-l": (DEFAULT,)}
+FAMILY_HEADS = ("yolo26n",)  # whose task heads (HEADS) are listed beside the families' detection models
 IMAGE_SHAPE = "images:1,3,640,640"
 
 EXPORT_SCRIPT = """
@@ -84,6 +85,8 @@ with torch.no_grad():
             hook = conv.register_forward_hook(lambda m, i, o: seen.append(o))
             net(x)
             hook.remove()
+            if not seen:  # not on the inference path (YOLO26-pose's training-only branch)
+                continue
             signal = seen[0] - (conv.bias.view(1, -1, 1, 1) if conv.bias is not None else 0)
             conv.weight.mul_(1.0 / max(float(signal.std()), 1e-12))
 path = yolo.export(format="onnx", **{"imgsz": 640, **options})
@@ -263,18 +266,24 @@ def families(python: str, work: str) -> int:
             versions = export(python, name, kind, path)
             rows.append({**head_row(name, 640, path, builtin, target), "kind": kind})
             print(json.dumps(rows[-1]), flush=True)
-    header = ["model", "export", "nodes", "outputs", "autosearch", "tasks", "conv tasks (layers)", "GFLOP",
+        for head, size in HEADS.items() if name in FAMILY_HEADS else ():
+            path = os.path.join(work, f"{name}-{head}-{size}.onnx")
+            versions = export(python, f"{name}-{head}", DEFAULT, path, imgsz=size)
+            rows.append({**head_row(f"{name}-{head}", size, path, builtin, target), "kind": DEFAULT})
+            print(json.dumps(rows[-1]), flush=True)
+    header = ["model", "export", "input", "nodes", "outputs", "autosearch", "tasks", "conv tasks (layers)", "GFLOP",
               "conv tasks shared with built-in YOLOv8n / YOLO11n", "un-lowered in NHWC", "folded vs export"]
-    cells = [[r["model"], "`nms=False`" if r["kind"] == NMS_FREE else "default", r["nodes"], r["outputs"],
+    cells = [[r["model"], "`nms=False`" if r["kind"] == NMS_FREE else "default", f"1x3x{r['size']}x{r['size']}",
+              r["nodes"], r["outputs"],
               f"imports in {r['import_s']:.1f} s", r["tasks"], f"{r['conv_tasks']} ({r['conv_layers']})",
               f"{r['gflop']:.3f}", r["conv_tasks_shared_with_detect"], r["unlowered_in_nhwc"],
               f"{r['folded_vs_export_rel_diff']:.1e}"] for r in rows]
     lines = ["# Ultralytics' other detection families", "",
              f"`python -m experiments.real_exports --families`; Ultralytics {versions.get('ultralytics')} (torch "
              f"{versions.get('torch')}), random weights from the yaml, each convolution scaled to unit output variance,"
-             " 640x640, Ultralytics' default export and, for the models with a one-to-one head, `nms=False` (the"
-             " detections selected in the graph: TopK, GatherElements); tasks as `tasks --winograd off --layout NCHW`"
-             " lists them.", "", markdown_table(header, cells), "",
+             " Ultralytics' default export (the task heads at the image size each is trained at) and, for the models"
+             " with a one-to-one head, `nms=False` (the detections selected in the graph: TopK, GatherElements); tasks"
+             " as `tasks --winograd off --layout NCHW` lists them.", "", markdown_table(header, cells), "",
              "'un-lowered in NHWC' and 'folded vs export' as in `real_exports.md`. TopK is compiled as TVM lowers it"
              " (a call into its runtime's sort), not a tuning task."]
     with open(os.path.join(RESULTS, "real_exports_families.md"), "w") as f:
