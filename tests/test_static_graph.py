@@ -232,3 +232,6 @@ def test_an_export_with_nms_in_its_graph_is_one_line_naming_the_operator_and_wha
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr
     assert "at its Pad operator" in errors[0] and "without it" in errors[0] and "NonMaxSuppression" in errors[0]
+    assert "nms=False" in errors[0]  # the NMS-free export, where the model has one
+    fresh = run_cli("tasks", "--model", path)  # the whole process: nothing after the line, TVM's C++ warnings at exit
+    assert fresh.returncode == 2 and fresh.stderr.strip().count("\n") == 0, fresh.stderr

@@ -8,10 +8,12 @@ the core imports no model builder.
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import logging
 import os
 import re
+import traceback
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ import onnx
 from autosearch import plugins
 from autosearch.errors import UserError, last_line
 from autosearch.frontend.lowering import DEFAULT_FAST_MATH, OLD_LOWERING
+from autosearch.frontend.static_graph import stderr_to_log
 from autosearch.frontend.task import TuningTask, schedulable, task_from_module
 
 log = logging.getLogger(__name__)
@@ -233,7 +236,13 @@ def to_relax(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
             hint = ""
             if any(node.op_type == "NonMaxSuppression" for node in proto.graph.node):
                 hint = (" (the graph runs NonMaxSuppression, whose output size depends on the image: export the"
-                        " model without it, e.g. Ultralytics' nms=False, the default, and run NMS after it)")
+                        " model without it, Ultralytics' default, and run NMS after it; YOLOv10 and YOLO26 also"
+                        " export NMS-free with nms=False)")
+            # the traceback's frames hold the importer's half-built function, whose BlockBuilder warns on fd 2 as
+            # it goes: let it go now, its warning to the debug log, not after the one-line error at exit
+            with stderr_to_log("TVM's importer"):
+                traceback.clear_frames(exc.__traceback__)
+                gc.collect()
             raise UserError(f"TVM could not import the ONNX model{where}: {last_line(exc)}{hint}") from exc
     mod = relax.transform.DecomposeOpsForInference()(mod)
     mod = relax.transform.CanonicalizeBindings()(mod)

@@ -55,7 +55,7 @@ def make_static(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> o
         raise UserError("this model computes tensor shapes at run time; folding them needs onnxsim "
                         "(pip install 'onnxsim>=0.8.1', Python 3.11 or newer)") from exc
 
-    with _stderr_to_log():  # onnxsim's C++ core reports each node it cannot fold yet on fd 2
+    with stderr_to_log("onnxsim"):  # onnxsim's C++ core reports each node it cannot fold yet on fd 2
         try:
             folded, _ = onnxsim.simplify(proto, perform_optimization=False, certify=False, check_n=0,
                                          overwrite_input_shapes={k: list(v) for k, v in shapes.items()})
@@ -88,8 +88,8 @@ def first_dynamic_node(proto: onnx.ModelProto) -> onnx.NodeProto | None:
 
 
 @contextlib.contextmanager
-def _stderr_to_log() -> Iterator[None]:
-    """Send what native code writes to file descriptor 2 into the debug log instead of the terminal."""
+def stderr_to_log(source: str) -> Iterator[None]:
+    """Send what native code (``source``) writes to file descriptor 2 into the debug log instead of the terminal."""
     with tempfile.TemporaryFile(mode="w+b") as sink:
         saved = os.dup(2)
         os.dup2(sink.fileno(), 2)
@@ -101,7 +101,7 @@ def _stderr_to_log() -> Iterator[None]:
             sink.seek(0)
             text = sink.read().decode(errors="replace").strip()
             if text:
-                log.debug("onnxsim: %s", text)
+                log.debug("%s: %s", source, text)
 
 
 def format_shapes(shapes: dict[str, tuple[int, ...]]) -> str:
