@@ -41,6 +41,23 @@ def _one_task(tmp_path_factory, target, make_onnx, name: str):
     return path, task
 
 
+def _replays_and_runs(task, applied: list, target) -> list:
+    """The first of ``applied`` replayed from its trace in TVM, as a database record is, to the same kernel; all of
+    them built and measured, each output checked against the unscheduled kernel's; the results."""
+    import tvm
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    from autosearch.measure.local import LocalRunner
+
+    replayed = Schedule(task.mod)
+    Trace.apply_json_to_schedule(applied[0].trace_json(), replayed)
+    tvm.ir.assert_structural_equal(replayed.mod, applied[0].mod)
+    with LocalRunner(target=target) as runner:
+        assert runner.prepare(task).ok
+        return runner.measure(task, [a.mod for a in applied])
+
+
 @pytest.fixture(scope="module")
 def head_task(tmp_path_factory, target):
     return _one_task(tmp_path_factory, target, head_like_onnx, "head")[1]
@@ -95,11 +112,7 @@ def concat_model(tmp_path_factory, target):
 
 def test_a_channel_concatenation_gets_its_loop_partitioned_at_the_inputs_and_measured_first(concat_model, head_task,
                                                                                             conv_task, target):
-    import tvm
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.schedule import Trace
 
-    from autosearch.measure.local import LocalRunner
     from autosearch.search.data_movement import concat_boundaries, partitioned_concat_sketch
     from autosearch.search.space import DecisionSpace
     from autosearch.types import Config
@@ -118,12 +131,7 @@ def test_a_channel_concatenation_gets_its_loop_partitioned_at_the_inputs_and_mea
     loops = [s for s in applied.mod.script().splitlines() if "for " in s]
     bounds = ("range(T.int64(8))", "range(T.int64(8), T.int64(24))", "range(T.int64(24), T.int64(32))")
     assert [sum(b in s for s in loops) for b in bounds] == [1, 1, 1]  # a loop per input's channels
-    sch = Schedule(task.mod)  # a database record of it replays in TVM to the same kernel
-    Trace.apply_json_to_schedule(applied.trace_json(), sch)
-    tvm.ir.assert_structural_equal(sch.mod, applied.mod)
-    with LocalRunner(target=target) as runner:
-        assert runner.prepare(task).ok
-        [result] = runner.measure(task, [applied.mod])
+    [result] = _replays_and_runs(task, [applied], target)
     assert result.status.value == "ok", result.error  # the output checked against the unscheduled kernel's
 
 
@@ -216,11 +224,8 @@ def decode_like_onnx(path: str | None = None):
 
 def test_a_concatenation_on_an_outer_axis_is_partitioned_there_tiled_and_measured_first(tmp_path_factory, target,
                                                                                          head_task, conv_task):
-    import tvm
     from tvm.s_tir import Schedule
-    from tvm.s_tir.schedule import Trace
 
-    from autosearch.measure.local import LocalRunner
     from autosearch.search.data_movement import (
         AXIS_CONCAT_TILE,
         block_concat,
@@ -246,12 +251,7 @@ def test_a_concatenation_on_an_outer_axis_is_partitioned_there_tiled_and_measure
     assert script.count('_partition"):') == 3  # a loop nest per piece along the channels
     assert "T.grid(T.int64(4), T.int64(16))" in script  # the boxes', with the tile of the last axis inside
     assert "range(T.int64(4), T.int64(12))" in script and "range(T.int64(12), T.int64(13))" in script
-    replayed = Schedule(task.mod)  # a database record of it replays in TVM to the same kernel
-    Trace.apply_json_to_schedule(applied[0].trace_json(), replayed)
-    tvm.ir.assert_structural_equal(replayed.mod, applied[0].mod)
-    with LocalRunner(target=target) as runner:
-        assert runner.prepare(task).ok
-        results = runner.measure(task, [a.mod for a in applied])
+    results = _replays_and_runs(task, applied, target)
     assert [r.status.value for r in results] == ["ok"] * 3, [r.error for r in results]  # checked outputs
 
 
@@ -284,18 +284,13 @@ def nms_free_decode_onnx(path: str | None = None):
 
 def test_an_output_choosing_its_level_by_anchor_is_partitioned_there_and_measured_first(tmp_path_factory, target,
                                                                                          head_task, conv_task):
-    import tvm
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.schedule import Trace
 
-    from autosearch.measure.local import LocalRunner
-    from autosearch.search.data_movement import _inline_intermediates, _spatial_blocks, choice_points
+    from autosearch.search.data_movement import _inlined, choice_points
     from autosearch.search.data_movement import partitioned_choice_sketch as sketch
     from autosearch.search.space import DecisionSpace
 
     _, task = _one_task(tmp_path_factory, target, nms_free_decode_onnx, "nms_free_decode")
-    sch, blocks, outputs = _spatial_blocks(task.mod, 1)
-    _inline_intermediates(sch, blocks, outputs)
+    sch, outputs = _inlined(task.mod, target, 1)
     # inlined, both outputs choose their level at anchor 64; the boxes' channels choose nothing (the scores are
     # past their 4), the scores' neither
     assert [choice_points(sch.get(o)) for o in outputs] == [{1: [64]}, {1: [64]}]
@@ -310,10 +305,5 @@ def test_an_output_choosing_its_level_by_anchor_is_partitioned_there_and_measure
     script = applied.mod.script()
     assert script.count('_partition"):') == 4  # two loop nests per output, one per level
     assert script.count("T.parallel(T.int64(64))") == 2 and script.count("T.parallel(T.int64(64), T.int64(80))") == 2
-    replayed = Schedule(task.mod)  # a database record of it replays in TVM to the same kernel
-    Trace.apply_json_to_schedule(applied.trace_json(), replayed)
-    tvm.ir.assert_structural_equal(replayed.mod, applied.mod)
-    with LocalRunner(target=target) as runner:
-        assert runner.prepare(task).ok
-        [result] = runner.measure(task, [applied.mod])
+    [result] = _replays_and_runs(task, [applied], target)
     assert result.status.value == "ok", result.error  # its outputs checked against the unscheduled kernel's

@@ -33,14 +33,11 @@ from typing import Any
 def blocked_copy_sketch(mod, target, *, seed: int) -> Any | None:
     """A traced Schedule for ``mod`` (one PrimFunc of spatial blocks only), or None when the task computes
     anything (a reduction block), is not for a CPU, or does not inline."""
-    if target.kind.name != "llvm":
-        return None
-    found = _spatial_blocks(mod, seed)
+    found = _inlined(mod, target, seed)
     if found is None:
         return None
-    sch, blocks, outputs = found
+    sch, outputs = found
     try:
-        _inline_intermediates(sch, blocks, outputs)
         for rv in outputs:
             loops = sch.get_loops(rv)
             extent = int(sch.get(loops[-1]).extent)
@@ -50,7 +47,7 @@ def blocked_copy_sketch(mod, target, *, seed: int) -> Any | None:
             outer, inner = sch.split(loops[-1], factors)
             sch.reorder(outer, *loops[:-1], inner)
             sch.parallel(sch.fuse(outer, *loops[:-1]))
-    except Exception:  # a block TVM cannot inline or loops it cannot reorder: no such sketch for this task
+    except Exception:  # loops TVM cannot reorder: no such sketch for this task
         return None
     return sch
 
@@ -88,6 +85,23 @@ def _inline_intermediates(sch, blocks, outputs) -> None:
             sch.compute_inline(rv)
 
 
+def _inlined(mod, target, seed: int) -> tuple[Any, list] | None:
+    """(a traced Schedule of ``mod`` with every block but the outputs inlined, the output blocks), or None unless
+    ``mod`` is one PrimFunc of spatial blocks for a CPU that TVM can inline so: where the sketches that start from
+    the inlined outputs start."""
+    if target.kind.name != "llvm":
+        return None
+    found = _spatial_blocks(mod, seed)
+    if found is None:
+        return None
+    sch, blocks, outputs = found
+    try:
+        _inline_intermediates(sch, blocks, outputs)
+    except Exception:  # a block TVM cannot inline
+        return None
+    return sch, outputs
+
+
 def concat_boundaries(mod) -> list[int] | None:
     """Where a concatenation along the last axis passes from one input to the next (the running sums of the inputs'
     last extents, the output's last), or None unless ``mod``'s function reads two or more inputs of the output's
@@ -118,24 +132,19 @@ def partitioned_concat_sketch(mod, target, *, seed: int) -> Any | None:
     """A traced Schedule for a concatenation along the last axis (:func:`concat_boundaries`): intermediates inlined,
     the outer loops fused and parallel, the last loop partitioned at the inputs' boundaries; None for any other
     task, or one not for a CPU."""
-    if target.kind.name != "llvm":
-        return None
     bounds = concat_boundaries(mod)
-    found = _spatial_blocks(mod, seed) if bounds is not None else None
-    if found is None:
+    found = _inlined(mod, target, seed) if bounds is not None else None
+    if found is None or len(found[1]) != 1:
         return None
-    sch, blocks, outputs = found
-    if len(outputs) != 1:
-        return None
+    sch, outputs = found
     try:
-        _inline_intermediates(sch, blocks, outputs)
         loops = sch.get_loops(outputs[0])
         if len(loops) < 2 or int(sch.get(loops[-1]).extent) != bounds[-1]:
             return None
         sch.parallel(sch.fuse(*loops[:-1]))
         sizes = [b - a for a, b in zip([0] + bounds[:-1], bounds)]
         sch.loop_partition(loops[-1], sizes[:-1] + [None])
-    except Exception:  # a block TVM cannot inline, or loops it cannot fuse or partition: no such sketch
+    except Exception:  # loops TVM cannot fuse or partition: no such sketch
         return None
     return sch
 
@@ -307,15 +316,12 @@ def partitioned_choice_sketch(mod, target, *, seed: int) -> Any | None:
     whose conditions the simplifier folds: a plain copy with its arithmetic that LLVM vectorises along the last
     axis. The other outputs are parallel over all but their last axis. No decisions. None for any other task, one
     not for a CPU, or one whose outputs choose along their last axis alone (the concatenation sketches' case)."""
-    if target.kind.name != "llvm":
-        return None
-    found = _spatial_blocks(mod, seed)
+    found = _inlined(mod, target, seed)
     if found is None:
         return None
-    sch, blocks, outputs = found
+    sch, outputs = found
     partitioned = False
     try:
-        _inline_intermediates(sch, blocks, outputs)
         for output in outputs:
             loops = sch.get_loops(output)
             block = sch.get(output)
@@ -331,7 +337,7 @@ def partitioned_choice_sketch(mod, target, *, seed: int) -> Any | None:
             for piece in pieces:
                 sch.parallel(piece)
             partitioned = True
-    except Exception:  # a block TVM cannot inline, or loops it cannot fuse or partition: no such sketch
+    except Exception:  # loops TVM cannot fuse or partition: no such sketch
         return None
     return sch if partitioned else None
 
