@@ -62,11 +62,103 @@ def test_a_matmul_of_two_activations_of_one_batch_shape_qualifies() -> None:
 
     mm = flat_matmul(_matmul_call((2, 3, 40, 24), (2, 3, 24, 20)))
     assert mm == FlatMatmul(batch=(2, 3), m=40, k=24, n=20) and mm.batches == 6
-    assert flat_matmul(_matmul_call((2, 40, 24), (2, 24, 20), constant_b=True)) is None  # a linear layer's weights
+    assert flat_matmul(_matmul_call((2, 40, 24), (2, 24, 20), constant_b=True)) is None  # constant, one per batch
     assert flat_matmul(_matmul_call((1, 40, 24), (2, 24, 20))) is None  # broadcast batch
-    assert flat_matmul(_matmul_call((40, 24), (24, 20))) is None  # no batch
     assert flat_matmul(_matmul_call((2, 40, 24), (2, 24, 8))) is None  # 8 columns: mostly padding
     assert flat_matmul(_matmul_call((2, 8, 24), (2, 24, 20))) is None  # 8 rows
+
+
+def test_a_linear_layer_is_one_gemm_over_all_of_its_rows() -> None:
+    """A matrix B, constant (a linear layer's weights) or not, serves every row of A: one GEMM, no batch."""
+    from autosearch.tensor_units.matmul import FlatMatmul, flat_matmul
+
+    assert flat_matmul(_matmul_call((40, 24), (24, 20))) == FlatMatmul(batch=(), m=40, k=24, n=20, lead=(40,))
+    linear = flat_matmul(_matmul_call((1, 40, 24), (24, 20), constant_b=True))
+    assert linear == FlatMatmul(batch=(), m=40, k=24, n=20, lead=(1, 40)) and linear.batches == 1
+    assert flat_matmul(_matmul_call((40, 1, 24), (24, 20))).lead == (40, 1)
+    assert flat_matmul(_matmul_call((2, 40, 24), (24, 20))) is None  # rows along two axes (linear_bf16 says why)
+    assert flat_matmul(_matmul_call((1, 8, 24), (24, 20), constant_b=True)) is None  # 8 rows
+    assert flat_matmul(_matmul_call((1, 40, 24), (24, 4), constant_b=True)) is None  # 4 columns
+
+
+ROWS, FEATURES, HIDDEN, OUTPUTS = 50, 24, 40, 20  # no multiple of a tile
+
+
+def linear_onnx(path: str | None = None) -> onnx.ModelProto:
+    """Two linear layers, ``relu(x W1 + b1) W2``, over ``ROWS`` tokens: the feed-forward block of a transformer
+    (RT-DETR's decoder), weights as initialisers."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(5)
+    weights = [numpy_helper.from_array(rng.uniform(-1, 1, s).astype(np.float32), n)
+               for n, s in (("w1", (FEATURES, HIDDEN)), ("b1", (HIDDEN,)), ("w2", (HIDDEN, OUTPUTS)))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "linear", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                             [1, ROWS, FEATURES])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, ROWS, OUTPUTS])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if path:
+        onnx.save(model, path)
+    return model
+
+
+@pytest.mark.parametrize("unit", ["host", "dot product"])
+def test_linear_layers_on_a_bf16_unit_are_tuned_both_ways_and_run_within_bf16s_tolerance(unit, target) -> None:
+    """Each linear layer has a bf16 alternative on the unit beside its fp32 one, under one layer key; its bf16 task
+    reads B packed at compile time (no packing task); every sketch, at its default and a random config, computes
+    A @ B (+ bias, relu) of the rounded operands as NumPy does; the bf16 model is ONNX Runtime's output within
+    bf16's rounding."""
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    from autosearch.frontend.importer import extract_tasks, to_relax
+    from autosearch.frontend.lowering import build_module, lower
+    from autosearch.tensor_units import cpu
+    from autosearch.tensor_units.matmul import TASK_NAME
+
+    if unit == "dot product":  # as a Zen 4 runs it, on any host with the dot product
+        _needs_avx512_bf16()
+        target = _dot_target()
+    _needs_bf16_unit(target)
+    if cpu.bf16_unit(target) != "AVX512-BF16":
+        from autosearch.tensor_units.amx import request_permission
+
+        request_permission()
+    proto = linear_onnx()
+    mod = to_relax(proto, {"x": (1, ROWS, FEATURES)})
+    tasks = extract_tasks(mod, target, winograd="off", layout="NHWC", fast_math="off", precision="auto")
+    layers: dict[str, set[str]] = {}
+    for t in tasks:
+        if "layer" in t.lowering:
+            layers.setdefault(t.lowering["layer"], set()).add(t.lowering["algorithm"])
+    assert layers == {f"1x{ROWS}x{FEATURES}@{FEATURES}x{HIDDEN}": {"fp32", "bf16"},
+                      f"1x{ROWS}x{HIDDEN}@{HIDDEN}x{OUTPUTS}": {"fp32", "bf16"}}, layers
+    assert not [t.name for t in tasks if "pack" in t.name]
+
+    rng = np.random.default_rng(6)
+    dev = tvm.cpu()
+    bf16_tasks = [t for t in tasks if TASK_NAME in t.name]
+    assert len(bf16_tasks) == 2 and all(len(t.args[1][0]) == 7 for t in bf16_tasks)  # B packed
+    for task in bf16_tasks:
+        inputs = [rng.uniform(-1, 1, shape).astype("float32") for shape, _ in task.args[:-1]]
+        inputs = [_to_bf16(x) if dtype == "bfloat16" else x for x, (_, dtype) in zip(inputs, task.args[:-1])]
+        a, packed = _to_bf16(inputs[0]).astype(np.float64), inputs[1].astype(np.float64)
+        k, n = a.shape[-1], task.args[-1][0][-1]
+        blocks = packed[0, :, 0, 0]  # (n / 32, k / 2, 32, 2): B[k, n] = blocks[n // 32, k // 2, n % 32, k % 2]
+        b = blocks.transpose(1, 3, 0, 2).reshape(blocks.shape[1] * 2, -1)[:k, :n]
+        want = a @ b
+        if len(inputs) == 3:  # the first layer: its bias and relu fused
+            want = np.maximum(want + inputs[2], 0)
+        assert every_sketch_computes(task, inputs, want, target, rng)
+
+    lowered = lower(mod, target, winograd="off", layout="NHWC", fast_math="off", precision="bf16")
+    x = rng.uniform(-1, 1, (1, ROWS, FEATURES)).astype("float32")
+    got = relax.VirtualMachine(build_module(lowered, target), dev)["main"](tvm.runtime.tensor(x, dev)).numpy()
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=5e-2, atol=2e-2 * np.abs(want).max())
 
 
 def test_the_gemm_is_one_row_of_the_units_width() -> None:
@@ -83,10 +175,8 @@ def test_the_gemm_is_one_row_of_the_units_width() -> None:
 def check_matmul_tasks(tmp_path, target) -> int:
     """Each bf16 matmul task of :func:`gram_onnx` on ``target``, every sketch at its default and at a random
     config, built and run against NumPy on the same rounded operands; returns the sketches checked."""
-    import tvm
 
     from autosearch.frontend.importer import import_model
-    from autosearch.search.space import DecisionSpace
     from autosearch.tensor_units.matmul import TASK_NAME
 
     path = str(tmp_path / "gram.onnx")
@@ -97,24 +187,34 @@ def check_matmul_tasks(tmp_path, target) -> int:
         ((1, HEADS, TOKENS, DIM), (1, HEADS, DIM, TOKENS)), ((1, HEADS, TOKENS, TOKENS), (1, HEADS, TOKENS, DIM)),
         ((1, HEADS, DIM, TOKENS), (1, HEADS, TOKENS, DIM))}
     rng = np.random.default_rng(3)
-    dev = tvm.cpu()
     checked = 0
     for task in tasks:
-        (a_shape, _), (b_shape, _), (out_shape, _) = task.args
+        (a_shape, _), (b_shape, _), _ = task.args
         a, b = (rng.uniform(-1, 1, s).astype("float32") for s in (a_shape, b_shape))
         want = _to_bf16(a).astype(np.float64) @ _to_bf16(b).astype(np.float64)
-        space = DecisionSpace(task.mod, task.target)
-        assert space.sketches
-        for sketch in space.sketches:
-            for config in (space.default(sketch.index), space.sample(rng)):
-                applied = space.apply(config)
-                assert applied.ok, applied.error
-                out = tvm.runtime.tensor(np.full(out_shape, np.nan, "float32"), dev)
-                tvm.compile(applied.mod, target=target)(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), out)
-                np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max(),
-                                           err_msg=f"{task.name} config {config}")
-            checked += 1
+        checked += every_sketch_computes(task, [a, b], want, target, rng)
     return checked
+
+
+def every_sketch_computes(task, inputs, want, target, rng) -> int:
+    """Each sketch of ``task``, at its default and at a random config, built and run on ``inputs`` into an output
+    filled with NaN first (a row left unwritten shows), against ``want``; returns the sketches checked."""
+    import tvm
+
+    from autosearch.search.space import DecisionSpace
+
+    dev = tvm.cpu()
+    space = DecisionSpace(task.mod, task.target)
+    assert space.sketches
+    for sketch in space.sketches:
+        for config in (space.default(sketch.index), space.sample(rng)):
+            applied = space.apply(config)
+            assert applied.ok, applied.error
+            out = tvm.runtime.tensor(np.full(task.args[-1][0], np.nan, "float32"), dev)
+            tvm.compile(applied.mod, target=target)(*(tvm.runtime.tensor(x, dev) for x in inputs), out)
+            np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max(),
+                                       err_msg=f"{task.name} config {config}")
+    return len(space.sketches)
 
 
 def test_bf16_matmul_tasks_on_amx_match_numpy(tmp_path, target) -> None:

@@ -427,14 +427,20 @@ def _precision_layer(name: str, args) -> tuple[str, str] | None:
 
 
 def _matmul_layer(name: str, args) -> tuple[str, str] | None:
-    """(layer key, "fp32" | "bf16") of a batch matmul task (:mod:`autosearch.tensor_units.matmul`): both take the
-    matmul's operands as their first two arguments, ``(*batch, m, k)`` and ``(*batch, k, n)``."""
+    """(layer key, "fp32" | "bf16") of a matmul task (:mod:`autosearch.tensor_units.matmul`): both take the matmul's
+    operands as their first two arguments, ``(*batch, m, k)`` and ``(*batch, k, n)``; a linear layer's bf16 task
+    takes its B packed (seven axes), so its ``(k, n)`` are A's last axis and the output's (the task's last
+    argument)."""
     from autosearch.tensor_units.matmul import TASK_NAME, layer_key
 
-    a, b = tuple(args[0][0]), tuple(args[1][0])
-    if len(a) < 3 or len(a) != len(b) or a[:-2] != b[:-2] or a[-1] != b[-2]:
+    a, b, out = tuple(args[0][0]), tuple(args[1][0]), tuple(args[-1][0])
+    algorithm = "bf16" if TASK_NAME in name else "fp32"
+    if algorithm == "bf16" and len(b) == 7 and len(a) >= 2:  # a linear layer, its B packed
+        b = (a[-1], out[-1])
+    linear = len(b) == 2 and len(a) >= 2 and a[-1] == b[0]
+    if not linear and (len(a) < 3 or len(a) != len(b) or a[:-2] != b[:-2] or a[-1] != b[-2]):
         return None
-    return layer_key(a, b), "bf16" if TASK_NAME in name else "fp32"
+    return layer_key(a, b), algorithm
 
 
 def _merge_alternatives(first: list[TuningTask], second: list[TuningTask], classify) -> list[TuningTask]:

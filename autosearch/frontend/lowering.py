@@ -46,8 +46,9 @@ LAYOUT_MODES = ("auto", *LAYOUTS)
 DEFAULT_LAYOUT = "auto"
 FAST_MATH_MODES = ("on", "off")
 DEFAULT_FAST_MATH = "on"  # ONNX Runtime, the baseline, computes sigmoid and softmax with approximations too
-# --precision: fp32 everywhere; bf16 for every NHWC convolution (and matmul of two activations) the tensor units can
-# compute; auto: where the CPU has them, each such layer tuned both ways and the faster kept (autosearch.tensor_units)
+# --precision: fp32 everywhere; bf16 for every NHWC convolution (and matmul: an attention's, a linear layer's) the
+# tensor units can compute; auto: where the CPU has them, each such layer tuned both ways and the faster kept
+# (autosearch.tensor_units)
 PRECISION_MODES = ("auto", "fp32", "bf16")
 DEFAULT_PRECISION = "auto"  # OpenVINO's default on CPUs with bf16 units is bf16 too
 # the lowering options' values for logs and databases written before the option existed
@@ -188,7 +189,8 @@ def _bf16_conv2d(policy, fallback, target):
 
 def _bf16_matmul(policy, target):
     """The matmul legalisation of a policy with bf16 layers: bf16 where it says so (:mod:`autosearch.tensor_units.
-    matmul`, two activations of the same batch shape, on the target's bf16 unit), else TVM's own."""
+    matmul`: two activations of the same batch shape, or a linear layer; on the target's bf16 unit), else TVM's
+    own."""
     from tvm.relax.transform.legalize_ops.linear_algebra import _matmul
 
     from autosearch.tensor_units.cpu import bf16_unit

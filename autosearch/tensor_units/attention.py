@@ -126,7 +126,7 @@ def flat_attention(softmax, scores, product) -> FlatAttention | None:
     if int(softmax.attrs.axis) not in (-1, ndim - 1):
         return None
     first, second = flat_matmul(scores), flat_matmul(product)
-    if first is None or second is None or first.batch != second.batch:
+    if first is None or second is None or first.lead or second.lead or first.batch != second.batch:
         return None
     if first.m < MIN_ROWS or second.n < MIN_CHANNELS:
         return None

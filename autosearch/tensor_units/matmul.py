@@ -14,8 +14,10 @@ they are: no second kernel to keep right. The blocks:
   the matmul's own shape (a reshape after the task would fuse into the next one, which then differed from the fp32
   lowering's, and both would be tuned).
 
-Only matmuls whose operands are both computed at run time are lowered here: a constant B (a linear layer's
-weights) would want its packing folded at compile time, which YOLO never needs.
+A linear layer, ``(..., m, k) @ (k, n)`` with one B for all of A's rows (a transformer's projections and feed-forward
+layers: RT-DETR's decoder), is one GEMM over all of A's rows; its B is packed by a function of B alone
+(``amx_pack_weight``, as a convolution's weights are), which the lowering folds at compile time where B is a
+constant, so the task reads it packed.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class FlatMatmul:
     k: int
     n: int
     unit: str = "amx"
+    # a linear layer's (one B for every row of A): A's dimensions before K, whose rows are the GEMM's ``m``; the
+    # batch is then empty
+    lead: tuple[int, ...] = ()
 
     @property
     def batches(self) -> int:
@@ -77,22 +82,32 @@ def layer_key(a_shape, b_shape) -> str:
 
 
 def flat_matmul(call) -> FlatMatmul | None:
-    """The geometry of a Relax ``matmul`` call this lowering computes (two fp32 operands of rank 3 or more with the
-    same static batch dimensions, neither a constant, at least :data:`MIN_ROWS` rows and
-    :data:`.conv.MIN_CHANNELS` columns and reduction values), else None."""
+    """The geometry of a Relax ``matmul`` call this lowering computes, else None: two fp32 operands, at least
+    :data:`MIN_ROWS` rows and :data:`.conv.MIN_CHANNELS` columns and reduction values, and either of rank 3 or more
+    with the same static batch dimensions, neither a constant (an attention's products), or a linear layer: A of
+    rank 2 or more, B a matrix (:attr:`FlatMatmul.lead`)."""
     import tvm
 
     a, b = call.args
-    if any(isinstance(x, tvm.ir.expr.Constant) for x in (a, b)):
+    if isinstance(a, tvm.ir.expr.Constant):
         return None
     try:
         a_shape = [int(s) for s in a.ty.shape]
         b_shape = [int(s) for s in b.ty.shape]
     except (TypeError, AttributeError, ValueError):  # symbolic or unknown shapes
         return None
-    if len(a_shape) < 3 or len(a_shape) != len(b_shape) or a_shape[:-2] != b_shape[:-2]:
-        return None
     if any(str(x.ty.dtype) != "float32" for x in (a, b)) or str(call.ty.dtype) != "float32":
+        return None
+    if len(b_shape) == 2 and len(a_shape) >= 2:  # a linear layer: one GEMM over all of A's rows
+        m, (k, n) = math.prod(a_shape[:-1]), b_shape
+        if a_shape[-1] != k or m < MIN_ROWS or k < MIN_CHANNELS or n < MIN_CHANNELS:
+            return None
+        if sum(d != 1 for d in a_shape[:-1]) > 1:  # rows along two axes: see :func:`linear_bf16`
+            return None
+        return FlatMatmul(batch=(), m=m, k=k, n=n, lead=tuple(a_shape[:-1]))
+    if isinstance(b, tvm.ir.expr.Constant):
+        return None
+    if len(a_shape) < 3 or len(a_shape) != len(b_shape) or a_shape[:-2] != b_shape[:-2]:
         return None
     (m, k), n = a_shape[-2:], b_shape[-1]
     if b_shape[-2] != k or m < MIN_ROWS or k < MIN_CHANNELS or n < MIN_CHANNELS:
@@ -176,17 +191,49 @@ def matmul_bf16(a, b, *, mm: FlatMatmul):
                       name=OUT_BLOCK)
 
 
+def linear_bf16(a, packed, *, mm: FlatMatmul):
+    """A linear layer ``a @ b`` (fp32; :attr:`FlatMatmul.lead`) through bf16 operands on the unit, fp32 out, ``b``
+    packed already (:func:`pack_b` with no batch): all of A's rows one GEMM.
+
+    A's rows lie along one axis of its (the others 1: ``(1, tokens, k)``, ``(tokens, 1, k)``), and the GEMM's row is
+    that axis' index alone. A row computed from two (``i0 * 50 + i1``) is what the sketches' ``reverse_compute_at``
+    of the output block got wrong in TVM 0.27: it covered 14 of 50 rows and left the rest unwritten."""
+    from tvm import te, tirx
+
+    conv = mm.conv
+    width, k_pad, n_pad = mm.width, conv.in_padded, conv.out_padded
+    m, k = mm.m, mm.k
+    axis = next((d for d, size in enumerate(mm.lead) if size != 1), 0)
+
+    def a_index(row, c):
+        return tuple(row if d == axis else 0 for d in range(len(mm.lead))) + (c,)
+
+    def value(n, i, c):
+        load = a[a_index(tirx.min(i, m - 1), tirx.min(c, k - 1))]
+        return tirx.if_then_else(tirx.all(i < m, c < k), load, tirx.const(0, a.dtype)).astype("bfloat16")
+
+    flat = te.compute((1, width, k_pad), value, name=FLAT_BLOCK)
+    gemm = gemm_1x1(flat, packed, rows=width, depth=k_pad, cols=n_pad, name=GEMM_BLOCK)
+    return te.compute((*mm.lead, mm.n), lambda *i: gemm[0, 0, i[axis], i[-1]], name=OUT_BLOCK)
+
+
 def legalize(bb, call, *, unit: str = "amx"):
     """``LegalizeOps`` entry for a matmul that :func:`flat_matmul` accepts, its GEMM shaped for ``unit``; None for
-    any other matmul."""
+    any other matmul. A linear layer's B is packed by a function of its own (``amx_pack_weight``), folded at compile
+    time where B is a constant."""
     from dataclasses import replace
 
     mm = flat_matmul(call)
     if mm is None:
         return None
     mm = replace(mm, unit=unit)
+    if mm.lead:
+        conv = mm.conv
+        packed = bb.emit_te(partial(pack_b, batch=(), k=mm.k, n=mm.n, k_pad=conv.in_padded, n_pad=conv.out_padded,
+                                    name="amx_pack_weight"), call.args[1], primfunc_name_hint="amx_pack_weight")
+        return bb.call_te(partial(linear_bf16, mm=mm), call.args[0], packed, primfunc_name_hint=TASK_NAME)
     return bb.call_te(partial(matmul_bf16, mm=mm), *call.args, primfunc_name_hint=TASK_NAME)
 
 
 __all__ = ["FlatMatmul", "MIN_ROWS", "OUT_BLOCK", "PACK_B_BLOCK", "TASK_NAME", "batch_flat", "batch_index",
-           "flat_matmul", "flatten_a", "gemm_1x1", "layer_key", "legalize", "matmul_bf16", "pack_b"]
+           "flat_matmul", "flatten_a", "gemm_1x1", "layer_key", "legalize", "linear_bf16", "matmul_bf16", "pack_b"]
