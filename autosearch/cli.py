@@ -437,7 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "compile/report default to what the database was tuned with")
         p.add_argument("--precision", choices=PRECISION_MODES,
                        help=f"convolution and matmul arithmetic (default {DEFAULT_PRECISION}): auto tunes each "
-                            "eligible NHWC convolution, matmul of two activations and attention (fused) in "
+                            "eligible NHWC convolution, matmul (of two activations, or a linear layer's) and attention "
+                            "(fused) in "
                             "fp32 and in bf16 (operands bf16, accumulation fp32, on AMX tiles, or AVX512-BF16's dot "
                             "product on CPUs without AMX) where the CPU has either, and compiles the "
                             "faster, else fp32; bf16: every eligible one in bf16; fp32: exact fp32 everywhere. "
