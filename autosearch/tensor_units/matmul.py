@@ -146,13 +146,16 @@ def batch_flat(index, batch: tuple[int, ...]):
     return n
 
 
-def flatten_a(a, *, batch: tuple[int, ...], m: int, k: int, rows: int, k_pad: int, name: str):
+def flatten_a(a, *, batch: tuple[int, ...], m: int, k: int, rows: int, k_pad: int, name: str, index=None):
     """A ``(*batch, m, k)`` rounded to bf16 as the flattened input of a 1x1 convolution, one image per batch:
-    ``(batches, rows, k_pad)``, zero-padded."""
+    ``(batches, rows, k_pad)``, zero-padded. ``index(n, i, c)``: A's index of batch ``n``'s row ``i``, column ``c``,
+    where A has another shape (a linear layer's, :func:`linear_bf16`)."""
     from tvm import te, tirx
 
+    index = index or (lambda n, i, c: (*batch_index(n, batch), i, c))
+
     def value(n, i, c):
-        load = a[(*batch_index(n, batch), tirx.min(i, m - 1), tirx.min(c, k - 1))]
+        load = a[index(n, tirx.min(i, m - 1), tirx.min(c, k - 1))]
         return tirx.if_then_else(tirx.all(i < m, c < k), load, tirx.const(0, a.dtype)).astype("bfloat16")
 
     return te.compute((math.prod(batch), rows, k_pad), value, name=name)
@@ -198,21 +201,16 @@ def linear_bf16(a, packed, *, mm: FlatMatmul):
     A's rows lie along one axis of its (the others 1: ``(1, tokens, k)``, ``(tokens, 1, k)``), and the GEMM's row is
     that axis' index alone. A row computed from two (``i0 * 50 + i1``) is what the sketches' ``reverse_compute_at``
     of the output block got wrong in TVM 0.27: it covered 14 of 50 rows and left the rest unwritten."""
-    from tvm import te, tirx
+    from tvm import te
 
     conv = mm.conv
     width, k_pad, n_pad = mm.width, conv.in_padded, conv.out_padded
-    m, k = mm.m, mm.k
     axis = next((d for d, size in enumerate(mm.lead) if size != 1), 0)
 
-    def a_index(row, c):
+    def a_index(n, row, c):
         return tuple(row if d == axis else 0 for d in range(len(mm.lead))) + (c,)
 
-    def value(n, i, c):
-        load = a[a_index(tirx.min(i, m - 1), tirx.min(c, k - 1))]
-        return tirx.if_then_else(tirx.all(i < m, c < k), load, tirx.const(0, a.dtype)).astype("bfloat16")
-
-    flat = te.compute((1, width, k_pad), value, name=FLAT_BLOCK)
+    flat = flatten_a(a, batch=(), m=mm.m, k=mm.k, rows=width, k_pad=k_pad, name=FLAT_BLOCK, index=a_index)
     gemm = gemm_1x1(flat, packed, rows=width, depth=k_pad, cols=n_pad, name=GEMM_BLOCK)
     return te.compute((*mm.lead, mm.n), lambda *i: gemm[0, 0, i[axis], i[-1]], name=OUT_BLOCK)
 
