@@ -338,12 +338,14 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
     ``folder``: the :class:`autosearch.frontend.fold.ConstantFolder` of the model's lowerings (None: a new one)."""
     from tvm import relax
 
-    from autosearch.frontend import conv_transpose
+    from autosearch.frontend import conv_transpose, sampling
 
     policy = winograd_policy(winograd, precision)
     fast = check_fast_math(fast_math) == "on"
     legalize = [p for p in relax.pipeline.legalize_passes(target) if p.info.name != DEFAULT_SCHEDULE]
     custom = {conv_transpose.OP: conv_transpose.legalize}  # NHWC ones too, and one tap a pixel where one reaches it
+    if target.kind.name == "llvm":  # a deformable attention's sampling, channels innermost (frontend.sampling)
+        custom[sampling.OP] = sampling.legalize
     if fast:
         custom["relax.sigmoid"] = _legalize_fast_sigmoid
     if policy.mode != "off" and target.kind.name == "llvm":
@@ -357,6 +359,11 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
             custom["relax.matmul"] = _bf16_matmul(policy, target)
     legalize = [relax.transform.LegalizeOps(customize_legalize_map=custom)
                 if p.info.name == "LegalizeOps" else p for p in legalize]
+    if target.kind.name == "llvm":  # the sampling fused with the copies before it (frontend.sampling)
+        legalize.insert(next(i for i, p in enumerate(legalize) if p.info.name == "AnnotateTIROpPattern") + 1,
+                        sampling.mark_injective())
+        legalize.insert(next(i for i, p in enumerate(legalize) if p.info.name == "FuseTIR") + 1,
+                        sampling.inline_inputs())
     convert = [leaky_relu_as_maximum(), relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]})] if (
         converts_layout(target, layout)) else []
     if layer_layouts and target.kind.name == "llvm":
