@@ -86,8 +86,9 @@ def legalize(bb, call):
     attrs = call.attrs
     data, grid = call.args
     try:
-        static = all(isinstance(int(s), int) for s in (*data.ty.shape, *grid.ty.shape))
-    except (TypeError, AttributeError, ValueError):  # symbolic shapes
+        [int(s) for s in (*data.ty.shape, *grid.ty.shape)]
+        static = True
+    except (TypeError, AttributeError, ValueError):  # symbolic shapes (a tirx.Var has no int)
         static = False
     if not (static and len(data.ty.shape) == 4 and str(attrs.method) == "bilinear" and str(attrs.layout) == "NCHW"
             and str(attrs.padding_mode) == "zeros" and str(data.ty.dtype) == "float32"):
