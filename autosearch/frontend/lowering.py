@@ -312,6 +312,29 @@ def matmul_of_a_transpose_transposes_the_smaller():
     return rewrite
 
 
+def mark_op_pattern(prefix: str, pattern: int, *, name: str) -> Any:
+    """The module pass ``name``, run after ``AnnotateTIROpPattern``: every PrimFunc whose name starts with ``prefix``
+    given the op pattern ``pattern`` (Relax's ``OpPatternKind``), so that ``FuseOps`` fuses it as a lowering of ours
+    knows it may be, where TVM's analysis of its TIR could not tell (a pooling into a convolution's epilogue,
+    :mod:`autosearch.tensor_units.pooling`; a gather with its inputs, :mod:`autosearch.frontend.sampling`)."""
+    import tvm
+    from tvm import tirx
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def mark(mod, _ctx):
+        for gv, func in list(mod.functions_items()):
+            if isinstance(func, tirx.PrimFunc) and gv.name_hint.startswith(prefix):
+                mod[gv] = func.with_attr("op_pattern", pattern)
+        return mod
+
+    return mark
+
+
+def _insert_after(passes: list[Any], name: str, new: Any) -> None:
+    """``new`` into ``passes`` right after the pass called ``name``."""
+    passes.insert(next(i for i, p in enumerate(passes) if p.info.name == name) + 1, new)
+
+
 def with_folder(passes: list[Any], folder=None) -> list[Any]:
     """``passes`` with ``folder`` (a :class:`autosearch.frontend.fold.ConstantFolder`; None: a new one) folding the
     weight transforms before each of Relax's ``FoldConstant``, which then has no such function left to compile."""
@@ -360,10 +383,8 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
     legalize = [relax.transform.LegalizeOps(customize_legalize_map=custom)
                 if p.info.name == "LegalizeOps" else p for p in legalize]
     if target.kind.name == "llvm":  # the sampling fused with the copies before it (frontend.sampling)
-        legalize.insert(next(i for i, p in enumerate(legalize) if p.info.name == "AnnotateTIROpPattern") + 1,
-                        sampling.mark_injective())
-        legalize.insert(next(i for i, p in enumerate(legalize) if p.info.name == "FuseTIR") + 1,
-                        sampling.inline_inputs())
+        _insert_after(legalize, "AnnotateTIROpPattern", sampling.mark_injective())
+        _insert_after(legalize, "FuseTIR", sampling.inline_inputs())
     convert = [leaky_relu_as_maximum(), relax.transform.ConvertLayout({"relax.nn.conv2d": [layout, "OHWI"]})] if (
         converts_layout(target, layout)) else []
     if layer_layouts and target.kind.name == "llvm":
@@ -382,8 +403,7 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
 
         convert.append(keep_bf16_activations())  # the same for every choice of bf16 layers: the tasks match
         convert.append(flatten_pointwise())  # 1x1 convolutions of narrow images in rows of whole tiles
-        at = next(i for i, p in enumerate(legalize) if p.info.name == "AnnotateTIROpPattern") + 1
-        legalize.insert(at, mark_fusable())  # the poolings fused into convolutions (tensor_units.pooling)
+        _insert_after(legalize, "AnnotateTIROpPattern", mark_fusable())  # the poolings fused into convolutions
     attention = []
     if bf16 and convert:  # an attention fused into one bf16 kernel on the tiles (tensor_units.attention)
         from autosearch.tensor_units.attention import fuse_attention
@@ -570,6 +590,7 @@ def build_tuned(relax_mod, target, database, *, winograd="auto", layout="NCHW",
 __all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "DEFAULT_PRECISION", "DEFAULT_SCHEDULE", "FAST_MATH_MODES", "LAYOUTS",
            "LAYOUT_MODES", "OLD_LOWERING", "PLAN_MEMORY", "PRECISION_MODES", "apply_database", "build_module",
            "build_tuned", "check_fast_math", "check_layout", "check_precision", "default_schedules", "fast_sigmoid",
-           "leaky_relu_as_maximum", "lower", "lowering_passes", "matmul_of_a_transpose_transposes_the_smaller",
+           "leaky_relu_as_maximum", "lower", "lowering_passes", "mark_op_pattern",
+           "matmul_of_a_transpose_transposes_the_smaller",
            "mutate_relax_functions", "planning_passes", "resolve_precision", "tuned_module",
            "unlowered_ops", "untuned_module", "with_folder"]

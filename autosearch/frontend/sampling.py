@@ -100,17 +100,9 @@ def legalize(bb, call):
 
 def mark_injective() -> Any:
     """The pass, after ``AnnotateTIROpPattern``: every :data:`KERNEL` marked injective."""
-    import tvm
-    from tvm import tirx
+    from autosearch.frontend.lowering import mark_op_pattern
 
-    @tvm.transform.module_pass(opt_level=0, name="MarkGridSampleInjective")
-    def mark(mod, _ctx):
-        for gv, func in list(mod.functions_items()):
-            if isinstance(func, tirx.PrimFunc) and gv.name_hint.startswith(KERNEL):
-                mod[gv] = func.with_attr("op_pattern", INJECTIVE)
-        return mod
-
-    return mark
+    return mark_op_pattern(KERNEL, INJECTIVE, name="MarkGridSampleInjective")
 
 
 def inline_inputs() -> Any:

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 from typing import Any
 
-INLINE_RULE = "meta_schedule.inline_rule"  # a block annotation; "disable": MetaSchedule's AutoInline leaves it
-
 
 def blocked_copy_sketch(mod, target, *, seed: int) -> Any | None:
     """A traced Schedule for ``mod`` (one PrimFunc of spatial blocks only), or None when the task computes
@@ -97,7 +95,9 @@ def _inlined(mod, target, seed: int) -> tuple[Any, list] | None:
     if found is None:
         return None
     sch, blocks, outputs = found
-    if any(str(sch.get(rv).annotations.get(INLINE_RULE, "")) == "disable" for rv in blocks):
+    from autosearch.frontend.sampling import NO_INLINE_KEY
+
+    if any(str(sch.get(rv).annotations.get(NO_INLINE_KEY, "")) == "disable" for rv in blocks):
         return None  # a block kept out of inlining (MetaSchedule's AutoInline honours it too): not copies alone
     try:
         _inline_intermediates(sch, blocks, outputs)

@@ -91,17 +91,9 @@ def emit_window_max(builder, data, k: int) -> Any:
 def mark_fusable():
     """The pass, after ``AnnotateTIROpPattern``: every :data:`WINDOW_MAX` kernel marked elementwise, so
     ``FuseOps`` puts it in the epilogue of the convolution before it."""
-    import tvm
-    from tvm import tirx
+    from autosearch.frontend.lowering import mark_op_pattern
 
-    @tvm.transform.module_pass(opt_level=0, name="MarkWindowMaxFusable")
-    def mark(mod, _ctx):
-        for gv, func in list(mod.functions_items()):
-            if isinstance(func, tirx.PrimFunc) and gv.name_hint.startswith(WINDOW_MAX):
-                mod[gv] = func.with_attr("op_pattern", ELEMWISE)
-        return mod
-
-    return mark
+    return mark_op_pattern(WINDOW_MAX, ELEMWISE, name="MarkWindowMaxFusable")
 
 
 __all__ = ["ELEMENTWISE", "WINDOW_MAX", "emit_window_max", "fed_by_convolution", "mark_fusable", "window",
