@@ -330,6 +330,38 @@ def mark_op_pattern(prefix: str, pattern: int, *, name: str) -> Any:
     return mark
 
 
+def injective_where_an_input_is_not_broadcast() -> Any:
+    """The module pass, run right after ``AnnotateTIROpPattern``, calling injective a PrimFunc it called element-wise
+    though an input is neither the output's shape nor broadcast to it (a dimension, right-aligned, neither 1 nor the
+    output's). TVM's analysis reads only the indices: a pad after the last row and column stores
+    ``out[i, j] = if_then_else(in bounds, in[i, j], 0)``, the same indices on both sides, and is called element-wise;
+    ``FuseOps`` then fused it into a convolution's epilogue, where MetaSchedule's inlining computes the padding
+    wrong (nearly every schedule of RT-DETR's stem measured a wrong result).
+    Injective, it fuses with its readers as a copy does. Broadcasts (a bias, a scale) stay element-wise."""
+    import tvm
+    from tvm import tirx
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from autosearch.frontend.sampling import INJECTIVE
+    from autosearch.tensor_units.pooling import ELEMWISE
+
+    def broadcasts(shape, out) -> bool:
+        return all(str(d) == "1" or str(d) == str(o) for d, o in zip(reversed(shape), reversed(out), strict=False))
+
+    @tvm.transform.module_pass(opt_level=0, name="InjectiveWhereAnInputIsNotBroadcast")
+    def mark(mod, _ctx):
+        for gv, func in list(mod.functions_items()):
+            if not (isinstance(func, tirx.PrimFunc) and func.attrs is not None and "op_pattern" in func.attrs
+                    and int(func.attrs["op_pattern"]) == ELEMWISE):
+                continue
+            *inputs, out = [list(a.shape) for a in ArgInfo.from_prim_func(func)]
+            if not all(broadcasts(shape, out) for shape in inputs):
+                mod[gv] = func.with_attr("op_pattern", INJECTIVE)
+        return mod
+
+    return mark
+
+
 def _insert_after(passes: list[Any], name: str, new: Any) -> None:
     """``new`` into ``passes`` right after the pass called ``name``."""
     passes.insert(next(i for i, p in enumerate(passes) if p.info.name == name) + 1, new)
@@ -395,6 +427,11 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
         from autosearch.frontend.layer_layouts import convert_passes
 
         convert = convert_passes(layer_layouts, default=layout if layout in LAYOUTS else LAYOUTS[0])
+    if convert:  # a pad and the operators after it kept in NHWC (frontend.padding, frontend.transposes)
+        from autosearch.frontend.padding import pads_as_ops
+        from autosearch.frontend.transposes import sink_transposes
+
+        convert = [pads_as_ops(), *convert, sink_transposes()]
     fast_ops = [relax.transform.FastMathTransform()] if fast else []
     if bf16 and convert:  # bf16 convolutions are NHWC
         from autosearch.tensor_units.activations import keep_bf16_activations
@@ -404,6 +441,8 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
         convert.append(keep_bf16_activations())  # the same for every choice of bf16 layers: the tasks match
         convert.append(flatten_pointwise())  # 1x1 convolutions of narrow images in rows of whole tiles
         _insert_after(legalize, "AnnotateTIROpPattern", mark_fusable())  # the poolings fused into convolutions
+    # inserted last, so it runs first after AnnotateTIROpPattern: the marks above override it
+    _insert_after(legalize, "AnnotateTIROpPattern", injective_where_an_input_is_not_broadcast())
     attention = []
     if bf16 and convert:  # an attention fused into one bf16 kernel on the tiles (tensor_units.attention)
         from autosearch.tensor_units.attention import fuse_attention

@@ -3,10 +3,10 @@
 A bf16 convolution (:mod:`.conv`) rounds its input to bf16 as it reads it. When every reader of an activation is
 such a convolution, rounding it once where it is written gives the convolutions the same values, and the
 activation is written, and read, in half the bytes. Operations that only select or move values (max pooling,
-concatenation, nearest-neighbour resizing) commute with the rounding (it is monotonic), so an activation may reach
-its convolutions through them, and they then run on bf16 too; so may a split along the channels (YOLO's C2f and C3k2
-blocks halve a convolution's output, one half to a convolution, both to a concatenation), whose parts are read
-through ``TupleGetItem``. The rounding (``astype``) is placed right after the
+concatenation, nearest-neighbour resizing, a constant pad) commute with the rounding (it is monotonic), so an
+activation may reach its convolutions through them, and they then run on bf16 too; so may a split along the channels
+(YOLO's C2f and C3k2 blocks halve a convolution's output, one half to a convolution, both to a concatenation), whose
+parts are read through ``TupleGetItem``. The rounding (``astype``) is placed right after the
 operation that computes the activation, where ``FuseOps`` fuses it into that operation's epilogue.
 
 Which activations qualify depends on the graph only: on which convolutions *can* run on the tile unit
@@ -23,8 +23,9 @@ from typing import Any
 
 from autosearch.tensor_units.pooling import emit_window_max
 
-# operations whose output elements are input elements (moved or selected by comparison): exact in bf16
-TRANSPARENT = ("relax.nn.max_pool2d", "relax.concat", "relax.image.resize2d", "relax.split")
+# operations whose output elements are input elements (moved or selected by comparison) or a constant (a pad's,
+# rounded as a convolution reading it would round it): exact in bf16
+TRANSPARENT = ("relax.nn.max_pool2d", "relax.concat", "relax.image.resize2d", "relax.split", "relax.nn.pad")
 
 
 def op_name(value) -> str | None:
@@ -48,6 +49,8 @@ def _inputs(value) -> list[Any] | None:
     if name not in TRANSPARENT:
         return None
     if name == "relax.image.resize2d" and str(value.attrs.method) != "nearest_neighbor":
+        return None
+    if name == "relax.nn.pad" and str(value.attrs.pad_mode) != "constant":
         return None
     first = value.args[0]
     fields = list(first.fields) if name == "relax.concat" and isinstance(first, relax.Tuple) else [first]
