@@ -10,11 +10,15 @@ keys (structural hashes) do not match. Both go through :func:`lowering_passes`:
    OHWI weights; the layout transforms cancel between consecutive layers, one is left at the input and
    where the detection head reshapes. NHWC puts the output channels innermost, so a schedule vectorises
    over them with contiguous weight loads and broadcast inputs; NCHW vectorises over the output width,
-   which for stride-2 convolutions means strided input loads (measured: ``experiments/layouts.py``);
+   which for stride-2 convolutions means strided input loads (measured: ``experiments/layouts.py``). An ONNX pad is
+   written as ``nn.pad`` before (:mod:`autosearch.frontend.padding`), and the transposes ``ConvertLayout`` leaves
+   before pads, poolings and concatenations are moved past them after (:mod:`autosearch.frontend.transposes`);
 2. with ``fast_math="on"``, TVM's ``FastMathTransform`` (softmax, exp) and a sigmoid on TVM's ``fast_exp``
    (:func:`fast_sigmoid`): the approximations vectorise, libm's ``expf`` does not;
 3. TVM's library dispatch and legalisation for the target (LegalizeOps, AnnotateTIROpPattern,
-   FoldConstant, FuseOps, FuseTIR), as ``ms.relax_integration`` does, without the default schedules TVM's
+   FoldConstant, FuseOps, FuseTIR; a kernel TVM's pattern analysis calls element-wise though an input is not the
+   output's shape nor broadcast to it is called injective: :func:`injective_where_an_input_is_not_broadcast`),
+   as ``ms.relax_integration`` does, without the default schedules TVM's
    GPU pipelines end with (dlight's ``ApplyDefaultSchedule``): tasks must reach MetaSchedule unscheduled.
    The tuned build gives them, after the database, to the kernels the database lacks (:func:`apply_database`);
 4. winograd for the wide 3x3 stride-1 convolutions (:mod:`autosearch.frontend.winograd`, ``winograd="auto"``; CPU
@@ -629,7 +633,7 @@ def build_tuned(relax_mod, target, database, *, winograd="auto", layout="NCHW",
 __all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "DEFAULT_PRECISION", "DEFAULT_SCHEDULE", "FAST_MATH_MODES", "LAYOUTS",
            "LAYOUT_MODES", "OLD_LOWERING", "PLAN_MEMORY", "PRECISION_MODES", "apply_database", "build_module",
            "build_tuned", "check_fast_math", "check_layout", "check_precision", "default_schedules", "fast_sigmoid",
-           "leaky_relu_as_maximum", "lower", "lowering_passes", "mark_op_pattern",
-           "matmul_of_a_transpose_transposes_the_smaller",
+           "injective_where_an_input_is_not_broadcast", "leaky_relu_as_maximum", "lower", "lowering_passes",
+           "mark_op_pattern", "matmul_of_a_transpose_transposes_the_smaller",
            "mutate_relax_functions", "planning_passes", "resolve_precision", "tuned_module",
            "unlowered_ops", "untuned_module", "with_folder"]
