@@ -42,6 +42,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+ELEMWISE = 0  # Relax's OpPatternKind kElemWise: FuseOps fuses it into a convolution's epilogue (not kBroadcast)
+INJECTIVE = 2  # Relax's OpPatternKind kInjective
+
 LAYOUTS = ("NCHW", "NHWC")  # concrete conv2d data layouts of a lowering
 # run --layout: a concrete layout, or "auto": the model tuned in both, the faster compiled (frontend.alternatives)
 LAYOUT_MODES = ("auto", *LAYOUTS)
@@ -210,6 +213,14 @@ def _bf16_matmul(policy, target):
     return matmul
 
 
+def static_shape(expr) -> list[int] | None:
+    """The shape of the Relax tensor ``expr`` as integers, or None where it is symbolic or unknown."""
+    try:
+        return [int(d) for d in expr.ty.shape]
+    except (TypeError, AttributeError, ValueError):  # a tirx.Var has no int; a tuple or an unknown shape none
+        return None
+
+
 def mutate_relax_functions(mutator, mod):
     """``mod`` with each Relax function visited by ``mutator`` (a ``PyExprMutator`` built on ``mod``)."""
     from tvm import relax
@@ -277,11 +288,8 @@ def matmul_of_a_transpose_transposes_the_smaller():
     from tvm import relax
 
     def numel(expr) -> int | None:
-        shape = getattr(expr.ty, "shape", None)
-        try:
-            return math.prod(int(d) for d in shape)
-        except (TypeError, ValueError):  # symbolic or unknown
-            return None
+        shape = static_shape(expr)
+        return None if shape is None else math.prod(shape)
 
     @relax.expr_functor.mutator
     class Rewrite(relax.PyExprMutator):
@@ -345,9 +353,6 @@ def injective_where_an_input_is_not_broadcast() -> Any:
     import tvm
     from tvm import tirx
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-    from autosearch.frontend.sampling import INJECTIVE
-    from autosearch.tensor_units.pooling import ELEMWISE
 
     def broadcasts(shape, out) -> bool:
         return all(str(d) == "1" or str(d) == str(o) for d, o in zip(reversed(shape), reversed(out), strict=False))
@@ -635,5 +640,5 @@ __all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "DEFAULT_PRECISION", "DEFAULT_
            "build_tuned", "check_fast_math", "check_layout", "check_precision", "default_schedules", "fast_sigmoid",
            "injective_where_an_input_is_not_broadcast", "leaky_relu_as_maximum", "lower", "lowering_passes",
            "mark_op_pattern", "matmul_of_a_transpose_transposes_the_smaller",
-           "mutate_relax_functions", "planning_passes", "resolve_precision", "tuned_module",
+           "mutate_relax_functions", "planning_passes", "resolve_precision", "static_shape", "tuned_module",
            "unlowered_ops", "untuned_module", "with_folder"]

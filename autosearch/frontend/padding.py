@@ -62,7 +62,7 @@ def pads_as_ops() -> Any:
     import tvm
     from tvm import relax
 
-    from autosearch.frontend.lowering import mutate_relax_functions
+    from autosearch.frontend.lowering import mutate_relax_functions, static_shape
 
     @relax.expr_functor.mutator
     class Rewrite(relax.PyExprMutator):
@@ -80,11 +80,8 @@ def pads_as_ops() -> Any:
             if not isinstance(func, tvm.tirx.PrimFunc) or fields is None or len(fields) != 1:
                 return call
             data = fields[0]
-            try:
-                shape = [int(d) for d in data.ty.shape]
-            except (TypeError, AttributeError, ValueError):  # symbolic or unknown shapes
-                return call
-            found = pad_of(func, shape, str(data.ty.dtype))
+            shape = static_shape(data)
+            found = None if shape is None else pad_of(func, shape, str(data.ty.dtype))
             if found is None:
                 return call
             before, after, value = found

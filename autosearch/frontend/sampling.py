@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-INJECTIVE = 2  # Relax's OpPatternKind kInjective
+from autosearch.frontend.lowering import INJECTIVE, mark_op_pattern, static_shape
+
 KERNEL = "grid_sample_nhwc"  # the sampling's PrimFunc name hint
 OP = "relax.image.grid_sample"
 COORDS = "grid_sample_coords"  # the block of each point's corner and fractions
@@ -85,11 +86,7 @@ def legalize(bb, call):
 
     attrs = call.attrs
     data, grid = call.args
-    try:
-        [int(s) for s in (*data.ty.shape, *grid.ty.shape)]
-        static = True
-    except (TypeError, AttributeError, ValueError):  # symbolic shapes (a tirx.Var has no int)
-        static = False
+    static = static_shape(data) is not None and static_shape(grid) is not None
     if not (static and len(data.ty.shape) == 4 and str(attrs.method) == "bilinear" and str(attrs.layout) == "NCHW"
             and str(attrs.padding_mode) == "zeros" and str(data.ty.dtype) == "float32"):
         return _default(bb, call)
@@ -100,8 +97,6 @@ def legalize(bb, call):
 
 def mark_injective() -> Any:
     """The pass, after ``AnnotateTIROpPattern``: every :data:`KERNEL` marked injective."""
-    from autosearch.frontend.lowering import mark_op_pattern
-
     return mark_op_pattern(KERNEL, INJECTIVE, name="MarkGridSampleInjective")
 
 

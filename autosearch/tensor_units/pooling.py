@@ -18,8 +18,9 @@ from __future__ import annotations
 from functools import reduce
 from typing import Any
 
+from autosearch.frontend.lowering import ELEMWISE, mark_op_pattern
+
 WINDOW_MAX = "max_pool2d_window"  # the PrimFunc's name hint, kept in the fused task's name
-ELEMWISE = 0  # Relax's OpPatternKind kElemWise: FuseOps fuses it into a convolution's epilogue (not kBroadcast)
 ELEMENTWISE = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
                "relax.sigmoid", "relax.nn.relu", "relax.nn.silu", "relax.nn.leakyrelu", "relax.clip")
 
@@ -91,8 +92,6 @@ def emit_window_max(builder, data, k: int) -> Any:
 def mark_fusable():
     """The pass, after ``AnnotateTIROpPattern``: every :data:`WINDOW_MAX` kernel marked elementwise, so
     ``FuseOps`` puts it in the epilogue of the convolution before it."""
-    from autosearch.frontend.lowering import mark_op_pattern
-
     return mark_op_pattern(WINDOW_MAX, ELEMWISE, name="MarkWindowMaxFusable")
 
 
