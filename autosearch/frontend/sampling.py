@@ -86,8 +86,9 @@ def legalize(bb, call):
 
     attrs = call.attrs
     data, grid = call.args
-    static = static_shape(data) is not None and static_shape(grid) is not None
-    if not (static and len(data.ty.shape) == 4 and str(attrs.method) == "bilinear" and str(attrs.layout) == "NCHW"
+    shape = static_shape(data)
+    if not (shape is not None and len(shape) == 4 and static_shape(grid) is not None
+            and str(attrs.method) == "bilinear" and str(attrs.layout) == "NCHW"
             and str(attrs.padding_mode) == "zeros" and str(data.ty.dtype) == "float32"):
         return _default(bb, call)
     sampled = bb.emit_te(channels_last, data, grid, align_corners=bool(attrs.align_corners),
