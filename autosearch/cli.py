@@ -303,7 +303,9 @@ def cmd_export(args: argparse.Namespace) -> int:
                 named = sorted(k for k, a in summary.choices.items() if a in ("winograd", BF16_WINOGRAD))
                 console.print(f"layers tuned {rival} and {faster[0]}: {len(won)} of {len(layers)} faster as {faster[0]}"
                               + (f" ({'as bf16 Winograd: ' if rival == 'fp32' else ''}{', '.join(named)})"
-                                 if named else "") + "; compile uses the faster")
+                                 if named else "") + "; compile uses the faster"
+                              + ("; activations that only convolutions read are rounded to bf16 whichever is kept "
+                                 "(an fp32 model: run --precision fp32)" if rival == "fp32" else ""))
     if budget is not None:
         from autosearch.deploy.memory import mib
 

@@ -159,6 +159,27 @@ def test_every_choice_of_bf16_layers_lowers_to_extracted_tasks() -> None:
         assert used <= extracted, (bf16, used - extracted)
 
 
+def test_report_checks_fp32_layers_on_bf16_activations_as_bf16(tmp_path) -> None:
+    """Every layer kept in fp32 by a ``--precision auto`` export still reads activations rounded to bf16 (the test
+    above): report names the tuned row so and checks it with bf16's tolerance, not fp32's (a YOLOv3-tiny so built
+    was 2.9e-2 from ONNX Runtime); a layer in bf16 is counted; ``--precision fp32`` is fp32."""
+    from autosearch.deploy.report import tuned_row
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.winograd import WinogradPolicy
+
+    path = str(tmp_path / "chain.onnx")
+    onnx.save(chain_onnx(), path)
+    auto = import_model(path, amx_target(), winograd="off", layout="NHWC", precision="auto")
+    layers = sorted({t.lowering["layer"] for t in auto.tasks if "layer" in t.lowering})
+    assert len(layers) == 2
+    fp32 = WinogradPolicy.of("off", {layer: "fp32" for layer in layers}, precision="auto")
+    assert tuned_row(auto, fp32) == ("TVM tuned (fp32 layers, bf16 activations)", "bf16")
+    one = WinogradPolicy.of("off", {layers[0]: "bf16", layers[1]: "fp32"}, precision="auto")
+    assert tuned_row(auto, one) == ("TVM tuned (bf16 on 1 layer)", "bf16")
+    exact = import_model(path, amx_target(), winograd="off", layout="NHWC", precision="fp32")
+    assert tuned_row(exact, WinogradPolicy.of("off", None, precision="fp32")) == ("TVM tuned", "f32")
+
+
 @pytest.mark.parametrize("model", ["chain", "residual", "c2f"])
 def test_a_model_mixing_bf16_and_fp32_layers_matches_onnxruntime(target, model) -> None:
     """Layers in bf16 and in fp32 (one reading a bf16 activation through its own cast), built untuned and run:

@@ -137,6 +137,25 @@ def _beside_peer(checks: dict[str, Check], precision: dict[str, str], peer: str)
             check.note += f"; {peer}: {checks[peer].error:.2e}"
 
 
+def tuned_row(model, policy) -> tuple[str, str]:
+    """(the tuned model's row name, the precision its output is checked in) for ``model`` (an
+    :class:`~autosearch.frontend.importer.ImportedModel`) compiled with ``policy``. A model tuned with ``--precision
+    auto`` rounds the activations its eligible convolutions read to bf16 whichever layers export kept in bf16
+    (:mod:`autosearch.tensor_units.activations`: the tasks must be the tuned ones), so with every layer kept in fp32
+    it still computes on bf16 activations: checked as bf16, and named so, not passed off as fp32."""
+    from autosearch.frontend.winograd import BF16_WINOGRAD
+
+    used = [t for t in model.tasks if policy.uses(t.lowering)]
+    bf16 = sum(1 for t in used if t.lowering.get("algorithm") in ("bf16", BF16_WINOGRAD))
+    if policy.precision == "bf16":  # every eligible layer, no alternative to count
+        bf16 = model.bf16_tasks
+    if bf16:
+        return f"TVM tuned (bf16 on {bf16} layer{'s' if bf16 > 1 else ''})", "bf16"
+    if any(str(dtype) == "bfloat16" for t in used for _, dtype in t.args):
+        return "TVM tuned (fp32 layers, bf16 activations)", "bf16"
+    return "TVM tuned", "f32"
+
+
 @dataclass
 class _Timed:
     timings: list  # Timing: TVM untuned, TVM tuned, ONNX Runtime, then OpenVINO's rows
@@ -164,8 +183,6 @@ def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str
         time_in_subprocess,
         time_taking_turns,
     )
-    from autosearch.frontend.winograd import BF16_WINOGRAD
-
     with tempfile.TemporaryDirectory(prefix="autosearch-report-") as work:
         onnx_path = os.path.join(work, "model.onnx")
         onnx.save(model.onnx_model, onnx_path)
@@ -178,13 +195,8 @@ def _time_runtimes(model, target, db, policy, *, threads: int, ov_precision: str
                               layer_layouts=layer_layouts)
         if tuned.mismatch:
             say(f"warning: {tuned.mismatch}")
-        bf16 = sum(1 for t in model.tasks
-                   if t.lowering.get("algorithm") in ("bf16", BF16_WINOGRAD) and policy.uses(t.lowering))
-        if policy.precision == "bf16":  # every eligible layer, no alternative to count
-            bf16 = model.bf16_tasks
-        turns = [Runtime("ONNX Runtime", "ort", onnx_path),
-                 Runtime(f"TVM tuned (bf16 on {bf16} layers)", "tvm", tuned.path, precision="bf16") if bf16
-                 else Runtime("TVM tuned", "tvm", tuned.path)]
+        name, precision = tuned_row(model, policy)
+        turns = [Runtime("ONNX Runtime", "ort", onnx_path), Runtime(name, "tvm", tuned.path, precision=precision)]
         if ov_precision is not None:
             turns.append(Runtime("OpenVINO (fp32)", "ov", onnx_path))
             if ov_precision != "f32":  # not comparable with the others: shown beside the fp32 row
