@@ -61,16 +61,19 @@ def test_auto_precision_on_a_cpu_with_the_dot_product_tunes_bf16_on_it(capfd) ->
     assert "conv2d_bf16" in proc.stdout and "amx" not in proc.stdout  # the bf16 tasks, named for no unit
 
 
-def test_bf16_tasks_tuned_on_avx512_bf16_then_exported_and_compiled(tmp_path) -> None:
+def test_bf16_tasks_tuned_on_avx512_bf16_then_exported_and_compiled(tmp_path, capfd) -> None:
     """A real run on a target with AVX512-BF16 and no AMX (auto precision, random): its bf16 task is measured on
-    the dot product, export keeps the faster precision, compile replays the schedule (the intrinsic registered
-    from the database) and the model's output is within bf16's tolerance of ONNX Runtime's."""
+    the dot product, export keeps the faster precision (and says the activations are bf16 whichever it keeps),
+    compile replays the schedule (the intrinsic registered from the database) and the model's output is within
+    bf16's tolerance of ONNX Runtime's."""
     from autosearch.deploy.database import RECORD_FILE
 
     _needs_avx512_bf16()
     target = json.dumps({"kind": "llvm", "mattr": ZEN4_FEATURES, "num-cores": CORES})
     run = tune_and_export(tmp_path, lambda p: small_conv_onnx(p, cin=32, cout=64, hw=16), trials=6, batch=3,
                           options=("--layout", "NHWC", "--precision", "auto", "--target", target))
+    said = " ".join(capfd.readouterr().out.split())  # export's lines, as wrapped for the terminal
+    assert "layers tuned fp32 and bf16: " in said and "rounded to bf16 whichever is kept" in said, said
     trials = [json.loads(line) for line in open(run["log"]) if '"kind":"trial"' in line]
     bf16 = [t for t in trials if "conv2d_bf16" in t["task"]["name"]]
     assert bf16 and all(t["result"]["status"] == "ok" for t in bf16), [t["result"] for t in bf16]
