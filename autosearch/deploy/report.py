@@ -144,6 +144,7 @@ def tuned_row(model, policy) -> tuple[str, str]:
     (:mod:`autosearch.tensor_units.activations`: the tasks must be the tuned ones), so with every layer kept in fp32
     it still computes on bf16 activations: checked as bf16, and named so, not passed off as fp32."""
     from autosearch.frontend.winograd import BF16_WINOGRAD
+    from autosearch.tensor_units.intrinsics import rounds_to_bf16
 
     used = [t for t in model.tasks if policy.uses(t.lowering)]
     bf16 = sum(1 for t in used if t.lowering.get("algorithm") in ("bf16", BF16_WINOGRAD))
@@ -151,7 +152,7 @@ def tuned_row(model, policy) -> tuple[str, str]:
         bf16 = model.bf16_tasks
     if bf16:
         return f"TVM tuned (bf16 on {bf16} layer{'s' if bf16 > 1 else ''})", "bf16"
-    if any(str(dtype) == "bfloat16" for t in used for _, dtype in t.args):
+    if any(rounds_to_bf16(t.name, t.args) for t in used):  # a kernel that reads or writes bf16
         return "TVM tuned (fp32 layers, bf16 activations)", "bf16"
     return "TVM tuned", "f32"
 
