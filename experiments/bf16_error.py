@@ -115,10 +115,11 @@ def run_openvino(onnx_path: str, inputs: list[dict[str, np.ndarray]]) -> list[di
 
 def layer_costs(log: str, choices: dict[str, str]) -> dict[str, float]:
     """Per layer kept in bf16: the milliseconds its fp32 kernels add to the model's estimate (the log's bests)."""
+    from autosearch.frontend.winograd import BF16_WINOGRAD
     from experiments.precision import layer_rows
 
     rows = {r["layer"]: r for r in layer_rows(log)}
-    column = {"bf16": "bf16_ms", "bf16-winograd": "winograd_ms"}
+    column = {"bf16": "bf16_ms", BF16_WINOGRAD: "winograd_ms"}
     return {layer: rows[layer]["fp32_ms"] - rows[layer][column[a]]
             for layer, a in choices.items() if a in column and layer in rows}
 
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     import autosearch
     from autosearch.deploy.database import LOWERING_FILE
     from autosearch.deploy.report import LOW_PRECISION_TOLERANCE
-    from autosearch.deploy.timing import openvino_default_precision
+    from autosearch.deploy.timing import openvino_default_precision, random_inputs
     from autosearch.frontend.importer import load_onnx, resolve_input_shapes
 
     base = results_path(args.out)
@@ -190,19 +191,19 @@ def main(argv: list[str] | None = None) -> int:
         onnx.save(proto, onnx_path)
         names = [o.name for o in proto.graph.output]
         shapes = resolve_input_shapes(proto, {})
-        inputs = [{n: np.random.default_rng(seed).uniform(0, 1, size=s).astype("float32") for n, s in shapes.items()}
-                  for seed in range(args.inputs)]
+        inputs = [random_inputs(shapes, seed=seed) for seed in range(args.inputs)]
         reference = run_ort(onnx_path, inputs)
         ov_precision = openvino_default_precision()
+        compiled = variants(choices)
         data.update(model=args.model, log=args.log, inputs=args.inputs, cpu=host_label(),
                     tolerance=LOW_PRECISION_TOLERANCE, choices=choices, openvino_precision=ov_precision,
-                    costs_ms=layer_costs(args.log, choices), variants=list(variants(choices)))
+                    costs_ms=layer_costs(args.log, choices), variants=list(compiled))
         if ov_precision and "openvino" not in data:
             outs = run_openvino(onnx_path, inputs)
             data["openvino"], data["openvino_global"] = errors(outs, reference), global_error(outs[0], reference[0])
         data.setdefault("errors", {})
         data.setdefault("global", {})
-        for name, chosen in variants(choices).items():
+        for name, chosen in compiled.items():
             if name in data["errors"]:
                 continue
             variant_db = os.path.join(tmp, f"db-{len(data['errors'])}")

@@ -191,10 +191,15 @@ def openvino_default_precision() -> str | None:
     return openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
 
 
-def save_inputs(shapes: dict[str, tuple[int, ...]], path: str, *, seed: int = 0) -> None:
-    """Random image-like inputs (0..1), the same for every runtime."""
+def random_inputs(shapes: dict[str, tuple[int, ...]], *, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random image-like inputs (0..1), by input name: with ``seed`` 0, the ones ``report`` runs every runtime on."""
     rng = np.random.default_rng(seed)
-    np.savez(path, **{name: rng.uniform(0, 1, size=shape).astype("float32") for name, shape in shapes.items()})
+    return {name: rng.uniform(0, 1, size=shape).astype("float32") for name, shape in shapes.items()}
+
+
+def save_inputs(shapes: dict[str, tuple[int, ...]], path: str, *, seed: int = 0) -> None:
+    """:func:`random_inputs`, saved for the runtimes' processes: the same for every runtime."""
+    np.savez(path, **random_inputs(shapes, seed=seed))
 
 
 SLICE_MIN = 16  # elements a slice needs to be judged on its own magnitude (fewer: logits, one detection's fields)
