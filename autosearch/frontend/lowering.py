@@ -456,7 +456,9 @@ def lowering_passes(target, *, winograd="auto", layout="NCHW", fast_math=DEFAULT
     if bf16 and convert:  # an attention fused into one bf16 kernel on the tiles (tensor_units.attention)
         from autosearch.tensor_units.attention import fuse_attention
         attention.append(fuse_attention(policy.bf16, fast_exp=fast))
-    return [matmul_of_a_transpose_transposes_the_smaller(), *attention, *convert, *fast_ops,
+    from autosearch.frontend.splits import cancel_splits
+
+    return [matmul_of_a_transpose_transposes_the_smaller(), *attention, *convert, cancel_splits(), *fast_ops,
             *relax.pipeline.library_dispatch_passes(target), *with_folder(legalize, folder),
             relax.transform.AttachAttrLayoutFreeBuffers()]
 
