@@ -66,17 +66,18 @@ def cancel_splits() -> Any:
             if name == "relax.concat":
                 parts = self.fields(value.args[0])
                 cat = int(value.attrs.axis) % len(shape)
-                if parts is None:
+                shapes = [_shape(p) for p in parts or ()]
+                if parts is None or any(sh is None or len(sh) != len(shape) for sh in shapes):
                     return None
                 if cat == axis:
                     bounds, reach = [], 0
-                    for part in parts:
-                        extent = (_shape(part) or [0] * len(shape))[axis]
-                        bounds.append((reach, reach + extent, part))
-                        reach += extent
-                    inside = [p for a, b, p in bounds if start <= a and b <= start + size]
-                    if sum((_shape(p) or [0] * len(shape))[axis] for p in inside) != size:
+                    for part, sh in zip(parts, shapes):
+                        bounds.append((reach, reach + sh[axis], part))
+                        reach += sh[axis]
+                    inside = [(b - a, p) for a, b, p in bounds if start <= a and b <= start + size]
+                    if sum(n for n, _ in inside) != size:
                         return None  # the piece cuts an input
+                    inside = [p for _, p in inside]
                     return inside[0] if len(inside) == 1 else relax.op.concat(inside, axis=axis)
                 pieces = [self.take(p, axis, start, size, depth + 1) for p in parts]
                 if any(p is None for p in pieces):
