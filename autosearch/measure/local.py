@@ -180,7 +180,14 @@ class BuildPool:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for w in self._workers:
             w.close()
-        shutil.rmtree(self.scratch_dir, ignore_errors=True)
+        # a killed worker's linker (its own child, which the kill does not reach) can still write its library here
+        # for a moment after the worker is gone: removed again until the directory is gone, for a few seconds
+        deadline = time.monotonic() + 5.0
+        while True:
+            shutil.rmtree(self.scratch_dir, ignore_errors=True)
+            if not os.path.exists(self.scratch_dir) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
 
 
 def _module_key(mod_json: str) -> str:
