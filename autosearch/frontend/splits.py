@@ -22,18 +22,8 @@ the same order, so the outputs are unchanged; what the split no longer reads is 
 
 from __future__ import annotations
 
+import math
 from typing import Any
-
-
-def _shape(expr) -> list[int] | None:
-    """The static shape of a Relax expression's tensor, or None."""
-    shape = getattr(getattr(expr, "ty", None), "shape", None)
-    if shape is None:
-        return None
-    try:
-        return [int(v) for v in getattr(shape, "values", shape)]
-    except (TypeError, ValueError):  # a symbolic extent
-        return None
 
 
 def cancel_splits() -> Any:
@@ -41,10 +31,8 @@ def cancel_splits() -> Any:
     import tvm
     from tvm import relax
 
-    from autosearch.frontend.lowering import mutate_relax_functions
-
-    def op_name(value) -> str:
-        return value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) else ""
+    from autosearch.frontend.lowering import mutate_relax_functions, static_shape
+    from autosearch.tensor_units.activations import op_name
 
     @relax.expr_functor.mutator
     class Rewrite(relax.PyExprMutator):
@@ -58,7 +46,7 @@ def cancel_splits() -> Any:
         def take(self, expr, axis: int, start: int, size: int, depth: int = 0):
             """An expression of the elements ``[start, start + size)`` of ``expr`` along ``axis`` built from the
             inputs of a concatenation along it, or None."""
-            shape = _shape(expr)
+            shape = static_shape(expr)
             value = self.bound(expr)
             name = op_name(value)
             if shape is None or depth > 16 or not name:
@@ -66,7 +54,7 @@ def cancel_splits() -> Any:
             if name == "relax.concat":
                 parts = self.fields(value.args[0])
                 cat = int(value.attrs.axis) % len(shape)
-                shapes = [_shape(p) for p in parts or ()]
+                shapes = [static_shape(p) for p in parts or ()]
                 if parts is None or any(sh is None or len(sh) != len(shape) for sh in shapes):
                     return None
                 if cat == axis:
@@ -89,18 +77,12 @@ def cancel_splits() -> Any:
                 inner = self.take(value.args[0], perm[axis], start, size, depth + 1)
                 return None if inner is None else relax.op.permute_dims(self.builder_.emit(inner), perm)
             if name == "relax.reshape":
-                source = _shape(value.args[0])
+                source = static_shape(value.args[0])
                 if source is None:
                     return None
-                before = 1
-                for d in shape[:axis]:
-                    before *= d
-                reach, at = 1, None
-                for j, d in enumerate(source):
-                    if reach == before and d == shape[axis]:
-                        at = j
-                        break
-                    reach *= d
+                before = math.prod(shape[:axis])  # the input's axis with as many elements before it, as long
+                at = next((j for j, d in enumerate(source) if math.prod(source[:j]) == before and d == shape[axis]),
+                          None)
                 if at is None:
                     return None
                 inner = self.take(value.args[0], at, start, size, depth + 1)
@@ -113,7 +95,7 @@ def cancel_splits() -> Any:
             call = super().visit_call_(call)
             if op_name(call) != "relax.split":
                 return call
-            shape = _shape(call.args[0])
+            shape = static_shape(call.args[0])
             if shape is None:
                 return call
             axis = int(call.attrs.axis) % len(shape)
