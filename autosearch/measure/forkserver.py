@@ -96,11 +96,9 @@ class ForkedProcess:
         return self.returncode
 
     def kill(self) -> None:
-        if not self._read_status(0):  # not reaped yet, so the pid is still this process's
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        """SIGKILL the worker's process group: the worker and what it started (a build's linker)."""
+        if not self._read_status(0):  # not reaped yet, so the pid, and the group it leads, are still this process's
+            kill_group(self.pid)
 
     def __del__(self) -> None:
         if self._status_fd >= 0:
@@ -108,6 +106,23 @@ class ForkedProcess:
                 os.close(self._status_fd)
             except OSError:
                 pass
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads (every worker leads one), or ``pid`` alone where it leads none.
+
+    A worker's own children are in its group: TVM links a built kernel with the system's compiler, a child of the
+    build worker, and killing the worker alone left that linker running, and writing into the worker's temporary
+    directory, after a build's timeout or a pool's close."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+        return
+    except (ProcessLookupError, PermissionError):  # it leads no group (started otherwise): the process alone
+        pass
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _running(pid: int) -> bool:
@@ -281,12 +296,17 @@ def _serve_request(sock: socket.socket, children: dict[int, int], own_fds: tuple
         try:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.setpgid(0, 0)  # a group of its own, so a kill reaches what it starts (ForkedProcess.kill)
             for other in (*own_fds, *children.values(), status_w):
                 os.close(other)
             _become_worker(conn_fd, env)
             code = 0
         finally:
             os._exit(code)
+    try:
+        os.setpgid(pid, pid)  # as the child does: whichever runs first, the group exists before anyone is told the pid
+    except OSError:  # the child has ended already
+        pass
     os.close(conn_fd)
     children[pid] = status_w
     try:

@@ -180,8 +180,8 @@ class BuildPool:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for w in self._workers:
             w.close()
-        # a killed worker's linker (its own child, which the kill does not reach) can still write its library here
-        # for a moment after the worker is gone: removed again until the directory is gone, for a few seconds
+        # a killed worker's linker (its child, killed with its process group) may end a moment after the worker
+        # and finish a write here meanwhile: removed again until the directory is gone, for a few seconds
         deadline = time.monotonic() + 5.0
         while True:
             shutil.rmtree(self.scratch_dir, ignore_errors=True)

@@ -4,7 +4,10 @@ Each worker is a Python process with TVM imported that serves calls over a pipe:
 server (:mod:`autosearch.measure.forkserver`, which imports TVM once), or a fresh process where there is none.
 The parent waits for an answer with a timeout; on a timeout it kills the worker, on a dead pipe it
 reports the crash, and in both cases the next call starts a fresh worker. A call's timeout is its own:
-a fresh worker first answers a ping (after its TVM import) within :data:`STARTUP_TIMEOUT`.
+a fresh worker first answers a ping (after its TVM import) within :data:`STARTUP_TIMEOUT`. Each worker leads a
+process group of its own, and a kill is sent to that group: a build's linker (the worker's child) dies with it.
+A signal sent to the caller's whole group (a terminal's Ctrl-C) does not reach the workers; they end when the
+caller closes their pipes, or, where it died, once their current call returns and finds the pipe closed.
 
 Not TVM's ``tvm.support.popen_pool.PopenWorker``: it starts every child with the parent's environment
 (``TVM_NUM_THREADS`` and the CPU affinity must differ per worker, before TVM starts its thread pool), its
@@ -48,8 +51,12 @@ def _kill_and_wait(proc, name: str, *, timeout: float) -> None:
 
     Killing is where a call that timed out and every close path end, so it must not fail them: a process
     that outlives SIGKILL (stuck in the kernel, in uninterruptible I/O) can be neither helped nor waited for,
-    and is left with a warning, as its pid is left in ``ps``."""
-    proc.kill()
+    and is left with a warning, as its pid is left in ``ps``. The kill reaches the worker's process group (see
+    :func:`forkserver.kill_group`)."""
+    if isinstance(proc, forkserver.ForkedProcess):
+        proc.kill()
+    elif proc.poll() is None:  # Popen: not reaped, so the group its pid leads is still its own
+        forkserver.kill_group(proc.pid)
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -126,6 +133,11 @@ def main(fd: int) -> None:
     serve_forked(fd)
 
 
+# A worker leads its own process group, as a forked one does, so a kill reaches what it starts; in the caller's
+# session where Python can say so (3.11), else in a session of its own.
+_OWN_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+
+
 class Worker:
     """One warm worker process. Not thread-safe: one caller at a time."""
 
@@ -162,6 +174,7 @@ class Worker:
                 self._proc = subprocess.Popen(
                     [sys.executable, "-c", f"from autosearch.measure.worker import main; main({child.fileno()})"],
                     pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL, close_fds=True,
+                    **_OWN_GROUP,
                 )
         finally:
             child.close()

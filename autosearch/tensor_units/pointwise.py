@@ -17,18 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from autosearch.frontend.lowering import static_shape as _shape
+
 TILE = 16  # pixels per tile row of the flattened convolution
 # operations applied value by value: a chain of them after a convolution follows it onto the new shape
 ELEMENTWISE = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
                "relax.sigmoid", "relax.astype", "relax.clip", "relax.nn.relu", "relax.nn.silu", "relax.tanh",
                "relax.exp", "relax.negative")
-
-
-def _shape(expr) -> list[int] | None:
-    try:
-        return [int(s) for s in expr.ty.shape]
-    except (AttributeError, TypeError, ValueError):  # not a tensor of static shape
-        return None
 
 
 def new_width(call) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -181,3 +182,26 @@ def test_the_server_is_keyed_on_what_an_import_can_read():
     for name in ("PYTHONPATH", "LD_LIBRARY_PATH", "TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         assert forkserver.import_environment({**base, name: "2"}) != key, name
     assert forkserver.import_environment({**base, "PATH": "/opt/bin"}) != key
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Popen(process_group=) puts the stand-in in the group")
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "afresh"])
+def test_a_kill_reaches_what_the_worker_started(forked, monkeypatch):
+    """A build's linker is the worker's child: killed with the worker (by its process group), it no longer runs on
+    after a build's timeout or a pool's close, writing into the worker's temporary directory. The linker is stood in
+    for by a process put in the worker's group."""
+    import subprocess
+
+    if not forked:
+        monkeypatch.setattr(forkserver, "spawn", lambda *_: (_ for _ in ()).throw(OSError("no server (injected)")))
+    w = Worker(name="group")
+    try:
+        assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
+        pid = w._proc.pid
+        assert os.getpgid(pid) == pid != os.getpgid(0)
+        linker = subprocess.Popen(["sleep", "60"], process_group=pid)
+        w.kill()
+        assert linker.wait(timeout=10) == -signal.SIGKILL
+        assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"  # and the next call starts a fresh worker
+    finally:
+        w.close()
