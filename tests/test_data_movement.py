@@ -314,3 +314,70 @@ def test_an_output_choosing_its_level_by_anchor_is_partitioned_there_and_measure
     assert script.count("T.parallel(T.int64(64))") == 1 and script.count("T.parallel(T.int64(64), T.int64(80))") == 1
     [result] = _replays_and_runs(task, [applied], target)
     assert result.status.value == "ok", result.error  # its outputs checked against the unscheduled kernel's
+
+
+def levels_decode_onnx(path: str | None = None):
+    """A decode head in miniature, as YOLOv8's to YOLO26's default exports compute it: two levels' boxes (4 channels)
+    and class logits (8), 8 x 8 and 4 x 4 anchors, each level's concatenated on the channels and flattened, the levels
+    concatenated along the anchors, split into boxes and logits (the split is cancelled before fusion:
+    frontend/splits.py), the boxes offset by constant anchors, the logits through a sigmoid, and both concatenated on
+    the channels again into one (1, 12, 80) output: one task whose output chooses its piece on the channels and its
+    level on the anchors."""
+    anchors = np.arange(4 * 80, dtype=np.float32).reshape(1, 4, 80) / 80
+    nodes, inputs = [], []
+    for level, side in enumerate((8, 4)):
+        for kind, channels in (("box", 4), ("cls", 8)):
+            inputs.append(helper.make_tensor_value_info(f"{kind}{level}", TensorProto.FLOAT, [1, channels, side, side]))
+        nodes += [helper.make_node("Concat", [f"box{level}", f"cls{level}"], [f"y{level}"], axis=1),
+                  helper.make_node("Reshape", [f"y{level}", f"flat{side}"], [f"flat{level}"])]
+    nodes += [helper.make_node("Concat", ["flat0", "flat1"], ["y"], axis=2),
+              helper.make_node("Split", ["y", "sizes"], ["box", "cls"], axis=1),
+              helper.make_node("Add", ["box", "anchors"], ["boxes"]),
+              helper.make_node("Sigmoid", ["cls"], ["scores"]),
+              helper.make_node("Concat", ["boxes", "scores"], ["out"], axis=1)]
+    graph = helper.make_graph(
+        nodes, "levels_decode", inputs, [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 12, 80])],
+        [helper.make_tensor(f"flat{s}", TensorProto.INT64, [3], [1, 12, s * s]) for s in (8, 4)]
+        + [helper.make_tensor("sizes", TensorProto.INT64, [2], [4, 8]),
+           helper.make_tensor("anchors", TensorProto.FLOAT, [1, 4, 80], anchors.ravel().tolist())],
+    )
+    return _model(graph, path)
+
+
+def test_a_decode_heads_levels_are_partitioned_along_the_anchors_and_measured_first(tmp_path_factory, target,
+                                                                                     head_task, conv_task):
+    import tvm
+
+    from autosearch.search.data_movement import _inlined, choice_points, partitioned_levels_sketch
+    from autosearch.search.space import DecisionSpace
+
+    _, task = _one_task(tmp_path_factory, target, levels_decode_onnx, "levels")
+    sch, [output] = _inlined(task.mod, target, 1)
+    assert choice_points(sch.get(output)) == {1: [4], 2: [64]}  # boxes | scores; level 0 | level 1
+    assert partitioned_levels_sketch(conv_task.mod, target, seed=1) is None  # a reduction
+    assert partitioned_levels_sketch(head_task.mod, target, seed=1) is None  # no concatenation on an outer axis
+    _, decode = _one_task(tmp_path_factory, target, decode_like_onnx, "decode_levels")
+    assert partitioned_levels_sketch(decode.mod, target, seed=1) is None  # one level: nothing chosen by anchor
+    space = DecisionSpace(task.mod, target)
+    last = space.sketches[-1]
+    assert not last.decisions and last.partitions_loops
+    assert [c.sketch for c in space.measure_first] == [last.index - 1, last.index]  # after the axis sketch's tile
+    applied = space.apply(space.measure_first[-1])
+    assert applied.ok, applied.error
+    script = applied.mod.script()
+    # the anchors in tiles of 16 (the levels' common divisor), four of the first level's and one of the second's, each
+    # level's channels partitioned at the boxes | scores boundary
+    assert "T.parallel(T.int64(4))" in script and "T.parallel(T.int64(4), T.int64(5))" in script
+    assert script.count('_partition"):') == 6
+    # each piece copies from one level and computes one branch: no condition is left once simplified
+    axis_sketch = space.apply(space.measure_first[0])
+    def conditions(mod) -> int:  # as the build lowers it: blocks to plain loops over their bindings, simplified
+        lowered = tvm.transform.Sequential([tvm.s_tir.transform.ConvertBlocksToOpaque(),
+                                            tvm.s_tir.transform.LowerOpaqueBlock(),
+                                            tvm.s_tir.transform.LoopPartition(),
+                                            tvm.tirx.transform.StmtSimplify()])(mod)
+        return lowered.script().count("if_then_else")
+
+    assert conditions(applied.mod) == 0 < conditions(axis_sketch.mod)
+    [result] = _replays_and_runs(task, [applied], target)
+    assert result.status.value == "ok", result.error  # its output checked against the unscheduled kernel's

@@ -239,6 +239,49 @@ def partitioned_axis_concat_sketch(mod, target, *, seed: int) -> Any | None:
     return sch
 
 
+def partitioned_levels_sketch(mod, target, *, seed: int) -> Any | None:
+    """A traced Schedule for an axis concatenation's task (:func:`partitioned_axis_concat_sketch`'s) whose output
+    also chooses its source along its last axis (:func:`choice_points`): a decode head's (1, 4 + 80, anchors), each
+    anchor from one of three levels' NHWC maps, transposed into place. The axis sketch tiles the anchors but leaves
+    the level's choice (two ``if_then_else`` on the anchor) in every element, with the reshape arithmetic of each
+    level's index in both of its branches. Here the tile is the largest that keeps every level whole (the greatest
+    common divisor of the levels' boundaries and the anchors), the tile loop outermost and partitioned at the levels'
+    boundaries, each piece parallel, and the concatenation's axis partitioned in each: each piece copies one level's
+    map and computes one branch, conditions folded. No decisions: another tile would cut a level. None for any other
+    task, or one not for a CPU."""
+    import math
+
+    if target.kind.name != "llvm":
+        return None
+    found = _spatial_blocks(mod, seed)
+    if found is None or len(found[2]) != 1:
+        return None
+    sch, blocks, outputs = found
+    concat = block_concat(sch, outputs[0])
+    if concat is None:
+        return None
+    axis, sizes = concat
+    try:
+        _inline_intermediates(sch, blocks, outputs)
+        loops = sch.get_loops(outputs[0])
+        last = len(loops) - 1
+        cuts = choice_points(sch.get(outputs[0])).get(last)
+        if axis >= last or not cuts:
+            return None
+        extent = int(sch.get(loops[last]).extent)
+        tile = math.gcd(extent, *cuts)
+        outer, inner = sch.split(loops[last], [extent // tile, tile])
+        sch.reorder(outer, *loops[:last], inner)
+        levels = [(b - a) // tile for a, b in zip([0, *cuts[:-1]], cuts)]  # the rest is the last piece
+        for piece in sch.loop_partition(outer, levels):
+            sch.parallel(piece)
+            piece_loops = sch.get_loops(sch.get_child_blocks(piece)[0])
+            sch.loop_partition(piece_loops[1 + axis], sizes[:-1])
+    except Exception:  # a block TVM cannot inline, or loops it cannot split, reorder or partition: no such sketch
+        return None
+    return sch
+
+
 _BINARY = ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE", "LT", "LE", "GT", "GE",
            "And", "Or")
 
@@ -347,4 +390,5 @@ def partitioned_choice_sketch(mod, target, *, seed: int) -> Any | None:
 
 
 __all__ = ["block_concat", "blocked_copy_sketch", "choice_points", "concat_boundaries",
-           "partitioned_axis_concat_sketch", "partitioned_choice_sketch", "partitioned_concat_sketch"]
+           "partitioned_axis_concat_sketch", "partitioned_choice_sketch", "partitioned_concat_sketch",
+           "partitioned_levels_sketch"]

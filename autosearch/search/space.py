@@ -162,7 +162,9 @@ class DecisionSpace:
     and one along another axis (a decode head's) one more,
     :func:`autosearch.search.data_movement.partitioned_axis_concat_sketch`; a task whose output, not a
     concatenation itself, chooses its source by an outer index (an NMS-free head's anchor-major boxes and scores) one
-    more, :func:`autosearch.search.data_movement.partitioned_choice_sketch`.
+    more, :func:`autosearch.search.data_movement.partitioned_choice_sketch`; an axis concatenation that also chooses
+    its source along its last axis (a decode head's levels) one more,
+    :func:`autosearch.search.data_movement.partitioned_levels_sketch`.
     Each sketch of ours without decisions (the column softmax's, the concatenations', the choice's) is measured first
     (:attr:`measure_first`).
 
@@ -178,6 +180,7 @@ class DecisionSpace:
             partitioned_axis_concat_sketch,
             partitioned_choice_sketch,
             partitioned_concat_sketch,
+            partitioned_levels_sketch,
         )
         from autosearch.search.softmax import softmax_sketch
         from autosearch.tensor_units.sketch import bf16_sketches
@@ -215,14 +218,16 @@ class DecisionSpace:
         concat = partitioned_concat_sketch(mod, target, seed=_SCHEDULE_SEED)
         axis_concat = partitioned_axis_concat_sketch(mod, target, seed=_SCHEDULE_SEED)
         choice = None if axis_concat is not None else partitioned_choice_sketch(mod, target, seed=_SCHEDULE_SEED)
-        schedules += [s for s in (extra, concat, axis_concat, choice) if s is not None]
+        levels = partitioned_levels_sketch(mod, target, seed=_SCHEDULE_SEED) if axis_concat is not None else None
+        schedules += [s for s in (extra, concat, axis_concat, choice, levels) if s is not None]
+        axis_index = next((i for i, s in enumerate(schedules) if s is axis_concat), None)
         self.sketches: tuple[Sketch, ...] = tuple(self._make_sketch(i, sch) for i, sch in enumerate(schedules))
         # configs to measure before any search and before the known schedules: each sketch of ours without
         # decisions (one config), and the axis concatenation's with its first tile (its other tiles lose by up to
         # 9x), too good to leave to a short run's chance of drawing them
         self.measure_first: tuple[Config, ...] = tuple(
             self.default(i) for i in range(ours, len(schedules))
-            if not self.sketches[i].decisions or (axis_concat is not None and i == len(schedules) - 1))
+            if not self.sketches[i].decisions or i == axis_index)
         if store is not None:
             store.put(key, self._dump())
 
