@@ -201,6 +201,31 @@ def block_concat(sch, block) -> tuple[int, list[int]] | None:
     return (axis, [size for _, size in pieces]) if reach == out[axis] else None
 
 
+def _axis_concat_sketch(mod, target, seed: int, schedule) -> Any | None:
+    """``schedule(sch, output, loops, axis, sizes)`` applied to a traced Schedule of ``mod`` with every block but its
+    one output inlined, that output block, its loops, the axis it concatenates along and the pieces' sizes, where
+    ``mod``'s one output concatenates along an axis other than its last (:func:`block_concat`), for a CPU: the
+    Schedule, or None for any other task, or where ``schedule`` returns False or TVM cannot inline, split, reorder or
+    partition."""
+    if target.kind.name != "llvm":
+        return None
+    found = _spatial_blocks(mod, seed)
+    if found is None or len(found[2]) != 1:
+        return None
+    sch, blocks, outputs = found
+    concat = block_concat(sch, outputs[0])
+    if concat is None:
+        return None
+    try:
+        _inline_intermediates(sch, blocks, outputs)
+        loops = sch.get_loops(outputs[0])
+        if concat[0] >= len(loops) - 1:  # along the last axis: partitioned_concat_sketch's case
+            return None
+        return sch if schedule(sch, outputs[0], loops, *concat) is not False else None
+    except Exception:  # no such sketch for this task
+        return None
+
+
 def partitioned_axis_concat_sketch(mod, target, *, seed: int) -> Any | None:
     """A traced Schedule for a task whose one output is a concatenation along an axis other than its last
     (:func:`block_concat`): YOLO's decode heads gather boxes, class scores and (oriented boxes) angles into one
@@ -211,21 +236,7 @@ def partitioned_axis_concat_sketch(mod, target, *, seed: int) -> Any | None:
     and parallel with the axes before the concatenation's, and the concatenation's loop partitioned at its pieces:
     each piece a loop of its own whose condition the simplifier folds, computing its own branch alone. None for any
     other task, or one not for a CPU."""
-    if target.kind.name != "llvm":
-        return None
-    found = _spatial_blocks(mod, seed)
-    if found is None or len(found[2]) != 1:
-        return None
-    sch, blocks, outputs = found
-    concat = block_concat(sch, outputs[0])
-    if concat is None:
-        return None
-    axis, sizes = concat
-    try:
-        _inline_intermediates(sch, blocks, outputs)
-        loops = sch.get_loops(outputs[0])
-        if axis >= len(loops) - 1:  # along the last axis: partitioned_concat_sketch's case
-            return None
+    def schedule(sch, _output, loops, axis: int, sizes: list[int]) -> None:
         extent = int(sch.get(loops[-1]).extent)
         tile = min((d for d in range(1, extent + 1) if extent % d == 0),
                    key=lambda d: (abs(d - AXIS_CONCAT_TILE), d))
@@ -234,9 +245,8 @@ def partitioned_axis_concat_sketch(mod, target, *, seed: int) -> Any | None:
         sch.reorder(outer, *loops[:-1], inner)
         sch.parallel(sch.fuse(outer, *loops[:axis]))
         sch.loop_partition(loops[axis], sizes[:-1])  # the last piece is the rest (a None there does not replay)
-    except Exception:  # a block TVM cannot inline, or loops it cannot split, reorder or partition: no such sketch
-        return None
-    return sch
+
+    return _axis_concat_sketch(mod, target, seed, schedule)
 
 
 def partitioned_levels_sketch(mod, target, *, seed: int) -> Any | None:
@@ -251,23 +261,11 @@ def partitioned_levels_sketch(mod, target, *, seed: int) -> Any | None:
     task, or one not for a CPU."""
     import math
 
-    if target.kind.name != "llvm":
-        return None
-    found = _spatial_blocks(mod, seed)
-    if found is None or len(found[2]) != 1:
-        return None
-    sch, blocks, outputs = found
-    concat = block_concat(sch, outputs[0])
-    if concat is None:
-        return None
-    axis, sizes = concat
-    try:
-        _inline_intermediates(sch, blocks, outputs)
-        loops = sch.get_loops(outputs[0])
+    def schedule(sch, output, loops, axis: int, sizes: list[int]) -> bool:
         last = len(loops) - 1
-        cuts = choice_points(sch.get(outputs[0])).get(last)
-        if axis >= last or not cuts:
-            return None
+        cuts = choice_points(sch.get(output)).get(last)
+        if not cuts:
+            return False
         extent = int(sch.get(loops[last]).extent)
         tile = math.gcd(extent, *cuts)
         outer, inner = sch.split(loops[last], [extent // tile, tile])
@@ -277,9 +275,9 @@ def partitioned_levels_sketch(mod, target, *, seed: int) -> Any | None:
             sch.parallel(piece)
             piece_loops = sch.get_loops(sch.get_child_blocks(piece)[0])
             sch.loop_partition(piece_loops[1 + axis], sizes[:-1])
-    except Exception:  # a block TVM cannot inline, or loops it cannot split, reorder or partition: no such sketch
-        return None
-    return sch
+        return True
+
+    return _axis_concat_sketch(mod, target, seed, schedule)
 
 
 _BINARY = ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE", "LT", "LE", "GT", "GE",
