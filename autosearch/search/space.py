@@ -165,8 +165,8 @@ class DecisionSpace:
     more, :func:`autosearch.search.data_movement.partitioned_choice_sketch`; an axis concatenation that also chooses
     its source along its last axis (a decode head's levels) one more,
     :func:`autosearch.search.data_movement.partitioned_levels_sketch`.
-    Each sketch of ours without decisions (the column softmax's, the concatenations', the choice's) is measured first
-    (:attr:`measure_first`).
+    Each sketch of ours without decisions (the column softmax's, the concatenations', the choice's, the levels') is
+    measured first (:attr:`measure_first`).
 
     ``store``: a :class:`~autosearch.search.sketch_store.SketchStore` the sketches are read from when an earlier
     set-up of the same module, target and seed kept them there, and kept in otherwise (None: built, not kept).
