@@ -62,6 +62,28 @@ def split_onnx(*, shortcut: bool) -> onnx.ModelProto:
     return model
 
 
+def c3k2_onnx() -> onnx.ModelProto:
+    """YOLO11's and YOLO26's first C3k2 block in miniature: conv (16 -> 32) -> relu -> split in halves; the second
+    half through a bottleneck that narrows it, conv 16 -> 8 and 8 -> 16 (too few channels for the tile unit), plus
+    that half; the halves and the sum concatenated -> conv (48 -> 32) -> relu."""
+    rng = np.random.default_rng(0)
+    n1, w1 = _conv(rng, "a", 16, 32, "x", "r1")
+    split = [helper.make_node("Split", ["r1", "sizes"], ["h0", "h1"], axis=1)]
+    sizes = numpy_helper.from_array(np.array([16, 16], "int64"), "sizes")
+    n2, w2 = _conv(rng, "b", 16, 8, "h1", "r2")
+    n3, w3 = _conv(rng, "c", 8, 16, "r2", "r3")
+    add = [helper.make_node("Add", ["h1", "r3"], ["m"])]
+    cat = [helper.make_node("Concat", ["h0", "h1", "m"], ["c"], axis=1)]
+    n4, w4 = _conv(rng, "d", 48, 32, "c", "y")
+    graph = helper.make_graph([*n1, *split, *n2, *n3, *add, *cat, *n4], "c3k2",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16])],
+                              [*w1, sizes, *w2, *w3, *w4])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def _kernels(lowered) -> dict[str, str]:
     """Each call_tir's PrimFunc name -> the dtype of its output, in the order the lowered model calls them."""
     text = lowered["main"].script()
@@ -138,6 +160,44 @@ def test_a_split_passes_bf16_to_its_convolutions_and_concatenation(shortcut) -> 
     moves = {k: dtype for k, dtype in kernels.items() if "conv2d" not in k and "transpose" not in k}
     assert moves and set(moves.values()) == {"bfloat16"}, kernels  # the split's parts and the concatenation
     assert ("_add" in " ".join(kernels)) == shortcut, kernels
+
+
+def test_a_convolution_too_narrow_for_the_unit_reads_bf16_where_the_others_keep_it() -> None:
+    """A C3k2 block whose bottleneck is too narrow for the tile unit: its half is kept in bf16 for the concatenation
+    and the residual add anyway, so the narrow convolution reads it in bf16 through a cast in its own kernel, and the
+    split, the sum and the concatenation stay on bf16 (they were fp32, with a rounding kernel before the last
+    convolution)."""
+    from autosearch.frontend.lowering import lower
+
+    lowered = lower(relax_of(c3k2_onnx()), amx_target(), winograd="off", layout="NHWC", precision="bf16")
+    kernels = _kernels(lowered)
+    assert not [k for k in kernels if re.fullmatch(r"(fused_)?(concatenate\d*_)?cast\d*", k)], kernels
+    moves = {k: dtype for k, dtype in kernels.items() if "conv2d" not in k and "transpose" not in k}
+    assert moves and set(moves.values()) == {"bfloat16"}, kernels  # the split's parts and the concatenation
+    [narrow] = [name for name in kernels if "conv2d" in name and "conv2d_bf16" not in name]  # 16 -> 8, in fp32
+    data = re.search(r'def main\(\w+: T\.Buffer\(\(.*?\)\), "(\w+)"\)', lowered[narrow].script())
+    assert data and data.group(1) == "bfloat16", lowered[narrow].script()[:600]
+    assert kernels[narrow] == "bfloat16", kernels  # read by the 8 -> 16 convolution, which the unit runs (taps grouped)
+
+
+def test_a_narrow_convolution_reading_bf16_computes_what_onnxruntime_does() -> None:
+    """The C3k2 block above built for the dot product and run: within bf16's tolerance of ONNX Runtime fp32."""
+    from tests.test_dpbf16 import _dot_target, _needs_avx512_bf16
+
+    _needs_avx512_bf16()
+    import onnxruntime as ort
+    import tvm
+
+    from autosearch.frontend.lowering import build_module, lower
+
+    proto, target = c3k2_onnx(), _dot_target()
+    lowered = lower(relax_of(proto), target, winograd="off", layout="NHWC", precision="bf16")
+    assert any("conv2d_bf16" in k for k in _kernels(lowered))
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 16, 16, 16)).astype("float32")
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    vm = tvm.relax.VirtualMachine(build_module(lowered, target), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()
+    np.testing.assert_allclose(got, want, rtol=5e-2, atol=2e-2 * np.abs(want).max())
 
 
 def test_every_choice_of_bf16_layers_lowers_to_extracted_tasks() -> None:

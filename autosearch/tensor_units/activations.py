@@ -12,8 +12,9 @@ operation that computes the activation, where ``FuseOps`` fuses it into that ope
 Which activations qualify depends on the graph only: on which convolutions *can* run on the tile unit
 (:func:`.conv.flat_conv`), not on which the tuner chose. So the lowering of every precision choice has the same
 fused tasks, and a layer tuned in fp32 reads its bf16 input through a cast inlined into its own kernel
-(:func:`conv2d_cast_input`). Where an activation has any other reader (a residual add, the model's output, a
-convolution the tile unit cannot run), it stays fp32.
+(:func:`conv2d_cast_input`). Where an activation has any other reader (the model's output, an operation that
+computes), it stays fp32, unless the convolutions or transparent operations read it in bf16 anyway: then a residual
+add, or a convolution the tile unit cannot run, reads it in bf16 too (:func:`bf16_region`).
 """
 
 from __future__ import annotations
@@ -109,6 +110,15 @@ def _residual_add(binding, value_of) -> bool:
     return len(shapes) == 1 and "None" not in shapes
 
 
+def _other_conv(binding, var, convs) -> bool:
+    """Whether ``binding`` is a convolution the tile unit cannot run (too few channels, :func:`.conv.flat_conv`)
+    reading ``var`` as its data: it reads a bf16 activation through a cast in its own kernel
+    (:func:`conv2d_cast_input`)."""
+    value = binding.value
+    return (op_name(value) == "relax.nn.conv2d" and binding.var not in convs and value.args[0].same_as(var)
+            and not value.args[1].same_as(var))
+
+
 def bf16_region(func, flow=None) -> tuple[set[Any], set[Any]]:
     """(the activations of ``func`` to keep in bf16, the convolutions that read one): the largest set of fp32
     variables each of whose readers is a convolution the tile unit can run (reading it as data) or a transparent
@@ -118,8 +128,10 @@ def bf16_region(func, flow=None) -> tuple[set[Any], set[Any]]:
     One reader computes: a residual add whose sum is in the set may read an activation in bf16 that another reader
     (a convolution, a transparent operation) keeps there anyway. The sum then differs from the fp32 one by less than
     a bf16 rounding of that input, before being rounded itself; in exchange the activation is written once in half
-    the bytes, and the sum too (YOLO's C2f and C3k2 blocks with shortcuts). ``flow``: ``_dataflow(func)``, when
-    already made."""
+    the bytes, and the sum too (YOLO's C2f and C3k2 blocks with shortcuts). So may a convolution the tile unit cannot
+    run (its input then rounded as the bf16 convolutions' is): YOLO11's and YOLO26's first C3k2 block halves 32
+    channels and its bottleneck narrows 16 to 8, which kept the block's split, sum and concatenation in fp32.
+    ``flow``: ``_dataflow(func)``, when already made."""
     value_of, readers, escaping, convs = flow or _dataflow(func)
 
     region = {v for v in value_of if readers[v] and v not in escaping and (_is_float32(v) or _is_split(v, value_of))}
@@ -140,7 +152,7 @@ def bf16_region(func, flow=None) -> tuple[set[Any], set[Any]]:
                 if inputs is not None and reader.var in region and all(i in region for i in inputs):
                     kept = True
                     continue
-                if reader.var in region and _residual_add(reader, value_of):
+                if reader.var in region and _residual_add(reader, value_of) or _other_conv(reader, v, convs):
                     continue
                 break
             else:
@@ -198,7 +210,8 @@ def keep_bf16_activations():
                 call = relax.Call(value.op, args, value.attrs, value.ty_args)
                 self.low[var] = self.builder_.emit(call, f"{var.name}_bf16")
                 return
-            if var in self.convs:
+            if var in self.convs or op_name(value) == "relax.nn.conv2d" and value.args[0] in self.low:
+                # a bf16 convolution, or another reading a bf16 activation (legalised with the cast in its kernel)
                 a = value.attrs
                 conv = relax.op.nn.conv2d(self.low[value.args[0]], self.visit_expr(value.args[1]), strides=a.strides,
                                           padding=a.padding, dilation=a.dilation, groups=a.groups,
