@@ -27,6 +27,7 @@ each anchor-major), :func:`partitioned_choice_sketch` partitions that index wher
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -259,8 +260,6 @@ def partitioned_levels_sketch(mod, target, *, seed: int) -> Any | None:
     boundaries, each piece parallel, and the concatenation's axis partitioned in each: each piece copies one level's
     map and computes one branch, conditions folded. No decisions: another tile would cut a level. None for any other
     task, or one not for a CPU."""
-    import math
-
     def schedule(sch, output, loops, axis: int, sizes: list[int]) -> bool:
         last = len(loops) - 1
         cuts = choice_points(sch.get(output)).get(last)

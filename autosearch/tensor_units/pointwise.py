@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autosearch.frontend.lowering import static_shape as _shape
+from autosearch.frontend.lowering import static_shape
 
 TILE = 16  # pixels per tile row of the flattened convolution
 # operations applied value by value: a chain of them after a convolution follows it onto the new shape
@@ -55,13 +55,13 @@ def _follows(value, chain: set[Any], pixels: tuple[int, int]) -> bool:
         # a bf16 activation widened for a reader that computes in fp32 (a residual add): the widening fuses into
         # that reader's kernel, so it stays on the reader's shape
         return False
-    out = _shape(value)
+    out = static_shape(value)
     if out is None or len(out) != 4 or tuple(out[1:3]) != pixels:
         return False
     for arg in value.args:
         if isinstance(arg, relax.Var) and arg in chain:
             continue
-        shape = _shape(arg)
+        shape = static_shape(arg)
         if shape is None or len(shape) > 4:
             return False
         if len(shape) >= 3 and shape[-3:-1] != [1, 1] or len(shape) == 2 and shape[0] != 1:
@@ -86,7 +86,7 @@ def flatten_pointwise():
             var, value = binding.var, binding.value
             width = new_width(value) if _is_conv(value) else None
             if width is not None:
-                n, h, w, c = _shape(value.args[0])
+                n, h, w, c = static_shape(value.args[0])
                 self.chains.append(({var}, (h, w), [n, h * w // width, width]))
                 a = value.attrs
                 data = self.builder_.emit(relax.op.reshape(self.visit_expr(value.args[0]), (n, h * w // width, width,
@@ -111,7 +111,7 @@ def flatten_pointwise():
         def _restore(self, var) -> None:
             """The original variable as the reshape of its value on the new shape: every reader outside the
             chain reads that (a reshape nobody reads is removed afterwards)."""
-            back = self.builder_.emit(relax.op.reshape(self.flat[var], _shape(var)), var.name)
+            back = self.builder_.emit(relax.op.reshape(self.flat[var], static_shape(var)), var.name)
             self.set_var_remap(var, back)
 
     @tvm.transform.module_pass(opt_level=0, name="FlattenPointwiseConvs")

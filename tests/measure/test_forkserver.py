@@ -184,7 +184,8 @@ def test_the_server_is_keyed_on_what_an_import_can_read():
     assert forkserver.import_environment({**base, "PATH": "/opt/bin"}) != key
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="Popen(process_group=) puts the stand-in in the group")
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="the linker's stand-in joins the worker's group by "
+                    "Popen(process_group=), new in Python 3.11")
 @pytest.mark.parametrize("forked", [True, False], ids=["forked", "afresh"])
 def test_a_kill_reaches_what_the_worker_started(forked, monkeypatch):
     """A build's linker is the worker's child: killed with the worker (by its process group), it no longer runs on
@@ -192,8 +193,11 @@ def test_a_kill_reaches_what_the_worker_started(forked, monkeypatch):
     for by a process put in the worker's group."""
     import subprocess
 
+    def refused(*_):
+        raise OSError("no server (injected)")
+
     if not forked:
-        monkeypatch.setattr(forkserver, "spawn", lambda *_: (_ for _ in ()).throw(OSError("no server (injected)")))
+        monkeypatch.setattr(forkserver, "spawn", refused)
     w = Worker(name="group")
     try:
         assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
