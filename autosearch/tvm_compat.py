@@ -131,7 +131,12 @@ def bind_thread_pool(threads: int | None = None) -> int:
             raise UserError(f"TVM_NUM_THREADS must be a positive integer, not {variable!r}")
         threads = int(variable or 0) or host_cores()
     cores = [str(c) for c in sorted(os.sched_getaffinity(0))] if hasattr(os, "sched_getaffinity") else []
-    mode = THREADPOOL_ONE_CORE_PER_THREAD if threads <= len(cores) else THREADPOOL_SHARE_CORES
+    if threads <= len(cores):
+        # one core per thread, and no more cores than threads: the pool starts a worker per core it is given
+        # whatever the thread count, and a spare one spins on its core between kernels
+        mode, cores = THREADPOOL_ONE_CORE_PER_THREAD, cores[:threads]
+    else:
+        mode = THREADPOOL_SHARE_CORES
     tvm.get_global_func("runtime.config_threadpool")(mode, threads, cores)
     return threads
 

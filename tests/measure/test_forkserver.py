@@ -36,10 +36,11 @@ def _threads(pid: int) -> int:
 def test_workers_are_forks_of_one_server_each_with_its_own_thread_count(conv_task, conv_space):
     """TVM_NUM_THREADS is each worker's, though the server imported TVM before either existed: TVM reads it
     when its thread pool starts, at the first parallel kernel. Each worker's threads run on the cores it is given
-    (the two-thread one two cores: a pinned test worker has one, and a worker's pool keeps to its process's)."""
+    (both are given two: a pinned test worker has one, and a worker's pool keeps to its process's), and a worker
+    of one thread runs one though it may run on two cores (TVM's pool starts a thread per core it is given)."""
     if (os.cpu_count() or 1) < 2:
         pytest.skip("this machine has one core: a worker cannot run two threads on cores of their own")
-    envs = [{"TVM_NUM_THREADS": "1"}, {"TVM_NUM_THREADS": "2", "AUTOSEARCH_AFFINITY": "0,1"}]
+    envs = [{"TVM_NUM_THREADS": n, "AUTOSEARCH_AFFINITY": "0,1"} for n in ("1", "2")]
     workers = [Worker(name=f"threads{n}", env=env) for n, env in zip((1, 2), envs)]
     try:
         for w in workers:
