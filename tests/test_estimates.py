@@ -99,3 +99,16 @@ def test_in_fp32_the_estimate_takes_each_convolution_in_its_faster_layout_where_
     assert sum(s.seconds for s in shares) == pytest.approx(3.0 * MS)
     tasks["b-NHWC"]["lowering"].update(layer="L", algorithm="fp32")  # a bf16 alternative: NHWC whole, no mixing
     assert round(estimate_curve(contents)[-1].latency / MS, 6) == 1.5 + 2.0
+
+
+def test_a_share_is_the_task_as_export_reads_it_re_timed_not_at_a_trial_the_busy_machine_slowed() -> None:
+    """bf16's only trial read 4 ms (every repeat waited for a core), fp32's 3 ms; re-timed in fresh processes bf16
+    runs 0.1 ms, so export keeps it: the shares are of that model (0.1 ms + the pool), not of a 4-ms layer."""
+    contents = _log([("plain", 1.0), ("fp32", 3.0), ("bf16", 4.0)])
+    contents.records += [Record(kind="retime", task_key=key, task_name=contents.tasks[key]["name"], target={},
+                                config=Config(0, ()), result=MeasureResult(Status.OK, (ms * MS,)), flops=1e9,
+                                started=200.0 + r, finished=200.5 + r, round=r)
+                         for r in (1, 2, 3) for key, ms in (("fp32", 3.0), ("bf16", 0.1))]
+    shares = _shares(contents)
+    assert [s.name for s in shares] == ["pool_nhwc", "conv_bf16"]
+    assert [round(s.seconds / MS, 6) for s in shares] == [2.0, 0.1]

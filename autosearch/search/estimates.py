@@ -104,15 +104,14 @@ def estimate_curve(contents: LogContents) -> list[EstimatePoint]:
 
 def task_shares(contents: LogContents, keys: Iterable[str]) -> list[TaskShare]:
     """Each task's weight x latency in the final estimate, largest first: of ``keys``, the tasks of the model export
-    keeps (:func:`autosearch.deploy.database.compiled_tasks`), each at its best trial or its untuned kernel."""
-    best: dict[str, float] = {}
-    for record in contents.trials():
-        if record.ok:
-            best[record.task_key] = min(best.get(record.task_key, math.inf), record.latency)
+    keeps (:func:`autosearch.deploy.database.compiled_tasks`), each at its best as export reads it (re-timed where its
+    finalists were: :meth:`~autosearch.records.LogContents.best_seconds`) or its untuned kernel. Not at its fastest
+    trial: a task whose trials all read slow while the machine was busy, and whose re-times in fresh processes made
+    it export's choice, would show at its slow trial as a large share of a model that does not spend it."""
     untuned = untuned_latencies(contents)
     shares = []
     for key in keys:
-        latency = model_latency(best.get(key), untuned.get(key))
+        latency = model_latency(contents.best_seconds(key), untuned.get(key))
         if latency is not None:
             header = contents.tasks[key]
             shares.append(TaskShare(name=str(header.get("name", key)), seconds=latency * int(header.get("weight", 1))))
