@@ -70,6 +70,10 @@ class Status(str, Enum):
     WORKER_CRASHED = "worker_crashed"
 
 
+# a timing whose threads waited for a core over this share of it was slowed by the machine, not by its schedule
+WAITED_LIMIT = 0.1
+
+
 @dataclass(frozen=True)
 class MeasureResult:
     """What measuring one kernel gave. Only ``ok`` results have a latency."""
@@ -83,6 +87,9 @@ class MeasureResult:
     # what timed it, as the measuring process names it: LLVM's name for its CPU (a GPU's name for a GPU kernel); ""
     # where nothing was timed, and in logs older than the field
     measured_on: str = ""
+    # the share of the timing its threads spent waiting for a core, runnable (another process on their cores:
+    # autosearch.measure.queueing); None where it was not counted, and in logs older than the field
+    waited: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -103,11 +110,16 @@ class MeasureResult:
 
     @property
     def disturbed(self) -> bool:
-        """Whether the repeats split into fast ones and a slow majority: the fastest under a third of the median.
+        """Whether the machine slowed the timing: its repeats split into fast ones and a slow majority (the fastest
+        under a third of the median; needs five repeats to tell), or its threads waited for a core over
+        :data:`WAITED_LIMIT` of it, which a timing slowed in every repeat shows and its repeats do not.
 
         The fast repeats say what the kernel does, the median what the machine did meanwhile (why, and what is done
-        about it: :mod:`autosearch.search.disturbed`). Needs five repeats to tell."""
-        return self.ok and len(self.latencies) >= 5 and min(self.latencies) < self.median / 3
+        about it: :mod:`autosearch.search.disturbed`)."""
+        if not self.ok:
+            return False
+        split = len(self.latencies) >= 5 and min(self.latencies) < self.median / 3
+        return split or (self.waited is not None and self.waited > WAITED_LIMIT)
 
     def gflops(self, flops: float) -> float:
         return flops / self.median / 1e9 if self.ok and self.median > 0 else 0.0
@@ -119,6 +131,8 @@ class MeasureResult:
         if self.ok:
             out.update(latencies=list(self.latencies), median=self.median, cv=round(self.cv, 5),
                        gflops=round(self.gflops(flops), 4))
+            if self.waited is not None:
+                out["waited"] = round(self.waited, 4)
         return out
 
     @classmethod
@@ -233,6 +247,7 @@ class Record:
             run_secs=float(obj.get("run_secs", 0.0)),
             worker=obj.get("worker", ""),
             measured_on=obj.get("measured_on", ""),
+            waited=float(res["waited"]) if res.get("waited") is not None else None,
         )
         return cls(
             kind=obj["kind"],

@@ -329,9 +329,9 @@ def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict 
                           timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})
 
 
-def run_conv_in(worker, conv_task, conv_space) -> dict:
+def run_conv_in(worker, conv_task, conv_space, evaluator: dict | None = None) -> dict:
     """Build the conv task's untuned and default-config kernels in ``worker``, install the first as the reference
-    and check and time the second there (one run); the run's reply value."""
+    and check and time the second there (one run, or as ``evaluator`` says); the run's reply value."""
     import tvm
 
     from autosearch.frontend.target import target_to_json
@@ -341,7 +341,7 @@ def run_conv_in(worker, conv_task, conv_space) -> dict:
                     for mod in (conv_task.mod, conv_space.apply(conv_space.default(0)).mod))
     assert naive.kind == tuned.kind == "ok", (naive.error, tuned.error)
     reference = worker.call("reference", key, naive.value[0], conv_task.args, 0, {"repeat": 1}, timeout=60)
-    ran = worker.call("run", key, tuned.value[0], conv_task.args, 0, {"repeat": 1}, timeout=60)
+    ran = worker.call("run", key, tuned.value[0], conv_task.args, 0, evaluator or {"repeat": 1}, timeout=60)
     assert reference.kind == ran.kind == "ok", (reference.error, ran.error)
     assert "wrong_result" not in ran.value
     return ran.value

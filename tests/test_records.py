@@ -40,11 +40,13 @@ def test_round_trip_and_best(tmp_path):
 def test_the_cpu_that_timed_a_record_reads_back(tmp_path):
     path = str(tmp_path / "run.jsonl")
     timed = _rec(1)
-    timed.result = MeasureResult(Status.OK, (1e-3,), measured_on="znver4")
+    timed.result = MeasureResult(Status.OK, (1e-3,), measured_on="znver4", waited=0.4)
     with TuningLog(path) as log:
-        log.append([timed])
-    [back] = read_log(path).records
+        log.append([timed, _rec(2)])
+    back, older = read_log(path).records
     assert back.result.measured_on == "znver4" and back.timed_on == "znver4"
+    assert back.result.waited == 0.4 and back.result.disturbed  # its threads' wait for a core, as timed
+    assert older.result.waited is None and not older.result.disturbed  # not counted: a log from before the field
 
 
 def test_truncated_last_line_is_tolerated_and_resume_appends_cleanly(tmp_path):

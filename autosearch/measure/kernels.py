@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from autosearch.measure.flush import cache_function
+from autosearch.measure.queueing import run_delay_seconds, waited_share
 
 
 def build(mod_json: str, target: dict[str, Any]) -> tuple[bytes, float]:
@@ -311,7 +312,8 @@ class KernelRunner:
         return self._flush_names[state]
 
     def _time(self, module, arrays: list, evaluator: dict) -> dict[str, Any]:
-        """Time ``main`` on device arrays with TVM's time evaluator (all repeats, their median)."""
+        """Time ``main`` on device arrays with TVM's time evaluator (all repeats, their median, and on a CPU the share
+        of the timing its threads waited for a core: :mod:`autosearch.measure.queueing`)."""
         dev = self._dev()
         timer = module.time_evaluator(
             "main", dev,
@@ -321,5 +323,14 @@ class KernelRunner:
             f_preproc=(self._flush_function(evaluator.get("cache_state", "flushed"))
                        if evaluator.get("cache_flush", True) else ""),
         )
+        # counted where each thread has a core of its own: more threads than cores wait for each other by design
+        counted = (self.device == "cpu" and hasattr(os, "sched_getaffinity")
+                   and self._threads <= len(os.sched_getaffinity(0)))
+        before, start = run_delay_seconds() if counted else None, time.perf_counter()
         results = [float(x) for x in timer(*arrays).results]
-        return {"latencies": results, "median": statistics.median(results), "measured_on": self.measured_on}
+        window, after = time.perf_counter() - start, run_delay_seconds() if counted else None
+        out = {"latencies": results, "median": statistics.median(results), "measured_on": self.measured_on}
+        waited = waited_share(before, after, window, self._threads)
+        if waited is not None:
+            out["waited"] = waited
+        return out

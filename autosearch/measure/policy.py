@@ -101,7 +101,8 @@ class MeasurePolicy:
         if reply.kind != "ok":
             return run_failure(reply, build_secs=build_secs, worker=worker)
         result = MeasureResult(Status.OK, tuple(reply.value["latencies"]), build_secs=build_secs,
-                               run_secs=reply.seconds, worker=worker, measured_on=reply.value.get("measured_on", ""))
+                               run_secs=reply.seconds, worker=worker, measured_on=reply.value.get("measured_on", ""),
+                               waited=reply.value.get("waited"))
         self._baseline_secs[task_key] = result.median
         return result
 
@@ -115,7 +116,7 @@ class MeasurePolicy:
                                         run_secs=value["run_secs"], worker=worker)
         result = MeasureResult(Status.OK, tuple(value["latencies"]), build_secs=build_secs,
                                run_secs=value["run_secs"], worker=worker, error=value.get("note", ""),
-                               measured_on=value.get("measured_on", ""))
+                               measured_on=value.get("measured_on", ""), waited=value.get("waited"))
         if result.median < self._best_secs.get(task_key, float("inf")):
             self._best_secs[task_key] = result.median
         return result

@@ -1,10 +1,12 @@
 """Timings the machine disturbed, taken again: one rule for the tuner's batches, its finalists' rounds and datasets.
 
 A two-thread kernel whose second thread waits for a core a scheduler timeslice at a time reads many times slower
-on most of its repeats, not all (:attr:`autosearch.types.MeasureResult.disturbed`). Logged so, a
-good config is lost to the search and a known schedule measured first reads as a bad one. Such a timing is taken
-again once its batch is done, when the slow spell has often passed, and the steadier of the two is kept, with a
-note in the log. A uniform slowdown leaves nothing in the repeats to tell it by, and is not caught here.
+on most of its repeats, or on all of them while another process keeps that core busy: the repeats split, or the
+threads' own count of their waiting for a core says so (:attr:`autosearch.types.MeasureResult.disturbed`,
+:mod:`autosearch.measure.queueing`). Logged so, a good config is lost to the search and a known schedule measured
+first reads as a bad one. Such a timing is taken again once its batch is done, when the slow spell has often
+passed, and the steadier of the two is kept, with a note in the log. A slowdown its threads do not wait through (a
+hypervisor taking the virtual CPU, a core slowed by its neighbour's heat) is not caught here.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from autosearch.types import MeasureResult
+from autosearch.types import WAITED_LIMIT, MeasureResult
 
 
 def measure_steadily(runner: Any, task: Any, mods: list[Any]) -> list[MeasureResult]:
@@ -32,7 +34,9 @@ def steadier(first: MeasureResult, again: MeasureResult) -> MeasureResult:
     and run seconds are both measurements' together: the trial cost the run that much."""
     fastest, median = min(first.latencies) * 1e3, first.median * 1e3
     kept = again if again.ok and again.median < first.median else first
-    note = (f"timed again at the end of its batch: the first timing's repeats split (fastest {fastest:.4g} ms, "
-            f"median {median:.4g} ms); kept the {'second' if kept is again else 'first'}")
+    why = (f"its threads waited for a core {first.waited:.0%} of it" if first.waited is not None
+           and first.waited > WAITED_LIMIT else "the first timing's repeats split")
+    note = (f"timed again at the end of its batch: {why} (fastest {fastest:.4g} ms, median {median:.4g} ms); kept "
+            f"the {'second' if kept is again else 'first'}")
     return replace(kept, error="; ".join(e for e in (kept.error, note) if e),
                    build_secs=first.build_secs + again.build_secs, run_secs=first.run_secs + again.run_secs)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from autosearch.api import RUNNERS, MeasureOptions, make_runner
+from autosearch.measure.queueing import run_delay_seconds
 from autosearch.types import Status
 from tests.faulty_kernels import FAULTS
 
@@ -93,6 +94,8 @@ def test_each_kernel_gets_its_status_in_order_and_the_next_still_measures(runner
         # timed `repeat` times, or once with a note when far slower than the best so far (slow_factor)
         assert len(result.latencies) == MEASURE.repeat or "timed once" in result.error
         assert result.build_secs > 0 and result.measured_on and result.worker
+        if len(result.latencies) == MEASURE.repeat and run_delay_seconds() is not None:
+            assert 0 <= result.waited < 1  # its threads' wait for a core, counted where Linux counts it
 
 
 def test_latencies_agree_with_the_local_runners(runner, conv_task, good_mods, local_reference) -> None:

@@ -1,5 +1,6 @@
-"""A timing whose repeats split (a fast few, a slow majority) is the machine's, not the kernel's: the tuner times
-that kernel again once its batch is done and logs the steadier timing with a note."""
+"""A timing whose repeats split (a fast few, a slow majority), or whose threads waited for a core through much of it,
+is the machine's, not the kernel's: the tuner times that kernel again once its batch is done and logs the steadier
+timing with a note."""
 
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ from autosearch.types import MeasureResult, Status
 MS = 1e-3
 
 
-def _result(*latencies_ms: float, error: str = "", run_secs: float = 0.0) -> MeasureResult:
-    return MeasureResult(Status.OK, tuple(x * MS for x in latencies_ms), error=error, run_secs=run_secs)
+def _result(*latencies_ms: float, error: str = "", run_secs: float = 0.0, waited: float | None = None) -> MeasureResult:
+    return MeasureResult(Status.OK, tuple(x * MS for x in latencies_ms), error=error, run_secs=run_secs, waited=waited)
 
 
 def test_repeats_that_split_are_disturbed_and_a_quiet_spread_or_a_uniform_slowdown_is_not():
     assert _result(0.045, 0.05, *[3.9] * 28).disturbed  # a timeslice wait on most repeats (seen on the AMX Xeon)
     assert not _result(*[0.030 + 0.001 * i for i in range(30)]).disturbed  # a few percent apart
-    assert not _result(*[2.0] * 30).disturbed  # slow throughout: nothing in the repeats says so
+    assert not _result(*[2.0] * 30).disturbed  # slow throughout: nothing in the repeats says so,
+    assert _result(*[3.9] * 30, waited=0.45).disturbed  # but its threads' waiting for a core does
+    assert not _result(*[2.0] * 30, waited=0.01).disturbed  # a tick's wait here and there is not a slow spell
     assert not _result(0.04, 3.9, 3.9, 3.9).disturbed  # too few repeats to tell
     assert not MeasureResult.failed(Status.RUN_ERROR, "boom").disturbed
 
@@ -37,6 +40,8 @@ def test_the_second_timing_is_kept_unless_it_failed_or_reads_slower_and_either_w
     assert kept.error.startswith("timed once: something before; ")
     kept = steadier(first, MeasureResult.failed(Status.WORKER_CRASHED, "died"))
     assert kept.latencies == first.latencies and kept.ok
+    kept = steadier(_result(*[3.9] * 30, waited=0.45), calm)
+    assert kept.latencies == calm.latencies and "its threads waited for a core 45% of it" in kept.error
 
 
 @pytest.mark.slow
