@@ -138,6 +138,10 @@ def bind_thread_pool(threads: int | None = None) -> int:
     else:
         mode = THREADPOOL_SHARE_CORES
     tvm.get_global_func("runtime.config_threadpool")(mode, threads, cores)
+    if mode == THREADPOOL_ONE_CORE_PER_THREAD and threads > 1:
+        # the calling thread is the pool's first worker, and TVM leaves it free to run on every core it was given:
+        # woken on another worker's core, it shared that core with it through whole kernels while one stood idle
+        os.sched_setaffinity(0, {int(cores[0])})
     return threads
 
 

@@ -57,6 +57,7 @@ def pytest_configure(config) -> None:
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if worker.startswith("gw") and 1 < count <= len(cores):
         os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
+    if cores:
         config.stash[PINNED] = os.sched_getaffinity(0)
 
 
@@ -65,11 +66,12 @@ PINNED = pytest.StashKey[set]()
 
 @pytest.fixture(autouse=True)
 def on_its_core(request) -> None:
-    """Every test of a pinned worker starts on the worker's core, whatever an earlier test in the process left the
-    main thread's affinity at: a CI run logged a worker moved off its core by ``test_artifact.py``'s loader tests
-    (TVM's thread pool in its default mode bound the loading thread to the machine's first cores; ``load_model`` now
-    binds it to the process's own), and with the modules reaching the workers in another order, thread-pool and
-    timing tests failed on such a worker. Which tests a worker runs before a test is not the test's to know."""
+    """Every test of a pinned worker starts on the worker's core (without workers, on the cores the run began with),
+    whatever an earlier test in the process left the main thread's affinity at: a CI run logged a worker moved off
+    its core by ``test_artifact.py``'s loader tests (TVM's thread pool in its default mode bound the loading thread
+    to the machine's first cores; ``load_model`` now binds it to the process's own, and holds it to the first of
+    them where the pool has more threads), and with the modules reaching the workers in another order, thread-pool
+    and timing tests failed on such a worker. Which tests a worker runs before a test is not the test's to know."""
     pinned = request.config.stash.get(PINNED, None)
     if pinned and os.sched_getaffinity(0) != pinned:
         os.sched_setaffinity(0, pinned)

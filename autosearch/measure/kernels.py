@@ -261,12 +261,8 @@ class KernelRunner:
         if reference is None:
             raise RuntimeError(f"no reference for task {task_key}")
         arrays = self._kernel_args(module, plan, self._inputs(args, seed))  # copied once, outside every timed call
-        dev = self._dev()
         func = module["main"]
-        check_start = time.perf_counter()
-        func(*arrays)
-        dev.sync()
-        once = time.perf_counter() - check_start  # the kernel alone: no host<->device copies
+        once, delay = self._call_counted(func, arrays)  # the kernel alone: no host<->device copies
         skip = plan.replaced if plan is not None else set()  # prepacked weights: inputs in another layout
         rtol, atol_share = check_tolerance(args, evaluator.get("check_rtol", 1e-3), bf16=int(evaluator.get("bf16", 0)))
         mismatch = compare([a.numpy() for i, a in enumerate(arrays) if i not in skip],
@@ -276,15 +272,15 @@ class KernelRunner:
         slow_after = evaluator.get("slow_after")
         if slow_after and once > slow_after:
             # the first call of a fresh process also pays for thread-pool start-up: confirm with a second
-            confirm = time.perf_counter()
-            func(*arrays)
-            dev.sync()
-            once = min(once, time.perf_counter() - confirm)
+            once, delay = min((once, delay), self._call_counted(func, arrays), key=lambda call: call[0])
         if slow_after and once > slow_after:
             # Far slower than the task's best: one run is enough to know it will not win, and
-            # repeating a kernel of seconds would dominate the tuning time.
-            return {"latencies": [once], "median": once, "run_secs": time.perf_counter() - start,
-                    "measured_on": self.measured_on, "note": "timed once: far slower than the best so far"}
+            # repeating a kernel of seconds would dominate the tuning time. Its threads' wait for a core through
+            # the faster call goes with it: a call the machine slowed so is taken again by the run.
+            timed = {"latencies": [once], "median": once, "measured_on": self.measured_on,
+                     "note": "timed once: far slower than the best so far", "run_secs": time.perf_counter() - start}
+            waited = waited_share(0.0, delay, once, self._threads)
+            return {**timed, "waited": waited} if waited is not None else timed
         timing = self._time(module, arrays, fitted(evaluator, once, self._flush_secs(task_key, arrays, evaluator)))
         timing["run_secs"] = time.perf_counter() - start
         return timing
@@ -323,14 +319,30 @@ class KernelRunner:
             f_preproc=(self._flush_function(evaluator.get("cache_state", "flushed"))
                        if evaluator.get("cache_flush", True) else ""),
         )
-        # counted where each thread has a core of its own: more threads than cores wait for each other by design
+        before, start = self._run_delay(), time.perf_counter()
+        results = [float(x) for x in timer(*arrays).results]
+        out = {"latencies": results, "median": statistics.median(results), "measured_on": self.measured_on}
+        return self._with_waited(out, before, start)
+
+    def _call_counted(self, func, arrays: list) -> tuple[float, float | None]:
+        """One call of ``func``: its seconds, and the seconds its threads waited for a core meanwhile (None where
+        not counted)."""
+        before, start = self._run_delay(), time.perf_counter()
+        func(*arrays)
+        self._dev().sync()
+        secs = time.perf_counter() - start
+        after = self._run_delay()
+        return secs, (max(0.0, after - before) if before is not None and after is not None else None)
+
+    def _run_delay(self) -> float | None:
+        """This process's threads' run delay so far (:func:`~autosearch.measure.queueing.run_delay_seconds`), where
+        it says what a timing waited: a CPU's kernels, each thread with a core of its own (more threads than cores
+        wait for each other by design)."""
         counted = (self.device == "cpu" and hasattr(os, "sched_getaffinity")
                    and self._threads <= len(os.sched_getaffinity(0)))
-        before, start = run_delay_seconds() if counted else None, time.perf_counter()
-        results = [float(x) for x in timer(*arrays).results]
-        window, after = time.perf_counter() - start, run_delay_seconds() if counted else None
-        out = {"latencies": results, "median": statistics.median(results), "measured_on": self.measured_on}
-        waited = waited_share(before, after, window, self._threads)
-        if waited is not None:
-            out["waited"] = waited
-        return out
+        return run_delay_seconds() if counted else None
+
+    def _with_waited(self, timing: dict[str, Any], before: float | None, start: float) -> dict[str, Any]:
+        """``timing`` with the share of the window since ``start`` its threads waited for a core, where counted."""
+        waited = waited_share(before, self._run_delay(), time.perf_counter() - start, self._threads)
+        return {**timing, "waited": waited} if waited is not None else timing

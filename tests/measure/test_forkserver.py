@@ -50,6 +50,9 @@ def test_workers_are_forks_of_one_server_each_with_its_own_thread_count(conv_tas
         for w in workers:
             run_conv_in(w, conv_task, conv_space)
         assert (_threads(one), _threads(two)) == (1, 2)
+        # and the two-thread worker's threads each on a core of its own: its first thread too, which TVM leaves
+        # free to run beside the other on its core
+        assert sorted(os.sched_getaffinity(int(t)) for t in os.listdir(f"/proc/{two}/task")) == [{0}, {1}]
     finally:
         for w in workers:
             w.close()

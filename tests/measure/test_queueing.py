@@ -50,3 +50,31 @@ def test_a_kernel_timed_while_another_process_holds_its_core_has_its_waiting_cou
     finally:
         worker.close()
     assert quiet["waited"] < WAITED_LIMIT < busy["waited"], (quiet["waited"], busy["waited"])
+
+
+def test_one_call_timed_alone_counts_what_it_waited():
+    """A kernel far slower than its task's best is timed by one call: that call's wait goes with it. Here the call
+    keeps this test's core busy for 0.2 s, first alone, then beside another process held to the same core."""
+    from autosearch.measure.kernels import KernelRunner
+
+    cores = os.sched_getaffinity(0)
+    core = min(cores)
+
+    def spin() -> None:
+        end = time.perf_counter() + 0.2
+        while time.perf_counter() < end:
+            pass
+
+    runner = KernelRunner()
+    os.sched_setaffinity(0, {core})  # this process's one thread, counted, on the core the other process takes
+    try:
+        secs, alone = runner._call_counted(spin, [])
+        hog = _hog(core)
+        try:
+            secs_busy, beside = runner._call_counted(spin, [])
+        finally:
+            hog.kill()
+            hog.wait()
+    finally:
+        os.sched_setaffinity(0, cores)
+    assert alone / secs < WAITED_LIMIT < beside / secs_busy, (alone, secs, beside, secs_busy)
