@@ -140,6 +140,8 @@ class KernelRunner:
         self._measured_on: str | None = None
         self._pool_bound = False  # TVM's thread pool bound to this process's cores (the first kernel loaded)
         self._threads = 1  # the pool's threads, once bound
+        # the process's cores, as its parent gave them: binding a pool of several threads holds this one to the first
+        self._cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
         if device == "cpu":  # AMX kernels need the tile state; Linux grants it per process, on request
             from autosearch.tensor_units.amx import request_permission
 
@@ -338,8 +340,7 @@ class KernelRunner:
         """This process's threads' run delay so far (:func:`~autosearch.measure.queueing.run_delay_seconds`), where
         it says what a timing waited: a CPU's kernels, each thread with a core of its own (more threads than cores
         wait for each other by design)."""
-        counted = (self.device == "cpu" and hasattr(os, "sched_getaffinity")
-                   and self._threads <= len(os.sched_getaffinity(0)))
+        counted = self.device == "cpu" and self._threads <= self._cores
         return run_delay_seconds() if counted else None
 
     def _with_waited(self, timing: dict[str, Any], before: float | None, start: float) -> dict[str, Any]:
