@@ -119,7 +119,9 @@ def bind_thread_pool(threads: int | None = None) -> int:
     core: a process held to core 0 (``taskset``, a pinned test worker, a measuring device given its cores) had its
     second thread on core 1 and its first roaming both, timed against whatever ran there. Without the variable it
     takes half the logical CPUs on x86 (it assumes two hardware threads per core): one thread on a 2-vCPU VM. TVM
-    has one pool per process: this sets it for everything the process runs after."""
+    has one pool per process: this sets it for everything the process runs after. With more than one thread the
+    calling thread, the pool's first worker, is held to the first core (TVM left it free on all of them, to run
+    beside another worker on its core)."""
     import tvm
 
     from autosearch.errors import UserError

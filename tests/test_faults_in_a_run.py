@@ -18,16 +18,22 @@ from autosearch.types import Status
 
 class _SwappingRunner(LocalRunner):
     """A LocalRunner that builds ``plan[n]`` instead of the n-th module it is asked to measure (from 1, over
-    the whole run): faulty kernels enter a real tuning run where the Tuner's own modules would."""
+    the whole run): faulty kernels enter a real tuning run where the Tuner's own modules would. A module asked for
+    again (a timing the machine disturbed, taken again after its batch) gets what it got the first time."""
 
     def __init__(self, *, plan: dict[int, object], **settings) -> None:
         super().__init__(**settings)
         self.plan = plan
         self.given = 0
+        self._swaps: dict[int, tuple[object, object]] = {}  # id(module) -> (module, what is built instead)
 
     def measure(self, task, mods):
-        swapped = [self.plan.get(self.given + i + 1, mod) for i, mod in enumerate(mods)]
-        self.given += len(mods)
+        swapped = []
+        for mod in mods:
+            if id(mod) not in self._swaps:  # the module is kept with its swap: its id is not reused
+                self.given += 1
+                self._swaps[id(mod)] = (mod, self.plan.get(self.given, mod))
+            swapped.append(self._swaps[id(mod)][1])
         return super().measure(task, swapped)
 
 

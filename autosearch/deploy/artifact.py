@@ -165,7 +165,9 @@ def load_model(library: str, *, threads: int | None = None) -> LoadedModel:
     every core this process may run on, all of them on the cores this process may run on
     (:func:`~autosearch.tvm_compat.bind_thread_pool`: TVM's own default would give a 2-vCPU VM one thread, and a
     process pinned to some cores threads on others). TVM has one thread pool per process, so this sets it for
-    every model the process runs, as the variable does."""
+    every model the process runs, as the variable does; with more than one thread it also holds the calling thread,
+    which runs the pool's first share of each kernel, to the first of those cores (threads it starts afterwards
+    inherit that)."""
     import tvm
     from tvm import relax
 

@@ -2,10 +2,11 @@
 
 A kernel of two threads, each held to a core of its own, finishes when its slower thread does. When another
 process runs on one of those cores, that thread waits for the scheduler to give it the core back (a timeslice of
-milliseconds), and every repeat waits so: a kernel of 0.08 ms reads 4 ms in all its repeats, which nothing in the
-repeats can tell from a slow schedule (:attr:`autosearch.types.MeasureResult.disturbed` catches a split only).
-Linux counts, per thread, the time it was runnable and not running (``schedstat``'s run delay): over a timing,
-the process's run delay against the window its threads ran in says how much of it they waited.
+milliseconds), and every repeat waits so: a kernel of a fraction of a millisecond reads a timeslice in all its
+repeats, which nothing in the repeats tells from a slow schedule (:attr:`autosearch.types.MeasureResult.disturbed`
+sees a split only). Linux counts, per thread, the time it was runnable and not running (``schedstat``'s run
+delay): over a timing, the process's run delay against the window its threads ran in says how much of it they
+waited.
 """
 
 from __future__ import annotations
