@@ -76,8 +76,8 @@ def test_a_disturbed_trial_is_timed_again_after_its_batch_and_logged_with_the_se
                   finalist_rounds=0).run()
     finally:
         runner.close()
-    # the first batch, then its disturbed kernel again, not the batch (with any other the machine disturbed then)
-    assert len(runner.calls) >= 2 and 1 <= runner.calls[1] < runner.calls[0]
+    # the first batch, then its disturbed kernel again (with any other the machine disturbed meanwhile)
+    assert len(runner.calls) >= 2 and 1 <= runner.calls[1] <= runner.calls[0]
     first = read_log(path).trials()[0]
     assert runner.spoiled.disturbed and not first.result.disturbed
     assert first.result.median < runner.spoiled.median / 10
