@@ -118,8 +118,12 @@ class MeasureResult:
         about it: :mod:`autosearch.search.disturbed`)."""
         if not self.ok:
             return False
-        split = len(self.latencies) >= 5 and min(self.latencies) < self.median / 3
-        return split or (self.waited is not None and self.waited > WAITED_LIMIT)
+        return (len(self.latencies) >= 5 and min(self.latencies) < self.median / 3) or self.waited_through
+
+    @property
+    def waited_through(self) -> bool:
+        """Whether its threads waited for a core over :data:`WAITED_LIMIT` of the timing (False where not counted)."""
+        return self.waited is not None and self.waited > WAITED_LIMIT
 
     def gflops(self, flops: float) -> float:
         return flops / self.median / 1e9 if self.ok and self.median > 0 else 0.0

@@ -18,7 +18,6 @@ gave, and the run's own estimates of its model. Resumable: a finished run is rea
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import multiprocessing
 import os
@@ -28,7 +27,9 @@ import sys
 import time
 from collections import Counter
 
+from autosearch.records import read_log
 from autosearch.tables import markdown_table
+from autosearch.types import Record
 from experiments.lib.io import ROOT, publish, results_path, write_json
 from experiments.lib.machine import host_label
 
@@ -73,30 +74,23 @@ def run_once(out_dir: str, model: str, trials: int, seed: int, busy: float, peri
     return time.perf_counter() - start
 
 
-def read_records(path: str) -> list[dict]:
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
-def summarise(records: list[dict]) -> dict:
-    """What the log says of its timings (see the module docstring)."""
+def summarise(records: list[Record]) -> dict:
+    """What the log's records (:func:`autosearch.records.read_log`) say of its timings (see the module docstring)."""
     best: dict[str, float] = {}
     for r in records:
-        if r["kind"] in ("trial", "retime") and r["result"].get("status") == "ok":
-            key = r["task"]["key"]
-            best[key] = min(best.get(key, float("inf")), r["result"]["median"])
-    trials = [r for r in records if r["kind"] == "trial" and r["result"].get("status") == "ok"]
-    slow = [r for r in trials if r["result"]["median"] >= SLOW * best[r["task"]["key"]]]
-    stalls = [r for r in slow if 3.5e-3 < r["result"]["median"] < 4.5e-3]  # a timeslice a call, whatever the kernel
-    notes = [NOTE.search(r["result"].get("error") or "") for r in trials]
+        if r.kind in ("trial", "retime") and r.ok:
+            best[r.task_key] = min(best.get(r.task_key, float("inf")), r.latency)
+    trials = [r for r in records if r.kind == "trial" and r.ok]
+    slow = [r for r in trials if r.latency >= SLOW * best[r.task_key]]
+    stalls = [r for r in slow if 3.5e-3 < r.latency < 4.5e-3]  # a timeslice a call, whatever the kernel
+    notes = [NOTE.search(r.result.error) for r in trials]
     caught = Counter(("threads waited" if "threads waited" in m.group(1) else "repeats split", m.group(2))
                      for m in notes if m)
-    waited = [r["result"]["waited"] for r in trials if r["result"].get("waited") is not None]
+    waited = [r.result for r in trials if r.result.waited is not None]
     return {"ok_trials": len(trials), "slow": len(slow), "timeslice_stalls": len(stalls),
             "caught": {f"{why}, kept the {kept}": n for (why, kept), n in sorted(caught.items())},
             "caught_total": sum(caught.values()),
-            "waited_counted": len(waited), "waited_over_10pct": sum(1 for w in waited if w > 0.1)}
+            "waited_counted": len(waited), "waited_over_10pct": sum(1 for w in waited if w.waited_through)}
 
 
 def estimates(run_txt: str) -> dict:
@@ -132,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
         wall = json.load(fh)["seconds"]
     found = log if os.path.exists(log) else log + ".gz"
     data = {"model": args.model, "trials": args.trials, "seed": args.seed, "busy": args.busy, "period": args.period,
-            "host": host_label(), "wall_seconds": wall, **summarise(read_records(found)),
+            "host": host_label(), "wall_seconds": wall, **summarise(read_log(found).records),
             **estimates(os.path.join(out_dir, "run.txt"))}
     spells = (f"a busy loop on the last core {args.busy:g} s of every {args.period:g} s" if args.period
               else "no busy spells (quiet control)")

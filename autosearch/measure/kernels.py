@@ -334,7 +334,7 @@ class KernelRunner:
         self._dev().sync()
         secs = time.perf_counter() - start
         after = self._run_delay()
-        return secs, (max(0.0, after - before) if before is not None and after is not None else None)
+        return secs, (after - before if before is not None and after is not None else None)
 
     def _run_delay(self) -> float | None:
         """This process's threads' run delay so far (:func:`~autosearch.measure.queueing.run_delay_seconds`), where

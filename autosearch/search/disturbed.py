@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from autosearch.types import WAITED_LIMIT, MeasureResult
+from autosearch.types import MeasureResult
 
 
 def measure_steadily(runner: Any, task: Any, mods: list[Any]) -> list[MeasureResult]:
@@ -34,8 +34,8 @@ def steadier(first: MeasureResult, again: MeasureResult) -> MeasureResult:
     and run seconds are both measurements' together: the trial cost the run that much."""
     fastest, median = min(first.latencies) * 1e3, first.median * 1e3
     kept = again if again.ok and again.median < first.median else first
-    why = (f"its threads waited for a core {first.waited:.0%} of it" if first.waited is not None
-           and first.waited > WAITED_LIMIT else "the first timing's repeats split")
+    why = (f"its threads waited for a core {first.waited:.0%} of it" if first.waited_through
+           else "the first timing's repeats split")
     note = (f"timed again at the end of its batch: {why} (fastest {fastest:.4g} ms, median {median:.4g} ms); kept "
             f"the {'second' if kept is again else 'first'}")
     return replace(kept, error="; ".join(e for e in (kept.error, note) if e),

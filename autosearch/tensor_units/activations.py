@@ -152,7 +152,7 @@ def bf16_region(func, flow=None) -> tuple[set[Any], set[Any]]:
                 if inputs is not None and reader.var in region and all(i in region for i in inputs):
                     kept = True
                     continue
-                if reader.var in region and _residual_add(reader, value_of) or _other_conv(reader, v, convs):
+                if (reader.var in region and _residual_add(reader, value_of)) or _other_conv(reader, v, convs):
                     continue
                 break
             else:

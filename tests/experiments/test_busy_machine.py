@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from autosearch.types import Config, MeasureResult, Record, Status
 from experiments.busy_machine import summarise
 
 
-def _trial(key: str, ms: float, *, kind: str = "trial", error: str = "", waited: float | None = None) -> dict:
-    result = {"status": "ok", "median": ms * 1e-3, "error": error}
-    if waited is not None:
-        result["waited"] = waited
-    return {"kind": kind, "task": {"key": key}, "result": result}
+def _trial(key: str, ms: float, *, kind: str = "trial", error: str = "", waited: float | None = None) -> Record:
+    result = MeasureResult(Status.OK, (ms * 1e-3,), error=error, waited=waited)
+    return Record(kind=kind, task_key=key, task_name=key, target={}, config=Config(0, ()), result=result, flops=1e9)
 
 
 def test_slowed_timings_and_those_taken_again_are_counted_by_why_and_by_which_was_kept():
@@ -19,7 +18,8 @@ def test_slowed_timings_and_those_taken_again_are_counted_by_why_and_by_which_wa
         _trial("a", 0.12, waited=0.01, error=again.format("its threads waited for a core 50% of it", "second")),
         _trial("b", 2.0), _trial("b", 0.5, kind="retime"),  # slow against its task's re-timed best
         _trial("b", 0.6, error=again.format("the first timing's repeats split", "first")),
-        {"kind": "trial", "task": {"key": "b"}, "result": {"status": "run_error", "error": "crashed"}},
+        Record(kind="trial", task_key="b", task_name="b", target={}, config=Config(0, ()), flops=1e9,
+               result=MeasureResult.failed(Status.RUN_ERROR, "crashed")),
     ]
     out = summarise(records)
     assert out["ok_trials"] == 5 and out["slow"] == 2 and out["timeslice_stalls"] == 1
