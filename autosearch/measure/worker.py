@@ -7,7 +7,9 @@ reports the crash, and in both cases the next call starts a fresh worker. A call
 a fresh worker first answers a ping (after its TVM import) within :data:`STARTUP_TIMEOUT`. Each worker leads a
 process group of its own, and a kill is sent to that group: a build's linker (the worker's child) dies with it.
 A signal sent to the caller's whole group (a terminal's Ctrl-C) does not reach the workers; they end when the
-caller closes their pipes, or, where it died, once their current call returns and finds the pipe closed.
+caller closes their pipes. A worker whose caller closes its pipe or dies while a call runs kills itself and its
+group: a hanging kernel's worker outlived a killed caller (a Ray device actor, or a run killed with SIGKILL) and slept
+or spun for as long as the kernel did, on a core later kernels are timed on.
 
 Not TVM's ``tvm.support.popen_pool.PopenWorker``: it starts every child with the parent's environment
 (``TVM_NUM_THREADS`` and the CPU affinity must differ per worker, before TVM starts its thread pool), its
@@ -19,9 +21,12 @@ from __future__ import annotations
 
 import logging
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -79,6 +84,8 @@ def _serve(conn) -> None:
 
     from autosearch.measure import kernels
 
+    busy = threading.Event()  # a call is running
+    threading.Thread(target=_watch_caller, args=(conn.fileno(), busy), name=WATCH_THREAD, daemon=True).start()
     runner = kernels.KernelRunner(env.get("AUTOSEARCH_DEVICE", "cpu"))
     handlers = {
         "build": kernels.build,
@@ -93,15 +100,57 @@ def _serve(conn) -> None:
         except (EOFError, OSError, KeyboardInterrupt):  # the parent closed the pipe or died (reset by peer)
             return
         name, args = msg
+        busy.set()
         try:
             reply = ("ok", handlers[name](*args))
         except Exception as exc:  # report, keep serving
             log.debug("worker call %s failed: %s", name, traceback.format_exc())
             reply = ("error", _first_line(exc))
+        finally:
+            busy.clear()
         try:
             conn.send(reply)
         except (BrokenPipeError, OSError):  # the parent is gone or gave up on us: stop quietly
             return
+
+
+# The caller's watch, a thread of every worker (also its name at the OS, as ``top -H`` and /proc show it)
+WATCH_THREAD = "caller-watch"
+
+
+def _watch_caller(fd: int, busy: threading.Event) -> None:
+    """Wait for the caller's end of the pipe ``fd`` to close; if a call is running then, kill this worker's
+    process group (the worker, and a build's linker with it).
+
+    An idle worker reads the end of its pipe and returns on its own; a busy one reads nothing until its call
+    returns, which for a hanging kernel is never: nobody is left to time it out. The pipe is a socket pair, so
+    its peer's close (a process's exit closes it too, however the process died) wakes ``poll`` without
+    consuming a request. The thread is blocked in ``poll`` otherwise, so it costs the kernels it shares the
+    worker's cores with nothing (its run delay stays 0)."""
+    _name_this_thread(WATCH_THREAD)
+    poller = select.poll()
+    poller.register(fd, select.POLLHUP | getattr(select, "POLLRDHUP", 0))
+    while True:
+        events = [ev for _, ev in poller.poll()]
+        if any(ev & select.POLLNVAL for ev in events):  # the worker closed the pipe itself: it is ending
+            return
+        if events:
+            break
+    if not busy.is_set():  # the main loop reads the end and returns
+        return
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _name_this_thread(name: str) -> None:
+    """Give the calling thread ``name`` at the OS (Linux; elsewhere nothing): Python 3.11 leaves its threads
+    named as the process."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as fh:
+            fh.write(name[:15])
+    except OSError:
+        pass
 
 
 def prepare_import() -> None:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from autosearch.measure import forkserver
-from autosearch.measure.worker import STARTUP_TIMEOUT, Worker
+from autosearch.measure.worker import STARTUP_TIMEOUT, WATCH_THREAD, Worker
 from tests.conftest import run_conv_in
 
 pytestmark = pytest.mark.skipif(not forkserver.AVAILABLE, reason="no fork server on this platform")
@@ -29,8 +29,17 @@ def _state(pid: int) -> str:
         return "gone"
 
 
+def _kernel_threads(pid: int) -> list[str]:
+    """The thread ids of worker ``pid`` that run kernels: all but its caller's watch."""
+    def name(tid: str) -> str:
+        with open(f"/proc/{pid}/task/{tid}/comm") as fh:
+            return fh.read().strip()
+
+    return [tid for tid in os.listdir(f"/proc/{pid}/task") if name(tid) != WATCH_THREAD]
+
+
 def _threads(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/task"))
+    return len(_kernel_threads(pid))
 
 
 def test_workers_are_forks_of_one_server_each_with_its_own_thread_count(conv_task, conv_space):
@@ -52,7 +61,7 @@ def test_workers_are_forks_of_one_server_each_with_its_own_thread_count(conv_tas
         assert all(0 <= r["waited"] < 1 for r in ran)  # each counted its threads' wait for a core
         # and the two-thread worker's threads each on a core of its own: its first thread too, which TVM leaves
         # free to run beside the other on its core
-        assert sorted(os.sched_getaffinity(int(t)) for t in os.listdir(f"/proc/{two}/task")) == [{0}, {1}]
+        assert sorted(os.sched_getaffinity(int(t)) for t in _kernel_threads(two)) == [{0}, {1}]
     finally:
         for w in workers:
             w.close()
@@ -213,3 +222,30 @@ def test_a_kill_reaches_what_the_worker_started(forked, monkeypatch):
         assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"  # and the next call starts a fresh worker
     finally:
         w.close()
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "afresh"])
+def test_a_worker_whose_caller_goes_away_mid_call_ends_and_an_idle_one_ends_cleanly(forked, target, monkeypatch):
+    """A hanging kernel's worker outlived its caller when the caller died (a Ray device actor killed, a run killed
+    with SIGKILL): it waited for the kernel, an hour here, and a spinning one would spin on a core later kernels are
+    timed on. Its caller's end of the pipe closing mid-call now ends it at once; an idle worker still ends on its
+    own when it reads the end (exit code 0)."""
+    from tests.faulty_kernels import ARGS, artifact
+
+    if not forked:
+        monkeypatch.setattr(forkserver, "AVAILABLE", False)
+    hang = artifact("hang", target)
+    busy, idle = Worker(name="busy"), Worker(name="idle")
+    try:
+        for w in (busy, idle):
+            assert w.call("ping", timeout=STARTUP_TIMEOUT).kind == "ok"
+        busy._conn.send(("reference", ("hang", hang, ARGS, 0, {"repeat": 1, "min_repeat_ms": 0})))
+        time.sleep(0.5)  # the kernel is running (it sleeps an hour)
+        assert _state(busy._proc.pid) not in ("Z", "gone")
+        for w in (busy, idle):
+            w._conn.close()  # as a caller's exit closes it, however the caller died
+        for w, code in ((busy, -signal.SIGKILL), (idle, 0)):
+            assert w._proc.wait(timeout=10) == code
+    finally:
+        for w in (busy, idle):
+            w.kill()

@@ -77,6 +77,23 @@ def _is_loopback(host: str) -> bool:
     return host in ("127.0.0.1", "::1", "::ffff:127.0.0.1")
 
 
+def _left_behind(ray_tmp: str, wait: float = 10) -> list[int]:
+    """Processes still writing into a Ray session's logs under ``ray_tmp`` ``wait`` seconds after its pool closed
+    (Ray's workers, and what they started: fork servers, their forked workers)."""
+    def writes_there(pid: str) -> bool:
+        try:
+            return os.readlink(f"/proc/{pid}/fd/1").startswith(ray_tmp)
+        except OSError:
+            return False
+
+    end = time.monotonic() + wait
+    while True:
+        left = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and writes_there(pid)]
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.2)
+
+
 def _good_mods(space, n: int, seed: int) -> list:
     return [a.mod for a in space.sample_applied(np.random.default_rng(seed), n)]
 
@@ -160,6 +177,8 @@ def test_dead_actors_and_faults_still_give_every_result_once_in_order(conv_task,
             assert statuses[1] == Status.WORKER_CRASHED and "signal 9" in results[1].error, results[1].error
             assert deaths <= after <= deaths + 1  # counted once a later job finds the actor gone
         assert len(pool.devices) == 2  # both actors are back (or coming back)
+    # the hanging kernel's worker ends with its killed actor (it slept out its hour, then a spinning one would spin)
+    assert not _left_behind(ray_tmp)
 
 
 def test_devices_of_one_node_claim_cores_of_their_own_and_a_dead_ones_cores_come_back(tmp_path, monkeypatch,
