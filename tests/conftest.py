@@ -58,10 +58,10 @@ def pytest_configure(config) -> None:
     if worker.startswith("gw") and 1 < count <= len(cores):
         os.sched_setaffinity(0, {cores[int(worker[2:]) % len(cores)]})
     if cores:
-        config.stash[PINNED] = os.sched_getaffinity(0)
+        config.stash[START_CORES] = os.sched_getaffinity(0)
 
 
-PINNED = pytest.StashKey[set]()
+START_CORES = pytest.StashKey[set]()  # the cores every test starts on: the worker's one, or the run's
 
 
 @pytest.fixture(autouse=True)
@@ -72,9 +72,9 @@ def on_its_core(request) -> None:
     to the machine's first cores; ``load_model`` now binds it to the process's own, and holds it to the first of
     them where the pool has more threads), and with the modules reaching the workers in another order, thread-pool
     and timing tests failed on such a worker. Which tests a worker runs before a test is not the test's to know."""
-    pinned = request.config.stash.get(PINNED, None)
-    if pinned and os.sched_getaffinity(0) != pinned:
-        os.sched_setaffinity(0, pinned)
+    cores = request.config.stash.get(START_CORES, None)
+    if cores and os.sched_getaffinity(0) != cores:
+        os.sched_setaffinity(0, cores)
 
 
 def example_plug_in(distribution: str):
