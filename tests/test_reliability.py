@@ -34,6 +34,25 @@ def _trials_in(path: str) -> int:
         return sum(1 for line in fh if b'"kind":"trial"' in line)
 
 
+def _left_in_session(sid: int, wait: float = 10) -> list[int]:
+    """The live processes of session ``sid`` after up to ``wait`` seconds (a worker that was building when its run
+    ended finds its pipe closed once the build returns)."""
+    def in_session(pid: str) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return False
+        return int(fields[3]) == sid and fields[0] not in ("Z", "X")
+
+    end = time.monotonic() + wait
+    while True:
+        left = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and in_session(pid)]
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.1)
+
+
 @pytest.mark.parametrize("sig, extra_batches", [(signal.SIGINT, 0), (signal.SIGTERM, 1), (signal.SIGKILL, 2)])
 def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, sig, extra_batches, capfd):
     log = str(tmp_path / "run.jsonl")
@@ -43,7 +62,8 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, s
     scratch = tmp_path / "tmp"  # the run's temporary files: its build workers' directory among them
     scratch.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "autosearch", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(scratch)})
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(scratch)},
+                            start_new_session=True)  # a session of its own: what is left of the run is in it
     deadline = time.time() + 240
     target = BATCH * (1 + extra_batches)
     while _trials_in(log) < target and proc.poll() is None and time.time() < deadline:
@@ -54,6 +74,8 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, model_path, s
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     stopped_in = time.time() - sent
+    # however it ended, none of its processes is left behind: its fork server and workers (a SIGKILL too)
+    assert not _left_in_session(proc.pid), "the run's processes outlived it"
     if sig is not signal.SIGKILL:
         assert stopped_in < 10, f"took {stopped_in:.1f} s to stop"
         assert proc.returncode in (130, 0), err[-2000:]
