@@ -77,6 +77,20 @@ def on_its_core(request) -> None:
         os.sched_setaffinity(0, cores)
 
 
+def processes_left(matches, wait: float = 10) -> list[int]:
+    """The pids of this machine's live processes for which ``matches(pid)`` holds (``pid`` as /proc names it),
+    polled until there are none or ``wait`` seconds have passed: what a test expects gone may take a moment (a
+    worker that was building when its caller ended finds its pipe closed once the build returns)."""
+    import time
+
+    end = time.monotonic() + wait
+    while True:
+        left = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and matches(pid)]
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.1)
+
+
 def example_plug_in(distribution: str):
     """The installed distribution of the example plug-in package ``examples/<distribution>``; without it, the test
     skips and says how to install it (CI installs both examples, so the contract suites run them too)."""

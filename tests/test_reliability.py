@@ -12,7 +12,7 @@ import time
 import pytest
 
 from autosearch.records import read_log
-from tests.conftest import ROOT, run_cli, run_cli_here, small_conv_onnx
+from tests.conftest import ROOT, processes_left, run_cli, run_cli_here, small_conv_onnx
 
 # Batches of 2: the signal comes after 1, 2 or 3 batches, with 2 batches and the finalists still to go; kernels are
 # timed 3 times for 5 ms (checked and compared, never benchmarked). The resume runs in the test process.
@@ -34,9 +34,8 @@ def _trials_in(path: str) -> int:
         return sum(1 for line in fh if b'"kind":"trial"' in line)
 
 
-def _left_in_session(sid: int, wait: float = 10) -> list[int]:
-    """The live processes of session ``sid`` after up to ``wait`` seconds (a worker that was building when its run
-    ended finds its pipe closed once the build returns)."""
+def _left_in_session(sid: int) -> list[int]:
+    """The live processes of session ``sid``, once they have had a few seconds to end."""
     def in_session(pid: str) -> bool:
         try:
             with open(f"/proc/{pid}/stat") as fh:
@@ -45,12 +44,7 @@ def _left_in_session(sid: int, wait: float = 10) -> list[int]:
             return False
         return int(fields[3]) == sid and fields[0] not in ("Z", "X")
 
-    end = time.monotonic() + wait
-    while True:
-        left = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and in_session(pid)]
-        if not left or time.monotonic() > end:
-            return left
-        time.sleep(0.1)
+    return processes_left(in_session)
 
 
 @pytest.mark.parametrize("sig, extra_batches", [(signal.SIGINT, 0), (signal.SIGTERM, 1), (signal.SIGKILL, 2)])

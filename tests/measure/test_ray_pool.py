@@ -35,6 +35,7 @@ ray = pytest.importorskip("ray")
 from autosearch.errors import UserError  # noqa: E402
 from autosearch.measure.base import EvaluatorConfig  # noqa: E402
 from autosearch.types import Status  # noqa: E402
+from tests.conftest import processes_left  # noqa: E402
 from tests.measure.ray_faults import inject, misreport  # noqa: E402
 
 EVALUATOR = EvaluatorConfig(repeat=3, min_repeat_ms=5)
@@ -77,21 +78,16 @@ def _is_loopback(host: str) -> bool:
     return host in ("127.0.0.1", "::1", "::ffff:127.0.0.1")
 
 
-def _left_behind(ray_tmp: str, wait: float = 10) -> list[int]:
-    """Processes still writing into a Ray session's logs under ``ray_tmp`` ``wait`` seconds after its pool closed
-    (Ray's workers, and what they started: fork servers, their forked workers)."""
+def _left_behind(ray_tmp: str) -> list[int]:
+    """Processes still writing into a Ray session's logs under ``ray_tmp`` a few seconds after its pool closed (Ray's
+    workers, and what they started: fork servers, their forked workers)."""
     def writes_there(pid: str) -> bool:
         try:
             return os.readlink(f"/proc/{pid}/fd/1").startswith(ray_tmp)
         except OSError:
             return False
 
-    end = time.monotonic() + wait
-    while True:
-        left = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and writes_there(pid)]
-        if not left or time.monotonic() > end:
-            return left
-        time.sleep(0.2)
+    return processes_left(writes_there)
 
 
 def _good_mods(space, n: int, seed: int) -> list:
