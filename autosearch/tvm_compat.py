@@ -110,7 +110,7 @@ THREADPOOL_ONE_CORE_PER_THREAD = -2
 THREADPOOL_SHARE_CORES = -3
 
 
-def bind_thread_pool(threads: int | None = None) -> int:
+def bind_thread_pool(threads: int | None = None, *, hold_caller: bool = True) -> int:
     """Run TVM's kernels on ``threads`` threads (default: ``TVM_NUM_THREADS`` where it is set, else every core this
     process may run on), all of them on the cores this process may run on; returns the threads.
 
@@ -119,9 +119,10 @@ def bind_thread_pool(threads: int | None = None) -> int:
     core: a process held to core 0 (``taskset``, a pinned test worker, a measuring device given its cores) had its
     second thread on core 1 and its first roaming both, timed against whatever ran there. Without the variable it
     takes half the logical CPUs on x86 (it assumes two hardware threads per core): one thread on a 2-vCPU VM. TVM
-    has one pool per process: this sets it for everything the process runs after. With more than one thread the
-    calling thread, the pool's first worker, is held to the first core (TVM left it free on all of them, to run
-    beside another worker on its core)."""
+    has one pool per process: this sets it for everything the process runs after. The calling thread is the pool's
+    first worker, and TVM leaves it free on all the pool's cores: ``hold_caller`` holds it to
+    :func:`caller_core` from now on (a process that only runs kernels); a process that goes on to do other work
+    holds it there for each call instead (:class:`~autosearch.deploy.artifact.LoadedModel`)."""
     import tvm
 
     from autosearch.errors import UserError
@@ -132,19 +133,32 @@ def bind_thread_pool(threads: int | None = None) -> int:
         if variable and (not variable.isdigit() or int(variable) < 1):
             raise UserError(f"TVM_NUM_THREADS must be a positive integer, not {variable!r}")
         threads = int(variable or 0) or host_cores()
-    cores = [str(c) for c in sorted(os.sched_getaffinity(0))] if hasattr(os, "sched_getaffinity") else []
-    if threads <= len(cores):
-        # one core per thread, and no more cores than threads: the pool starts a worker per core it is given
-        # whatever the thread count, and a spare one spins on its core between kernels
-        mode, cores = THREADPOOL_ONE_CORE_PER_THREAD, cores[:threads]
-    else:
-        mode = THREADPOOL_SHARE_CORES
-    tvm.get_global_func("runtime.config_threadpool")(mode, threads, cores)
-    if mode == THREADPOOL_ONE_CORE_PER_THREAD and threads > 1:
-        # the calling thread is the pool's first worker, and TVM leaves it free to run on every core it was given:
-        # woken on another worker's core, it shared that core with it through whole kernels while one stood idle
-        os.sched_setaffinity(0, {int(cores[0])})
+    mode, cores = _pool_cores(threads)
+    held = caller_core(threads)
+    tvm.get_global_func("runtime.config_threadpool")(mode, threads, [str(c) for c in cores])
+    if hold_caller and held is not None:
+        os.sched_setaffinity(0, {held})
     return threads
+
+
+def _pool_cores(threads: int) -> tuple[int, list[int]]:
+    """(TVM's affinity mode, the cores) for a pool of ``threads`` on the cores the calling thread may run on: one
+    core per thread, and no more cores than threads (the pool starts a worker per core it is given whatever the
+    thread count, and a spare one spins on its core between kernels); more threads than cores share them."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if threads <= len(cores):
+        return THREADPOOL_ONE_CORE_PER_THREAD, cores[:threads]
+    return THREADPOOL_SHARE_CORES, cores
+
+
+def caller_core(threads: int) -> int | None:
+    """The core the calling thread should run kernels on in a pool of ``threads`` (None: it stays free).
+
+    The calling thread runs the pool's first share of each kernel, and TVM leaves it free on every core it was
+    given: woken on another worker's core, it shared that core with it through whole kernels while one stood idle.
+    Held to the pool's first core, each thread has one of its own."""
+    mode, cores = _pool_cores(threads)
+    return cores[0] if mode == THREADPOOL_ONE_CORE_PER_THREAD and threads > 1 else None
 
 
 # TIR passes of TVM's default pipeline that autosearch's CPU builds leave out (see :func:`build_context`).

@@ -162,6 +162,48 @@ def test_a_model_input_named_like_a_weight_is_still_an_input(target, tmp_path):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_a_loaded_models_calls_hold_the_calling_thread_to_the_first_core_and_let_it_go_after(target, tmp_path):
+    """With two threads on two cores, a call runs with the calling thread on the pool's first core (TVM left it free
+    to share the other thread's core through whole kernels), and gives the thread its cores back after: held for
+    good, a script that loaded a model and then tuned saw one core (``host_cores``), and its measuring processes
+    were given that one core, timing every two-thread kernel about 2x slow."""
+    import json
+    import subprocess
+    import sys
+
+    from autosearch.deploy.build import compile_model
+    from autosearch.frontend.importer import import_model
+    from tests.conftest import ROOT
+    from tests.test_memory import conv_chain_onnx
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("this machine has one core: a pool of two threads has no core of its own for each")
+    model = import_model(conv_chain_onnx(str(tmp_path / "m.onnx"), layers=1, channels=8, hw=8), target,
+                         winograd="off", layout="NCHW")
+    library = compile_model(model.relax_mod, target, model.tasks, None, str(tmp_path / "m.so")).path
+    cores = sorted(os.sched_getaffinity(0)) if len(os.sched_getaffinity(0)) >= 2 else [0, 1]
+    script = (
+        "import json, os\n"
+        f"os.sched_setaffinity(0, {set(cores[:2])!r})\n"
+        "import numpy as np, tvm\n"
+        "from autosearch.deploy.artifact import load_model\n"
+        "from autosearch.frontend.target import host_cores\n"
+        f"m = load_model({library!r}, threads=2)\n"
+        "during = []\n"
+        "def seen(*args):\n"
+        "    during.append(sorted(os.sched_getaffinity(0)))\n"
+        "    return 0\n"
+        "m.vm.set_instrument(tvm.runtime.convert(seen))\n"
+        "m(tvm.runtime.tensor(np.ones((1, 8, 8, 8), 'float32')))\n"
+        "m.vm.set_instrument(None)\n"
+        "print(json.dumps({'during': during, 'after': sorted(os.sched_getaffinity(0)), 'cores': host_cores()}))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["during"] and all(d == [cores[0]] for d in seen["during"]), seen
+    assert seen["after"] == cores[:2] and seen["cores"] == 2, seen
+
+
 def test_loading_a_model_keeps_a_pinned_process_on_its_cores(target, tmp_path):
     """A process held to one core (here the machine's last; ``taskset`` does the same) has every thread on it after
     ``load_model`` sets TVM's thread pool and the model runs, also with ``TVM_NUM_THREADS=2`` set (as ``report``

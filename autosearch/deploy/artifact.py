@@ -139,16 +139,29 @@ def profile_calls(vm, run) -> dict[str, CallTimes]:
 
 @dataclass
 class LoadedModel:
-    """A compiled model loaded for inference: ``model(*inputs)`` runs ``main`` on the inputs and the weights."""
+    """A compiled model loaded for inference: ``model(*inputs)`` runs ``main`` on the inputs and the weights.
+
+    ``hold``: the core the calling thread runs each call on (the thread pool's first share of every kernel:
+    :func:`~autosearch.tvm_compat.caller_core`), its affinity put back after the call, so the process's other
+    work, and what it reads of its own cores (a run's measuring processes are given the cores its caller may use),
+    are as they were."""
 
     vm: Any  # tvm.relax.VirtualMachine
     weights: list[Any]  # tvm.runtime.Tensor, in main's parameter order
+    hold: int | None = None
 
     def __post_init__(self) -> None:
         self._main = self.vm["main"]
 
     def __call__(self, *inputs):
-        return self._main(*inputs, *self.weights)
+        if self.hold is None:
+            return self._main(*inputs, *self.weights)
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {self.hold})
+        try:
+            return self._main(*inputs, *self.weights)
+        finally:
+            os.sched_setaffinity(0, before)
 
     def profile(self, *inputs) -> dict[str, CallTimes]:
         """One forward pass timed call by call: per symbol (kernel or VM builtin) its seconds and calls
@@ -165,32 +178,32 @@ def load_model(library: str, *, threads: int | None = None) -> LoadedModel:
     every core this process may run on, all of them on the cores this process may run on
     (:func:`~autosearch.tvm_compat.bind_thread_pool`: TVM's own default would give a 2-vCPU VM one thread, and a
     process pinned to some cores threads on others). TVM has one thread pool per process, so this sets it for
-    every model the process runs, as the variable does; with more than one thread it also holds the calling thread,
-    which runs the pool's first share of each kernel, to the first of those cores (threads it starts afterwards
-    inherit that)."""
+    every model the process runs, as the variable does; with more than one thread each call holds the calling
+    thread, which runs the pool's first share of each kernel, to the first of those cores, and lets it go after
+    (:class:`LoadedModel`)."""
     import tvm
     from tvm import relax
 
     from autosearch.tensor_units.amx import request_permission
-    from autosearch.tvm_compat import bind_thread_pool
+    from autosearch.tvm_compat import bind_thread_pool, caller_core
 
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise UserError(f"threads must be a positive integer, not {threads!r}")
-    bind_thread_pool(threads)
+    hold = caller_core(bind_thread_pool(threads, hold_caller=False))
     request_permission()  # a model with bf16 layers runs AMX tile instructions: Linux grants them on request
     vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
     arity = vm.module["get_function_arity"]("main")
     names = [str(vm.module["get_function_param_name"]("main", i)) for i in range(arity)]
     wanted = _weight_params(names)
     if not wanted:  # weights bound into the library
-        return LoadedModel(vm, [])
+        return LoadedModel(vm, [], hold)
     path = weights_path(library)
     if not os.path.exists(path):
         raise UserError(f"{library} needs its weights file {path}, which does not exist")
     weights = tvm.runtime.load_param_dict_from_file(path)
     if sorted(weights.keys()) != sorted(wanted):
         raise UserError(f"{path} holds {len(weights)} weights, not the {len(wanted)} of {library}: compile again")
-    return LoadedModel(vm, [weights[n] for n in wanted])
+    return LoadedModel(vm, [weights[n] for n in wanted], hold)
 
 
 def _weight_params(names: list[str]) -> list[str]:
