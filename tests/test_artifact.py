@@ -162,6 +162,17 @@ def test_a_model_input_named_like_a_weight_is_still_an_input(target, tmp_path):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
+def _one_conv_library(target, tmp_path) -> str:
+    """A one-convolution model (8 channels at 8 x 8), untuned, compiled: its library's path."""
+    from autosearch.deploy.build import compile_model
+    from autosearch.frontend.importer import import_model
+    from tests.test_memory import conv_chain_onnx
+
+    model = import_model(conv_chain_onnx(str(tmp_path / "m.onnx"), layers=1, channels=8, hw=8), target,
+                         winograd="off", layout="NCHW")
+    return compile_model(model.relax_mod, target, model.tasks, None, str(tmp_path / "m.so")).path
+
+
 def test_a_loaded_models_calls_hold_the_calling_thread_to_the_first_core_and_let_it_go_after(target, tmp_path):
     """With two threads on two cores, a call runs with the calling thread on the pool's first core (TVM left it free
     to share the other thread's core through whole kernels), and gives the thread its cores back after: held for
@@ -171,16 +182,11 @@ def test_a_loaded_models_calls_hold_the_calling_thread_to_the_first_core_and_let
     import subprocess
     import sys
 
-    from autosearch.deploy.build import compile_model
-    from autosearch.frontend.importer import import_model
     from tests.conftest import ROOT
-    from tests.test_memory import conv_chain_onnx
 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("this machine has one core: a pool of two threads has no core of its own for each")
-    model = import_model(conv_chain_onnx(str(tmp_path / "m.onnx"), layers=1, channels=8, hw=8), target,
-                         winograd="off", layout="NCHW")
-    library = compile_model(model.relax_mod, target, model.tasks, None, str(tmp_path / "m.so")).path
+    library = _one_conv_library(target, tmp_path)
     cores = sorted(os.sched_getaffinity(0)) if len(os.sched_getaffinity(0)) >= 2 else [0, 1]
     script = (
         "import json, os\n"
@@ -214,16 +220,11 @@ def test_loading_a_model_keeps_a_pinned_process_on_its_cores(target, tmp_path):
 
     import tvm
 
-    from autosearch.deploy.build import compile_model
-    from autosearch.frontend.importer import import_model
     from tests.conftest import ROOT, parallel_kernel_mod
-    from tests.test_memory import conv_chain_onnx
 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("this machine has one core: no other core to be moved to")
-    model = import_model(conv_chain_onnx(str(tmp_path / "m.onnx"), layers=1, channels=8, hw=8), target,
-                         winograd="off", layout="NCHW")
-    library = compile_model(model.relax_mod, target, model.tasks, None, str(tmp_path / "m.so")).path
+    library = _one_conv_library(target, tmp_path)
     # the untuned model runs no parallel loop, and TVM binds its pool's threads at the first one: a kernel that has one
     kernel = str(tmp_path / "parallel.so")
     tvm.compile(parallel_kernel_mod(), target=target).export_library(kernel)
