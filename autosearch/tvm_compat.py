@@ -134,8 +134,8 @@ def bind_thread_pool(threads: int | None = None, *, hold_caller: bool = True) ->
             raise UserError(f"TVM_NUM_THREADS must be a positive integer, not {variable!r}")
         threads = int(variable or 0) or host_cores()
     mode, cores = _pool_cores(threads)
-    held = caller_core(threads)
     tvm.get_global_func("runtime.config_threadpool")(mode, threads, [str(c) for c in cores])
+    held = _held_core(mode, cores, threads)
     if hold_caller and held is not None:
         os.sched_setaffinity(0, {held})
     return threads
@@ -157,7 +157,10 @@ def caller_core(threads: int) -> int | None:
     The calling thread runs the pool's first share of each kernel, and TVM leaves it free on every core it was
     given: woken on another worker's core, it shared that core with it through whole kernels while one stood idle.
     Held to the pool's first core, each thread has one of its own."""
-    mode, cores = _pool_cores(threads)
+    return _held_core(*_pool_cores(threads), threads)
+
+
+def _held_core(mode: int, cores: list[int], threads: int) -> int | None:
     return cores[0] if mode == THREADPOOL_ONE_CORE_PER_THREAD and threads > 1 else None
 
 

@@ -345,6 +345,16 @@ def run_cli(*args: str, timeout: float = 600, cwd: str | None = None, env: dict 
                           timeout=timeout, cwd=cwd or ROOT, env={**os.environ, **(env or {})})
 
 
+def run_python(script: str, *, env: dict | None = None, timeout: float = 300) -> str:
+    """Run ``python -c script`` in a fresh interpreter from the checkout (``env``: its whole environment, default
+    this one's): its standard output, once it has exited 0. For what only a fresh process shows (what an import
+    loads, a process's own cores)."""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
 def run_conv_in(worker, conv_task, conv_space, evaluator: dict | None = None) -> dict:
     """Build the conv task's untuned and default-config kernels in ``worker``, install the first as the reference
     and check and time the second there (one run, or as ``evaluator`` says); the run's reply value."""

@@ -5,14 +5,12 @@ runs are tests/test_api_end_to_end.py."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 import autosearch
 from autosearch.errors import UserError
-from tests.conftest import ROOT
+from tests.conftest import run_python
 
 
 def test_import_autosearch_imports_neither_tvm_nor_the_api_until_a_name_is_used():
@@ -22,8 +20,7 @@ def test_import_autosearch_imports_neither_tvm_nor_the_api_until_a_name_is_used(
             # the sub-packages and their modules do not shadow the functions
             "import autosearch.deploy.database, autosearch.deploy.report, autosearch.search\n"
             "assert autosearch.export.__module__ == autosearch.report.__module__ == 'autosearch.api'\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_python(code, timeout=120)
 
 
 def test_the_public_names_resolve_and_unknown_ones_raise_attribute_error():

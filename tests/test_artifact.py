@@ -179,10 +179,8 @@ def test_a_loaded_models_calls_hold_the_calling_thread_to_the_first_core_and_let
     good, a script that loaded a model and then tuned saw one core (``host_cores``), and its measuring processes
     were given that one core, timing every two-thread kernel about 2x slow."""
     import json
-    import subprocess
-    import sys
 
-    from tests.conftest import ROOT
+    from tests.conftest import run_python
 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("this machine has one core: a pool of two threads has no core of its own for each")
@@ -203,9 +201,7 @@ def test_a_loaded_models_calls_hold_the_calling_thread_to_the_first_core_and_let
         "m(tvm.runtime.tensor(np.ones((1, 8, 8, 8), 'float32')))\n"
         "m.vm.set_instrument(None)\n"
         "print(json.dumps({'during': during, 'after': sorted(os.sched_getaffinity(0)), 'cores': host_cores()}))\n")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    seen = json.loads(run_python(script, timeout=120).strip().splitlines()[-1])
     assert seen["during"] and all(d == [cores[0]] for d in seen["during"]), seen
     assert seen["after"] == cores[:2] and seen["cores"] == 2, seen
 
@@ -215,12 +211,10 @@ def test_loading_a_model_keeps_a_pinned_process_on_its_cores(target, tmp_path):
     ``load_model`` sets TVM's thread pool and the model runs, also with ``TVM_NUM_THREADS=2`` set (as ``report``
     times a model): TVM's default affinity mode moved the process to core 0, and with the variable bound a thread
     there and widened the caller to every core."""
-    import subprocess
-    import sys
 
     import tvm
 
-    from tests.conftest import ROOT, parallel_kernel_mod
+    from tests.conftest import parallel_kernel_mod, run_python
 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("this machine has one core: no other core to be moved to")
@@ -243,7 +237,5 @@ def test_loading_a_model_keeps_a_pinned_process_on_its_cores(target, tmp_path):
         "    print(sorted(os.sched_getaffinity(0)), sorted(cpus))\n")
     env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
     for variable in ({}, {"TVM_NUM_THREADS": "2"}):
-        proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                              env={**env, **variable})
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert proc.stdout.split("\n")[:2] == [f"[{core}] ['{core}']"] * 2, (variable, proc.stdout)
+        out = run_python(script, env={**env, **variable}, timeout=120)
+        assert out.split("\n")[:2] == [f"[{core}] ['{core}']"] * 2, (variable, out)

@@ -466,14 +466,12 @@ def test_a_measuring_process_given_one_core_times_every_thread_on_it(target, tmp
     second thread to another core and widened the first to every core, so the kernel was timed against whatever
     ran there."""
     import json
-    import subprocess
-    import sys
 
     import tvm
 
     from autosearch.frontend.target import target_to_json
     from autosearch.measure.kernels import build
-    from tests.conftest import ROOT, parallel_kernel_mod
+    from tests.conftest import parallel_kernel_mod, run_python
 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("this machine has one core: no other core for a thread to go to")
@@ -494,8 +492,6 @@ def test_a_measuring_process_given_one_core_times_every_thread_on_it(target, tmp
         "cpus = [open(t + '/status').read().split('Cpus_allowed_list:')[1].split()[0]\n"
         "        for t in glob.glob('/proc/self/task/*')]\n"
         "print(json.dumps({'cpus': sorted(set(cpus)), 'ok': 'median' in timed}))\n")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "TVM_NUM_THREADS": "2"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    seen = json.loads(run_python(script, env={**os.environ, "TVM_NUM_THREADS": "2"}, timeout=120)
+                      .strip().splitlines()[-1])
     assert seen == {"cpus": [str(core)], "ok": True}

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT, run_conv_in, small_conv_onnx
+from tests.conftest import run_conv_in, run_python, small_conv_onnx
 
 
 def _maps(pid: int) -> str:
@@ -44,9 +41,8 @@ def test_the_cli_imports_tvm_without_torch_and_a_learned_model_still_loads_it(tm
             "make_cost_model('mlp', seed=0)\n"
             "import torch\n"
             "print('after mlp:', float(torch.ones(3).sum()))\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "after tasks: False SourceFileLoader" in proc.stdout and "after mlp: 3.0" in proc.stdout, proc.stdout
+    out = run_python(code)
+    assert "after tasks: False SourceFileLoader" in out and "after mlp: 3.0" in out, out
 
 
 def test_reports_timing_processes_import_tvm_without_torch(tmp_path):
@@ -60,6 +56,5 @@ def test_reports_timing_processes_import_tvm_without_torch(tmp_path):
             "from autosearch.deploy.bench import main\n"
             f"assert main(['tvm', '--baseline', '--inputs', {inputs!r}]) == 0\n"
             "print('torch loaded:', 'torch' in sys.modules, 'tvm loaded:', 'tvm' in sys.modules)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "torch loaded: False tvm loaded: True" in proc.stdout, proc.stdout
+    out = run_python(code)
+    assert "torch loaded: False tvm loaded: True" in out, out
