@@ -191,6 +191,22 @@ def build_context(target_kind: str = "llvm", *, opt_level: int | None = None):
         config=dict(current.config))
 
 
+def map_prim_funcs(mod, rewrite):
+    """``mod`` with ``rewrite`` applied to each of its PrimFuncs (Relax functions as they are): a copy where one
+    changed (``update_func`` changes a module in place, and the caller's stays as it was), ``mod`` itself where
+    ``rewrite`` returned every function as it was."""
+    from tvm import tirx
+
+    rewritten = ((gv, f, rewrite(f)) for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc))
+    changed = {gv: new for gv, f, new in rewritten if not new.same_as(f)}
+    if not changed:
+        return mod
+    mod = mod.clone()
+    for gv, f in changed.items():
+        mod.update_func(gv, f)
+    return mod
+
+
 def import_tensor_intrinsics(target_kind: str = "llvm", mtriple: str = "") -> None:
     """Register TVM's tensor intrinsics without the CUDA ones when the target is a CPU.
 

@@ -77,13 +77,6 @@ def rewrite_func(func):
 
 def reciprocal_divisors(mod):
     """``mod`` with :func:`rewrite_func` applied to each of its PrimFuncs (Relax functions as they are)."""
-    from tvm import tirx
+    from autosearch.tvm_compat import map_prim_funcs
 
-    rewritten = ((gv, f, rewrite_func(f)) for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc))
-    changed = {gv: new for gv, f, new in rewritten if not new.same_as(f)}
-    if not changed:
-        return mod
-    mod = mod.clone()  # update_func changes a module in place: the caller's stays as it was
-    for gv, f in changed.items():
-        mod.update_func(gv, f)
-    return mod
+    return map_prim_funcs(mod, rewrite_func)

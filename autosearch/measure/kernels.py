@@ -27,13 +27,14 @@ def build(mod_json: str, target: dict[str, Any]) -> tuple[bytes, float]:
     """
     import tvm
 
+    from autosearch.frontend.const_matrices import nest_const_matrices
     from autosearch.frontend.reciprocal import reciprocal_divisors
     from autosearch.measure.prepack import pack_artifact, split_prepack
     from autosearch.tvm_compat import build_context
 
     start = time.perf_counter()
     mod, plan = split_prepack(tvm.ir.load_json(mod_json))
-    mod = reciprocal_divisors(mod)  # as the model's build (autosearch.frontend.lowering.build_module)
+    mod = nest_const_matrices(reciprocal_divisors(mod))  # as the model's build (frontend.lowering.build_module)
     target = tvm.target.Target(target)
     with build_context(target.kind.name):  # as the model's build (autosearch.frontend.lowering.build_module)
         lib = tvm.compile(mod, target=target)
