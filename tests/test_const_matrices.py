@@ -102,23 +102,32 @@ def test_chains_of_other_forms_are_left_alone():
     assert nest_const_matrices(mod).same_as(mod)  # nothing to nest: the module itself
 
 
-def test_a_scheduled_winograd_kernel_built_with_it_writes_the_same_bytes(target, tmp_path):
-    """A Winograd task's sampled schedules (tiny-YOLOv2's 13 x 13 tiles), built as a trial is
-    (:func:`autosearch.measure.kernels.build`) and with the chains as TOPI wrote them: the same outputs."""
+@pytest.fixture(scope="module")
+def winograd(target, tmp_path_factory):
+    """A model of one wide convolution on 13 x 13 (tiny-YOLOv2's shape, which the tiles do not divide): the model
+    and its Winograd task's design space."""
     from autosearch.frontend.importer import import_model
+    from autosearch.search.space import DecisionSpace
+    from tests.conftest import wide_conv_onnx
+
+    path = str(tmp_path_factory.mktemp("winograd") / "wide13.onnx")
+    wide_conv_onnx(path, channels=128, hw=13)
+    model = import_model(path, target, layout="NCHW")
+    task = next(t for t in model.tasks if "winograd" in t.name)
+    return model, task, DecisionSpace(task.mod, task.target)
+
+
+def test_a_scheduled_winograd_kernel_built_with_it_writes_the_same_bytes(winograd, tmp_path):
+    """A Winograd task's sampled schedule, built as a trial is (:func:`autosearch.measure.kernels.build`) and with
+    the chains as TOPI wrote them: the same outputs."""
     from autosearch.frontend.target import target_to_json
     from autosearch.measure.kernels import build, make_inputs
     from autosearch.measure.prepack import unpack_artifact
-    from autosearch.search.space import DecisionSpace
     from autosearch.tvm_compat import build_context
-    from tests.conftest import wide_conv_onnx
 
-    path = str(tmp_path / "wide13.onnx")
-    wide_conv_onnx(path, channels=128, hw=13)
-    task = next(t for t in import_model(path, target, layout="NCHW").tasks if "winograd" in t.name)
-    space = DecisionSpace(task.mod, task.target)
+    _, task, space = winograd
     dev = tvm.cpu()
-    for i, applied in enumerate(space.sample_applied(np.random.default_rng(0), 2)):
+    for i, applied in enumerate(space.sample_applied(np.random.default_rng(0), 1)):
         mod = space.apply_for_features(applied.config, rewrite="none").mod  # the weights as the arguments give them
         assert nest_const_matrices(mod) is not mod  # the kernel has chains to nest
         outputs = []
@@ -146,23 +155,16 @@ def _chains_seen():
     return tvm.transform.PassContext(instruments=[Counter()]), seen
 
 
-def test_a_trial_and_the_model_reach_tvms_passes_with_the_chains_nested(target, tmp_path):
+def test_a_trial_and_the_model_reach_tvms_passes_with_the_chains_nested(winograd, target):
     """What TVM's pipeline is handed, in a trial's build and in the model's: no flat chain left (TVM's own build of
     the same module sees them)."""
     from tvm.s_tir import meta_schedule as ms
 
-    from autosearch.frontend.importer import import_model
     from autosearch.frontend.lowering import build_module, tuned_module
     from autosearch.frontend.target import target_to_json
     from autosearch.measure.kernels import build
-    from autosearch.search.space import DecisionSpace
-    from tests.conftest import wide_conv_onnx
 
-    path = str(tmp_path / "wide.onnx")
-    wide_conv_onnx(path)
-    model = import_model(path, target, layout="NCHW")
-    task = next(t for t in model.tasks if "winograd" in t.name)
-    space = DecisionSpace(task.mod, task.target)
+    model, task, space = winograd
     mod = space.apply_for_features(space.default(0), rewrite="none").mod
     context, tvms = _chains_seen()
     with context:
@@ -172,9 +174,10 @@ def test_a_trial_and_the_model_reach_tvms_passes_with_the_chains_nested(target, 
         build(tvm.ir.save_json(mod), target_to_json(task.target))
     assert max(tvms) > 0 and trial and max(trial) == 0
 
-    lowered = tuned_module(model.relax_mod, target, ms.database.MemoryDatabase())  # the Winograd kernel untuned
+    # the model with its Winograd alternative lowered, untuned
+    lowered = tuned_module(model.relax_mod, target, ms.database.MemoryDatabase(), winograd="candidates")
     assert sum(_flat_chains(f) for f in lowered.functions.values() if isinstance(f, tirx.PrimFunc)) > 0
-    context, model = _chains_seen()
+    context, in_model = _chains_seen()
     with context:
         build_module(lowered, target)
-    assert model and max(model) == 0
+    assert in_model and max(in_model) == 0
