@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-# Shorter chains cost the simplifier little; TOPI's smallest matrix (F(2x2, 3x3)'s G) has 12 entries
+# Shorter chains cost the simplifier little; TOPI's smallest matrix (F(2x2, 3x3)'s A) has 8 entries
 MIN_ENTRIES = 4
 
 
