@@ -42,9 +42,9 @@ import numpy as np
 from autosearch.cost_models._scaling import signed_log
 from autosearch.errors import UserError
 
-# Bump when the features of an assembly text change: cached features (autosearch.cost_models.feature_store) of an
-# older version are then recomputed.
-VERSION = 1
+# Bump when the features of an assembly text change, or the program compiled for a schedule: cached features
+# (autosearch.cost_models.feature_store) of an older version are then recomputed. 2: the kernel as a trial builds it.
+VERSION = 2
 ISSUE, LOADS, STORES, FP_PIPES = 6, 3, 2, 2  # per cycle, a generic wide x86-64 core
 HOT_LOOPS = 2
 _LANES = {"fma_s": 1, "fma_xmm": 4, "fma_ymm": 8, "fma_zmm": 16}  # float32 lanes per FMA instruction
@@ -63,16 +63,20 @@ def is_x86(target) -> bool:
 
 
 def kernel_assembly(mod, target) -> str:
-    """The x86-64 assembly of a scheduled PrimFunc module, built as the measurement builds it (a
-    one-line ``UserError`` for another ISA)."""
+    """The x86-64 assembly of a scheduled PrimFunc module's kernel as a trial times it (a one-line
+    ``UserError`` for another ISA): the module the measurement compiles
+    (:func:`autosearch.measure.kernels.as_compiled`: the build's rewrites, the weights' layout rewrite split
+    off), less that split-off ``prepack``, which runs once when the model loads and is not timed."""
     import tvm
 
     if not is_x86(target):
         raise UserError(f"assembly features read x86-64 code; target {target} is not x86-64")
+    from autosearch.measure.kernels import as_compiled
     from autosearch.tvm_compat import build_context
 
+    compiled, _ = as_compiled(mod)
     with build_context(target.kind.name):
-        built = tvm.compile(mod, target=target)
+        built = tvm.compile(tvm.IRModule({"main": compiled["main"]}), target=target)
     host = built.mod.imports[0] if built.mod.imports else built.mod
     return host.inspect_source("asm")
 

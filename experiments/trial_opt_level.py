@@ -70,11 +70,10 @@ def build_phases(mod, target: dict, level: int, tmp: str) -> dict:
     import tvm
     from tvm.support import cc
 
-    from autosearch.frontend.const_matrices import nest_const_matrices
-    from autosearch.frontend.reciprocal import reciprocal_divisors
+    from autosearch.frontend.rewrites import build_rewrites
     from autosearch.tvm_compat import build_context
 
-    mod = nest_const_matrices(reciprocal_divisors(mod))  # as autosearch.measure.kernels.build
+    mod = build_rewrites(mod)  # as autosearch.measure.kernels.build
     target = tvm.target.Target({**target, "opt-level": level})
     with PhaseClock() as clock:
         start = time.perf_counter()

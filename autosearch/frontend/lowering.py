@@ -616,11 +616,10 @@ def build_module(mod, target, *, plan_memory: bool = True):
     import tvm
     from tvm import relax
 
-    from autosearch.frontend.const_matrices import nest_const_matrices
-    from autosearch.frontend.reciprocal import reciprocal_divisors
+    from autosearch.frontend.rewrites import build_rewrites
     from autosearch.tvm_compat import build_context
 
-    mod = nest_const_matrices(reciprocal_divisors(mod))  # as every tuning build (autosearch.measure.kernels.build)
+    mod = build_rewrites(mod)  # as every tuning build (autosearch.measure.kernels.build)
 
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(mod, _ctx):

@@ -19,22 +19,30 @@ from autosearch.measure.flush import cache_function
 from autosearch.measure.queueing import run_delay_seconds, waited_share
 
 
-def build(mod_json: str, target: dict[str, Any]) -> tuple[bytes, float]:
-    """Compile a scheduled PrimFunc module; returns (artifact bytes, seconds).
+def as_compiled(mod) -> tuple[Any, Any]:
+    """(the module TVM is handed, prepack plan or None) for a scheduled PrimFunc module.
 
     A kernel that rewrites its weights' layout is split first, as TVM splits it when it compiles the
-    model (see :mod:`autosearch.measure.prepack`); the artifact then carries the prepack plan.
+    model (see :mod:`autosearch.measure.prepack`); then the build's rewrites run
+    (:func:`autosearch.frontend.rewrites.build_rewrites`), as in the model's build.
     """
+    from autosearch.frontend.rewrites import build_rewrites
+    from autosearch.measure.prepack import split_prepack
+
+    mod, plan = split_prepack(mod)
+    return build_rewrites(mod), plan
+
+
+def build(mod_json: str, target: dict[str, Any]) -> tuple[bytes, float]:
+    """Compile a scheduled PrimFunc module (:func:`as_compiled`); returns (artifact bytes, seconds). The
+    artifact carries the prepack plan."""
     import tvm
 
-    from autosearch.frontend.const_matrices import nest_const_matrices
-    from autosearch.frontend.reciprocal import reciprocal_divisors
-    from autosearch.measure.prepack import pack_artifact, split_prepack
+    from autosearch.measure.prepack import pack_artifact
     from autosearch.tvm_compat import build_context
 
     start = time.perf_counter()
-    mod, plan = split_prepack(tvm.ir.load_json(mod_json))
-    mod = nest_const_matrices(reciprocal_divisors(mod))  # as the model's build (frontend.lowering.build_module)
+    mod, plan = as_compiled(tvm.ir.load_json(mod_json))
     target = tvm.target.Target(target)
     with build_context(target.kind.name):  # as the model's build (autosearch.frontend.lowering.build_module)
         lib = tvm.compile(mod, target=target)
