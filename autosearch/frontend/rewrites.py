@@ -11,8 +11,8 @@ from __future__ import annotations
 
 
 def build_rewrites(mod):
-    """``mod`` with divisions by constants made multiplications by their reciprocals
-    (:mod:`autosearch.frontend.reciprocal`), then TOPI's constant-matrix chains nested
+    """``mod`` with its float32 divisions by a weight the kernel only reads made multiplications by the weight's
+    reciprocal (:mod:`autosearch.frontend.reciprocal`), then TOPI's constant-matrix chains nested
     (:mod:`autosearch.frontend.const_matrices`)."""
     # imported here, at call time: experiments swap a rewrite out to measure what it buys (experiments/reciprocal.py)
     from autosearch.frontend import const_matrices, reciprocal
