@@ -11,7 +11,10 @@ features, e.g. AVX512-BF16 without AMX as on AMD Zen 4, and ``--onednn-max-isa``
 alike (``ONEDNN_MAX_CPU_ISA``, e.g. ``AVX512_CORE_BF16``) for the report, so both sides run the same units.
 
 Each step is the CLI in a fresh process, as a user would type it (``--log`` and ``--out`` point into the
-results; the cache of features and sketches starts empty unless ``--keep-cache``: a new user has none). Writes
+results; the cache of features and sketches starts empty unless ``--keep-cache``: a new user has none); with
+``--api``, each step is instead the Python API's function (``autosearch.tune``, ``export``, ``report``) called
+with the same arguments in a fresh process, as a researcher's script would, so the two paths can be set side by
+side (``python -m experiments.user_path --api --tag quickstart-api``). Writes
 ``experiments/results/user-MODEL-TAG/``: ``run.txt`` (run's output), ``log.jsonl``, ``db/``, ``report.md`` and
 ``report.png``, ``summary.json`` (the run's wall time and the report's medians). Resumable by step: a finished
 step is not repeated; a run killed midway is started again from an empty log (its minutes would not add up).
@@ -20,6 +23,7 @@ step is not repeated; a run killed midway is started again from an empty log (it
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -38,6 +42,33 @@ def _cli(args: list[str], out_path: str, env: dict[str, str]) -> tuple[int, floa
         out.write(f"$ python -m autosearch {' '.join(args)}\n")
         out.flush()
         proc = subprocess.run([sys.executable, "-m", "autosearch", *args], cwd=ROOT, stdout=out,
+                              stderr=subprocess.STDOUT, env=env)
+    return proc.returncode, time.perf_counter() - start
+
+
+# One API call in a fresh process: argv[1] is [function name, positional args, keyword args] as JSON.
+_API_STEP = """
+import json, sys
+import autosearch
+name, args, kwargs = json.loads(sys.argv[1])
+result = getattr(autosearch, name)(*args, **kwargs)
+if name == "tune":
+    print(f"{result.trials} trials in {result.elapsed_secs / 60:.1f} min; layout {result.layout}; estimate "
+          f"{result.model_secs}, re-timed {result.retimed_model_secs}; interrupted {result.interrupted}")
+else:
+    print(result)
+"""
+
+
+def _api(name: str, args: list, kwargs: dict, out_path: str, env: dict[str, str]) -> tuple[int, float]:
+    """``autosearch.NAME(*args, **kwargs)`` in a fresh Python process, output to ``out_path``; (exit code, wall
+    seconds)."""
+    call = json.dumps([name, args, kwargs])
+    start = time.perf_counter()
+    with open(out_path, "w") as out:
+        out.write(f"$ autosearch.{name}(*{args!r}, **{kwargs!r})\n")
+        out.flush()
+        proc = subprocess.run([sys.executable, "-c", _API_STEP, call], cwd=ROOT, stdout=out,
                               stderr=subprocess.STDOUT, env=env)
     return proc.returncode, time.perf_counter() - start
 
@@ -73,8 +104,12 @@ def main() -> int:
     p.add_argument("--target", help="run and report --target (a JSON dict: fewer features than the host's)")
     p.add_argument("--onednn-max-isa", help="report with ONEDNN_MAX_CPU_ISA set: OpenVINO's oneDNN kernels capped "
                    "at that ISA (e.g. AVX512_CORE_BF16: no AMX)")
-    p.add_argument("run_args", nargs="*", help="more arguments for run (after --)")
+    p.add_argument("--api", action="store_true", help="each step through the Python API (autosearch.tune, export, "
+                   "report) in a fresh process instead of the CLI")
+    p.add_argument("run_args", nargs="*", help="more arguments for run (after --; not with --api)")
     args = p.parse_args()
+    if args.api and args.run_args:
+        p.error("run arguments after -- are the CLI's: not with --api")
 
     # a user's .onnx: the CLI runs from the repository's root, and the results are named by the file's name
     model_arg = os.path.abspath(args.model) if args.model and os.path.exists(args.model) else args.model
@@ -106,16 +141,28 @@ def main() -> int:
                 run += [flag, str(value)]
         run += ["--target", args.target] if args.target else []
         run += args.run_args
-        print(f"[run] python -m autosearch {' '.join(run)}", flush=True)
-        code, secs = _cli(run, os.path.join(work, "run.txt"), env)
+        if args.api:
+            kwargs = {"strategy": "optuna", "log": _rel(log), "trials": args.trials, "minutes": args.minutes,
+                      "seed": args.seed if args.seed is not None else 0, "target": args.target}
+            kwargs = {k: v for k, v in kwargs.items() if v is not None}
+            run = ["autosearch.tune", model, kwargs]
+            print(f"[run] autosearch.tune({model!r}, **{kwargs})", flush=True)
+            code, secs = _api("tune", [model], kwargs, os.path.join(work, "run.txt"), env)
+        else:
+            print(f"[run] python -m autosearch {' '.join(run)}", flush=True)
+            code, secs = _cli(run, os.path.join(work, "run.txt"), env)
         if code != 0:
             raise SystemExit(f"run failed (exit code {code}): see {work}/run.txt")
         summary.update(run=run, run_secs=round(secs, 1))
         write_json(summary_path, summary)
         print(f"[run] {secs / 60:.1f} min", flush=True)
     if "export_secs" not in summary:
-        export = ["export", "--log", _rel(log), "--out", _rel(db), "--force"]
-        code, secs = _cli(export, os.path.join(work, "export.txt"), env)
+        if args.api:
+            code, secs = _api("export", [_rel(log), _rel(db)], {"force": True}, os.path.join(work, "export.txt"),
+                              env)
+        else:
+            export = ["export", "--log", _rel(log), "--out", _rel(db), "--force"]
+            code, secs = _cli(export, os.path.join(work, "export.txt"), env)
         if code != 0:
             raise SystemExit(f"export failed (exit code {code}): see {work}/export.txt")
         summary.update(export_secs=round(secs, 1))
@@ -127,8 +174,16 @@ def main() -> int:
                   "--plot", _rel(os.path.join(work, "report.png"))]
         report += ["--target", args.target] if args.target else []
         report_env = {**env, "ONEDNN_MAX_CPU_ISA": args.onednn_max_isa} if args.onednn_max_isa else env
-        print(f"[report] python -m autosearch {' '.join(report)}", flush=True)
-        code, secs = _cli(report, os.path.join(work, "report.txt"), report_env)
+        if args.api:
+            kwargs = {"log": _rel(log), "rounds": args.rounds, "runs": args.runs, "untuned_runs": 1,
+                      "markdown": _rel(markdown), "plot": _rel(os.path.join(work, "report.png")),
+                      "target": args.target}
+            kwargs = {k: v for k, v in kwargs.items() if v is not None}
+            print(f"[report] autosearch.report({model!r}, {_rel(db)!r}, **{kwargs})", flush=True)
+            code, secs = _api("report", [model, _rel(db)], kwargs, os.path.join(work, "report.txt"), report_env)
+        else:
+            print(f"[report] python -m autosearch {' '.join(report)}", flush=True)
+            code, secs = _cli(report, os.path.join(work, "report.txt"), report_env)
         if code != 0:
             raise SystemExit(f"report failed (exit code {code}): see {work}/report.txt")
         with open(markdown) as fh:
