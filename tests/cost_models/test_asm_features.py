@@ -155,7 +155,7 @@ def test_dataset_asm_features(contents, dataset):
 @x86_host
 def test_assembly_adds_to_loop_features_on_held_out_tasks(dataset):
     """Leave one task out on the committed dataset: XGBoost on loop+asm ranks held-out tasks better
-    than on loop alone (the 13-task YOLO dataset's figures: docs/cost-models.md)."""
+    than on loop alone (on YOLO tasks: docs/results.md, Loop and assembly features)."""
     result = {kind: held_out_pairwise(dataset, f"xgb@{kind}") for kind in ("loop", "loop+asm")}
     assert result["loop+asm"] > result["loop"] + 0.02, result
 
