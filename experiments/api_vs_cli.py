@@ -24,6 +24,8 @@ import tempfile
 from autosearch.tables import markdown_table
 from experiments.lib.io import publish, read_json, results_path
 from experiments.lib.machine import host_label
+from experiments.lib.turns import libraries_in_turns
+from experiments.user_path import tuned_median
 
 
 def _path(directory: str) -> dict:
@@ -43,10 +45,6 @@ def _path(directory: str) -> dict:
             "trials": trials, "via": "API" if run[0] == "autosearch.tune" else "CLI"}
 
 
-def _tuned(medians: dict[str, float]) -> float:
-    return next(v for k, v in medians.items() if k.startswith("TVM tuned"))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cli", required=True, help="a user_path results directory made with the CLI")
@@ -62,43 +60,27 @@ def main(argv: list[str] | None = None) -> int:
     if paths[0]["model"] != paths[1]["model"]:
         parser.error(f"the two runs tuned different models: {paths[0]['model']} and {paths[1]['model']}")
 
-    import numpy as np
-    import onnx
-
     import autosearch
-    from autosearch.deploy import timing
-    from autosearch.frontend.importer import load_onnx, resolve_input_shapes
 
     model = paths[0]["model"]
+    names = [f"TVM tuned via the {p['via']}" for p in paths]
     with tempfile.TemporaryDirectory() as tmp:
-        runtimes = []
-        for p in paths:
-            lib = os.path.join(tmp, f"{p['via']}.so")
-            autosearch.compile(model, p["db"], lib)
-            runtimes.append(timing.Runtime(f"TVM tuned via the {p['via']}", "tvm", lib))
-        proto = load_onnx(model)[1]
-        onnx_path = os.path.join(tmp, "model.onnx")
-        onnx.save(proto, onnx_path)
-        inputs = os.path.join(tmp, "inputs.npz")
-        timing.save_inputs(resolve_input_shapes(proto, {}), inputs)
-        runtimes.append(timing.Runtime("ONNX Runtime", "ort", onnx_path))
-        timings = timing.time_taking_turns(runtimes, rounds=args.rounds, runs=args.runs, inputs_path=inputs,
-                                           threads=args.threads, out_dir=tmp)
-        for t in timings:
-            if not t.ok:
-                raise RuntimeError(f"timing {t.name} failed: {t.error}")
-        reference = timings[-1].output_path
-        turns = {t.name: float(np.median(t.runs)) for t in timings}
-        errors = {t.name: timing.max_relative_error(t.output_path, reference) for t in timings[:2]}
+        libraries = {name: os.path.join(tmp, f"{p['via']}.so") for name, p in zip(names, paths)}
+        for name, p in zip(names, paths):
+            autosearch.compile(model, p["db"], libraries[name])
+        result = libraries_in_turns(model, libraries, peers=("ort",), rounds=args.rounds, runs=args.runs,
+                                    threads=args.threads, work=tmp)
+    turns, errors = result.ms, result.error
 
     ort = turns["ONNX Runtime"]
     rows = []
-    for p, t in zip(paths, timings):
+    for p, name in zip(paths, names):
         s = p["summary"]
         rep = s["report"]
+        tuned = tuned_median(rep)
         rows.append([p["via"], f"`{os.path.basename(p['dir'])}`", f"{s['run_secs'] / 60:.1f}", str(p["trials"]),
-                     f"{_tuned(rep):.2f}", f"{rep['ONNX Runtime']:.2f}", f"{rep['ONNX Runtime'] / _tuned(rep):.2f}x",
-                     f"{turns[t.name]:.2f}", f"{ort / turns[t.name]:.2f}x", f"{errors[t.name]:.2e}"])
+                     f"{tuned:.2f}", f"{rep['ONNX Runtime']:.2f}", f"{rep['ONNX Runtime'] / tuned:.2f}x",
+                     f"{turns[name]:.2f}", f"{ort / turns[name]:.2f}x", f"{errors[name]:.2e}"])
     text = (f"**{model}: the user path through the CLI and through the Python API** ({host_label()}; each path's "
             f"own `run` / `export` / `report` in fresh processes; then both tuned models compiled again and timed "
             f"with ONNX Runtime, {args.threads} threads, each runtime in {args.rounds} fresh processes taking turns, "
@@ -107,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                               "ONNX Runtime / tuned", "in turns: tuned ms", "ONNX Runtime / tuned",
                               "output vs ONNX Runtime"], rows)
             + f"\n\nIn turns: ONNX Runtime {ort:.2f} ms; the API's tuned model over the CLI's "
-              f"{turns[timings[1].name] / turns[timings[0].name]:.3f}.\n")
+              f"{turns[names[1]] / turns[names[0]]:.3f}.\n")
     publish(results_path(args.out), data={"paths": paths, "turns_ms": turns, "errors": errors}, text=text)
     return 0
 

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import publish, results_path
 from experiments.lib.machine import host_label
+from experiments.lib.turns import libraries_in_turns
 
 
 @contextmanager
@@ -38,37 +39,16 @@ def divisions_kept():
 
 def time_case(model: str, db: str, *, rounds: int, runs: int, threads: int) -> dict:
     """Both builds of ``db``'s model and the peer runtimes, timed taking turns: medians (ms) and output errors."""
-    import numpy as np
-    import onnx
-
     import autosearch
-    from autosearch.deploy import timing
-    from autosearch.frontend.importer import load_onnx, resolve_input_shapes
 
     with tempfile.TemporaryDirectory() as tmp:
         rewritten, divided = os.path.join(tmp, "reciprocals.so"), os.path.join(tmp, "divisions.so")
         autosearch.compile(model, db, rewritten)
         with divisions_kept():
             autosearch.compile(model, db, divided)
-        proto = load_onnx(model)[1]
-        onnx_path = os.path.join(tmp, "model.onnx")
-        onnx.save(proto, onnx_path)
-        inputs = os.path.join(tmp, "inputs.npz")
-        timing.save_inputs(resolve_input_shapes(proto, {}), inputs)
-        runtimes = [timing.Runtime("reciprocals", "tvm", rewritten), timing.Runtime("divisions", "tvm", divided),
-                    timing.Runtime("ONNX Runtime", "ort", onnx_path)]
-        ov = timing.openvino_default_precision()
-        if ov:
-            runtimes.append(timing.Runtime(f"OpenVINO {ov}", "ov-default", onnx_path))
-        timings = timing.time_taking_turns(runtimes, rounds=rounds, runs=runs, inputs_path=inputs, threads=threads,
-                                           out_dir=tmp)
-        for t in timings:
-            if not t.ok:
-                raise RuntimeError(f"timing {t.name} failed: {t.error}")
-        reference = timings[2].output_path
-        return {"model": model, "db": db,
-                "ms": {t.name: float(np.median(t.runs)) for t in timings},
-                "error": {t.name: timing.max_relative_error(t.output_path, reference) for t in timings[:2]}}
+        turns = libraries_in_turns(model, {"reciprocals": rewritten, "divisions": divided}, peers=("ort", "ov-default"),
+                                   rounds=rounds, runs=runs, threads=threads, work=tmp)
+        return {"model": model, "db": db, "ms": turns.ms, "error": turns.error}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import results_path, write_json, write_text
 from experiments.lib.machine import host_label
 from experiments.lib.study.report import geomean
+from experiments.lib.turns import libraries_in_turns
 
 if TYPE_CHECKING:
     from autosearch.types import Record
@@ -98,27 +99,14 @@ def compare_logs(on_log: str, off_log: str) -> Pair:
 
 def time_pair(model: str, on_db: str, off_db: str, *, rounds: int, runs: int, threads: int) -> tuple[float, float]:
     """The two databases' models compiled, then timed taking turns in fresh processes: (on ms, off ms), medians."""
-    import numpy as np
-
     import autosearch
-    from autosearch.deploy.timing import Runtime, save_inputs, time_taking_turns
-    from autosearch.frontend.importer import load_onnx, resolve_input_shapes
 
     with tempfile.TemporaryDirectory() as tmp:
-        runtimes = []
+        libraries = {label: os.path.join(tmp, f"{label}.so") for label in ("on", "off")}
         for label, db in (("on", on_db), ("off", off_db)):
-            library = os.path.join(tmp, f"{label}.so")
-            autosearch.compile(model, db, library)
-            runtimes.append(Runtime(label, "tvm", library))
-        inputs = os.path.join(tmp, "inputs.npz")
-        save_inputs(resolve_input_shapes(load_onnx(model)[1], {}), inputs)
-        timings = time_taking_turns(runtimes, rounds=rounds, runs=runs, inputs_path=inputs, threads=threads,
-                                    out_dir=tmp)
-        for t in timings:
-            if not t.ok:
-                raise RuntimeError(f"timing {t.name} failed: {t.error}")
-        on_ms, off_ms = (float(np.median(t.runs)) for t in timings)
-    return on_ms, off_ms
+            autosearch.compile(model, db, libraries[label])
+        ms = libraries_in_turns(model, libraries, rounds=rounds, runs=runs, threads=threads, work=tmp).ms
+    return ms["on"], ms["off"]
 
 
 def _log_in(directory: str) -> str:

@@ -66,14 +66,13 @@ def text_digest(path: str) -> str:
 
 
 def build_phases(mod, target: dict, level: int, tmp: str) -> dict:
-    """Build ``mod`` (a scheduled, prepack-split module) at LLVM ``level``: seconds of each phase, the artifact."""
+    """Build ``mod`` (a scheduled module as a trial hands it to TVM: :func:`autosearch.measure.kernels.as_compiled`) at
+    LLVM ``level``: seconds of each phase, the artifact."""
     import tvm
     from tvm.support import cc
 
-    from autosearch.frontend.rewrites import build_rewrites
     from autosearch.tvm_compat import build_context
 
-    mod = build_rewrites(mod)  # as autosearch.measure.kernels.build
     target = tvm.target.Target({**target, "opt-level": level})
     with PhaseClock() as clock:
         start = time.perf_counter()
@@ -109,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from autosearch.frontend.target import target_to_json
     from autosearch.frontend.task import TuningTask
-    from autosearch.measure.kernels import KernelRunner, build
-    from autosearch.measure.prepack import pack_artifact, split_prepack
+    from autosearch.measure.kernels import KernelRunner, as_compiled, build
+    from autosearch.measure.prepack import pack_artifact
     from autosearch.records import read_log
     from autosearch.search.space import DecisionSpace
 
@@ -132,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             runner.reference(key, reference, task.args, 0, {"repeat": 1})
             spaces[key] = (task, DecisionSpace(task.mod, task.target))
         task, space = spaces[key]
-        mod, plan = split_prepack(space.apply(record.config).mod)
+        mod, plan = as_compiled(space.apply(record.config).mod)
         built = {level: build_phases(mod, target_to_json(task.target), level, tmp) for level in levels}
         row = {"why": why, "task": header["name"], "workload_key": key, "winograd": "winograd" in header["name"],
                "logged_ms": record.latency * 1e3,

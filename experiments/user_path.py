@@ -90,6 +90,11 @@ def report_medians(markdown: str) -> dict[str, float]:
     return medians
 
 
+def tuned_median(medians: dict[str, float]) -> float | None:
+    """The tuned model's median among ``report_medians``' (its row is "TVM tuned", or "TVM tuned (bf16 on ...)")."""
+    return next((v for k, v in medians.items() if k.startswith("TVM tuned")), None)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="built-in model or .onnx (default: run's own default, as in the quick start)")
@@ -190,7 +195,7 @@ def main() -> int:
             summary.update(report=report_medians(fh.read()), report_secs=round(secs, 1))
         write_json(summary_path, summary)
     medians = summary["report"]
-    tuned = next((v for k, v in medians.items() if k.startswith("TVM tuned")), None)  # "TVM tuned (bf16 on ...)"
+    tuned = tuned_median(medians)
     ort = medians.get("ONNX Runtime")
     line = f"{model} ({tag}): run {summary['run_secs'] / 60:.1f} min; median ms " + ", ".join(
         f"{k} {v:g}" for k, v in medians.items())
