@@ -456,8 +456,9 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     _prepare()
     from autosearch.frontend.importer import import_model
     from autosearch.records import TuningLog, read_log
+    from autosearch.search.cost_model import guides_unit, pretrained_model
     from autosearch.search.sketch_store import SketchStore
-    from autosearch.search.tuner import Tuner, guides_unit, pretrained_model
+    from autosearch.search.tuner import Tuner
     from autosearch.tensor_units.cpu import bf16_unit
 
     target = _target(target)
@@ -465,8 +466,8 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
         raise UserError(f"target kind {target.kind.name!r} cannot be measured by the local runner on this "
                         "machine; use --runner ray with a device of that kind")
     model_cost, guidance = resolve_guidance(cost_model, target, strategy, seed=seed)
-    from autosearch.frontend.target import target_mcpu
     from autosearch.search.known import load as load_known
+    from autosearch.tensor_units.cpu import target_mcpu
 
     known = load_known(known_schedules)
     logged = read_log(log_path) if resume else None
@@ -488,7 +489,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     try:
         warm = []
         if warm_start:
-            from autosearch.deploy.database import read_records
+            from autosearch.database_files import read_records
 
             warm = [read_records(warm_start)]  # LogContents: the scorer featurises its task headers too
         runner_name = runner if isinstance(runner, str) else getattr(runner, "name", type(runner).__name__)
@@ -530,13 +531,13 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
 def _tune_transitions(relax_mod, target: Any, log_path: str, tuning_log, runner, summary: TuneSummary, *,
                       strategy: str, batch: int, seed: int, on_event) -> None:
     """Where export would keep one layout per convolution, tune the layout transforms that model adds between its
-    layers (:mod:`autosearch.search.transitions`), once per choice, into the log: export counts them and exports
+    layers (:mod:`autosearch.deploy.transitions`), once per choice, into the log: export counts them and exports
     their best. ``on_event`` gets its progress (events of phase ``"transitions"``)."""
     import time
 
     from autosearch.deploy.database import lowering_of
+    from autosearch.deploy.transitions import timed_for, transition_tasks, tune_transitions
     from autosearch.records import read_log
-    from autosearch.search.transitions import timed_for, transition_tasks, tune_transitions
 
     clock = time.perf_counter()
     contents = read_log(log_path)
@@ -684,7 +685,7 @@ def _database_lowering(db: str, target: Any, *, winograd: str | None, layout: st
 def _check_bf16_units(db: str, target: Any) -> None:
     """A one-line error unless ``target`` has the bf16 units the database's schedules run on (a bf16 unit at
     least, where no schedule names one)."""
-    from autosearch.deploy.database import RECORD_FILE
+    from autosearch.database_files import RECORD_FILE
     from autosearch.tensor_units.cpu import bf16_unit, units
     from autosearch.tensor_units.intrinsics import units_named
 
@@ -713,8 +714,8 @@ def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: s
     lowering gives other tasks, none of them tuned). Tasks the database lacks keep TVM's default code: the result
     lists them (``missing_tasks``), with the model's predicted peak memory on CPU targets."""
     _prepare()
+    from autosearch.database_files import load_database
     from autosearch.deploy.build import compile_model
-    from autosearch.deploy.database import load_database
     from autosearch.frontend.importer import import_model
 
     _check_outputs(out)  # before the model's import and build

@@ -51,7 +51,7 @@ class LogContents:
     records: list[Record] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)  # "file:line: reason"
     runs: list[dict[str, Any]] = field(default_factory=list)  # one header per run or resume: what guided it
-    # the layout transforms one layout per convolution adds, timed at a run's end (autosearch.search.transitions)
+    # the layout transforms one layout per convolution adds, timed at a run's end (autosearch.deploy.transitions)
     transitions: list[dict[str, Any]] = field(default_factory=list)
     truncated_tail: bool = False
 
@@ -193,7 +193,7 @@ class TuningLog:
         self._write([{"v": LOG_FORMAT_VERSION, "kind": "task", "task": task_json}])
 
     def write_transitions(self, transitions_json: dict[str, Any]) -> None:
-        """The layout transforms one layout per convolution adds between layers, as timed (``search.transitions``)."""
+        """The layout transforms one layout per convolution adds between layers, as timed (``deploy.transitions``)."""
         self._write([{"v": LOG_FORMAT_VERSION, "kind": "transitions", "transitions": transitions_json}])
 
     def append(self, records: Iterable[Record]) -> None:

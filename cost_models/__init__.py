@@ -32,3 +32,17 @@ def scorer(model, space, task, **options: Any):
     from autosearch.cost_models.guidance import ModelScorer
 
     return ModelScorer(model, space, task, **options)
+
+
+def guides_unit(spec: str, unit: str) -> bool:
+    """Whether the model ``spec`` guides the tasks tensorised onto the bf16 ``unit`` (the core asks through the
+    registry: ``autosearch.search.cost_model.GUIDES_UNIT``). A pre-trained model does where its records hold such
+    schedules (its manifest's ``tensor_units``): one of fp32 schedules ranks them no better than chance. A model
+    trained online learns from the run's own measurements, those tasks' included."""
+    from autosearch.search.cost_model import PRETRAINED, pretrained_model
+
+    if not pretrained_model(spec):
+        return True
+    from autosearch.cost_models.pretrained import SHIPPED_DIR, covers, read_manifest
+
+    return covers(read_manifest(SHIPPED_DIR if spec == PRETRAINED else spec), unit)

@@ -564,8 +564,8 @@ class _DatasetBuilder:
 
 
 def read_logs(paths: Sequence[str]) -> list[LogContents]:
-    """Tuning logs or TVM JSONDatabase directories (``autosearch.deploy.database.read_records`` tells them apart)."""
-    from autosearch.deploy.database import read_records
+    """Tuning logs or TVM JSONDatabase directories (``autosearch.database_files.read_records`` tells them apart)."""
+    from autosearch.database_files import read_records
 
     return [read_records(path) for path in paths]
 

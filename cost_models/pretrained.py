@@ -41,7 +41,7 @@ import numpy as np
 
 from autosearch.cost_models import PRETRAINED_FAMILIES
 from autosearch.errors import UserError, install_hint
-from autosearch.frontend.target import family_of_mcpu, target_mcpu
+from autosearch.tensor_units.cpu import family_of_mcpu, target_mcpu
 
 log = logging.getLogger(__name__)
 

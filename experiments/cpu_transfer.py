@@ -29,9 +29,9 @@ from autosearch.cost_models.evaluate import pairwise_accuracy
 from autosearch.cost_models.features import read_logs
 from autosearch.cost_models.loop_features import FEATURE_NAMES
 from autosearch.cost_models.pretrained import FEATURES, log_cpu, ranking_set
-from autosearch.frontend.target import family_of_mcpu
 from autosearch.search.cost_model import make_cost_model
 from autosearch.tables import fmt, markdown_table
+from autosearch.tensor_units.cpu import family_of_mcpu
 from experiments.lib.io import publish, results_path
 
 log = logging.getLogger("cpu_transfer")

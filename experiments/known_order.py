@@ -78,11 +78,9 @@ def summarise(tasks: list[dict]) -> dict:
 
 def measure_task(task, known, guidance: str | None, runner, seed: int) -> dict | None:
     """Every known config of ``task`` timed once on ``runner``; None when fewer than two fit its space."""
-    from autosearch.frontend.target import target_mcpu
-    from autosearch.search.cost_model import make_scorer
+    from autosearch.search.cost_model import guides_unit, make_scorer
     from autosearch.search.space import DecisionSpace, config_key
-    from autosearch.search.tuner import guides_unit
-    from autosearch.tensor_units.cpu import bf16_unit
+    from autosearch.tensor_units.cpu import bf16_unit, target_mcpu
     from autosearch.tensor_units.sketch import is_bf16_unit_task
     from autosearch.types import Status
 

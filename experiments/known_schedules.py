@@ -18,10 +18,10 @@ import glob
 import os
 from collections import Counter
 
-from autosearch.frontend.target import family_of_mcpu
 from autosearch.records import read_log
 from autosearch.search.known import PER_CPU, SHIPPED, KnownSchedules
 from autosearch.tables import markdown_table
+from autosearch.tensor_units.cpu import family_of_mcpu
 
 
 def log_files(root: str = "experiments/results") -> list[str]:

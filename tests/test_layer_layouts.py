@@ -254,15 +254,15 @@ def test_the_kernels_between_layouts_are_found_tuned_and_logged(leaky_model, tar
     found by lowering that model, tuned briefly as tasks of their own on a real runner (untuned code first), logged
     with the run's options and read back; with a convolution untuned (a run of some tasks only) there is nothing to
     tune, since compile builds one layout."""
-    from autosearch.measure.local import LocalRunner
-    from autosearch.records import TuningLog, read_log
-    from autosearch.search.transitions import (
+    from autosearch.deploy.transitions import (
         TRIALS_PER_KERNEL,
         is_transition,
         timed_for,
         transition_tasks,
         tune_transitions,
     )
+    from autosearch.measure.local import LocalRunner
+    from autosearch.records import TuningLog, read_log
 
     _, model = leaky_model
     mixed = {FIRST: "NCHW", SECOND: "NHWC"}
@@ -299,8 +299,8 @@ def test_the_kernels_between_layouts_are_found_tuned_and_logged(leaky_model, tar
 def test_transforms_whose_tuning_is_interrupted_leave_no_record(leaky_model, target, tmp_path):
     """Ctrl-C while the transforms are tuned: no record (a resume tunes them on), not a record without an estimate,
     which would drop one layout per convolution for good."""
+    from autosearch.deploy.transitions import transition_tasks, tune_transitions
     from autosearch.records import TuningLog, read_log
-    from autosearch.search.transitions import transition_tasks, tune_transitions
 
     class Interrupted:  # the runner is not under test: the user's Ctrl-C arrives while it builds
         name = "interrupted"

@@ -40,8 +40,8 @@ def softmax_task(request, tmp_path_factory, target):
 def test_only_a_softmax_over_its_last_axis_gets_the_sketch(softmax_task, tmp_path_factory, conv_task, target):
     from tvm.s_tir import meta_schedule as ms
 
-    from autosearch.search.softmax import partial_lanes, row_softmax_sketch
     from autosearch.search.space import DecisionSpace
+    from autosearch.tensor_units.softmax import partial_lanes, row_softmax_sketch
 
     assert row_softmax_sketch(conv_task.mod, target, seed=0) is None
     across = _task(tmp_path_factory, target, axis=1)  # its rows are not the inner loop
@@ -100,8 +100,8 @@ def test_a_softmax_over_another_axis_gets_the_column_sketch_measured_first(colum
                                                                           target):
     from tvm.s_tir import meta_schedule as ms
 
-    from autosearch.search.softmax import column_block, column_softmax_sketch
     from autosearch.search.space import DecisionSpace
+    from autosearch.tensor_units.softmax import column_block, column_softmax_sketch
     from autosearch.types import Config
 
     assert column_softmax_sketch(conv_task.mod, target, seed=0) is None

@@ -5,6 +5,7 @@
 with it (``compile``; the weights file: :mod:`~autosearch.deploy.artifact`; the memory it will hold:
 :mod:`~autosearch.deploy.memory`), and :mod:`~autosearch.deploy.report` times it against untuned TVM, ONNX
 Runtime and OpenVINO (``report``), each runtime in a fresh process (:mod:`~autosearch.deploy.timing`,
-:mod:`~autosearch.deploy.bench`). It reads the log (:mod:`autosearch.records`) and the tasks
-(:mod:`autosearch.frontend`); the search never imports it.
+:mod:`~autosearch.deploy.bench`). :mod:`~autosearch.deploy.transitions` times, at a run's end, the layout
+transforms between layers of the model export would keep, since export weighs them. It reads the log
+(:mod:`autosearch.records`) and the tasks (:mod:`autosearch.frontend`); the search never imports it.
 """

@@ -1,32 +1,30 @@
-"""MetaSchedule JSONDatabase out (best schedules for TVM to compile with) and in (warm starts).
+"""MetaSchedule JSONDatabase out: the best schedules for TVM to compile with, and how the model was lowered for them.
 
 The database written here is TVM's own format: ``database_workload.json`` (one
 ``[structural_hash, base64 IRModule]`` per line) and ``database_tuning_record.json``. It is written
 through TVM's ``JSONDatabase`` itself, so TVM loads it back and finds our records by the same
-structural hash it computes when it compiles the model.
+structural hash it computes when it compiles the model. Reading one (a warm start, known schedules, report) is
+:mod:`autosearch.database_files`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
+from autosearch.database_files import RECORD_FILE, WORKLOAD_FILE, json_database
 from autosearch.errors import UserError, make_writable_dir
-from autosearch.frontend.task import TuningTask, task_from_module
-from autosearch.records import LogContents, read_log
-from autosearch.types import MeasureResult, Record, Status
+from autosearch.frontend.task import TuningTask
+from autosearch.records import LogContents
+from autosearch.types import Record
 
 log = logging.getLogger(__name__)
 
-WORKLOAD_FILE = "database_workload.json"
-RECORD_FILE = "database_tuning_record.json"
 LOWERING_FILE = "autosearch_lowering.json"  # how the model was lowered for these tasks (TVM ignores it)
-FAILED_RUN_SECS = 1e10  # what MetaSchedule writes for a failed measurement
 
 
 @dataclass
@@ -48,16 +46,6 @@ class ExportSummary:
     log: str = ""  # the tuning log exported (autosearch.export)
     corrupt: list[str] = field(default_factory=list)  # its lines skipped as corrupt (file:line ...)
     memory_budget: Any = None  # autosearch.deploy.budget.BudgetChoice: what --memory-budget chose (None: no budget)
-
-
-def _database(out_dir: str, *, create: bool):
-    from tvm.s_tir.meta_schedule.database import JSONDatabase
-
-    return JSONDatabase(
-        path_workload=os.path.join(out_dir, WORKLOAD_FILE),
-        path_tuning_record=os.path.join(out_dir, RECORD_FILE),
-        allow_missing=create,
-    )
 
 
 def _args_info_json(task: TuningTask) -> list:
@@ -154,7 +142,7 @@ def export_database(contents: LogContents, out_dir: str, *, top_k: int = 1, forc
     if force:
         for f in existing:
             os.unlink(os.path.join(out_dir, f))
-    db = _database(out_dir, create=True)
+    db = json_database(out_dir, create=True)
     summary = ExportSummary(out_dir=out_dir)
     lowering = lowering_of(contents) if lowering is None else lowering
     for key, header in contents.tasks.items():
@@ -251,10 +239,10 @@ def compiled_tasks(contents: LogContents, lowering: dict) -> list[str]:
     other tasks in the faster model's (which pool or copy follows a convolution's layout is ``ConvertLayout``'s
     choice in the build), and a layer tuned in two forms by the form chosen. Before any model is measured
     (``lowering`` without a layout), every task."""
+    from autosearch.deploy.transitions import is_transition, timed_for
     from autosearch.frontend.alternatives import task_layouts
     from autosearch.frontend.layer_layouts import header_layer
     from autosearch.frontend.lowering import LAYOUTS
-    from autosearch.search.transitions import is_transition, timed_for
 
     leader, choices = lowering.get("layout"), lowering.get("choices") or {}
     layer_layouts = lowering.get("layer_layouts") or {}
@@ -282,11 +270,11 @@ def _layer_layouts(headers: dict[str, dict], bests: dict[str, float | None], lay
                    transitions: list[dict] = ()) -> tuple[dict[str, str], float, float | None]:
     """Each convolution's faster layout (:mod:`autosearch.frontend.layer_layouts`) when that beats the whole model
     in ``layout``, that model's estimate (seconds) and the seconds of the layout transforms between its layers where
-    the run timed them for this choice (``transitions``: the log's records, :mod:`autosearch.search.transitions`;
+    the run timed them for this choice (``transitions``: the log's records, :mod:`autosearch.deploy.transitions`;
     counted in the estimate and the comparison); else ({}, ``model_seconds``, None). fp32 models only: a layer with
     bf16 alternatives is NHWC."""
+    from autosearch.deploy.transitions import timed_for
     from autosearch.frontend.layer_layouts import applies, choose, header_entries, mixed_seconds, worth_mixing
-    from autosearch.search.transitions import timed_for
 
     if not applies(h.get("lowering") or {} for h in headers.values()):
         return {}, model_seconds, None
@@ -343,88 +331,3 @@ def _lowering_problem(value) -> str:
     return ""
 
 
-def load_database(path: str):
-    """Open an existing TVM JSONDatabase directory, with a clear error if it is not one."""
-    if not os.path.isdir(path):
-        raise UserError(f"database directory not found: {path}")
-    missing = [f for f in (WORKLOAD_FILE, RECORD_FILE) if not os.path.isfile(os.path.join(path, f))]
-    if missing:
-        raise UserError(f"{path} is not a MetaSchedule database: missing {', '.join(missing)}")
-    from autosearch.tensor_units.intrinsics import register_for
-
-    try:
-        _check_workload_hashes(os.path.join(path, WORKLOAD_FILE))
-        with open(os.path.join(path, RECORD_FILE)) as fh:
-            register_for(fh.read())  # records on a bf16 unit: TVM looks their intrinsics up as it reads them
-        return _database(path, create=False)
-    except UserError:
-        raise
-    except Exception as exc:  # TVM raises on bad JSON with a long message
-        text = [ln for ln in str(exc).splitlines() if ln.strip()]
-        raise UserError(f"cannot load the database in {path}: {text[-1][:200] if text else type(exc).__name__} "
-                        "(corrupt, or written by another TVM version)") from exc
-
-
-def _check_workload_hashes(workload_file: str) -> None:
-    """A database keys workloads by structural hash, which changes between TVM versions: a stored hash
-    that this TVM does not compute for the stored module means the database was written by another
-    TVM, and its records would silently never match. Refuse it."""
-    import json
-
-    from tvm.s_tir.meta_schedule.database import Workload
-
-    with open(workload_file) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            stored_hash, encoded = json.loads(line)[:2]
-            recomputed = str(Workload(Workload.from_json([stored_hash, encoded]).mod).as_json()[0])
-            if recomputed != str(stored_hash):
-                raise UserError(f"{workload_file}:{lineno}: workload hash {stored_hash} is not what this TVM "
-                                f"computes ({recomputed}): the database was written by another TVM version")
-
-
-def read_database(path: str) -> LogContents:
-    """A TVM JSONDatabase (from ``ms.tune_tir`` or from autosearch) as tuning-log contents.
-
-    Records come in the order they were committed (the file's line order, i.e. MetaSchedule's trial
-    order), not in TVM's in-memory order, which is sorted by run time.
-    """
-    import json
-
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
-
-    from autosearch.frontend.target import target_to_json
-    from autosearch.tvm_compat import to_plain_json
-
-    load_database(path)  # validates the files (corrupt, other TVM version) with clear errors
-    with open(os.path.join(path, WORKLOAD_FILE)) as fh:
-        workloads = [Workload.from_json(json.loads(line)) for line in fh if line.strip()]
-    out = LogContents(path=path)
-    with open(os.path.join(path, RECORD_FILE)) as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
-    for index, body in rows:
-        workload = workloads[int(index)]
-        rec = TuningRecord.from_json(body, workload)
-        key = str(workload.as_json()[0])
-        target = rec.target
-        if key not in out.tasks:
-            task = task_from_module(workload.mod, target, index=len(out.tasks), name=f"task{len(out.tasks)}")
-            out.tasks[key] = task.to_json()
-        flops = out.tasks[key]["flops"]
-        secs = [float(s) for s in (rec.run_secs or [])]
-        ok = bool(secs) and all(math.isfinite(s) and s < FAILED_RUN_SECS for s in secs)
-        result = MeasureResult(Status.OK, tuple(secs)) if ok else MeasureResult.failed(
-            Status.RUN_ERROR, "failed in the TVM database (run_secs 1e10)")
-        trace = to_plain_json(rec.trace.as_json(remove_postproc=False))
-        out.records.append(Record(kind="trial", task_key=key, task_name=out.tasks[key]["name"],
-                                  target=target_to_json(target), config=None, result=result, flops=flops,
-                                  trace=trace, strategy="tvm-database"))
-    return out
-
-
-def read_records(path: str) -> LogContents:
-    """Our JSON Lines log or a TVM database directory, whichever ``path`` is."""
-    if os.path.isdir(path):
-        return read_database(path)
-    return read_log(path)

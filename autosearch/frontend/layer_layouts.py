@@ -83,7 +83,7 @@ def choose(entries: Iterable[tuple[str, str, float | None]]) -> tuple[dict[str, 
 
 
 # one layout per convolution is kept when its layers' tuned costs beat the whole model's by this share of it; the
-# layout transforms it adds between layers are counted where the run timed them (autosearch.search.transitions)
+# layout transforms it adds between layers are counted where the run timed them (autosearch.deploy.transitions)
 MIN_GAIN = 0.02
 
 
@@ -137,7 +137,7 @@ def worth_mixing(chosen: dict[str, str], costs: dict[str, dict[str, float]], lay
                  *, extra: float = 0.0) -> bool:
     """Whether one layout per convolution (``chosen``, from :func:`choose`) is kept over the whole model in
     ``layout`` (estimated at ``model_seconds``): its layers take both layouts and their tuned costs, plus ``extra``
-    seconds (the layout transforms between them, where timed: :mod:`autosearch.search.transitions`), gain at least
+    seconds (the layout transforms between them, where timed: :mod:`autosearch.deploy.transitions`), gain at least
     ``MIN_GAIN`` of the model."""
     if len(set(chosen.values())) < 2 or not math.isfinite(model_seconds) or model_seconds <= 0:
         return False

@@ -42,8 +42,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-ELEMWISE = 0  # Relax's OpPatternKind kElemWise: FuseOps fuses it into a convolution's epilogue (not kBroadcast)
-INJECTIVE = 2  # Relax's OpPatternKind kInjective
+from autosearch.relax_util import ELEMWISE, INJECTIVE, mutate_relax_functions, static_shape
 
 LAYOUTS = ("NCHW", "NHWC")  # concrete conv2d data layouts of a lowering
 # run --layout: a concrete layout, or "auto": the model tuned in both, the faster compiled (frontend.alternatives)
@@ -213,24 +212,6 @@ def _bf16_matmul(policy, target):
     return matmul
 
 
-def static_shape(expr) -> list[int] | None:
-    """The shape of the Relax tensor ``expr`` as integers, or None where it is symbolic or unknown."""
-    try:
-        return [int(d) for d in expr.ty.shape]
-    except (TypeError, AttributeError, ValueError):  # a tirx.Var has no int; a tuple or an unknown shape none
-        return None
-
-
-def mutate_relax_functions(mutator, mod):
-    """``mod`` with each Relax function visited by ``mutator`` (a ``PyExprMutator`` built on ``mod``)."""
-    from tvm import relax
-
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            mutator.builder_.update_func(gv, mutator.visit_expr(func))
-    return mutator.builder_.get()
-
-
 def leaky_relu_as_maximum(after=None):
     """A pass writing ``leakyrelu(x, a)`` as ``maximum(x, a * x)`` (the same for 0 <= a <= 1): Relax's
     ``ConvertLayout`` has no layout rule for leakyrelu and wraps each one in two transposes back to NCHW and
@@ -322,24 +303,6 @@ def matmul_of_a_transpose_transposes_the_smaller():
         return relax.transform.DeadCodeElimination()(mutate_relax_functions(Rewrite(mod), mod))
 
     return rewrite
-
-
-def mark_op_pattern(prefix: str, pattern: int, *, name: str) -> Any:
-    """The module pass ``name``, run after ``AnnotateTIROpPattern``: every PrimFunc whose name starts with ``prefix``
-    given the op pattern ``pattern`` (Relax's ``OpPatternKind``), so that ``FuseOps`` fuses it as a lowering of ours
-    knows it may be, where TVM's analysis of its TIR could not tell (a pooling into a convolution's epilogue,
-    :mod:`autosearch.tensor_units.pooling`; a gather with its inputs, :mod:`autosearch.frontend.sampling`)."""
-    import tvm
-    from tvm import tirx
-
-    @tvm.transform.module_pass(opt_level=0, name=name)
-    def mark(mod, _ctx):
-        for gv, func in list(mod.functions_items()):
-            if isinstance(func, tirx.PrimFunc) and gv.name_hint.startswith(prefix):
-                mod[gv] = func.with_attr("op_pattern", pattern)
-        return mod
-
-    return mark
 
 
 def injective_where_an_input_is_not_broadcast() -> Any:
@@ -641,6 +604,5 @@ __all__ = ["DEFAULT_FAST_MATH", "DEFAULT_LAYOUT", "DEFAULT_PRECISION", "DEFAULT_
            "LAYOUT_MODES", "OLD_LOWERING", "PLAN_MEMORY", "PRECISION_MODES", "apply_database", "build_module",
            "build_tuned", "check_fast_math", "check_layout", "check_precision", "default_schedules", "fast_sigmoid",
            "injective_where_an_input_is_not_broadcast", "leaky_relu_as_maximum", "lower", "lowering_passes",
-           "mark_op_pattern", "matmul_of_a_transpose_transposes_the_smaller",
-           "mutate_relax_functions", "planning_passes", "resolve_precision", "static_shape", "tuned_module",
+           "matmul_of_a_transpose_transposes_the_smaller", "planning_passes", "resolve_precision", "tuned_module",
            "unlowered_ops", "untuned_module", "with_folder"]

@@ -62,7 +62,7 @@ def pads_as_ops() -> Any:
     import tvm
     from tvm import relax
 
-    from autosearch.frontend.lowering import mutate_relax_functions, static_shape
+    from autosearch.relax_util import mutate_relax_functions, static_shape
 
     @relax.expr_functor.mutator
     class Rewrite(relax.PyExprMutator):

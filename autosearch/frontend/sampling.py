@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autosearch.frontend.lowering import INJECTIVE, mark_op_pattern, static_shape
+from autosearch.relax_util import INJECTIVE, mark_op_pattern, static_shape
 
 KERNEL = "grid_sample_nhwc"  # the sampling's PrimFunc name hint
 OP = "relax.image.grid_sample"

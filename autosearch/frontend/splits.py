@@ -31,7 +31,7 @@ def cancel_splits() -> Any:
     import tvm
     from tvm import relax
 
-    from autosearch.frontend.lowering import mutate_relax_functions, static_shape
+    from autosearch.relax_util import mutate_relax_functions, static_shape
     from autosearch.tensor_units.activations import op_name
 
     @relax.expr_functor.mutator

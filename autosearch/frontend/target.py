@@ -145,19 +145,6 @@ def target_num_cores(target) -> int:
     return int(value) if value else host_cores()
 
 
-def target_mcpu(target) -> str:
-    """The LLVM CPU name of a target (its ``mcpu``; "" where it names none)."""
-    return str(dict(target.export()).get("mcpu", "") or "")
-
-
-def family_of_mcpu(mcpu: str) -> str:
-    """The CPU family an LLVM CPU name belongs to, as far as schedules and their features care: ``AMD`` (znver*),
-    ``Intel`` (the other x86 names LLVM knows), ``unknown`` for none."""
-    if mcpu.startswith("znver") or mcpu in ("btver2", "bdver4"):
-        return "AMD"
-    return "Intel" if mcpu else "unknown"
-
-
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo``; the platform's processor string elsewhere): named with every
     figure, and compared across Ray workers."""

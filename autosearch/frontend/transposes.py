@@ -30,7 +30,7 @@ def sink_transposes() -> Any:
     import tvm
     from tvm import relax
 
-    from autosearch.frontend.lowering import mutate_relax_functions
+    from autosearch.relax_util import mutate_relax_functions
 
     def axes_of(call) -> tuple[int, ...] | None:
         axes = call.attrs.axes

@@ -41,6 +41,10 @@ SCORER_FACTORY = "scorer"
 # by the package of a registry entry's module, as its FEATURE_SETS; this module's FEATURE_SETS (read on use,
 # :func:`feature_sets`) are those of the registered models' packages.
 FEATURE_SETS_ATTR = "FEATURE_SETS"
+# What the package of a registry entry's module may expose to say whether one of its models guides the tasks
+# tensorised onto a bf16 unit: guides_unit(name, unit) -> bool. A model trained before the run on fp32 schedules
+# ranks such tasks' schedules no better than chance; a package without it guides every task.
+GUIDES_UNIT = "guides_unit"
 
 
 @runtime_checkable
@@ -125,6 +129,20 @@ def split_features(spec: str) -> tuple[str, str | None]:
     if sep and features not in (valid := feature_sets()):
         raise UserError(f"cost model {spec!r}: the feature set after '@' must be one of {', '.join(valid)}")
     return name, features or None
+
+
+def pretrained_model(spec: str) -> bool:
+    """Whether a ``--cost-model`` is trained before the run (the shipped model, a train-model directory)."""
+    return spec == PRETRAINED or (spec not in COST_MODELS and os.path.isdir(spec))
+
+
+def guides_unit(spec: str, unit: str | None) -> bool:
+    """Whether ``--cost-model spec`` guides the tasks tensorised onto the bf16 ``unit`` (None: fp32 tasks): as its
+    package's :data:`GUIDES_UNIT` says, where it says. The tasks it does not guide run unguided, and ``run`` says so."""
+    if unit is None:
+        return True
+    hook = getattr(_import(_package(_entry(split_features(spec)[0]))), GUIDES_UNIT, None)
+    return True if hook is None else bool(hook(spec, unit))
 
 
 def make_cost_model(name: str, *, seed: int = 0) -> CostModel:

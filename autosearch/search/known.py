@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autosearch.errors import UserError
-from autosearch.frontend.target import family_of_mcpu
 from autosearch.search.resized import layer_key, shape_distance
+from autosearch.tensor_units.cpu import family_of_mcpu
 from autosearch.types import Config, Record
 
 SOURCE = "known"  # the strategy name of the trials measured from known schedules (their log records)
@@ -110,7 +110,7 @@ class KnownSchedules:
         if not os.path.exists(path):
             raise UserError(f"known schedules not found: {path}")
         if os.path.isdir(path) or not _is_known_file(path):
-            from autosearch.deploy.database import read_records
+            from autosearch.database_files import read_records
 
             contents = read_records(path)
             return cls.from_records(contents.records, tasks=contents.tasks, source=path)

@@ -156,7 +156,7 @@ class DecisionSpace:
     the target, so every comparison with TVM's own tuner searches the same space. One addition: a task
     that only moves data (no reduction block) on a CPU gets one more sketch after TVM's,
     :func:`autosearch.search.data_movement.blocked_copy_sketch`, since TVM's single schedule for it can lose
-    to the naive loop nest; so does a softmax, :func:`autosearch.search.softmax.softmax_sketch`, whose reductions
+    to the naive loop nest; so does a softmax, :func:`autosearch.tensor_units.softmax.softmax_sketch`, whose reductions
     TVM's sketches leave scalar (over the last axis vectors of each row, over another vectors along the last); and
     a concatenation along its last axis one more, :func:`autosearch.search.data_movement.partitioned_concat_sketch`,
     and one along another axis (a decode head's) one more,
@@ -182,8 +182,8 @@ class DecisionSpace:
             partitioned_concat_sketch,
             partitioned_levels_sketch,
         )
-        from autosearch.search.softmax import softmax_sketch
         from autosearch.tensor_units.sketch import bf16_sketches
+        from autosearch.tensor_units.softmax import softmax_sketch
         from autosearch.tvm_compat import import_tensor_intrinsics, register_pool_rules
 
         import_tensor_intrinsics(str(target.kind.name), str(dict(target.export()).get("mtriple", "")))

@@ -16,10 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autosearch.frontend.target import host_cores, target_mcpu, target_to_json
+from autosearch.frontend.target import host_cores, target_to_json
 from autosearch.frontend.task import TuningTask
 from autosearch.ranking import failures
 from autosearch.records import LogContents, TuningLog
+from autosearch.search.cost_model import guides_unit, pretrained_model
 from autosearch.search.disturbed import measure_steadily
 from autosearch.search.finalists import Retiming
 from autosearch.search.known import SOURCE as KNOWN_SOURCE
@@ -31,6 +32,7 @@ from autosearch.search.siblings import group, lent
 from autosearch.search.sketch_store import SketchStore
 from autosearch.search.space import Applied, DecisionSpace
 from autosearch.search.strategy import make_strategy
+from autosearch.tensor_units.cpu import target_mcpu
 from autosearch.types import Config, MeasureResult, Record, Status
 
 log = logging.getLogger(__name__)
@@ -86,28 +88,6 @@ class TuneSummary:
             out["predict_secs"] += stats.predict_secs
         return out
 
-
-
-def pretrained_model(spec: str) -> bool:
-    """Whether a ``--cost-model`` is trained before the run (the shipped model, a train-model directory)."""
-    import os
-
-    from autosearch.search.cost_model import COST_MODELS, PRETRAINED
-
-    return spec == PRETRAINED or (spec not in COST_MODELS and os.path.isdir(spec))
-
-
-def guides_unit(spec: str, unit: str | None) -> bool:
-    """Whether ``--cost-model spec`` guides the tasks tensorised onto the bf16 ``unit`` (None: fp32 tasks). A
-    pre-trained model does where its records hold such schedules (its manifest's ``tensor_units``): a model of fp32
-    schedules ranks them no better than chance, so they run unguided and ``run`` says so. A model trained online
-    learns from the run's own measurements, those tasks' included."""
-    if unit is None or not pretrained_model(spec):
-        return True
-    from autosearch.cost_models.pretrained import SHIPPED_DIR, covers, read_manifest
-    from autosearch.search.cost_model import PRETRAINED
-
-    return covers(read_manifest(SHIPPED_DIR if spec == PRETRAINED else spec), unit)
 
 
 class Tuner:

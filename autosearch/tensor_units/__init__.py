@@ -10,5 +10,7 @@ AMX, as a per-layer lowering alternative.
 - :mod:`.conv`: a conv2d lowered to a bf16 implicit GEMM over the flattened, padded input, with its weights
   packed at compile time in the layout the tile multiply and the dot product read;
 - :mod:`.sketch`: the design space of such a task: accumulator shapes and loop splits as decisions, the inner
-  GEMM tensorised onto the unit's intrinsic.
+  GEMM tensorised onto the unit's intrinsic;
+- :mod:`.softmax`: a softmax's rows with their reductions split across the vector lanes (the fp32 vector units,
+  used by every precision and by :mod:`.attention_sketch`'s fused attention).
 """

@@ -14,7 +14,7 @@ block's rows (16 or 32) and each product's register block (8 rows x 32 columns o
 convolution's rows of whole tiles have them, :data:`.dpbf16.SHAPES`); every strategy then
 searches the vector widths of the exponentials and the probabilities (``SamplePerfectTile``). The maximum and the
 sum reduce each row into 16 partial results first (``rfactor``), as the row-softmax sketch does
-(:mod:`autosearch.search.softmax`), so they run as vector instructions.
+(:mod:`autosearch.tensor_units.softmax`), so they run as vector instructions.
 
 The probabilities are allocated in ``local`` scope: TVM's ``StorageRewrite`` would otherwise place the bf16
 buffer, once the scores are dead, in the scores' fp32 allocation, and the tile load's 16-bit address of it no
@@ -26,10 +26,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from autosearch.search.softmax import LANES, partial_lanes
 from autosearch.tensor_units import attention as at
 from autosearch.tensor_units.amx import TILE_ROWS, ConvTile, register_conv
 from autosearch.tensor_units.block import Block, Geometry, register_zero
+from autosearch.tensor_units.softmax import LANES, partial_lanes
 
 EXP_BLOCKS = ("T_fast_exp", "T_exp")
 # the dot product's accumulator blocks of a product, (query rows, 16-column vectors): 16 accumulators each, the

@@ -78,13 +78,24 @@ def bf16_unit(target) -> str | None:
     return "AVX512-BF16" if has_avx512_bf16(target) else None
 
 
+def target_mcpu(target) -> str:
+    """The LLVM CPU name of a target (its ``mcpu``; "" where it names none)."""
+    return str(dict(target.export()).get("mcpu", "") or "")
+
+
+def family_of_mcpu(mcpu: str) -> str:
+    """The CPU family an LLVM CPU name belongs to, as far as schedules and their features care: ``AMD`` (znver*),
+    ``Intel`` (the other x86 names LLVM knows), ``unknown`` for none."""
+    if mcpu.startswith("znver") or mcpu in ("btver2", "bdver4"):
+        return "AMD"
+    return "Intel" if mcpu else "unknown"
+
+
 def bf16_doubles_fp32(target) -> bool:
     """Whether ``target``'s bf16 unit multiplies at least twice as fast as its fp32 FMAs: AMX's tiles do many
     times over; the AVX512-BF16 dot product (two products per fp32 lane) does on AMD's Zen cores, where it issues at
     the FMA's rate, and not on Intel's, where it issues at half of it (docs/results.md: a microbenchmark of
     ``vdpbf16ps``), so that there a bf16 layer is at best as fast as in fp32."""
-    from autosearch.frontend.target import family_of_mcpu, target_mcpu
-
     if has_amx_bf16(target):
         return True
     return has_avx512_bf16(target) and family_of_mcpu(target_mcpu(target)) == "AMD"
@@ -102,4 +113,5 @@ def units(target) -> list[str]:
 
 
 __all__ = ["AMX_BF16", "AVX512_BF16", "FLAG_FEATURES", "bf16_doubles_fp32", "bf16_unit", "features_for",
-           "has_amx_bf16", "hidden_features", "has_avx512_bf16", "host_flags", "target_features", "units"]
+           "family_of_mcpu", "has_amx_bf16", "hidden_features", "has_avx512_bf16", "host_flags", "target_features",
+           "target_mcpu", "units"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autosearch.frontend.lowering import static_shape
+from autosearch.relax_util import static_shape
 
 TILE = 16  # pixels per tile row of the flattened convolution
 # operations applied value by value: a chain of them after a convolution follows it onto the new shape

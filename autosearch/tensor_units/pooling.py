@@ -18,7 +18,7 @@ from __future__ import annotations
 from functools import reduce
 from typing import Any
 
-from autosearch.frontend.lowering import ELEMWISE, mark_op_pattern
+from autosearch.relax_util import ELEMWISE, mark_op_pattern
 
 WINDOW_MAX = "max_pool2d_window"  # the PrimFunc's name hint, kept in the fused task's name
 ELEMENTWISE = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",

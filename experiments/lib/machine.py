@@ -31,8 +31,8 @@ def host_label() -> str:
     """``AMD EPYC (LLVM znver4; avx512f, avx512_bf16, avx512_vnni; no amx_tile), 2 vCPU``: the CPU's model name
     says too little on a VM (an AMD EPYC may be a Zen 3 or a Zen 4), so the LLVM name and the flags that decide
     the lowering (AVX-512, the bf16 dot product, VNNI, AMX) go with every caption."""
-    from autosearch.frontend.target import host_target, target_mcpu
-    from autosearch.tensor_units.cpu import host_flags
+    from autosearch.frontend.target import host_target
+    from autosearch.tensor_units.cpu import host_flags, target_mcpu
 
     flags = host_flags()
     have = [f for f in UNIT_FLAGS if f in flags]

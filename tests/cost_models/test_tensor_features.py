@@ -108,8 +108,7 @@ print("replayed", len(json.load(open({str(tmp_path / 'traces.json')!r}))))
 
 def test_a_pretrained_model_guides_only_the_units_its_records_hold(tmp_path) -> None:
     from autosearch.cost_models.pretrained import MANIFEST, SHIPPED_DIR, read_manifest
-    from autosearch.search.cost_model import PRETRAINED
-    from autosearch.search.tuner import guides_unit
+    from autosearch.search.cost_model import PRETRAINED, guides_unit
 
     shipped = read_manifest(SHIPPED_DIR)
     for unit in ("AMX-BF16", "AVX512-BF16"):

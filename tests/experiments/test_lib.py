@@ -139,8 +139,9 @@ def test_metaschedule_runner_worker_times_with_the_targets_threads(monkeypatch) 
 
 
 def test_the_host_label_names_the_llvm_cpu_and_each_unit_flag_present_or_absent(monkeypatch) -> None:
-    from autosearch.frontend.target import cpu_model, host_target, target_mcpu
+    from autosearch.frontend.target import cpu_model, host_target
     from autosearch.tensor_units import cpu
+    from autosearch.tensor_units.cpu import target_mcpu
     from experiments.lib import machine
 
     label = machine.host_label()

@@ -10,9 +10,9 @@ import json
 import pytest
 
 from autosearch.errors import UserError
-from autosearch.frontend.target import family_of_mcpu
 from autosearch.search.known import SHIPPED, SOURCE, KnownSchedule, KnownSchedules, by_prediction, load
 from autosearch.search.resized import layer_key
+from autosearch.tensor_units.cpu import family_of_mcpu
 from autosearch.types import Config, MeasureResult, Record, Status
 
 

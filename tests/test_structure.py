@@ -1,0 +1,112 @@
+"""The packages' imports follow the flow: no two stages import each other, and no module takes another's private
+names. Read from the source (``ast``), so it costs no TVM import and sees imports made at call time too."""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections import defaultdict
+
+import autosearch
+
+SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the installed name of each folder: the plug-in folders install under the autosearch namespace (pyproject.toml)
+FOLDERS = {"autosearch": "autosearch", "cost_models": "autosearch.cost_models",
+           "strategies": "autosearch.strategies", "workloads": "autosearch.workloads"}
+# the sub-packages of autosearch; its top-level modules (types, records, api, cli, ...) are not one package
+PACKAGES = ("frontend", "tensor_units", "search", "measure", "deploy", "cost_models", "strategies", "workloads")
+
+
+def _modules():
+    """(installed module name, parsed tree) for every module of the four folders."""
+    for folder, installed in FOLDERS.items():
+        base = os.path.join(SOURCE, folder)
+        for directory, _, files in os.walk(base):
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(directory, name)
+                    rel = os.path.relpath(path, base)[:-3].replace(os.sep, ".")
+                    module = installed if rel == "__init__" else f"{installed}.{rel.removesuffix('.__init__')}"
+                    with open(path, encoding="utf-8") as fh:
+                        yield module, name == "__init__.py", ast.parse(fh.read(), path)
+
+
+def _imports(module: str, is_package: bool, tree) -> list[tuple[str, list[str]]]:
+    """(imported module, names taken from it) for every import of ``module``, relative ones resolved."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join([*parts, *([base] if base else [])])
+            out.append((base, [alias.name for alias in node.names]))
+    return out
+
+
+def _package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "autosearch" and parts[1] in PACKAGES else None
+
+
+def _package_edges() -> dict[tuple[str, str], set[str]]:
+    edges: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for module, is_package, tree in _modules():
+        source = _package(module)
+        for imported, _ in _imports(module, is_package, tree):
+            target = _package(imported + ".x") if imported.count(".") == 1 else _package(imported)
+            if source and target and source != target:
+                edges[(source, target)].add(f"{module} -> {imported}")
+    return edges
+
+
+def test_the_module_walk_sees_the_packages_and_their_imports() -> None:
+    """The check below is only as good as this walk: it finds the modules under their installed names and the
+    imports between packages that are known to be there."""
+    modules = {module for module, _, _ in _modules()}
+    assert {"autosearch.api", "autosearch.search.tuner", "autosearch.cost_models.xgboost_model"} <= modules
+    assert autosearch.__name__ in modules
+    edges = _package_edges()
+    assert ("search", "frontend") in edges and ("deploy", "frontend") in edges
+
+
+def test_no_two_packages_import_each_other() -> None:
+    """A cycle between two stages means neither can be read, tested or replaced without the other: the flow runs
+    frontend -> (tensor_units) -> search -> deploy, measure beside the search, the plug-ins under the search."""
+    edges = _package_edges()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for source, target in edges:
+        graph[source].add(target)
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        for nxt in sorted(graph[node]):
+            if nxt in path:
+                cycle = [*path[path.index(nxt):], nxt]
+                cycles.append(" -> ".join(cycle) + ": " + "; ".join(
+                    sorted(edges[(a, b)])[0] for a, b in zip(cycle, cycle[1:], strict=False)))
+            elif len(path) < len(PACKAGES):
+                visit(nxt, [*path, nxt])
+
+    for package in PACKAGES:
+        visit(package, [package])
+    assert not cycles, "\n".join(sorted(set(cycles)))
+
+
+def test_no_stage_imports_the_api_or_the_cli() -> None:
+    """The API and the CLI sit on top of the stages; a stage that imported them would run the flow backwards."""
+    offenders = [f"{module} -> {imported}" for module, is_package, tree in _modules() if _package(module)
+                 for imported, _ in _imports(module, is_package, tree)
+                 if imported in ("autosearch.api", "autosearch.cli") or imported.startswith("autosearch.cli.")]
+    assert not offenders, offenders
+
+
+def test_no_module_takes_another_modules_private_names() -> None:
+    """A leading underscore says "not part of this module's contract"; a module importing one from another module
+    ties itself to what that module may change without notice."""
+    offenders = [f"{module}: from {imported} import {name}" for module, is_package, tree in _modules()
+                 for imported, names in _imports(module, is_package, tree) if imported.startswith("autosearch")
+                 for name in names if name.startswith("_") and not name.startswith("__")]
+    assert not offenders, offenders
