@@ -7,15 +7,12 @@ the log it is read as (:mod:`autosearch.records`), which every stage may import,
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 
 from autosearch.errors import UserError
 from autosearch.records import LogContents, read_log
 from autosearch.types import MeasureResult, Record, Status
-
-log = logging.getLogger(__name__)
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
