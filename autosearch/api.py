@@ -459,7 +459,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     from autosearch.search.cost_model import guides_unit, pretrained_model
     from autosearch.search.sketch_store import SketchStore
     from autosearch.search.tuner import Tuner
-    from autosearch.tensor_units.cpu import bf16_unit
+    from autosearch.tensor_units.cpu import bf16_unit, target_mcpu
 
     target = _target(target)
     if target.kind.name != "llvm" and runner == "local":
@@ -467,7 +467,6 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
                         "machine; use --runner ray with a device of that kind")
     model_cost, guidance = resolve_guidance(cost_model, target, strategy, seed=seed)
     from autosearch.search.known import load as load_known
-    from autosearch.tensor_units.cpu import target_mcpu
 
     known = load_known(known_schedules)
     logged = read_log(log_path) if resume else None

@@ -7,6 +7,7 @@ the log it is read as (:mod:`autosearch.records`), which every stage may import,
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -56,8 +57,6 @@ def _check_workload_hashes(workload_file: str) -> None:
     """A database keys workloads by structural hash, which changes between TVM versions: a stored hash
     that this TVM does not compute for the stored module means the database was written by another
     TVM, and its records would silently never match. Refuse it."""
-    import json
-
     from tvm.s_tir.meta_schedule.database import Workload
 
     with open(workload_file) as fh:
@@ -77,8 +76,6 @@ def read_database(path: str) -> LogContents:
     Records come in the order they were committed (the file's line order, i.e. MetaSchedule's trial
     order), not in TVM's in-memory order, which is sorted by run time.
     """
-    import json
-
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
     from autosearch.frontend.target import target_to_json

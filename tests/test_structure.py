@@ -47,8 +47,9 @@ def _imports(module: str, is_package: bool, tree) -> list[tuple[str, list[str]]]
 
 
 def _package(module: str) -> str | None:
+    """The sub-package ``module`` is in, or is (its ``__init__``); None for a top-level module or another library."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 2 and parts[0] == "autosearch" and parts[1] in PACKAGES else None
+    return parts[1] if len(parts) > 1 and parts[0] == "autosearch" and parts[1] in PACKAGES else None
 
 
 def _package_edges() -> dict[tuple[str, str], set[str]]:
@@ -56,7 +57,7 @@ def _package_edges() -> dict[tuple[str, str], set[str]]:
     for module, is_package, tree in _modules():
         source = _package(module)
         for imported, _ in _imports(module, is_package, tree):
-            target = _package(imported + ".x") if imported.count(".") == 1 else _package(imported)
+            target = _package(imported)
             if source and target and source != target:
                 edges[(source, target)].add(f"{module} -> {imported}")
     return edges
