@@ -488,7 +488,7 @@ def tune(model: str = DEFAULT_MODEL, *, strategy: str = "optuna", trials: int | 
     try:
         warm = []
         if warm_start:
-            from autosearch.database_files import read_records
+            from autosearch.frontend.database_files import read_records
 
             warm = [read_records(warm_start)]  # LogContents: the scorer featurises its task headers too
         runner_name = runner if isinstance(runner, str) else getattr(runner, "name", type(runner).__name__)
@@ -684,7 +684,7 @@ def _database_lowering(db: str, target: Any, *, winograd: str | None, layout: st
 def _check_bf16_units(db: str, target: Any) -> None:
     """A one-line error unless ``target`` has the bf16 units the database's schedules run on (a bf16 unit at
     least, where no schedule names one)."""
-    from autosearch.database_files import RECORD_FILE
+    from autosearch.frontend.database_files import RECORD_FILE
     from autosearch.tensor_units.cpu import bf16_unit, units
     from autosearch.tensor_units.intrinsics import units_named
 
@@ -713,8 +713,8 @@ def compile(model: str, db: str, out: str, *, target: Any = None, input_shape: s
     lowering gives other tasks, none of them tuned). Tasks the database lacks keep TVM's default code: the result
     lists them (``missing_tasks``), with the model's predicted peak memory on CPU targets."""
     _prepare()
-    from autosearch.database_files import load_database
     from autosearch.deploy.build import compile_model
+    from autosearch.frontend.database_files import load_database
     from autosearch.frontend.importer import import_model
 
     _check_outputs(out)  # before the model's import and build

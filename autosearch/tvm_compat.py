@@ -126,13 +126,12 @@ def bind_thread_pool(threads: int | None = None, *, hold_caller: bool = True) ->
     import tvm
 
     from autosearch.errors import UserError
-    from autosearch.frontend.target import host_cores
 
     if not threads:
         variable = os.environ.get("TVM_NUM_THREADS", "").strip()
         if variable and (not variable.isdigit() or int(variable) < 1):
             raise UserError(f"TVM_NUM_THREADS must be a positive integer, not {variable!r}")
-        threads = int(variable or 0) or host_cores()
+        threads = int(variable or 0) or len(process_cores())
     mode, cores = _pool_cores(threads)
     tvm.get_global_func("runtime.config_threadpool")(mode, threads, [str(c) for c in cores])
     held = _held_core(mode, cores, threads)
@@ -141,11 +140,18 @@ def bind_thread_pool(threads: int | None = None, *, hold_caller: bool = True) ->
     return threads
 
 
+def process_cores() -> list[int]:
+    """The cores the calling thread may run on, in order (its affinity; every core where the OS has none)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))  # pragma: no cover - non-Linux
+
+
 def _pool_cores(threads: int) -> tuple[int, list[int]]:
     """(TVM's affinity mode, the cores) for a pool of ``threads`` on the cores the calling thread may run on: one
     core per thread, and no more cores than threads (the pool starts a worker per core it is given whatever the
     thread count, and a spare one spins on its core between kernels); more threads than cores share them."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cores = process_cores()
     if threads <= len(cores):
         return THREADPOOL_ONE_CORE_PER_THREAD, cores[:threads]
     return THREADPOOL_SHARE_CORES, cores

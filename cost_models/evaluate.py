@@ -464,7 +464,8 @@ def compare_models(
     """Leave-one-task-out (``split="task"``) or leave-one-model-out (``split="model"``) comparison of cost
     models on the valid trials of tuning logs.
 
-    ``logs`` are tuning-log paths or TVM JSONDatabase directories (:func:`autosearch.database_files.read_records`);
+    ``logs`` are tuning-log paths or TVM JSONDatabase directories
+    (:func:`autosearch.frontend.database_files.read_records`);
     ``models`` are registry names, optionally with a feature set (``xgb@pooled``). A model that
     fails is reported in its row, the others still run. Writes the predicted-vs-measured PNG to
     ``out_png`` when given. Only tasks with at least ``min_records`` valid records are held out (all

@@ -564,8 +564,9 @@ class _DatasetBuilder:
 
 
 def read_logs(paths: Sequence[str]) -> list[LogContents]:
-    """Tuning logs or TVM JSONDatabase directories (``autosearch.database_files.read_records`` tells them apart)."""
-    from autosearch.database_files import read_records
+    """Tuning logs or TVM JSONDatabase directories (``autosearch.frontend.database_files.read_records`` tells them
+    apart)."""
+    from autosearch.frontend.database_files import read_records
 
     return [read_records(path) for path in paths]
 

@@ -65,7 +65,7 @@ def bench_autosearch(task, target, trials: int, batch: int, evaluator: Evaluator
 def bench_metaschedule(task, target, trials: int, batch: int, evaluator: EvaluatorConfig, fast: bool) -> dict:
     work = tempfile.mkdtemp(prefix="bench-ms-")
     run = tune_tir(task.mod, target, work, trials, per_iter=batch, fast_builder=fast, evaluator=evaluator, seed=1)
-    from autosearch.database_files import read_database
+    from autosearch.frontend.database_files import read_database
 
     contents = read_database(work)
     ok = [r for r in contents.records if r.ok]

@@ -41,8 +41,8 @@ def test_an_attention_matmul_is_tuned_exported_and_compiled(tuned, target, capfd
     import onnxruntime as ort
     import tvm
 
-    from autosearch.database_files import load_database
     from autosearch.deploy.artifact import load_model
+    from autosearch.frontend.database_files import load_database
     from autosearch.frontend.importer import import_model
     from autosearch.records import read_log
 

@@ -182,8 +182,8 @@ def test_bf16_winograd_tuned_exported_and_compiled_on_avx512_bf16(tmp_path) -> N
     """A real run of the Winograd task alone (random) on a target with the dot product: export keeps it for its layer
     (the only one of the three measured), records the choice, and compile follows it: the model's output is within
     bf16's tolerance of ONNX Runtime's."""
-    from autosearch.database_files import RECORD_FILE
     from autosearch.deploy.database import database_lowering
+    from autosearch.frontend.database_files import RECORD_FILE
 
     _needs_avx512_bf16()
     target = json.dumps({"kind": "llvm", "mattr": ZEN4_FEATURES, "num-cores": CORES})

@@ -66,7 +66,7 @@ def test_bf16_tasks_tuned_on_avx512_bf16_then_exported_and_compiled(tmp_path, ca
     the dot product, export keeps the faster precision (and says the activations are bf16 whichever it keeps),
     compile replays the schedule (the intrinsic registered from the database) and the model's output is within
     bf16's tolerance of ONNX Runtime's."""
-    from autosearch.database_files import RECORD_FILE
+    from autosearch.frontend.database_files import RECORD_FILE
 
     _needs_avx512_bf16()
     target = json.dumps({"kind": "llvm", "mattr": ZEN4_FEATURES, "num-cores": CORES})

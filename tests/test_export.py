@@ -84,8 +84,8 @@ def test_export_skips_failed_and_wrong_records(tmp_path, tuned):
         obj = fake.to_json()
         obj["result"]["latencies"] = [1e-9]  # even with a latency on the line
         fh.write(json.dumps(obj) + "\n")
-    from autosearch.database_files import read_database
     from autosearch.deploy.database import export_database
+    from autosearch.frontend.database_files import read_database
 
     mixed = read_log(log)
     summary = export_database(mixed, str(tmp_path / "db"), top_k=50)
@@ -96,7 +96,7 @@ def test_export_skips_failed_and_wrong_records(tmp_path, tuned):
 
 
 def test_a_database_written_by_ms_tune_tir_imports():
-    from autosearch.database_files import read_records
+    from autosearch.frontend.database_files import read_records
 
     contents = read_records(TVM_DB)
     assert len(contents.tasks) == 1 and len(contents.records) >= 4

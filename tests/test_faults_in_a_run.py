@@ -38,8 +38,8 @@ class _SwappingRunner(LocalRunner):
 
 
 def test_faulty_kernels_are_recorded_and_never_exported(tmp_path, conv_task):
-    from autosearch.database_files import read_database
     from autosearch.deploy.database import export_database
+    from autosearch.frontend.database_files import read_database
     from autosearch.measure.base import EvaluatorConfig
     from autosearch.search.tuner import Tuner
     from tests.faulty_kernels import FAULTS

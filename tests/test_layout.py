@@ -109,7 +109,7 @@ def test_auto_tunes_both_layouts_exports_the_faster_and_compile_follows(tuned_au
         for k, h in contents.tasks.items())
     assert lowering["layout"] == choose_layout(totals) in ("NCHW", "NHWC")
     assert lowering["layout_totals"] == pytest.approx(totals)
-    from autosearch.database_files import read_database
+    from autosearch.frontend.database_files import read_database
 
     exported = set(read_database(tuned_auto["db"]).tasks)
     assert exported and all(lowering["layout"] in task_layouts(contents.tasks[k]["lowering"]) for k in exported)

@@ -113,8 +113,8 @@ def test_a_report_of_one_layout_per_convolution_lists_the_kernels_it_built(tmp_p
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
     from autosearch.api import _target
-    from autosearch.database_files import RECORD_FILE, WORKLOAD_FILE
     from autosearch.deploy.database import LOWERING_FILE
+    from autosearch.frontend.database_files import RECORD_FILE, WORKLOAD_FILE
     from autosearch.frontend.importer import import_model
     from autosearch.frontend.lowering import DEFAULT_FAST_MATH
     from tests.test_layer_layouts import FIRST, SECOND, leaky_convs_onnx

@@ -1,5 +1,5 @@
-"""The packages' imports follow the flow: no two stages import each other, and no module takes another's private
-names. Read from the source (``ast``), so it costs no TVM import and sees imports made at call time too."""
+"""The packages' imports follow the flow: no two stages import each other, the shared top-level modules import no
+stage, and no module takes another's private names. Read from the source (``ast``), so it costs no TVM import and sees imports made at call time too."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ FOLDERS = {"autosearch": "autosearch", "cost_models": "autosearch.cost_models",
            "strategies": "autosearch.strategies", "workloads": "autosearch.workloads"}
 # the sub-packages of autosearch; its top-level modules (types, records, api, cli, ...) are not one package
 PACKAGES = ("frontend", "tensor_units", "search", "measure", "deploy", "cost_models", "strategies", "workloads")
+# the top-level modules above the stages: the API, the CLI and their printing; the package itself (its names load the
+# API's lazily). Every other top-level module is shared by the stages.
+ENTRY = ("autosearch", "autosearch.api", "autosearch.cli", "autosearch.console", "autosearch.progress",
+         "autosearch.__main__")
 
 
 def _modules(folders: dict[str, str] = FOLDERS):
@@ -101,6 +105,16 @@ def test_no_stage_imports_the_api_or_the_cli() -> None:
     offenders = [f"{module} -> {imported}" for module, is_package, tree in _modules() if _package(module)
                  for imported, _ in _imports(module, is_package, tree)
                  if imported in ("autosearch.api", "autosearch.cli") or imported.startswith("autosearch.cli.")]
+    assert not offenders, offenders
+
+
+def test_the_shared_top_level_modules_import_no_stage() -> None:
+    """The types, the log, the registry, TVM's workarounds and the like sit below every stage, which may import
+    them: one of them importing a stage makes a cycle through the top level that the packages' graph does not
+    show (``tvm_compat`` took ``host_cores`` from the front end, which imports ``tvm_compat``)."""
+    offenders = [f"{module} -> {imported}" for module, is_package, tree in _modules({"autosearch": "autosearch"})
+                 if not _package(module) and module not in ENTRY
+                 for imported, _ in _imports(module, is_package, tree) if _package(imported)]
     assert not offenders, offenders
 
 

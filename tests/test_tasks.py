@@ -98,7 +98,7 @@ def test_exported_record_matches_when_tvm_applies_the_database(tmp_path, small_m
                                    flops=conv_task.flops, trace=applied.trace_json()))
     summary = export_database(contents, str(tmp_path / "db"))
     assert summary.records == 1
-    from autosearch.database_files import load_database
+    from autosearch.frontend.database_files import load_database
 
     db = load_database(str(tmp_path / "db"))
     lowered = legalize(small_model.relax_mod, conv_task.target)

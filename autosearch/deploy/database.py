@@ -4,7 +4,7 @@ The database written here is TVM's own format: ``database_workload.json`` (one
 ``[structural_hash, base64 IRModule]`` per line) and ``database_tuning_record.json``. It is written
 through TVM's ``JSONDatabase`` itself, so TVM loads it back and finds our records by the same
 structural hash it computes when it compiles the model. Reading one (a warm start, known schedules, report) is
-:mod:`autosearch.database_files`.
+:mod:`autosearch.frontend.database_files`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
-from autosearch.database_files import RECORD_FILE, WORKLOAD_FILE, json_database
 from autosearch.errors import UserError, make_writable_dir
+from autosearch.frontend.database_files import RECORD_FILE, WORKLOAD_FILE, json_database
 from autosearch.frontend.task import TuningTask
 from autosearch.records import LogContents
 from autosearch.types import Record

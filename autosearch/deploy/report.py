@@ -274,10 +274,10 @@ def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_
     tables as Markdown at ``markdown``. ``policy``, ``layout``, ``fast_math``, ``layer_layouts``: the lowering the
     database was tuned with (:func:`autosearch.api.report` reads it from the database). ``on_message``: a line at
     each step (minutes of compiling and timing), and when OpenVINO is missing."""
-    from autosearch.database_files import load_database, read_database
     from autosearch.deploy.database import database_lowering
     from autosearch.deploy.timing import openvino_default_precision, pace_note
     from autosearch.errors import UserError
+    from autosearch.frontend.database_files import load_database, read_database
     from autosearch.frontend.importer import import_model
     from autosearch.frontend.target import target_num_cores
     from autosearch.records import read_log

@@ -7,11 +7,11 @@ users copy it from older tutorials, and say so when it cannot be translated.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from typing import Any
 
 from autosearch.errors import UserError, last_line
+from autosearch.tvm_compat import process_cores
 
 SHORT_NAMES = ("llvm", "cuda")
 # the per-block limits MetaSchedule's GPU rules read, which TVM's bare "cuda" kind lacks: those of every NVIDIA
@@ -20,11 +20,9 @@ CUDA_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 491
 
 
 def host_cores() -> int:
-    """Cores this process may run on (affinity-aware, all of them by default)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+    """Cores this process may run on (affinity-aware, all of them by default): the cores TVM's pool is bound to
+    (:func:`autosearch.tvm_compat.process_cores`)."""
+    return len(process_cores())
 
 
 def host_target(num_cores: int | None = None):

@@ -110,7 +110,7 @@ class KnownSchedules:
         if not os.path.exists(path):
             raise UserError(f"known schedules not found: {path}")
         if os.path.isdir(path) or not _is_known_file(path):
-            from autosearch.database_files import read_records
+            from autosearch.frontend.database_files import read_records
 
             contents = read_records(path)
             return cls.from_records(contents.records, tasks=contents.tasks, source=path)

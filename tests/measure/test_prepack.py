@@ -78,8 +78,8 @@ def test_measured_prepacked_kernel_is_checked_and_timed(conv_task, conv_space):
 def test_tuned_build_folds_the_prepacking_into_the_constants(tmp_path, small_model, conv_task, conv_space):
     import tvm
 
-    from autosearch.database_files import load_database
     from autosearch.deploy.database import export_database
+    from autosearch.frontend.database_files import load_database
     from autosearch.frontend.lowering import apply_database, lower
     from autosearch.records import LogContents
     from autosearch.types import MeasureResult, Record, Status

@@ -67,7 +67,7 @@ def _autosearch(method: Method, task, config: StudyConfig, seed: int, work: str)
 
 
 def _metaschedule(method: Method, task, config: StudyConfig, seed: int, work: str):
-    from autosearch.database_files import read_database
+    from autosearch.frontend.database_files import read_database
     from autosearch.measure.base import EvaluatorConfig
     from experiments.lib.metaschedule import tune_tir
 

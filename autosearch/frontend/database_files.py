@@ -1,8 +1,10 @@
 """TVM's JSONDatabase on disk, read: its two files, opening one with clear errors, and one read as tuning-log contents.
 
-Every stage reads databases (a warm start and known schedules in the search, the cost models' datasets, export and
-report), and only export writes one (:mod:`autosearch.deploy.database`); so the reading is a module of its own beside
-the log it is read as (:mod:`autosearch.records`), which every stage may import, not a part of the last stage.
+The later stages all read databases (a warm start and known schedules in the search, the cost models' datasets,
+export and report), and only export writes one (:mod:`autosearch.deploy.database`); so the reading is not a part of
+the last stage. It is the front end's: a database's workloads become tasks as a model's layers do
+(:func:`~autosearch.frontend.task.task_from_module`), and its records the log contents of :mod:`autosearch.records`;
+every later stage imports the front end, and the top level's shared modules import no stage.
 """
 
 from __future__ import annotations
