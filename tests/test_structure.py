@@ -1,5 +1,6 @@
 """The packages' imports follow the flow: no two stages import each other, the shared top-level modules import no
-stage, and no module takes another's private names. Read from the source (``ast``), so it costs no TVM import and sees imports made at call time too."""
+stage, and no module takes another's private names. Read from the source (``ast``), so it costs no TVM import and
+sees imports made at call time too."""
 
 from __future__ import annotations
 
