@@ -22,7 +22,8 @@ __version__ = "0.1.0"
 # name -> the module that defines it (imported when the name is first used)
 _API = {
     "load_tasks": "autosearch.api", "tune": "autosearch.api", "export": "autosearch.api",
-    "compile": "autosearch.api", "report": "autosearch.api", "compare_models": "autosearch.api",
+    "compile": "autosearch.api", "report": "autosearch.api", "profile": "autosearch.api",
+    "compare_models": "autosearch.api",
     "train_model": "autosearch.api", "MeasureOptions": "autosearch.api", "TaskResult": "autosearch.api",
     "TunePlanned": "autosearch.api", "TuneResult": "autosearch.api", "TuneStarted": "autosearch.api",
     "load_model": "autosearch.deploy.artifact", "UserError": "autosearch.errors",

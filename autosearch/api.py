@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from autosearch.cost_models.pretrained import TrainReport
     from autosearch.deploy.build import CompiledModel
     from autosearch.deploy.database import ExportSummary
+    from autosearch.deploy.profile import LayerProfile
     from autosearch.deploy.report import Report
     from autosearch.frontend.importer import ImportedModel
     from autosearch.frontend.task import TuningTask
@@ -53,6 +54,9 @@ DEFAULT_BATCH = 16
 # next; over ten it holds (experiments/report_rounds.py; docs/results.md, "How many processes a report needs").
 DEFAULT_RUNS = 100
 DEFAULT_ROUNDS = 10
+# profile's passes per runtime, in this many rounds of turns: one process, so a round is a turn, not a process start
+DEFAULT_PROFILE_RUNS = 40
+DEFAULT_PROFILE_ROUNDS = 8
 # name -> "module:factory": a view of the plug-in registry's group "autosearch.runners" (autosearch.plugins); the
 # factory is called as factory(target, measure, *, seed, **options) -> Runner, its options checked against the
 # OPTIONS table of its module (autosearch.options). Built in: local, ray.
@@ -368,6 +372,15 @@ def _model_estimates(states: Sequence[TaskState]) -> tuple[float | None, float |
     retimed = model_total((s.task.lowering, s.task.weight, s.retimed_model_seconds) for s in states)
     finite = [x if math.isfinite(x) else None for x in (in_run, retimed)]
     return finite[0], finite[1] if any(s.best_retimed is not None for s in states) else None
+
+
+def _check_timing(*, threads: int | None, **counts: int) -> None:
+    """A command's counts of passes, rounds and the like each positive, and its threads when given."""
+    for name, value in counts.items():
+        if value <= 0:
+            raise UserError(f"--{name} must be positive, not {value}")
+    if threads is not None and threads <= 0:
+        raise UserError(f"--threads must be positive, not {threads}")
 
 
 def _check_outputs(*paths: str | None) -> None:
@@ -741,12 +754,7 @@ def report(model: str, db: str, *, log: str | None = None, target: Any = None, i
     TVM, whose passes take seconds); per-task latencies (untuned ones from ``log``, when given). Writes the bar
     chart ``plot`` and, when given, the tables as Markdown; ``on_message`` gets a line at each step (minutes).
     See :mod:`autosearch.deploy.report`."""
-    if runs <= 0:
-        raise UserError(f"--runs must be positive, not {runs}")
-    if rounds <= 0:
-        raise UserError(f"--rounds must be positive, not {rounds}")
-    if threads is not None and threads <= 0:
-        raise UserError(f"--threads must be positive, not {threads}")
+    _check_timing(runs=runs, rounds=rounds, threads=threads)
     _check_outputs(plot, markdown)
     _prepare()
     from autosearch.deploy.report import end_to_end_report
@@ -758,6 +766,35 @@ def report(model: str, db: str, *, log: str | None = None, target: Any = None, i
                              layer_layouts=layer_layouts,
                              input_shape=input_shape, log=log, runs=runs, rounds=rounds, untuned_runs=untuned_runs,
                              threads=threads, plot=plot, markdown=markdown, on_message=on_message)
+
+
+def profile(model: str, db: str, *, target: Any = None, input_shape: str | None = None, winograd: str | None = None,
+            layout: str | None = None, fast_math: str | None = None, precision: str | None = None,
+            runs: int = DEFAULT_PROFILE_RUNS, rounds: int = DEFAULT_PROFILE_ROUNDS, threads: int | None = None,
+            top: int = 15, plot: str = "profile.png", markdown: str | None = None,
+            on_message: Callable[[str], None] | None = None) -> LayerProfile:
+    """Where the tuned model's time goes: ``model`` built with the database ``db`` (lowered as it was tuned) and
+    each of its kernels timed in the model, beside OpenVINO's per-node profile in fp32 and at its default precision
+    (when installed), the runtimes taking turns over ``runs`` forward passes in ``rounds`` rounds, in this process,
+    on the same ``threads``; per category, per kernel, and per convolution geometry (which layers lose to OpenVINO).
+    Writes the PNG ``plot`` and, when given, the tables (each runtime's ``top`` slowest kernels) as Markdown. TVM
+    has one thread pool per process: ``threads`` binds it for the rest of the process. See
+    :mod:`autosearch.deploy.profile`."""
+    _check_timing(runs=runs, rounds=rounds, threads=threads, top=top)
+    _check_outputs(plot, markdown)
+    _prepare()
+    from autosearch.deploy.profile import layer_profile
+
+    target = _target(target)
+    policy, layout, fast_math, layer_layouts = _database_lowering(db, target, winograd=winograd, layout=layout,
+                                                                  fast_math=fast_math, precision=precision)
+    result = layer_profile(model, db, target=target, policy=policy, layout=layout, fast_math=fast_math,
+                           layer_layouts=layer_layouts, input_shape=input_shape, runs=runs, rounds=rounds,
+                           threads=threads, plot=plot, on_message=on_message)
+    if markdown:
+        with open(markdown, "w") as fh:
+            fh.write(result.markdown(top) + "\n")
+    return result
 
 
 # ---------------------------------------------------------------------------------------------- cost models

@@ -21,6 +21,8 @@ from autosearch.api import (
     DEFAULT_BATCH,
     DEFAULT_MINUTES,
     DEFAULT_MODEL,
+    DEFAULT_PROFILE_ROUNDS,
+    DEFAULT_PROFILE_RUNS,
     DEFAULT_ROUNDS,
     DEFAULT_RUNS,
     DEFAULT_TRIALS,
@@ -357,6 +359,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- profile
+def cmd_profile(args: argparse.Namespace) -> int:
+    from autosearch.api import profile
+    from autosearch.console import print_profile
+
+    console = _console()
+    result = profile(args.model, args.db, target=args.target, input_shape=args.input_shape, winograd=args.winograd,
+                     layout=args.layout, fast_math=args.fast_math, precision=args.precision, runs=args.runs,
+                     rounds=args.rounds, threads=args.threads, top=args.top, plot=args.plot or "profile.png",
+                     markdown=args.markdown, on_message=lambda line: console.print(line, markup=False))
+    print_profile(console, result, top=args.top)
+    console.print(f"plot: {args.plot or 'profile.png'}" + (f"; tables: {args.markdown}" if args.markdown else ""),
+                  markup=False)
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- compare-models
 def cmd_compare_models(args: argparse.Namespace) -> int:
     from autosearch.api import compare_models
@@ -546,6 +564,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", help="also write the tables as Markdown")
     p.add_argument("--plot", help="bar chart PNG (default: report.png)")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("profile", help="where the tuned model's time goes: each kernel timed in the model beside "
+                                       "OpenVINO's per-node profile (fp32 and its default precision), per category "
+                                       "and per convolution layer")
+    model_args(p, DEFAULT_MODEL)
+    p.add_argument("--db", required=True, help="MetaSchedule JSONDatabase directory")
+    p.add_argument("--runs", type=int, default=DEFAULT_PROFILE_RUNS, help="profiled forward passes per runtime")
+    p.add_argument("--rounds", type=int, default=DEFAULT_PROFILE_ROUNDS,
+                   help="the runtimes take turns in this many rounds of passes, so a slow spell of a shared machine "
+                        "hits them alike")
+    p.add_argument("--threads", type=int, help="threads for every runtime (default: target cores)")
+    p.add_argument("--top", type=int, default=15, help="slowest kernels / nodes listed per runtime")
+    p.add_argument("--markdown", help="also write the tables as Markdown")
+    p.add_argument("--plot", help="PNG: each runtime's categories, each layer's ratio (default: profile.png)")
+    p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("compare-models", help="leave-one-task-out (or -model-out) accuracy of cost models on "
                                               "measured records")

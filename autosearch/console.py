@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autosearch.api import TuneResult
+from autosearch.deploy.profile import CATEGORIES, LayerProfile
 from autosearch.deploy.report import MEMORY_COLUMNS, PEAK_NOTE, RUNTIME_COLUMNS, Report, format_ms
 
 
@@ -131,3 +132,45 @@ def print_report(console: Console, report: Report) -> None:
                            f"{100 * (t.tuned_secs or 0) * t.weight / total:.1f}%")
     console.print(task_table)
     console.print(f"plot: {report.plot}")
+
+
+def print_profile(console: Console, profile: LayerProfile, *, top: int = 15) -> None:
+    """The profile (:func:`autosearch.profile`) as ``python -m autosearch profile`` prints it: per category, the
+    convolutions layer by layer against the first OpenVINO profile (the slowest ratios first, so the layers to work
+    on lead), and each runtime's slowest ``top`` kernels or nodes."""
+    runtimes = profile.runtimes
+    categories = profile.categories
+    table = Table(title=f"{profile.model}: ms per forward pass, profiled ({profile.runs} passes each in "
+                        f"{profile.rounds} rounds of turns, {profile.threads} threads, medians)")
+    table.add_column("category")
+    for runtime in runtimes:
+        table.add_column(runtime, justify="right")
+    for category in CATEGORIES:
+        table.add_row(category, *(f"{categories[r][category]:.3f}" for r in runtimes))
+    table.add_row("all", *(f"{profile.total(r):.3f}" for r in runtimes))
+    console.print(table)
+    for note in profile.notes:
+        console.print(note, markup=False)
+    peers = runtimes[1:]
+    matched = sorted((r for r in profile.layers if peers and r.ratio(peers[0])), key=lambda r: -r.ratio(peers[0]))
+    if matched:
+        layers = Table(title=f"convolutions by geometry, tuned / {peers[0]} (above 1: the tuned layers are slower)")
+        layers.add_column("H x W x C in -> out, filter")
+        for runtime in runtimes:
+            layers.add_column(f"{runtime} ms", justify="right")
+        layers.add_column("ratio", justify="right")
+        for row in matched:
+            ratio = row.ratio(peers[0])
+            style = "red" if ratio > 1 else "green"
+            layers.add_row(row.layer, *(f"{row.ms.get(r, 0.0):.3f} ({row.count.get(r, 0)})" for r in runtimes),
+                           f"[{style}]{ratio:.2f}x[/{style}]")
+        console.print(layers)
+    for runtime in runtimes:
+        items = profile.kernels[runtime]
+        kernels = Table(title=f"{runtime}: the {min(top, len(items))} slowest of {len(items)}")
+        for col in ("kernel / node", "category", "ms", "share"):
+            kernels.add_column(col, justify="left" if col in ("kernel / node", "category") else "right")
+        total = profile.total(runtime) or 1.0
+        for k in items[:top]:
+            kernels.add_row(k.name[:90], k.category, f"{k.ms:.3f}", f"{100 * k.ms / total:.1f}%")
+        console.print(kernels)

@@ -112,7 +112,7 @@ def measure(calls: Calls, *, rounds: int, passes: int, repeats: int) -> dict:
     """Per way, its total milliseconds in each round (the median of ``passes`` passes; alone: the sum of each call's
     median of ``repeats``) and each call's milliseconds (median over rounds); the ways take turns, the order
     reversed every other round."""
-    from experiments.lib.retime import turn_order
+    from autosearch.deploy.timing import turn_order
 
     ways: dict[str, Callable[[], tuple[float, list[float]]]] = {
         "the pass": calls.the_pass,

@@ -5,7 +5,8 @@
 with it (``compile``; the weights file: :mod:`~autosearch.deploy.artifact`; the memory it will hold:
 :mod:`~autosearch.deploy.memory`), and :mod:`~autosearch.deploy.report` times it against untuned TVM, ONNX
 Runtime and OpenVINO (``report``), each runtime in a fresh process (:mod:`~autosearch.deploy.timing`,
-:mod:`~autosearch.deploy.bench`). :mod:`~autosearch.deploy.transitions` times, at a run's end, the layout
+:mod:`~autosearch.deploy.bench`); :mod:`~autosearch.deploy.profile` says where its time goes, kernel by kernel
+beside OpenVINO's nodes (``profile``). :mod:`~autosearch.deploy.transitions` times, at a run's end, the layout
 transforms between layers of the model export would keep, since export weighs them. It reads the log
 (:mod:`autosearch.records`) and the tasks (:mod:`autosearch.frontend`); the search never imports it.
 """

@@ -55,6 +55,25 @@ class CompiledModel:
                 "untuned: was it exported from a log of another model, input shape or lowering?")
 
 
+def import_to_run_here(command: str, model: str, db: str, *, target, policy, layout: str, fast_math: str,
+                       input_shape: str | None, threads: int | None):
+    """(the database, the imported model, the threads) for a command that builds ``model`` with the database ``db``
+    and runs it on this machine beside other runtimes (``report``, ``profile``): the target must be a CPU, the
+    database readable, and the model imported as the database was tuned (``policy``, ``layout``, ``fast_math``);
+    ``threads`` defaults to the target's cores."""
+    from autosearch.frontend.database_files import load_database
+    from autosearch.frontend.importer import import_model
+    from autosearch.frontend.target import target_num_cores
+
+    if target.kind.name != "llvm":
+        raise UserError(f"{command} runs the model on this machine's CPU: --target must be a CPU (llvm) target, not "
+                        f"{target.kind.name}")
+    database = load_database(db)
+    imported = import_model(model, target, input_shape=input_shape, winograd=policy.mode, layout=layout,
+                            fast_math=fast_math, precision=policy.precision)
+    return database, imported, threads or target_num_cores(target)
+
+
 def compile_model(relax_mod, target, tasks, db, out_path: str, *, winograd="auto",
                   layout="NCHW", fast_math=DEFAULT_FAST_MATH, plan_memory: bool = True,
                   prepack: bool = True, layer_layouts: dict[str, str] | None = None) -> CompiledModel:

@@ -274,22 +274,16 @@ def end_to_end_report(model: str, db: str, *, target, policy, layout: str, fast_
     tables as Markdown at ``markdown``. ``policy``, ``layout``, ``fast_math``, ``layer_layouts``: the lowering the
     database was tuned with (:func:`autosearch.api.report` reads it from the database). ``on_message``: a line at
     each step (minutes of compiling and timing), and when OpenVINO is missing."""
+    from autosearch.deploy.build import import_to_run_here
     from autosearch.deploy.database import database_lowering
     from autosearch.deploy.timing import openvino_default_precision, pace_note
-    from autosearch.errors import UserError
-    from autosearch.frontend.database_files import load_database, read_database
-    from autosearch.frontend.importer import import_model
-    from autosearch.frontend.target import target_num_cores
+    from autosearch.frontend.database_files import read_database
     from autosearch.records import read_log
 
     say = on_message or (lambda line: None)
-    if target.kind.name != "llvm":
-        raise UserError(f"report times every runtime on this machine's CPU: --target must be a CPU (llvm) "
-                        f"target, not {target.kind.name}")
-    database = load_database(db)
-    threads = threads or target_num_cores(target)
-    imported = import_model(model, target, input_shape=input_shape, winograd=policy.mode, layout=layout,
-                            fast_math=fast_math, precision=policy.precision)
+    database, imported, threads = import_to_run_here("report", model, db, target=target, policy=policy,
+                                                     layout=layout, fast_math=fast_math, input_shape=input_shape,
+                                                     threads=threads)
     ov_precision = openvino_default_precision()
     if ov_precision is None:
         say(OPENVINO_MISSING)

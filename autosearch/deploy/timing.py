@@ -19,8 +19,9 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -125,6 +126,15 @@ def runs_per_round(runs: int, rounds: int) -> list[int]:
     more): how every comparison that takes turns spreads its runs."""
     rounds = max(1, min(rounds, runs))
     return [runs // rounds + (1 if i < runs % rounds else 0) for i in range(rounds)]
+
+
+T = TypeVar("T")
+
+
+def turn_order(items: Sequence[T], round_index: int) -> list[T]:
+    """``items`` in their order in even rounds, reversed in odd ones: each is first as often as last, so a drift of
+    the machine over a round favours none of them."""
+    return list(items) if round_index % 2 == 0 else list(reversed(items))
 
 
 def time_taking_turns(runtimes: list[Runtime], *, rounds: int, runs: int, inputs_path: str, threads: int,

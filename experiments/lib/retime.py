@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from autosearch.deploy.timing import turn_order
 from autosearch.ranking import score
 
 K = TypeVar("K")
@@ -95,12 +96,6 @@ def retime_secs(task, target, traces: Sequence, *, evaluator=None, rounds: int =
     return [score([r[i] for r in per_round]) for i in range(len(traces))]
 
 
-def turn_order(items: Sequence[T], round_index: int) -> list[T]:
-    """``items`` in their order in even rounds, reversed in odd ones: each is first as often as last, so a drift of
-    the machine over a round favours none of them."""
-    return list(items) if round_index % 2 == 0 else list(reversed(items))
-
-
 def in_turns(runner, key: str, args, artifacts: Mapping[K, bytes], rounds: int) -> dict[K, float]:
     """Median latency (ms) of each built artifact of one task, timed in turns in one measuring process (``runner``: a
     :class:`autosearch.measure.kernels.KernelRunner` holding the task's reference), the order reversed every other
@@ -120,9 +115,10 @@ def in_turns(runner, key: str, args, artifacts: Mapping[K, bytes], rounds: int) 
 def settings_in_turns(target, settings: Mapping[K, Any], jobs: Sequence[tuple[Any, Any]], rounds: int, *,
                       progress: Callable[[str], None] | None = None) -> dict[K, list[float]]:
     """Each job (a task and one of its scheduled modules) timed under every setting (``MeasureOptions``, a local
-    runner each) once per round: the settings take turns (:func:`turn_order`), every round after the first in fresh
-    measuring processes, a task's consecutive jobs measured as one batch. Per setting, each job's :func:`score`
-    (seconds; ``inf`` where a round failed); ``progress`` gets a line as each setting starts a round."""
+    runner each) once per round: the settings take turns (:func:`~autosearch.deploy.timing.turn_order`), every round
+    after the first in fresh measuring processes, a task's consecutive jobs measured as one batch. Per setting, each
+    job's :func:`score` (seconds; ``inf`` where a round failed); ``progress`` gets a line as each setting starts a
+    round."""
     from itertools import groupby
 
     from autosearch.api import make_runner
