@@ -768,19 +768,23 @@ def report(model: str, db: str, *, log: str | None = None, target: Any = None, i
                              threads=threads, plot=plot, markdown=markdown, on_message=on_message)
 
 
-def profile(model: str, db: str, *, target: Any = None, input_shape: str | None = None, winograd: str | None = None,
-            layout: str | None = None, fast_math: str | None = None, precision: str | None = None,
+def profile(model: str, db: str, *, log: str | None = None, target: Any = None, input_shape: str | None = None,
+            winograd: str | None = None, layout: str | None = None, fast_math: str | None = None,
+            precision: str | None = None,
             runs: int = DEFAULT_PROFILE_RUNS, rounds: int = DEFAULT_PROFILE_ROUNDS, threads: int | None = None,
             top: int = 15, plot: str = "profile.png", markdown: str | None = None,
             on_message: Callable[[str], None] | None = None) -> LayerProfile:
     """Where the tuned model's time goes: ``model`` built with the database ``db`` (lowered as it was tuned) and
     each of its kernels timed in the model, beside OpenVINO's per-node profile in fp32 and at its default precision
     (when installed), the runtimes taking turns over ``runs`` forward passes in ``rounds`` rounds, in this process,
-    on the same ``threads``; per category, per kernel, and per convolution geometry (which layers lose to OpenVINO).
-    Writes the PNG ``plot`` and, when given, the tables (each runtime's ``top`` slowest kernels) as Markdown. TVM
+    on the same ``threads``; per category, per kernel, and per convolution geometry (which layers lose to OpenVINO);
+    with ``log`` (the run's tuning log), each kernel's time in the model beside its task's as tuned. Writes the PNG
+    ``plot`` and, when given, the tables (each runtime's ``top`` slowest kernels) as Markdown. TVM
     has one thread pool per process: ``threads`` binds it for the rest of the process. See
     :mod:`autosearch.deploy.profile`."""
     _check_timing(runs=runs, rounds=rounds, threads=threads, top=top)
+    if log and not os.path.isfile(log):
+        raise UserError(f"log not found: {log}")
     _check_outputs(plot, markdown)
     _prepare()
     from autosearch.deploy.profile import layer_profile
@@ -790,7 +794,7 @@ def profile(model: str, db: str, *, target: Any = None, input_shape: str | None 
                                                                   fast_math=fast_math, precision=precision)
     result = layer_profile(model, db, target=target, policy=policy, layout=layout, fast_math=fast_math,
                            layer_layouts=layer_layouts, input_shape=input_shape, runs=runs, rounds=rounds,
-                           threads=threads, plot=plot, on_message=on_message)
+                           threads=threads, log=log, plot=plot, on_message=on_message)
     if markdown:
         with open(markdown, "w") as fh:
             fh.write(result.markdown(top) + "\n")

@@ -365,9 +365,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from autosearch.console import print_profile
 
     console = _console()
-    result = profile(args.model, args.db, target=args.target, input_shape=args.input_shape, winograd=args.winograd,
-                     layout=args.layout, fast_math=args.fast_math, precision=args.precision, runs=args.runs,
-                     rounds=args.rounds, threads=args.threads, top=args.top, plot=args.plot or "profile.png",
+    result = profile(args.model, args.db, log=args.log, target=args.target, input_shape=args.input_shape,
+                     winograd=args.winograd, layout=args.layout, fast_math=args.fast_math, precision=args.precision,
+                     runs=args.runs, rounds=args.rounds, threads=args.threads, top=args.top,
+                     plot=args.plot or "profile.png",
                      markdown=args.markdown, on_message=lambda line: console.print(line, markup=False))
     print_profile(console, result, top=args.top)
     console.print(f"plot: {args.plot or 'profile.png'}" + (f"; tables: {args.markdown}" if args.markdown else ""),
@@ -570,6 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "and per convolution layer")
     model_args(p, DEFAULT_MODEL)
     p.add_argument("--db", required=True, help="MetaSchedule JSONDatabase directory")
+    p.add_argument("--log", help="the run's tuning log: each kernel's time in the model beside its task's as tuned")
     p.add_argument("--runs", type=int, default=DEFAULT_PROFILE_RUNS, help="profiled forward passes per runtime")
     p.add_argument("--rounds", type=int, default=DEFAULT_PROFILE_ROUNDS,
                    help="the runtimes take turns in this many rounds of passes, so a slow spell of a shared machine "

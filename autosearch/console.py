@@ -174,3 +174,16 @@ def print_profile(console: Console, profile: LayerProfile, *, top: int = 15) -> 
         for k in items[:top]:
             kernels.add_row(k.name[:90], k.category, f"{k.ms:.3f}", f"{100 * k.ms / total:.1f}%")
         console.print(kernels)
+    if profile.as_tuned:
+        rows = profile.as_tuned
+        tuned = Table(title=f"{profile.runtimes[0]} in the model against as tuned ({profile.log}: each task's best x "
+                            f"its calls); the {min(top, len(rows))} kernels that lose most in the model")
+        for col in ("kernel", "calls", "in the model ms", "as tuned ms", "ratio"):
+            tuned.add_column(col, justify="left" if col == "kernel" else "right")
+        model, as_tuned = sum(r.in_model for r in rows), sum(r.tuned for r in rows)
+        tuned.add_row("all tuned kernels", "", f"{model:.3f}", f"{as_tuned:.3f}",
+                      f"{model / as_tuned:.2f}x" if as_tuned else "-")
+        for r in sorted(rows, key=lambda r: r.tuned - r.in_model)[:top]:
+            tuned.add_row(r.kernel[:70], str(r.calls), f"{r.in_model:.3f}", f"{r.tuned:.3f}",
+                          f"{r.in_model / r.tuned:.2f}x" if r.tuned else "-")
+        console.print(tuned)

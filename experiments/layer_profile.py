@@ -25,31 +25,19 @@ import argparse
 import os
 import sys
 
-from autosearch.deploy.profile import CATEGORIES
-from autosearch.tables import fmt, markdown_table
 from experiments.lib.io import results_path, write_text
 from experiments.lib.machine import host_label
 
 
-def as_tuned(profile, log_path: str, retime: bool) -> list[dict]:
-    """Per kernel of the tuned model that runs a task of the log (``profile.tasks``): its milliseconds in the model,
-    and the task's best latency x calls as tuning measured it (and, with ``retime``, as re-timed alone now, warm and
-    cold)."""
-    from autosearch.deploy.profile import tvm_category
+def retime_rows(profile, log_path: str) -> None:
+    """Each of ``profile``'s kernels beside its task as tuned (``profile.as_tuned``) given two more columns: its
+    task's best config timed alone again now, warm and cold (:func:`retimed`), times its calls."""
     from autosearch.records import read_log
 
     log = read_log(log_path)
-    rows = []
-    for kernel in profile.tasks:
-        best = log.best(kernel.key)
-        if best is None:
-            continue
-        rows.append({"kernel": kernel.name, "category": tvm_category(kernel.name), "calls": kernel.calls,
-                     "in_model": kernel.ms, "tuned": best.latency * 1e3 * kernel.calls, "record": best})
-    if retime:
-        for row, (warm, cold) in zip(rows, retimed(log, [r["record"] for r in rows])):
-            row["warm"], row["cold"] = warm * 1e3 * row["calls"], cold * 1e3 * row["calls"]
-    return rows
+    rows = profile.as_tuned
+    for row, (warm, cold) in zip(rows, retimed(log, [log.best(r.key) for r in rows])):
+        row.extra["alone, warm"], row.extra["alone, cold"] = warm * 1e3 * row.calls, cold * 1e3 * row.calls
 
 
 RETIME_ROUNDS = 3  # one timing of a kernel moved 2x between back-to-back probes on a 2-vCPU VM (docs/results.md)
@@ -76,28 +64,6 @@ def retimed(log, records: list, rounds: int = RETIME_ROUNDS) -> list[tuple[float
     secs = settings_in_turns(next(iter(tasks.values())).target, settings, jobs, rounds,
                              progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     return [(secs["warm"][i], secs["cold"][i]) for i in range(len(records))]
-
-
-def tuned_table(rows: list[dict], limit: int) -> str:
-    """Per category, then the kernels that lose most in the model: in the model vs as tuned (x calls)."""
-    timed = "warm" in (rows[0] if rows else {})
-    heads = ["kernel", "calls", "in the model ms", "as tuned ms", "in the model / as tuned"]
-    if timed:
-        heads += ["alone, warm ms", "alone, cold ms"]
-
-    def line(label, group, calls=""):
-        model, tuned = sum(r["in_model"] for r in group), sum(r["tuned"] for r in group)
-        out = [label, str(calls), fmt(model, 3), fmt(tuned, 3), f"{model / tuned:.2f}x" if tuned else "-"]
-        if timed:
-            out += [fmt(sum(r["warm"] for r in group), 3), fmt(sum(r["cold"] for r in group), 3)]
-        return out
-
-    table = [line(f"**{c}**", [r for r in rows if r["category"] == c]) for c in CATEGORIES
-             if any(r["category"] == c for r in rows)]
-    table.append(line("**all tuned kernels**", rows))
-    for r in sorted(rows, key=lambda r: r["tuned"] - r["in_model"])[:limit]:
-        table.append(line(r["kernel"][:70], [r], r["calls"]))
-    return markdown_table(heads, table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,22 +94,18 @@ def main(argv: list[str] | None = None) -> int:
     print("building TVM tuned, compiling OpenVINO, then profiling in turns ...", file=sys.stderr, flush=True)
     png = results_path(f"{args.out}.png")
     try:
-        profile = autosearch.profile(args.model, args.db, target=args.target, runs=args.runs, rounds=args.rounds,
-                                     threads=args.threads, top=args.top, plot=png,
+        profile = autosearch.profile(args.model, args.db, log=args.log, target=args.target, runs=args.runs,
+                                     rounds=args.rounds, threads=args.threads, top=args.top, plot=png,
                                      on_message=lambda line: print(line, file=sys.stderr, flush=True))
     except UserError as exc:
         p.exit(2, f"layer_profile: error: {exc}\n")
+    if args.retime:
+        print("each best config timed alone again ...", file=sys.stderr, flush=True)
+        retime_rows(profile, args.log)
     title = f"{profile.model}: per-kernel profile, {args.threads} threads ({host_label()})"
-    parts = [f"**{title}**; database `{args.db}`: " + profile.markdown(args.top)]
-    if args.log:
-        print("the kernels as tuned ...", file=sys.stderr, flush=True)
-        rows = as_tuned(profile, args.log, args.retime)
-        parts += [f"**TVM tuned, in the model against as tuned** (`{args.log}`: each task's best latency x the "
-                  "calls a forward pass makes" + ("; then each best config timed alone again, warm as MetaSchedule "
-                  "times it and cold, one call per flushed repeat" if args.retime else "")
-                  + f"); the {args.top} kernels that lose most in the model", "", tuned_table(rows, args.top), ""]
-    write_text(results_path(f"{args.out}.md"), "\n".join(parts))
-    print("\n".join(parts))
+    text = f"**{title}**; database `{args.db}`: " + profile.markdown(args.top)
+    write_text(results_path(f"{args.out}.md"), text)
+    print(text)
     return 0
 
 

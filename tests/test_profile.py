@@ -17,6 +17,8 @@ from autosearch.deploy.profile import (
     LayerProfile,
     TunedKernel,
     TunedProfiler,
+    as_tuned_rows,
+    as_tuned_table,
     geometry_label,
     in_turns,
     instrument_cost,
@@ -114,6 +116,24 @@ def test_a_tuned_models_kernels_carry_their_tasks_and_calls() -> None:
     assert [(k.name, k.calls, k.key, k.header) for k in kernels] == [
         ("fused_conv2d1_add1_prepacked", 3, "key1", {"name": "fused_conv2d1_add1", "args": []}),
         ("fused_transpose", 1, "key2", None)]
+
+
+def test_each_kernel_beside_its_task_as_tuned() -> None:
+    """A kernel whose task the log has a valid trial of gets that task's best x its calls; one without, no row; the
+    table sums per category and lists the kernels that lose most in the model first, with a caller's extra columns."""
+    class Log:  # the tuning log's answer, as LogContents.best_seconds gives it
+        def best_seconds(self, key):
+            return {"k1": 0.5e-3, "k2": 0.1e-3}.get(key)
+
+    tasks = [TunedKernel("conv_a", 1.2, 2, "k1", None), TunedKernel("fused_transpose", 0.1, 1, "k2", None),
+             TunedKernel("conv_b", 0.3, 1, "k3", None)]
+    rows = as_tuned_rows(tasks, Log())
+    assert [(r.kernel, r.category, r.in_model, r.tuned) for r in rows] == [
+        ("conv_a", "other", 1.2, pytest.approx(1.0)), ("fused_transpose", "layout and casts", 0.1, pytest.approx(0.1))]
+    rows[0].extra["alone, warm"] = 0.9
+    table = as_tuned_table(rows, limit=5)
+    assert "| alone, warm ms |" in table and "| **all tuned kernels** |  | 1.300 | 1.100 | 1.18x | 0.900 |" in table
+    assert table.index("| conv_a |") < table.index("| fused_transpose |")  # 0.2 ms lost before 0.0
 
 
 def test_categories_by_kernel_name_and_node_type() -> None:
@@ -229,7 +249,7 @@ def test_profile_of_a_tuned_model_through_the_cli_and_the_api(tmp_path, capfd):
     autosearch.export(log, db)
     png, md = str(tmp_path / "p.png"), str(tmp_path / "p.md")
     messages: list[str] = []
-    profile = autosearch.profile(model, db, runs=4, rounds=2, threads=2, plot=png, markdown=md,
+    profile = autosearch.profile(model, db, log=log, runs=4, rounds=2, threads=2, plot=png, markdown=md,
                                  on_message=messages.append)
     assert profile.runtimes[0] == TUNED and OPENVINO_FP32 in profile.runtimes  # the test extra installs OpenVINO
     assert any(m.startswith("profiling TVM tuned, ") for m in messages)
@@ -240,13 +260,18 @@ def test_profile_of_a_tuned_model_through_the_cli_and_the_api(tmp_path, capfd):
     layer = {r.layer: r for r in profile.layers}["28x28x16 -> 28x28x32, 3x3"]
     assert layer.count[TUNED] == 1 and layer.count[OPENVINO_FP32] == 1 and layer.ratio(OPENVINO_FP32) > 0
     assert os.path.getsize(png) > 0 and "28x28x16 -> 28x28x32, 3x3" in open(md).read()
+    # the log's conv task beside its kernel in the model (the run tuned the conv task alone)
+    [conv] = [r for r in profile.as_tuned if r.category == "convolution"]
+    assert conv.calls == 1 and conv.in_model > 0 and conv.tuned > 0 and profile.log == log
+    assert "in the model against as tuned" in open(md).read()
 
-    proc = run_cli_here(capfd, "profile", "--model", model, "--db", db, "--runs", "2", "--rounds", "1",
+    proc = run_cli_here(capfd, "profile", "--model", model, "--db", db, "--log", log, "--runs", "2", "--rounds", "1",
                         "--threads", "2", "--plot", str(tmp_path / "cli.png"), "--top", "3")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "convolutions by geometry" in proc.stdout and "28x28x16 -> 28x28x32, 3x3" in proc.stdout
     shown = re.search(r"TVM tuned: the (\d+) slowest of (\d+)", proc.stdout)
     assert shown and int(shown[1]) == min(3, int(shown[2])) and os.path.getsize(tmp_path / "cli.png") > 0
+    assert "in the model against as tuned" in proc.stdout
 
 
 def test_profile_refuses_bad_input_in_one_line(tmp_path, capfd):

@@ -85,6 +85,22 @@ class LayerRow:
 
 
 @dataclass
+class AsTuned:
+    """A kernel of the tuned model beside its task as the run measured it: its milliseconds in the model and its
+    task's best latency times the calls a forward pass makes (the run's own estimate of the model, re-timed where
+    its finalists were: :meth:`~autosearch.records.LogContents.best_seconds`). A kernel slower in the model than as
+    tuned meets the model's caches and neighbours, not its own schedule's limits."""
+
+    kernel: str
+    key: str  # its task's workload key
+    category: str
+    calls: int
+    in_model: float  # ms per forward pass, its calls summed
+    tuned: float  # ms, the task's best x calls
+    extra: dict[str, float] = field(default_factory=dict)  # further columns (ms) a caller adds: e.g. re-timed alone
+
+
+@dataclass
 class LayerProfile:
     """A profile of the tuned model and OpenVINO's, taken in turns (:func:`layer_profile`)."""
 
@@ -98,6 +114,8 @@ class LayerProfile:
     threads: int
     call_cost: float  # seconds the profiler's hook adds to each TVM call, taken off each
     notes: list[str] = field(default_factory=list)  # what was left out, and why
+    as_tuned: list[AsTuned] = field(default_factory=list)  # with a tuning log: each kernel beside its task as tuned
+    log: str = ""  # that log
 
     @property
     def categories(self) -> dict[str, dict[str, float]]:
@@ -133,6 +151,10 @@ class LayerProfile:
         if peers and self.layers:
             parts += ["**Convolutions layer by layer** (matched by geometry; each runtime's milliseconds summed over "
                       "its layers of that geometry)", "", _layer_table(self.layers, peers), ""]
+        if self.as_tuned:
+            parts += [f"**{TUNED}, in the model against as tuned** (`{self.log}`: each task's best latency x the calls "
+                      f"a forward pass makes); the {top} kernels that lose most in the model", "",
+                      as_tuned_table(self.as_tuned, top), ""]
         return "\n".join(parts)
 
 
@@ -152,6 +174,37 @@ def _layer_table(layers: list[LayerRow], peers: list[str]) -> str:
     return markdown_table(["convolution (H x W x C, in -> out, filter)", f"{TUNED} ms (calls)",
                            *(f"{p} ms (nodes)" for p in peers), f"tuned / {first}"], body,
                           align="l" + "r" * (len(peers) + 2))
+
+
+def as_tuned_rows(tasks: list[TunedKernel], log) -> list[AsTuned]:
+    """Each kernel of ``tasks`` whose task the tuning log (:class:`~autosearch.records.LogContents`) has a valid
+    trial of, beside that task's best."""
+    rows = []
+    for kernel in tasks:
+        best = log.best_seconds(kernel.key)
+        if best is not None:
+            rows.append(AsTuned(kernel.name, kernel.key, tvm_category(kernel.name), kernel.calls, kernel.ms,
+                                best * 1e3 * kernel.calls))
+    return rows
+
+
+def as_tuned_table(rows: list[AsTuned], limit: int) -> str:
+    """Per category, all, then the ``limit`` kernels that lose most in the model: in the model against as tuned
+    (and each ``extra`` column the rows carry)."""
+    extra = list(dict.fromkeys(name for r in rows for name in r.extra))
+
+    def line(label: str, group: list[AsTuned], calls="") -> list[str]:
+        model, tuned = sum(r.in_model for r in group), sum(r.tuned for r in group)
+        return [label, str(calls), fmt(model, 3), fmt(tuned, 3), f"{model / tuned:.2f}x" if tuned else "-",
+                *(fmt(sum(r.extra.get(name, 0.0) for r in group), 3) for name in extra)]
+
+    table = [line(f"**{c}**", [r for r in rows if r.category == c]) for c in CATEGORIES
+             if any(r.category == c for r in rows)]
+    table.append(line("**all tuned kernels**", rows))
+    for r in sorted(rows, key=lambda r: r.tuned - r.in_model)[:limit]:
+        table.append(line(r.kernel[:70], [r], r.calls))
+    return markdown_table(["kernel", "calls", "in the model ms", "as tuned ms", "in the model / as tuned",
+                           *(f"{name} ms" for name in extra)], table)
 
 
 # ------------------------------------------------------------------------------------------------- profilers
@@ -395,11 +448,12 @@ def tuned_kernels(profile: dict[str, float], kernels: list, headers: dict[str, d
 # ---------------------------------------------------------------------------------------------------- the run
 def layer_profile(model: str, db: str, *, target, policy, layer_layouts: dict[str, str] | None = None,
                   layout: str, fast_math: str, input_shape: str | None = None, runs: int, rounds: int,
-                  threads: int | None = None, plot: str | None = None,
+                  threads: int | None = None, log: str | None = None, plot: str | None = None,
                   on_message: Callable[[str], None] | None = None) -> LayerProfile:
     """Profile ``model`` built with the database ``db`` (lowered as ``policy``, ``layout``, ``fast_math`` and
     ``layer_layouts`` say: :func:`autosearch.api.profile` reads them from the database) and OpenVINO's (when
-    installed) on the same random input, taking turns; the PNG at ``plot``. ``on_message``: a line at each step."""
+    installed) on the same random input, taking turns; with ``log`` (the run's tuning log) each kernel beside its
+    task as tuned; the PNG at ``plot``. ``on_message``: a line at each step."""
     import onnx
     import tvm
 
@@ -449,6 +503,10 @@ def layer_profile(model: str, db: str, *, target, policy, layer_layouts: dict[st
     layers = per_layer(tasks, {label: (nodes, geometry[label]) for label, nodes in medians.items()})
     result = LayerProfile(model=imported.name, runtimes=list(kernels), kernels=kernels, layers=layers, tasks=tasks,
                           runs=runs, rounds=rounds, threads=threads, call_cost=tuned.call_cost, notes=notes)
+    if log:
+        from autosearch.records import read_log
+
+        result.as_tuned, result.log = as_tuned_rows(tasks, read_log(log)), log
     if plot:
         plot_profile(result, plot)
     return result
