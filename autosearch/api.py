@@ -770,18 +770,16 @@ def report(model: str, db: str, *, log: str | None = None, target: Any = None, i
 
 def profile(model: str, db: str, *, log: str | None = None, target: Any = None, input_shape: str | None = None,
             winograd: str | None = None, layout: str | None = None, fast_math: str | None = None,
-            precision: str | None = None,
-            runs: int = DEFAULT_PROFILE_RUNS, rounds: int = DEFAULT_PROFILE_ROUNDS, threads: int | None = None,
-            top: int = 15, plot: str = "profile.png", markdown: str | None = None,
+            precision: str | None = None, runs: int = DEFAULT_PROFILE_RUNS, rounds: int = DEFAULT_PROFILE_ROUNDS,
+            threads: int | None = None, top: int = 15, plot: str = "profile.png", markdown: str | None = None,
             on_message: Callable[[str], None] | None = None) -> LayerProfile:
     """Where the tuned model's time goes: ``model`` built with the database ``db`` (lowered as it was tuned) and
     each of its kernels timed in the model, beside OpenVINO's per-node profile in fp32 and at its default precision
     (when installed), the runtimes taking turns over ``runs`` forward passes in ``rounds`` rounds, in this process,
     on the same ``threads``; per category, per kernel, and per convolution geometry (which layers lose to OpenVINO);
     with ``log`` (the run's tuning log), each kernel's time in the model beside its task's as tuned. Writes the PNG
-    ``plot`` and, when given, the tables (each runtime's ``top`` slowest kernels) as Markdown. TVM
-    has one thread pool per process: ``threads`` binds it for the rest of the process. See
-    :mod:`autosearch.deploy.profile`."""
+    ``plot`` and, when given, the tables (each runtime's ``top`` slowest kernels) as Markdown. TVM has one thread
+    pool per process: ``threads`` binds it for the rest of the process. See :mod:`autosearch.deploy.profile`."""
     _check_timing(runs=runs, rounds=rounds, threads=threads, top=top)
     if log and not os.path.isfile(log):
         raise UserError(f"log not found: {log}")

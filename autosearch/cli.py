@@ -368,8 +368,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     result = profile(args.model, args.db, log=args.log, target=args.target, input_shape=args.input_shape,
                      winograd=args.winograd, layout=args.layout, fast_math=args.fast_math, precision=args.precision,
                      runs=args.runs, rounds=args.rounds, threads=args.threads, top=args.top,
-                     plot=args.plot or "profile.png",
-                     markdown=args.markdown, on_message=lambda line: console.print(line, markup=False))
+                     plot=args.plot or "profile.png", markdown=args.markdown,
+                     on_message=lambda line: console.print(line, markup=False))
     print_profile(console, result, top=args.top)
     console.print(f"plot: {args.plot or 'profile.png'}" + (f"; tables: {args.markdown}" if args.markdown else ""),
                   markup=False)

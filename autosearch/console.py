@@ -137,7 +137,8 @@ def print_report(console: Console, report: Report) -> None:
 def print_profile(console: Console, profile: LayerProfile, *, top: int = 15) -> None:
     """The profile (:func:`autosearch.profile`) as ``python -m autosearch profile`` prints it: per category, the
     convolutions layer by layer against the first OpenVINO profile (the slowest ratios first, so the layers to work
-    on lead), and each runtime's slowest ``top`` kernels or nodes."""
+    on lead), each runtime's slowest ``top`` kernels or nodes and, with a tuning log, the ``top`` kernels that lose
+    most in the model against their tasks as tuned."""
     runtimes = profile.runtimes
     categories = profile.categories
     table = Table(title=f"{profile.model}: ms per forward pass, profiled ({profile.runs} passes each in "

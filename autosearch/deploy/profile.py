@@ -5,8 +5,8 @@ model is built from a database as ``compile`` builds it and each call of the Rel
 (:meth:`~autosearch.deploy.artifact.LoadedModel.profile`); OpenVINO, in fp32 and at its default precision where that
 is not fp32 (bf16 on a CPU with a bf16 unit), by its ``PERF_COUNT`` counters, per node. They take turns in rounds of
 forward passes, in this process, on the same threads, so a slow spell of a shared machine slows all of them alike
-(profiled one after the other, the same OpenVINO configuration read 1.2-1.5x apart). Each kernel's and node's figure
-is its median over the passes.
+(profiled one after the other, one configuration of OpenVINO read far apart: docs/results.md). Each kernel's and
+node's figure is its median over the passes.
 
 Kernels and nodes are grouped into categories (convolutions and matrix products, pooling, layout and casts, the
 rest), and the convolutions are set beside OpenVINO's layer by layer, matched by geometry (pixels and channels in
