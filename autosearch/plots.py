@@ -26,9 +26,12 @@ def pyplot():
 
 
 def figure(rows: int = 1, cols: int = 1, *, size: tuple[float, float] = (8.0, 5.0),
-           grid: Literal["both", "x", "y", "none"] = "both") -> tuple[Any, Any]:
-    """A new figure of ``size`` inches and its axes as a (rows x cols) array, each with a light grid."""
-    fig, axes = pyplot().subplots(rows, cols, figsize=size, dpi=DPI, squeeze=False)
+           grid: Literal["both", "x", "y", "none"] = "both",
+           heights: Sequence[float] | None = None) -> tuple[Any, Any]:
+    """A new figure of ``size`` inches and its axes as a (rows x cols) array, each with a light grid; ``heights``: the
+    rows' relative heights (equal by default), for panels of unequal content."""
+    fig, axes = pyplot().subplots(rows, cols, figsize=size, dpi=DPI, squeeze=False,
+                                  gridspec_kw={"height_ratios": list(heights)} if heights else None)
     if grid != "none":
         for ax in axes.flat:
             ax.grid(True, axis=grid, alpha=0.3)

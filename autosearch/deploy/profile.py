@@ -519,7 +519,10 @@ def plot_profile(profile: LayerProfile, path: str) -> None:
 
     peers = profile.runtimes[1:]
     rows = [r for r in profile.layers if peers and r.ratio(peers[0])]
-    fig, axes = figure(2 if rows else 1, size=(9, 3.2 + (0.16 * len(rows) if rows else 0)), grid="x")
+    bars = 0.6 + 0.45 * len(profile.runtimes)  # inches: the categories' panel, a bar per runtime
+    layers = 0.9 + 0.16 * len(rows)  # the layers' panel, a bar per geometry
+    fig, axes = figure(2 if rows else 1, size=(9, bars + (layers if rows else 0.4)), grid="x",
+                       heights=[bars, layers] if rows else None)
     ax = axes[0][0]
     columns = profile.categories
     left = np.zeros(len(profile.runtimes))
@@ -528,9 +531,9 @@ def plot_profile(profile: LayerProfile, path: str) -> None:
         ax.barh(profile.runtimes, widths, left=left, label=category)
         left += widths
     ax.set_xlabel("ms per forward pass (profiled)")
-    ax.set_title(f"{profile.model}: per-kernel profile, {profile.threads} threads", fontsize=9)
+    fig.suptitle(f"{profile.model}: per-kernel profile, {profile.threads} threads", fontsize=9)
     ax.invert_yaxis()
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, ncol=len(CATEGORIES), loc="lower left", bbox_to_anchor=(0.0, 1.0), frameon=False)
     if rows:
         ax = axes[1][0]
         ratios = [r.ratio(peers[0]) for r in rows]
