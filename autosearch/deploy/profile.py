@@ -133,7 +133,7 @@ class LayerProfile:
 
     def markdown(self, top: int = 15) -> str:
         """The tables: per category, each runtime's slowest ``top`` kernels or nodes, the convolutions layer by
-        layer."""
+        layer and, with a tuning log, the ``top`` kernels that lose most in the model against their tasks as tuned."""
         columns = self.categories
         rows = [[c, *(fmt(columns[r][c], 3) for r in self.runtimes)] for c in CATEGORIES]
         rows.append(["**all**", *(fmt(self.total(r), 3) for r in self.runtimes)])
