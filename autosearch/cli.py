@@ -356,6 +356,12 @@ def cmd_report(args: argparse.Namespace) -> int:
                     plot=args.plot or "report.png", markdown=args.markdown,
                     on_message=lambda line: console.print(line, markup=False))
     print_report(console, result)
+    medians, tuned = result.median_ms, result.timings[1].name
+    ahead = [name for name, ms in medians.items() if not name.startswith("TVM") and ms < medians.get(tuned, 0.0)]
+    if ahead:  # where to look next: the kernels and layers the time goes to
+        log = f" --log {args.log}" if args.log else ""
+        console.print(f"{' and '.join(ahead)} ran faster than {tuned}: python -m autosearch profile --model "
+                      f"{args.model} --db {args.db}{log} shows where its time goes, kernel by kernel", markup=False)
     return 0
 
 
