@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from autosearch.api import TuneResult
-from autosearch.deploy.profile import CATEGORIES, LayerProfile
+from autosearch.deploy.profile import LayerProfile, as_tuned_table, layer_table
+from autosearch.deploy.profile import Table as ProfileTable  # rich's Table is the printed one
 from autosearch.deploy.report import MEMORY_COLUMNS, PEAK_NOTE, RUNTIME_COLUMNS, Report, format_ms
 
 
@@ -134,57 +135,38 @@ def print_report(console: Console, report: Report) -> None:
     console.print(f"plot: {report.plot}")
 
 
+def _rich_table(title: str, table: ProfileTable) -> Table:
+    out = Table(title=title)
+    for i, col in enumerate(table.header):
+        out.add_column(col, justify="left" if i < table.left else "right")
+    for row in table.rows:
+        out.add_row(*row)
+    return out
+
+
 def print_profile(console: Console, profile: LayerProfile, *, top: int = 15) -> None:
     """The profile (:func:`autosearch.profile`) as ``python -m autosearch profile`` prints it: per category, the
     convolutions layer by layer against the first OpenVINO profile (the slowest ratios first, so the layers to work
     on lead), each runtime's slowest ``top`` kernels or nodes and, with a tuning log, the ``top`` kernels that lose
-    most in the model against their tasks as tuned."""
-    runtimes = profile.runtimes
-    categories = profile.categories
-    table = Table(title=f"{profile.model}: ms per forward pass, profiled ({profile.runs} passes each in "
-                        f"{profile.rounds} rounds of turns, {profile.threads} threads, medians)")
-    table.add_column("category")
-    for runtime in runtimes:
-        table.add_column(runtime, justify="right")
-    for category in CATEGORIES:
-        table.add_row(category, *(f"{categories[r][category]:.3f}" for r in runtimes))
-    table.add_row("all", *(f"{profile.total(r):.3f}" for r in runtimes))
-    console.print(table)
+    most in the model against their tasks as tuned: the tables of :meth:`LayerProfile.markdown`, in rich."""
+    plain = str  # rich shows Markdown's ** as it is: summary rows are plain here
+    console.print(_rich_table(f"{profile.model}: ms per forward pass, profiled ({profile.runs} passes each in "
+                              f"{profile.rounds} rounds of turns, {profile.threads} threads, medians)",
+                              profile.category_table(strong=plain)))
     for note in profile.notes:
         console.print(note, markup=False)
-    peers = runtimes[1:]
-    matched = sorted((r for r in profile.layers if peers and r.ratio(peers[0])), key=lambda r: -r.ratio(peers[0]))
-    if matched:
-        layers = Table(title=f"convolutions by geometry, tuned / {peers[0]} (above 1: the tuned layers are slower)")
-        layers.add_column("H x W x C in -> out, filter")
-        for runtime in runtimes:
-            layers.add_column(f"{runtime} ms", justify="right")
-        layers.add_column("ratio", justify="right")
-        for row in matched:
-            ratio = row.ratio(peers[0])
-            style = "red" if ratio > 1 else "green"
-            layers.add_row(row.layer, *(f"{row.ms.get(r, 0.0):.3f} ({row.count.get(r, 0)})" for r in runtimes),
-                           f"[{style}]{ratio:.2f}x[/{style}]")
-        console.print(layers)
-    for runtime in runtimes:
-        items = profile.kernels[runtime]
-        kernels = Table(title=f"{runtime}: the {min(top, len(items))} slowest of {len(items)}")
-        for col in ("kernel / node", "category", "ms", "share"):
-            kernels.add_column(col, justify="left" if col in ("kernel / node", "category") else "right")
-        total = profile.total(runtime) or 1.0
-        for k in items[:top]:
-            kernels.add_row(k.name[:90], k.category, f"{k.ms:.3f}", f"{100 * k.ms / total:.1f}%")
-        console.print(kernels)
+    peers = profile.runtimes[1:]
+    if peers and any(r.ratio(peers[0]) for r in profile.layers):
+        table = layer_table(profile.layers, peers, strong=plain, by_ratio=True)
+        for row in table.rows[:-1]:  # each layer's ratio coloured: red where the tuned layers are slower
+            style = "red" if float(row[-1].rstrip("x")) > 1 else "green"
+            row[-1] = f"[{style}]{row[-1]}[/{style}]"
+        console.print(_rich_table(f"convolutions by geometry, tuned / {peers[0]} (above 1: the tuned layers are "
+                                  "slower)", table))
+    for runtime in profile.runtimes:
+        title, table = profile.kernel_table(runtime, top)
+        console.print(_rich_table(f"{runtime}: {title}", table))
     if profile.as_tuned:
-        rows = profile.as_tuned
-        tuned = Table(title=f"{profile.runtimes[0]} in the model against as tuned ({profile.log}: each task's best x "
-                            f"its calls); the {min(top, len(rows))} kernels that lose most in the model")
-        for col in ("kernel", "calls", "in the model ms", "as tuned ms", "ratio"):
-            tuned.add_column(col, justify="left" if col == "kernel" else "right")
-        model, as_tuned = sum(r.in_model for r in rows), sum(r.tuned for r in rows)
-        tuned.add_row("all tuned kernels", "", f"{model:.3f}", f"{as_tuned:.3f}",
-                      f"{model / as_tuned:.2f}x" if as_tuned else "-")
-        for r in sorted(rows, key=lambda r: r.tuned - r.in_model)[:top]:
-            tuned.add_row(r.kernel[:70], str(r.calls), f"{r.in_model:.3f}", f"{r.tuned:.3f}",
-                          f"{r.in_model / r.tuned:.2f}x" if r.tuned else "-")
-        console.print(tuned)
+        console.print(_rich_table(f"{profile.runtimes[0]} in the model against as tuned ({profile.log}: each task's "
+                                  f"best x its calls); the {min(top, len(profile.as_tuned))} kernels that lose most "
+                                  "in the model", as_tuned_table(profile.as_tuned, top, strong=plain)))

@@ -136,7 +136,7 @@ def test_each_kernel_beside_its_task_as_tuned() -> None:
     assert [(r.kernel, r.category, r.in_model, r.tuned) for r in rows] == [
         ("conv_a", "other", 1.2, pytest.approx(1.0)), ("fused_transpose", "layout and casts", 0.1, pytest.approx(0.1))]
     rows[0].extra["alone, warm"] = 0.9
-    table = as_tuned_table(rows, limit=5)
+    table = as_tuned_table(rows, limit=5).markdown()
     assert "| alone, warm ms |" in table and "| **all tuned kernels** |  | 1.300 | 1.100 | 1.18x | 0.900 |" in table
     assert table.index("| conv_a |") < table.index("| fused_transpose |")  # 0.2 ms lost before 0.0
 

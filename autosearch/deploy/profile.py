@@ -61,6 +61,25 @@ def ov_category(node_type: str) -> str:
     return "other"
 
 
+def _bold(label: str) -> str:
+    return f"**{label}**"
+
+
+@dataclass
+class Table:
+    """A table of the profile as rows of cells, built once and written as Markdown (:meth:`markdown`) or printed by
+    the CLI (:func:`autosearch.console.print_profile`). The first ``left`` columns are text, the rest figures."""
+
+    header: list[str]
+    rows: list[list[str]]
+    left: int = 1
+    aligned: bool = False  # Markdown's columns aligned so (left, then right), not left by default
+
+    def markdown(self) -> str:
+        align = "l" * self.left + "r" * (len(self.header) - self.left) if self.aligned else ""
+        return markdown_table(self.header, self.rows, align=align)
+
+
 @dataclass
 class KernelTime:
     """One kernel of the tuned model, or one node of OpenVINO's, in one forward pass (its calls summed)."""
@@ -131,35 +150,48 @@ class LayerProfile:
     def total(self, runtime: str) -> float:
         return sum(row.ms for row in self.kernels[runtime])
 
+    def category_table(self, *, strong: Callable[[str], str] = _bold) -> Table:
+        """Per category, each runtime's milliseconds, then all of them."""
+        columns = self.categories
+        rows = [[c, *(fmt(columns[r][c], 3) for r in self.runtimes)] for c in CATEGORIES]
+        rows.append([strong("all"), *(fmt(self.total(r), 3) for r in self.runtimes)])
+        return Table(["category", *(f"{r} ms" for r in self.runtimes)], rows)
+
+    def kernel_table(self, runtime: str, top: int) -> tuple[str, Table]:
+        """("the N slowest of M", the table) of ``runtime``'s ``top`` slowest kernels or nodes and their shares."""
+        items, total = self.kernels[runtime], self.total(runtime) or 1.0
+        return (f"the {min(top, len(items))} slowest of {len(items)}",
+                Table(["kernel / node", "category", "ms", "share"],
+                      [[k.name[:90], k.category, fmt(k.ms, 3), f"{100 * k.ms / total:.1f}%"] for k in items[:top]],
+                      left=2))
+
     def markdown(self, top: int = 15) -> str:
         """The tables: per category, each runtime's slowest ``top`` kernels or nodes, the convolutions layer by
         layer and, with a tuning log, the ``top`` kernels that lose most in the model against their tasks as tuned."""
-        columns = self.categories
-        rows = [[c, *(fmt(columns[r][c], 3) for r in self.runtimes)] for c in CATEGORIES]
-        rows.append(["**all**", *(fmt(self.total(r), 3) for r in self.runtimes)])
         parts = [f"{self.runs} profiled passes each, taking turns in {self.rounds} rounds, {self.threads} threads, "
                  f"medians; TVM's calls each less the profiler's own {self.call_cost * 1e6:.1f} us"
-                 + "".join(f"; {note}" for note in self.notes), "",
-                 markdown_table(["category", *(f"{r} ms" for r in self.runtimes)], rows), ""]
+                 + "".join(f"; {note}" for note in self.notes), "", self.category_table().markdown(), ""]
         for runtime in self.runtimes:
-            items, total = self.kernels[runtime], self.total(runtime) or 1.0
-            parts += [f"**{runtime}**: the {min(top, len(items))} slowest of {len(items)}", "",
-                      markdown_table(["kernel / node", "category", "ms", "share"],
-                                     [[k.name[:90], k.category, fmt(k.ms, 3), f"{100 * k.ms / total:.1f}%"]
-                                      for k in items[:top]]), ""]
+            title, table = self.kernel_table(runtime, top)
+            parts += [f"**{runtime}**: {title}", "", table.markdown(), ""]
         peers = self.runtimes[1:]
         if peers and self.layers:
             parts += ["**Convolutions layer by layer** (matched by geometry; each runtime's milliseconds summed over "
-                      "its layers of that geometry)", "", _layer_table(self.layers, peers), ""]
+                      "its layers of that geometry)", "", layer_table(self.layers, peers).markdown(), ""]
         if self.as_tuned:
             parts += [f"**{TUNED}, in the model against as tuned** (`{self.log}`: each task's best latency x the calls "
                       f"a forward pass makes); the {top} kernels that lose most in the model", "",
-                      as_tuned_table(self.as_tuned, top), ""]
+                      as_tuned_table(self.as_tuned, top).markdown(), ""]
         return "\n".join(parts)
 
 
-def _layer_table(layers: list[LayerRow], peers: list[str]) -> str:
+def layer_table(layers: list[LayerRow], peers: list[str], *, strong: Callable[[str], str] = _bold,
+                by_ratio: bool = False) -> Table:
+    """Per convolution geometry: the tuned model's milliseconds (calls), each peer's (nodes) and the ratio to the
+    first peer, in ``layers``' order or, ``by_ratio``, the layers furthest behind first; then the layers both have."""
     first = peers[0]
+    if by_ratio:
+        layers = sorted((r for r in layers if r.ratio(first)), key=lambda r: -r.ratio(first))
     body = []
     for row in layers:
         ratio = row.ratio(first)
@@ -168,12 +200,11 @@ def _layer_table(layers: list[LayerRow], peers: list[str]) -> str:
                      f"{ratio:.2f}x" if ratio else "-"])
     both = [row for row in layers if row.ratio(first)]
     tuned, other = sum(r.ms[TUNED] for r in both), sum(r.ms[first] for r in both)
-    body.append([f"**layers in both ({len(both)})**", fmt(tuned, 3),
+    body.append([strong(f"layers in both ({len(both)})"), fmt(tuned, 3),
                  *(fmt(sum(r.ms.get(p, 0.0) for r in both), 3) for p in peers),
                  f"{tuned / other:.2f}x" if other else "-"])
-    return markdown_table(["convolution (H x W x C, in -> out, filter)", f"{TUNED} ms (calls)",
-                           *(f"{p} ms (nodes)" for p in peers), f"tuned / {first}"], body,
-                          align="l" + "r" * (len(peers) + 2))
+    return Table(["convolution (H x W x C, in -> out, filter)", f"{TUNED} ms (calls)",
+                  *(f"{p} ms (nodes)" for p in peers), f"tuned / {first}"], body, aligned=True)
 
 
 def as_tuned_rows(tasks: list[TunedKernel], log) -> list[AsTuned]:
@@ -188,7 +219,7 @@ def as_tuned_rows(tasks: list[TunedKernel], log) -> list[AsTuned]:
     return rows
 
 
-def as_tuned_table(rows: list[AsTuned], limit: int) -> str:
+def as_tuned_table(rows: list[AsTuned], limit: int, *, strong: Callable[[str], str] = _bold) -> Table:
     """Per category, all, then the ``limit`` kernels that lose most in the model: in the model against as tuned
     (and each ``extra`` column the rows carry)."""
     extra = list(dict.fromkeys(name for r in rows for name in r.extra))
@@ -198,13 +229,13 @@ def as_tuned_table(rows: list[AsTuned], limit: int) -> str:
         return [label, str(calls), fmt(model, 3), fmt(tuned, 3), f"{model / tuned:.2f}x" if tuned else "-",
                 *(fmt(sum(r.extra.get(name, 0.0) for r in group), 3) for name in extra)]
 
-    table = [line(f"**{c}**", [r for r in rows if r.category == c]) for c in CATEGORIES
+    table = [line(strong(c), [r for r in rows if r.category == c]) for c in CATEGORIES
              if any(r.category == c for r in rows)]
-    table.append(line("**all tuned kernels**", rows))
+    table.append(line(strong("all tuned kernels"), rows))
     for r in sorted(rows, key=lambda r: r.tuned - r.in_model)[:limit]:
         table.append(line(r.kernel[:70], [r], r.calls))
-    return markdown_table(["kernel", "calls", "in the model ms", "as tuned ms", "in the model / as tuned",
-                           *(f"{name} ms" for name in extra)], table)
+    return Table(["kernel", "calls", "in the model ms", "as tuned ms", "in the model / as tuned",
+                  *(f"{name} ms" for name in extra)], table)
 
 
 # ------------------------------------------------------------------------------------------------- profilers
